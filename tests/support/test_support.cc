@@ -1,0 +1,125 @@
+// Implementation of the shared test helpers.
+#include "support/test_support.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+extern char** environ;
+
+namespace kvtier::testing {
+
+std::filesystem::path CompatDir() { return KVTIER_COMPAT_DIR; }
+std::filesystem::path CliPath() { return KVTIER_CLI_PATH; }
+std::filesystem::path SourceDir() { return KVTIER_SOURCE_DIR; }
+
+uint64_t TestSeed() {
+  uint64_t seed = 0;
+  if (const char* env = std::getenv("KVTIER_TEST_SEED"); env != nullptr && *env != '\0') {
+    seed = std::strtoull(env, nullptr, 0);
+  } else {
+    seed = std::random_device{}();
+    seed = (seed << 32) ^ std::random_device{}();
+  }
+  ::testing::Test::RecordProperty("seed", std::to_string(seed));
+  std::fprintf(stderr, "[ seed     ] KVTIER_TEST_SEED=%llu\n", static_cast<unsigned long long>(seed));
+  return seed;
+}
+
+std::string ReadFileOrDie(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    ADD_FAILURE() << "cannot read " << path;
+    return {};
+  }
+  std::ostringstream buf;
+  buf << in.rdbuf();
+  return buf.str();
+}
+
+void WriteFileOrDie(const std::filesystem::path& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << bytes;
+  if (!out) ADD_FAILURE() << "cannot write " << path;
+}
+
+TempDir::TempDir() {
+  std::string tmpl = (std::filesystem::temp_directory_path() / "kvtier-test-XXXXXX").string();
+  if (mkdtemp(tmpl.data()) == nullptr) std::abort();
+  path_ = tmpl;
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
+
+// Drains both pipes until EOF so a chatty child never blocks on a full pipe.
+static void DrainPipes(int out_fd, int err_fd, CommandResult* result) {
+  pollfd fds[2] = {{out_fd, POLLIN, 0}, {err_fd, POLLIN, 0}};
+  int open_fds = 2;
+  char buf[65536];
+  while (open_fds > 0) {
+    if (poll(fds, 2, -1) < 0) break;
+    for (int i = 0; i < 2; ++i) {
+      if (fds[i].fd < 0 || fds[i].revents == 0) continue;
+      ssize_t n = read(fds[i].fd, buf, sizeof buf);
+      if (n <= 0) {
+        close(fds[i].fd);
+        fds[i].fd = -1;
+        --open_fds;
+        continue;
+      }
+      (i == 0 ? result->out : result->err).append(buf, static_cast<size_t>(n));
+    }
+  }
+}
+
+CommandResult RunCommand(const std::vector<std::string>& argv, const std::string& stdin_data) {
+  CommandResult result;
+  int in_pipe[2], out_pipe[2], err_pipe[2];
+  if (pipe2(in_pipe, O_CLOEXEC) != 0 || pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0) {
+    ADD_FAILURE() << "pipe failed";
+    return result;
+  }
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, in_pipe[0], 0);
+  posix_spawn_file_actions_adddup2(&actions, out_pipe[1], 1);
+  posix_spawn_file_actions_adddup2(&actions, err_pipe[1], 2);
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  pid_t pid = -1;
+  int rc = posix_spawn(&pid, args[0], &actions, nullptr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  close(in_pipe[0]);
+  close(out_pipe[1]);
+  close(err_pipe[1]);
+  if (rc != 0) {
+    ADD_FAILURE() << "posix_spawn " << argv[0] << " failed: " << rc;
+    close(in_pipe[1]);
+    close(out_pipe[0]);
+    close(err_pipe[0]);
+    return result;
+  }
+  // Inputs in tests are small (well under a pipe buffer), so write then close.
+  if (!stdin_data.empty() && write(in_pipe[1], stdin_data.data(), stdin_data.size()) < 0) {
+    ADD_FAILURE() << "writing child stdin failed";
+  }
+  close(in_pipe[1]);
+  DrainPipes(out_pipe[0], err_pipe[0], &result);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return result;
+}
+
+}  // namespace kvtier::testing

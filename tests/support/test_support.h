@@ -1,0 +1,75 @@
+// Shared helpers for kvtier tests: Status matchers, a scoped temporary
+// directory, the seeded-randomness convention and a subprocess runner.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "kvtier/result.h"
+#include "kvtier/status.h"
+
+#define EXPECT_OK(expr)                                  \
+  do {                                                   \
+    const ::kvtier::Status kvtier_s_ = (expr);           \
+    EXPECT_TRUE(kvtier_s_.ok()) << kvtier_s_.ToString(); \
+  } while (0)
+#define ASSERT_OK(expr)                                  \
+  do {                                                   \
+    const ::kvtier::Status kvtier_s_ = (expr);           \
+    ASSERT_TRUE(kvtier_s_.ok()) << kvtier_s_.ToString(); \
+  } while (0)
+
+#define KVTIER_TEST_CONCAT_INNER_(a, b) a##b
+#define KVTIER_TEST_CONCAT_(a, b) KVTIER_TEST_CONCAT_INNER_(a, b)
+// ASSERT_OK_AND_ASSIGN(auto x, MakeX()): fails the test on an error Result.
+#define ASSERT_OK_AND_ASSIGN(lhs, rexpr) \
+  ASSERT_OK_AND_ASSIGN_IMPL_(KVTIER_TEST_CONCAT_(kvtier_r_, __LINE__), lhs, rexpr)
+#define ASSERT_OK_AND_ASSIGN_IMPL_(tmp, lhs, rexpr)                 \
+  auto tmp = (rexpr);                                               \
+  ASSERT_TRUE(tmp.ok()) << tmp.status().ToString();                 \
+  lhs = std::move(tmp).value()
+
+namespace kvtier::testing {
+
+// The directory with vllm_cases.json and vllm_hash_vectors.json.
+std::filesystem::path CompatDir();
+// The built `kvtier` CLI binary.
+std::filesystem::path CliPath();
+// The repository root.
+std::filesystem::path SourceDir();
+
+// The seed for a test's randomness: $KVTIER_TEST_SEED when set, else a fresh
+// one. It is recorded as a test property and printed, so a failure can be
+// replayed with KVTIER_TEST_SEED=<seed>.
+uint64_t TestSeed();
+
+std::string ReadFileOrDie(const std::filesystem::path& path);
+void WriteFileOrDie(const std::filesystem::path& path, const std::string& bytes);
+
+// A fresh directory under $TMPDIR, removed with its contents on destruction.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+struct CommandResult {
+  int exit_code = -1;  // the exit status, or 128+signal
+  std::string out;     // standard output
+  std::string err;     // standard error
+};
+
+// Runs argv (argv[0] is a path) with no shell, capturing stdout and stderr.
+CommandResult RunCommand(const std::vector<std::string>& argv, const std::string& stdin_data = "");
+
+}  // namespace kvtier::testing
