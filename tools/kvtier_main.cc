@@ -1,1 +1,32 @@
-int main() { return 0; }
+// kvtier: the operators' CLI. Subcommands are thin wrappers over library
+// functions in src/cli/; this file only wires flags to them.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <iostream>
+
+#include "commands.h"
+#include "kvtier/version.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"kvtier: a multi-tier KV-cache block store compatible with vLLM's fs tier", "kvtier"};
+  app.set_version_flag("--version", std::string("kvtier ") + kvtier::Version());
+  app.require_subcommand(1);
+  app.fallthrough(false);
+  kvtier::internal::CliContext ctx;
+  kvtier::internal::RegisterHashCommand(&app, &ctx);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    // Usage errors exit 2, as getopt-style tools do; CLI11's own codes differ.
+    std::fprintf(stderr, "kvtier: %s\nRun 'kvtier --help' for usage.\n", e.what());
+    return 2;
+  }
+  return ctx.exit_code;
+}

@@ -1,0 +1,137 @@
+// Python json.dumps emulation (see header).
+#include "layout/py_json.h"
+
+#include <cstdio>
+
+namespace kvtier::internal {
+namespace {
+
+// Decodes one UTF-8 sequence at s[*i]; returns the code point or -1.
+int32_t NextCodePoint(std::string_view s, size_t* i) {
+  auto byte = [&](size_t k) { return static_cast<uint8_t>(s[k]); };
+  uint8_t b0 = byte(*i);
+  int len = b0 < 0x80 ? 1 : (b0 >> 5) == 0x6 ? 2 : (b0 >> 4) == 0xe ? 3 : (b0 >> 3) == 0x1e ? 4 : 0;
+  if (len == 0 || *i + len > s.size()) return -1;
+  int32_t cp = len == 1 ? b0 : b0 & (0x7f >> len);
+  for (int k = 1; k < len; ++k) {
+    uint8_t b = byte(*i + k);
+    if ((b & 0xc0) != 0x80) return -1;
+    cp = cp << 6 | (b & 0x3f);
+  }
+  static constexpr int32_t kMin[] = {0, 0, 0x80, 0x800, 0x10000};
+  if (cp < kMin[len] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return -1;
+  *i += len;
+  return cp;
+}
+
+void AppendU(uint32_t unit, std::string* out) {
+  char buf[8];
+  std::snprintf(buf, sizeof buf, "\\u%04x", unit);
+  out->append(buf, 6);
+}
+
+struct Style {
+  const char* item_sep;  // between elements
+  const char* key_sep;   // between key and value
+  int indent;            // < 0: no newlines
+};
+
+Status Dump(const nlohmann::json& v, const Style& style, int level, std::string* out);
+
+void NewlineIndent(const Style& style, int level, std::string* out) {
+  if (style.indent < 0) return;
+  out->push_back('\n');
+  out->append(static_cast<size_t>(style.indent * level), ' ');
+}
+
+Status DumpContainer(const nlohmann::json& v, const Style& style, int level, std::string* out) {
+  const bool object = v.is_object();
+  if (v.empty()) {
+    out->append(object ? "{}" : "[]");
+    return Status::Ok();
+  }
+  out->push_back(object ? '{' : '[');
+  bool first = true;
+  // nlohmann's object is a std::map: keys iterate in byte order, which for
+  // UTF-8 is code-point order, the order of Python's sort_keys.
+  for (auto it = v.begin(); it != v.end(); ++it) {
+    if (!first) out->append(style.item_sep);
+    first = false;
+    NewlineIndent(style, level + 1, out);
+    if (object) {
+      KVTIER_RETURN_IF_ERROR(PyJsonEscape(it.key(), out));
+      out->append(style.key_sep);
+    }
+    KVTIER_RETURN_IF_ERROR(Dump(it.value(), style, level + 1, out));
+  }
+  NewlineIndent(style, level, out);
+  out->push_back(object ? '}' : ']');
+  return Status::Ok();
+}
+
+Status Dump(const nlohmann::json& v, const Style& style, int level, std::string* out) {
+  switch (v.type()) {
+    case nlohmann::json::value_t::null: out->append("null"); return Status::Ok();
+    case nlohmann::json::value_t::boolean:
+      out->append(v.get<bool>() ? "true" : "false");
+      return Status::Ok();
+    case nlohmann::json::value_t::number_integer:
+      out->append(std::to_string(v.get<int64_t>()));
+      return Status::Ok();
+    case nlohmann::json::value_t::number_unsigned:
+      out->append(std::to_string(v.get<uint64_t>()));
+      return Status::Ok();
+    case nlohmann::json::value_t::string: return PyJsonEscape(v.get_ref<const std::string&>(), out);
+    case nlohmann::json::value_t::array:
+    case nlohmann::json::value_t::object: return DumpContainer(v, style, level, out);
+    default:
+      // Floats and binary values never occur in vLLM's namespace fields, and
+      // Python's float repr is not reproduced here.
+      return InvalidArgument("py_json: unsupported JSON value type " + std::string(v.type_name()));
+  }
+}
+
+}  // namespace
+
+Status PyJsonEscape(std::string_view utf8, std::string* out) {
+  out->push_back('"');
+  for (size_t i = 0; i < utf8.size();) {
+    int32_t cp = NextCodePoint(utf8, &i);
+    if (cp < 0) return InvalidArgument("string is not valid UTF-8 at byte " + std::to_string(i));
+    switch (cp) {
+      case '"': out->append("\\\""); continue;
+      case '\\': out->append("\\\\"); continue;
+      case '\n': out->append("\\n"); continue;
+      case '\r': out->append("\\r"); continue;
+      case '\t': out->append("\\t"); continue;
+      case '\b': out->append("\\b"); continue;
+      case '\f': out->append("\\f"); continue;
+      default: break;
+    }
+    if (cp >= 0x20 && cp <= 0x7e) {
+      out->push_back(static_cast<char>(cp));
+    } else if (cp <= 0xffff) {
+      AppendU(static_cast<uint32_t>(cp), out);
+    } else {
+      uint32_t v = static_cast<uint32_t>(cp) - 0x10000;
+      AppendU(0xd800 | (v >> 10), out);
+      AppendU(0xdc00 | (v & 0x3ff), out);
+    }
+  }
+  out->push_back('"');
+  return Status::Ok();
+}
+
+Result<std::string> PyJsonDumpsCompact(const nlohmann::json& value) {
+  std::string out;
+  KVTIER_RETURN_IF_ERROR(Dump(value, Style{",", ":", -1}, 0, &out));
+  return out;
+}
+
+Result<std::string> PyJsonDumpsIndent2(const nlohmann::json& value) {
+  std::string out;
+  KVTIER_RETURN_IF_ERROR(Dump(value, Style{",", ": ", 2}, 0, &out));
+  return out;
+}
+
+}  // namespace kvtier::internal

@@ -1,0 +1,7 @@
+#include "kvtier/version.h"
+
+namespace kvtier {
+
+const char* Version() { return KVTIER_VERSION; }
+
+}  // namespace kvtier

@@ -1,0 +1,182 @@
+// `kvtier hash`: flag wiring over internal::RunHashQuery.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "cli/hash_command.h"
+#include "cli/json_input.h"
+#include "commands.h"
+
+namespace kvtier::internal {
+namespace {
+
+struct HashFlags {
+  std::string input;
+  std::string algo = "sha256";
+  std::optional<std::string> seed;
+  bool no_seed = false;
+  std::string tokens;
+  std::string tokens_file;
+  uint32_t hash_block_size = 16;
+  std::optional<std::string> model;
+  std::string dtype = "bfloat16";
+  uint32_t num_layers = 32;
+  std::string layer_template = "model.layers.{}.self_attn.attn";
+  uint32_t blocks_per_chunk = 1;
+  uint32_t group = 0;
+  int64_t tp = 1, pp = 1, pcp = 1, dcp = 1, rank = 0;
+  bool not_agnostic = false;
+  std::string namespace_config;
+  std::optional<std::string> root;
+  std::optional<std::string> lora;
+  std::optional<std::string> salt;
+  bool json = false;
+  bool explain = false;
+};
+
+Result<std::string> ReadAll(const std::string& path) {
+  if (path == "-") {
+    std::ostringstream buf;
+    buf << std::cin.rdbuf();
+    return buf.str();
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return ErrnoToStatus(errno, "open " + path);
+  std::ostringstream buf;
+  buf << in.rdbuf();
+  return buf.str();
+}
+
+Result<std::vector<BigInt>> ParseTokenList(const HashFlags& f) {
+  std::string text;
+  if (!f.tokens_file.empty()) {
+    KVTIER_ASSIGN_OR_RETURN(text, ReadAll(f.tokens_file));
+  } else {
+    text = "[" + f.tokens + "]";
+  }
+  KVTIER_ASSIGN_OR_RETURN(nlohmann::json list, ParseJsonKeepingBigInts(text, "tokens"));
+  if (!list.is_array()) return InvalidArgument("tokens: expected a JSON list of integers");
+  std::vector<BigInt> out;
+  for (size_t i = 0; i < list.size(); ++i) {
+    KVTIER_ASSIGN_OR_RETURN(BigInt t, JsonToBigInt(list[i], "tokens[" + std::to_string(i) + "]"));
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+Result<std::optional<NamespaceSpec>> NamespaceFromFlags(const HashFlags& f) {
+  if (!f.namespace_config.empty()) {
+    KVTIER_ASSIGN_OR_RETURN(std::string text, ReadAll(f.namespace_config));
+    KVTIER_ASSIGN_OR_RETURN(NamespaceSpec spec, NamespaceSpecFromConfigJson(text, f.rank));
+    return std::optional<NamespaceSpec>(std::move(spec));
+  }
+  if (!f.model) return std::optional<NamespaceSpec>();
+  NamespaceSpec spec;
+  spec.model_name = *f.model;
+  spec.tokens_per_hash = f.hash_block_size;
+  spec.blocks_per_file = f.blocks_per_chunk;
+  spec.tp_size = f.tp;
+  spec.pp_size = f.pp;
+  spec.pcp_size = f.pcp;
+  spec.dcp_size = f.dcp;
+  spec.rank = f.rank;
+  spec.dtype = f.dtype;
+  spec.parallel_agnostic = !f.not_agnostic;
+  KvCacheGroupSpec group;
+  group.tokens_per_block = f.hash_block_size;
+  for (uint32_t i = 0; i < f.num_layers; ++i) {
+    std::string name = f.layer_template;
+    if (auto at = name.find("{}"); at != std::string::npos) name.replace(at, 2, std::to_string(i));
+    group.layer_names.push_back(std::move(name));
+  }
+  spec.kv_cache_groups.push_back(std::move(group));
+  return std::optional<NamespaceSpec>(std::move(spec));
+}
+
+Result<HashQuery> QueryFromFlags(const HashFlags& f) {
+  if (!f.input.empty()) {
+    KVTIER_ASSIGN_OR_RETURN(std::string text, ReadAll(f.input));
+    return HashQueryFromCase(text);
+  }
+  if (f.tokens.empty() && f.tokens_file.empty()) {
+    return InvalidArgument("give --input CASE.json, --tokens 1,2,3 or --tokens-file FILE");
+  }
+  HashQuery q;
+  KVTIER_ASSIGN_OR_RETURN(q.algo, ParseHashAlgo(f.algo));
+  if (f.seed) {
+    q.pythonhashseed = f.seed;
+  } else if (const char* env = std::getenv("PYTHONHASHSEED"); env != nullptr && !f.no_seed) {
+    q.pythonhashseed = std::string(env);  // as vLLM would see it
+  }
+  q.hash_block_size = f.hash_block_size;
+  KVTIER_ASSIGN_OR_RETURN(q.token_ids, ParseTokenList(f));
+  q.extras.lora_name = f.lora;
+  q.extras.cache_salt = f.salt;
+  KVTIER_ASSIGN_OR_RETURN(q.ns, NamespaceFromFlags(f));
+  q.blocks_per_chunk = f.blocks_per_chunk;
+  q.group_idx = f.group;
+  q.root_dir = f.root;
+  q.explain = f.explain;
+  return q;
+}
+
+int RunHash(const HashFlags& f) {
+  Result<HashQuery> query = QueryFromFlags(f);
+  Result<nlohmann::json> report = query.ok() ? RunHashQuery(*query) : Result<nlohmann::json>(query.status());
+  if (!report.ok()) {
+    std::fprintf(stderr, "kvtier hash: %s\n", report.status().ToString().c_str());
+    return report.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  if (!f.input.empty()) {
+    std::cout << CaseOutput(*report).dump(2) << "\n";
+  } else if (f.json) {
+    std::cout << report->dump(2) << "\n";
+  } else {
+    std::cout << FormatHashReport(*report);
+  }
+  return 0;
+}
+
+}  // namespace
+
+void RegisterHashCommand(CLI::App* app, CliContext* ctx) {
+  auto flags = std::make_shared<HashFlags>();
+  CLI::App* cmd = app->add_subcommand(
+      "hash", "Block hashes, offload keys and file paths of a prompt, byte-exact with vLLM");
+  cmd->add_option("--input", flags->input,
+                  "A compat case (kvtier-compat-cases/1 JSON, '-' for stdin); prints its 'expected' members");
+  cmd->add_option("--algo", flags->algo, "sha256 | sha256_cbor | xxhash | xxhash_cbor")->capture_default_str();
+  cmd->add_option("--seed", flags->seed, "PYTHONHASHSEED as vLLM sees it (default: $PYTHONHASHSEED)");
+  cmd->add_flag("--no-seed", flags->no_seed, "Act as if PYTHONHASHSEED were unset");
+  cmd->add_option("--tokens", flags->tokens, "Comma-separated token ids");
+  cmd->add_option("--tokens-file", flags->tokens_file, "A JSON list of token ids ('-' for stdin)");
+  cmd->add_option("--hash-block-size", flags->hash_block_size, "Tokens per hash (vLLM tokens_per_hash)")->capture_default_str();
+  cmd->add_option("--model", flags->model, "Model name as the engine was given it (enables paths)");
+  cmd->add_option("--dtype", flags->dtype, "KV cache dtype")->capture_default_str();
+  cmd->add_option("--num-layers", flags->num_layers, "Attention layers in the single KV group")->capture_default_str();
+  cmd->add_option("--layer-name-template", flags->layer_template, "Layer name; {} is the index")->capture_default_str();
+  cmd->add_option("--blocks-per-chunk", flags->blocks_per_chunk, "GPU blocks per offloaded chunk")->capture_default_str();
+  cmd->add_option("--group", flags->group, "KV-cache group index")->capture_default_str();
+  cmd->add_option("--tp", flags->tp, "Tensor-parallel size (with --not-parallel-agnostic)");
+  cmd->add_option("--pp", flags->pp, "Pipeline-parallel size");
+  cmd->add_option("--pcp", flags->pcp, "Prefill context-parallel size");
+  cmd->add_option("--dcp", flags->dcp, "Decode context-parallel size");
+  cmd->add_option("--rank", flags->rank, "Rank for the _r<rank> directory");
+  cmd->add_flag("--not-parallel-agnostic", flags->not_agnostic, "The namespace records tp/pp/pcp/dcp and rank");
+  cmd->add_option("--namespace-config", flags->namespace_config, "Take the namespace from an existing config.json");
+  cmd->add_option("--root", flags->root, "root_dir: print absolute paths and whether each file exists");
+  cmd->add_option("--lora-name", flags->lora, "LoRA adapter name");
+  cmd->add_option("--cache-salt", flags->salt, "Request cache_salt");
+  cmd->add_flag("--json", flags->json, "Machine-readable output");
+  cmd->add_flag("--explain", flags->explain, "Include each block's serialized input (with --json)");
+  cmd->get_option("--tokens")->excludes(cmd->get_option("--tokens-file"));
+  cmd->get_option("--input")->excludes(cmd->get_option("--tokens"))->excludes(cmd->get_option("--tokens-file"));
+  cmd->get_option("--model")->excludes(cmd->get_option("--namespace-config"));
+  cmd->callback([flags, ctx] { ctx->exit_code = RunHash(*flags); });
+}
+
+}  // namespace kvtier::internal

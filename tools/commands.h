@@ -1,0 +1,18 @@
+// Registration of the CLI's subcommands. Each Register* adds a subcommand to
+// the app whose callback runs the command and stores its exit status in ctx.
+#pragma once
+
+namespace CLI {
+class App;
+}
+
+namespace kvtier::internal {
+
+struct CliContext {
+  int exit_code = 0;
+};
+
+// kvtier hash: block hashes, offload keys and file paths of a prompt.
+void RegisterHashCommand(CLI::App* app, CliContext* ctx);
+
+}  // namespace kvtier::internal
