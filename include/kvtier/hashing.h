@@ -40,12 +40,14 @@ size_t HashAlgoDigestBytes(HashAlgo algo);
 // xxhash variants are not collision resistant, so vLLM keeps their seed secret.
 bool HashAlgoIsCryptographic(HashAlgo algo);
 
-// The bytes of one block hash (16 or 32 bytes).
+// The bytes of one block hash: 32 (SHA-256) or 16 (XXH3-128) from the
+// hashers; any 1..32 bytes are accepted as a key (vLLM's own tests name files
+// after 8-byte keys).
 class BlockHash {
  public:
   static constexpr size_t kMaxBytes = 32;
   BlockHash() = default;
-  // kInvalidArgument unless bytes.size() is 16 or 32.
+  // kInvalidArgument unless 1 <= bytes.size() <= 32.
   static Result<BlockHash> FromBytes(std::span<const uint8_t> bytes);
   static Result<BlockHash> FromHex(std::string_view hex);
 

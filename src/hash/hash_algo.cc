@@ -39,8 +39,8 @@ bool HashAlgoIsCryptographic(HashAlgo algo) {
 size_t HashAlgoDigestBytes(HashAlgo algo) { return HashAlgoIsCryptographic(algo) ? 32 : 16; }
 
 Result<BlockHash> BlockHash::FromBytes(std::span<const uint8_t> bytes) {
-  if (bytes.size() != 16 && bytes.size() != 32) {
-    return InvalidArgument("a block hash has 16 or 32 bytes, got " + std::to_string(bytes.size()));
+  if (bytes.empty() || bytes.size() > kMaxBytes) {
+    return InvalidArgument("a block hash has 1 to 32 bytes, got " + std::to_string(bytes.size()));
   }
   BlockHash out;
   std::copy(bytes.begin(), bytes.end(), out.bytes_.begin());
