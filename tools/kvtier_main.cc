@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <iostream>
+#include <string>
 
 #include "commands.h"
 #include "kvtier/version.h"
@@ -15,6 +16,19 @@ int main(int argc, char** argv) {
   app.fallthrough(false);
   kvtier::internal::CliContext ctx;
   kvtier::internal::RegisterHashCommand(&app, &ctx);
+  if (argc > 1 && argv[1][0] != '-') {
+    std::string valid;
+    bool known = false;
+    for (const CLI::App* sub : app.get_subcommands({})) {
+      known = known || sub->get_name() == argv[1];
+      valid += (valid.empty() ? "" : ", ") + sub->get_name();
+    }
+    if (!known) {
+      std::fprintf(stderr, "kvtier: unknown command '%s' (valid: %s)\nRun 'kvtier --help' for usage.\n",
+                   argv[1], valid.c_str());
+      return 2;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -1,0 +1,128 @@
+// Proves the CLI's contract with operators: --help and --version exit 0,
+// unknown subcommands and flags exit 2 with a message naming them, and
+// `kvtier hash` in human mode prints each block's hash and file path
+// (absolute and with presence when --root is given), honours
+// PYTHONHASHSEED / --seed like vLLM, warns when xxhash hashes are random, and
+// reads a namespace back from an existing config.json.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "support/test_support.h"
+
+namespace kvtier {
+namespace {
+
+using testing::CliPath;
+using testing::RunCommand;
+
+TEST(Cli, HelpAndVersionExitZero) {
+  auto help = RunCommand({CliPath(), "--help"});
+  EXPECT_EQ(help.exit_code, 0);
+  EXPECT_NE(help.out.find("hash"), std::string::npos) << help.out;
+  auto hash_help = RunCommand({CliPath(), "hash", "--help"});
+  EXPECT_EQ(hash_help.exit_code, 0);
+  EXPECT_NE(hash_help.out.find("--tokens-file"), std::string::npos);
+  auto version = RunCommand({CliPath(), "--version"});
+  EXPECT_EQ(version.exit_code, 0);
+  EXPECT_NE(version.out.find("kvtier "), std::string::npos);
+}
+
+TEST(Cli, UnknownCommandsAndFlagsExitTwo) {
+  auto cmd = RunCommand({CliPath(), "frobnicate"});
+  EXPECT_EQ(cmd.exit_code, 2);
+  EXPECT_NE(cmd.err.find("frobnicate"), std::string::npos) << cmd.err;
+  auto flag = RunCommand({CliPath(), "hash", "--tokenz", "1"});
+  EXPECT_EQ(flag.exit_code, 2);
+  EXPECT_NE(flag.err.find("--tokenz"), std::string::npos) << flag.err;
+  auto none = RunCommand({CliPath()});
+  EXPECT_EQ(none.exit_code, 2);
+  auto algo = RunCommand({CliPath(), "hash", "--algo", "md5", "--tokens", "1"});
+  EXPECT_EQ(algo.exit_code, 2);
+  EXPECT_NE(algo.err.find("sha256_cbor"), std::string::npos) << algo.err;
+  auto both = RunCommand({CliPath(), "hash", "--tokens", "1", "--tokens-file", "x.json"});
+  EXPECT_EQ(both.exit_code, 2);
+}
+
+TEST(Cli, BadCaseFileIsAClearErrorNotACrash) {
+  testing::TempDir dir;
+  testing::WriteFileOrDie(dir.path() / "bad.json", "{\"algo\": \"sha256\", ");
+  auto torn = RunCommand({CliPath(), "hash", "--input", dir.path() / "bad.json"});
+  EXPECT_EQ(torn.exit_code, 2);
+  EXPECT_NE(torn.err.find("malformed JSON"), std::string::npos) << torn.err;
+  auto missing = RunCommand({CliPath(), "hash", "--input", dir.path() / "absent.json"});
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_NE(missing.err.find("absent.json"), std::string::npos) << missing.err;
+  testing::WriteFileOrDie(dir.path() / "unknown.json", "{\"algo\": \"sha256\", \"tokenz\": []}");
+  auto unknown = RunCommand({CliPath(), "hash", "--input", dir.path() / "unknown.json"});
+  EXPECT_EQ(unknown.exit_code, 2);
+  EXPECT_NE(unknown.err.find("tokenz"), std::string::npos) << unknown.err;
+}
+
+TEST(Cli, HumanModePrintsHashesPathsAndPresence) {
+  testing::TempDir root;
+  std::string tokens;
+  for (int i = 0; i < 64; ++i) tokens += (i ? "," : "") + std::to_string(i);
+  auto r = RunCommand({CliPath(), "hash", "--seed", "0", "--tokens", tokens, "--model",
+                       "meta-llama/Llama-3.1-8B-Instruct", "--root", root.path()});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // Golden values from the range_sha256_0 compat case.
+  EXPECT_NE(r.out.find("6358e31578a64b75ebe28cdb99d3beae65de82a2087321dc6ec84ae048faaaa6"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("meta-llama_Llama-3.1-8B-Instruct_c13170011f67"), std::string::npos);
+  EXPECT_NE(r.out.find("[absent]"), std::string::npos);
+  // Create the first chunk's file: the report must now say it is present.
+  auto json_run = RunCommand({CliPath(), "hash", "--seed", "0", "--tokens", tokens, "--model",
+                              "meta-llama/Llama-3.1-8B-Instruct", "--root", root.path(), "--json"});
+  ASSERT_EQ(json_run.exit_code, 0) << json_run.err;
+  auto report = nlohmann::json::parse(json_run.out);
+  std::filesystem::path first = report["chunks"][0]["path"].get<std::string>();
+  std::filesystem::create_directories(first.parent_path());
+  testing::WriteFileOrDie(first, "x");
+  auto again = RunCommand({CliPath(), "hash", "--seed", "0", "--tokens", tokens, "--model",
+                           "meta-llama/Llama-3.1-8B-Instruct", "--root", root.path(), "--json"});
+  EXPECT_TRUE(nlohmann::json::parse(again.out)["chunks"][0]["exists"].get<bool>());
+  EXPECT_FALSE(nlohmann::json::parse(again.out)["chunks"][1]["exists"].get<bool>());
+}
+
+TEST(Cli, SeedComesFromPythonHashSeedLikeVllm) {
+  setenv("PYTHONHASHSEED", "1234", 1);
+  auto env_seed = RunCommand({CliPath(), "hash", "--tokens", "1,2", "--hash-block-size", "2", "--json"});
+  unsetenv("PYTHONHASHSEED");
+  auto flag_seed = RunCommand({CliPath(), "hash", "--seed", "1234", "--tokens", "1,2", "--hash-block-size", "2", "--json"});
+  auto unset = RunCommand({CliPath(), "hash", "--tokens", "1,2", "--hash-block-size", "2", "--json"});
+  ASSERT_EQ(env_seed.exit_code, 0) << env_seed.err;
+  auto a = nlohmann::json::parse(env_seed.out), b = nlohmann::json::parse(flag_seed.out),
+       c = nlohmann::json::parse(unset.out);
+  EXPECT_EQ(a["none_hash_hex"], b["none_hash_hex"]);
+  EXPECT_EQ(c["none_hash_seed"], "vllm-none-hash");
+  EXPECT_NE(a["block_hashes_hex"], c["block_hashes_hex"]);
+}
+
+TEST(Cli, UnseededXxhashWarnsThatHashesAreRandom) {
+  unsetenv("PYTHONHASHSEED");
+  auto r = RunCommand({CliPath(), "hash", "--algo", "xxhash", "--tokens", "1,2", "--hash-block-size", "2"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("warning"), std::string::npos) << r.err;
+  EXPECT_NE(r.out.find("random"), std::string::npos) << r.out;
+}
+
+TEST(Cli, NamespaceFromAnExistingConfigJson) {
+  testing::TempDir dir;
+  // The exact config.json vLLM writes for the vllm_unit_test_like case.
+  testing::WriteFileOrDie(dir.path() / "config.json",
+      "{\n  \"blocks_per_file\": 1,\n  \"dcp_size\": 1,\n  \"dtype\": \"float16\",\n"
+      "  \"inference_engine\": \"vllm\",\n  \"kv_cache_groups\": [],\n  \"model_name\": \"test-model\",\n"
+      "  \"parallel_agnostic\": false,\n  \"pcp_size\": 1,\n  \"pp_size\": 1,\n"
+      "  \"tokens_per_hash\": 16,\n  \"tp_size\": 1\n}");
+  auto r = RunCommand({CliPath(), "hash", "--seed", "0", "--tokens", "0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15",
+                       "--namespace-config", dir.path() / "config.json", "--rank", "3", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto report = nlohmann::json::parse(r.out);
+  EXPECT_EQ(report["namespace_dir"], "test-model_de3bba26cf36");
+  EXPECT_EQ(report["chunks"][0]["relpath"].get<std::string>().substr(0, 27), "test-model_de3bba26cf36_r3/");
+}
+
+}  // namespace
+}  // namespace kvtier
