@@ -1,5 +1,8 @@
 // The chained block hasher: serialize (parent, tokens, extra_keys), digest,
 // repeat. One ByteSink is reused for every block of a call.
+#include <cstring>
+#include <type_traits>
+
 #include "hash/byte_sink.h"
 #include "hash/cbor_writer.h"
 #include "hash/digest.h"
@@ -12,6 +15,80 @@ namespace {
 
 using internal::ByteSink;
 using internal::ExtraKey;
+
+// BININT1 / BININT2 / BININT without data-dependent branches: token ids are
+// random, so branching on each one's width mispredicts about half the time.
+inline uint8_t* PutPickleInt32(uint8_t* p, int64_t v) {
+  static constexpr uint8_t kOp[3] = {0x4b, 0x4d, 0x4a};
+  static constexpr uint8_t kLen[3] = {2, 3, 5};
+  const int width = v < 0 ? 2 : (v > 0xff) + (v > 0xffff);
+  const uint32_t le = static_cast<uint32_t>(v);  // x86 is little-endian, as pickle
+  p[0] = kOp[width];
+  std::memcpy(p + 1, &le, 4);  // the buffer has room for all 4 bytes
+  return p + kLen[width];
+}
+
+// A CBOR integer head, branch-free for the same reason (major type 0 or 1).
+inline uint8_t* PutCborInt(uint8_t* p, int64_t v) {
+  const uint64_t major = static_cast<uint64_t>(v) >> 63;                 // 1 if negative
+  const uint64_t arg = static_cast<uint64_t>(v) ^ (0 - major);           // -1 - v when negative
+  const int extra = (arg >= 24) + (arg > 0xff) + (arg > 0xffff) + (arg > 0xffffffffu);
+  static constexpr uint8_t kBytes[5] = {0, 1, 2, 4, 8};
+  const int n = kBytes[extra];
+  p[0] = static_cast<uint8_t>(major << 5 | (extra == 0 ? arg : 23 + extra));
+  const uint64_t be = __builtin_bswap64(n == 0 ? 0 : arg << (64 - 8 * n));
+  std::memcpy(p + 1, &be, 8);  // the buffer has room for all 8 bytes
+  return p + 1 + n;
+}
+
+// The common case written straight into the buffer: no extra keys, int32
+// token ids and a block small enough for one frame. Same bytes as the
+// general writer (the golden tests cover both); false when it does not apply.
+bool PickleBlockFast(std::span<const uint8_t> parent, std::span<const int64_t> tokens,
+                     ByteSink* sink) {
+  constexpr size_t kMaxIntBytes = 5;  // BININT
+  if (parent.size() > 0xff || tokens.size() * kMaxIntBytes + 64 >= 64 * 1024) return false;
+  sink->Clear();
+  uint8_t* const begin = sink->Reserve(16 + parent.size() + tokens.size() * kMaxIntBytes + 16);
+  uint8_t* p = begin;
+  *p++ = 0x80;  // PROTO 5
+  *p++ = 5;
+  *p++ = 0x95;  // FRAME, length patched below
+  p += 8;
+  *p++ = 0x43;  // SHORT_BINBYTES parent, MEMOIZE
+  *p++ = static_cast<uint8_t>(parent.size());
+  std::memcpy(p, parent.data(), parent.size());
+  p += parent.size();
+  *p++ = 0x94;
+  const size_t n = tokens.size();
+  if (n > 3) *p++ = 0x28;  // MARK
+  for (int64_t v : tokens) {
+    if (v < INT32_MIN || v > INT32_MAX) return false;  // LONG1: the general writer's job
+    p = PutPickleInt32(p, v);
+  }
+  if (n == 0) {
+    *p++ = 0x29;  // EMPTY_TUPLE, not memoized
+  } else {
+    *p++ = n > 3 ? 0x74 : static_cast<uint8_t>(0x85 + n - 1);  // TUPLE / TUPLEn
+    *p++ = 0x94;
+  }
+  *p++ = 0x4e;  // None: no extra keys
+  *p++ = 0x87;  // TUPLE3, MEMOIZE, STOP
+  *p++ = 0x94;
+  *p++ = 0x2e;
+  internal::PutLe(begin + 3, static_cast<uint64_t>(p - begin - 11), 8);
+  sink->Advance(static_cast<size_t>(p - begin));
+  return true;
+}
+
+template <class Token>
+bool PickleBlockFastIfApplicable(std::span<const uint8_t> parent, std::span<const Token> tokens,
+                                 const std::vector<ExtraKey>& extras, ByteSink* sink) {
+  if constexpr (std::is_same_v<Token, int64_t>) {
+    return extras.empty() && PickleBlockFast(parent, tokens, sink);
+  }
+  return false;
+}
 
 template <class Token>
 void PickleBlock(std::span<const uint8_t> parent, std::span<const Token> tokens,
@@ -53,7 +130,14 @@ void CborBlock(std::span<const uint8_t> parent, std::span<const Token> tokens,
   w.ArrayHeader(3);
   w.Bytes(parent);
   w.ArrayHeader(tokens.size());
-  for (const Token& t : tokens) w.Int(t);
+  if constexpr (std::is_same_v<Token, int64_t>) {
+    uint8_t* const begin = sink->Reserve(tokens.size() * 9 + 8);
+    uint8_t* p = begin;
+    for (int64_t t : tokens) p = PutCborInt(p, t);
+    sink->Advance(static_cast<size_t>(p - begin));
+  } else {
+    for (const Token& t : tokens) w.Int(t);
+  }
   if (extras.empty()) {
     w.Null();
     return;
@@ -98,15 +182,21 @@ Status BlockHasher::AppendImpl(std::span<const Token> tokens, const RequestExtra
   BlockHash parent = block_hashes->empty() ? none_hash_ : block_hashes->back();
   const bool pickle = algo_ == HashAlgo::kSha256 || algo_ == HashAlgo::kXxhash;
   const size_t digest_bytes = HashAlgoDigestBytes(algo_);
+  const bool no_extras = !extras.lora_name && !extras.cache_salt && extras.mm_features.empty() &&
+                         !extras.has_prompt_embeds;
   ByteSink sink;
   std::vector<ExtraKey> extra_keys;
   block_hashes->reserve(tokens.size() / bs);
   for (; start + bs <= tokens.size(); start += bs) {
-    internal::GenerateExtraKeys(extras, static_cast<int64_t>(start),
-                                static_cast<int64_t>(start + bs), &mm_idx, &extra_keys);
+    if (!no_extras) {
+      internal::GenerateExtraKeys(extras, static_cast<int64_t>(start),
+                                  static_cast<int64_t>(start + bs), &mm_idx, &extra_keys);
+    }
     auto block = tokens.subspan(start, bs);
     if (pickle) {
-      PickleBlock<Token>(parent.bytes(), block, extra_keys, &sink);
+      if (!PickleBlockFastIfApplicable<Token>(parent.bytes(), block, extra_keys, &sink)) {
+        PickleBlock<Token>(parent.bytes(), block, extra_keys, &sink);
+      }
     } else {
       CborBlock<Token>(parent.bytes(), block, extra_keys, &sink);
     }

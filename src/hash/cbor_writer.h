@@ -19,14 +19,52 @@ class CborWriter {
 
   void Begin() { out_->Clear(); }
   void ArrayHeader(size_t n) { Head(4, n); }
-  void Bytes(std::span<const uint8_t> data);
-  void Text(std::string_view utf8);
-  void Int(int64_t value);
+  void Bytes(std::span<const uint8_t> data) {
+    Head(2, data.size());
+    out_->Append(data.data(), data.size());
+  }
+  void Text(std::string_view utf8) {
+    Head(3, utf8.size());
+    out_->Append(utf8.data(), utf8.size());
+  }
+  void Int(int64_t value) {
+    // Negative n is major type 1 with argument -1 - n (= ~n, without overflow).
+    if (value >= 0) {
+      Head(0, static_cast<uint64_t>(value));
+    } else {
+      Head(1, ~static_cast<uint64_t>(value));
+    }
+  }
   void Int(const BigInt& value);
   void Null() { out_->Put(0xf6); }
 
  private:
-  void Head(uint8_t major, uint64_t argument);
+  // Inline: this runs once per token on the hashing hot path.
+  void Head(uint8_t major, uint64_t argument) {
+    uint8_t* p = out_->Reserve(9);
+    const uint8_t type = static_cast<uint8_t>(major << 5);
+    size_t n = 1;
+    if (argument < 24) {
+      p[0] = static_cast<uint8_t>(type | argument);
+    } else if (argument <= 0xff) {
+      p[0] = type | 24;
+      p[1] = static_cast<uint8_t>(argument);
+      n = 2;
+    } else if (argument <= 0xffff) {
+      p[0] = type | 25;
+      PutBe(p + 1, argument, 2);
+      n = 3;
+    } else if (argument <= 0xffffffffu) {
+      p[0] = type | 26;
+      PutBe(p + 1, argument, 4);
+      n = 5;
+    } else {
+      p[0] = type | 27;
+      PutBe(p + 1, argument, 8);
+      n = 9;
+    }
+    out_->Advance(n);
+  }
 
   ByteSink* out_;
 };

@@ -115,26 +115,34 @@ TEST(BlockHasher, PromptEmbedsKeyIsSha256OfEachBlocksBytes) {
   EXPECT_EQ(h.AppendBlockHashes(tokens, extras, &changed).code(), StatusCode::kInvalidArgument);
 }
 
+// The int64 path has hand-written fast paths (direct pickle emission without
+// extra keys, branch-free integer heads); the BigInt path goes through the
+// general writers. They must agree on every width of token id.
 TEST(BlockHasher, Int64AndBigIntPathsAgreeOnRandomTokens) {
   const uint64_t seed = testing::TestSeed();
   std::mt19937_64 rng(seed);
   for (HashAlgo algo : kAlgos) {
-    BlockHasher h = Hasher(algo, 1 + static_cast<uint32_t>(rng() % 40));
-    std::vector<int64_t> small;
-    std::vector<BigInt> big;
-    for (int i = 0; i < 2000; ++i) {
-      int shift = static_cast<int>(rng() % 64);
-      int64_t v = static_cast<int64_t>(rng() >> shift) * ((rng() & 1) ? -1 : 1);
-      small.push_back(v);
-      big.emplace_back(v);
+    for (bool with_extras : {false, true}) {
+      BlockHasher h = Hasher(algo, 1 + static_cast<uint32_t>(rng() % 40));
+      std::vector<int64_t> small;
+      std::vector<BigInt> big;
+      for (int i = 0; i < 2000; ++i) {
+        // Mostly int32-sized ids (the fast path), sometimes up to 64 bits.
+        int shift = (rng() % 8 == 0) ? static_cast<int>(rng() % 64) : 33 + static_cast<int>(rng() % 31);
+        int64_t v = static_cast<int64_t>(rng() >> shift) * ((rng() % 4 == 0) ? -1 : 1);
+        small.push_back(v);
+        big.emplace_back(v);
+      }
+      RequestExtras extras;
+      if (with_extras) {
+        extras.lora_name = "a";  // a singleton string on every block
+        extras.mm_features = {{"m", 5, 100}, {"m", 300, 1}};
+      }
+      std::vector<BlockHash> a, b;
+      ASSERT_OK(h.AppendBlockHashes(small, extras, &a));
+      ASSERT_OK(h.AppendBlockHashes(std::span<const BigInt>(big), extras, &b));
+      EXPECT_EQ(a, b) << HashAlgoName(algo) << " extras=" << with_extras;
     }
-    RequestExtras extras;
-    extras.lora_name = "a";  // a singleton string on every block
-    extras.mm_features = {{"m", 5, 100}, {"m", 300, 1}};
-    std::vector<BlockHash> a, b;
-    ASSERT_OK(h.AppendBlockHashes(small, extras, &a));
-    ASSERT_OK(h.AppendBlockHashes(std::span<const BigInt>(big), extras, &b));
-    EXPECT_EQ(a, b) << HashAlgoName(algo);
   }
 }
 
