@@ -14,5 +14,7 @@ struct CliContext {
 
 // kvtier hash: block hashes, offload keys and file paths of a prompt.
 void RegisterHashCommand(CLI::App* app, CliContext* ctx);
+// kvtier config check: validate a kv_connector_extra_config file.
+void RegisterConfigCommand(CLI::App* app, CliContext* ctx);
 
 }  // namespace kvtier::internal

@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   app.fallthrough(false);
   kvtier::internal::CliContext ctx;
   kvtier::internal::RegisterHashCommand(&app, &ctx);
+  kvtier::internal::RegisterConfigCommand(&app, &ctx);
   if (argc > 1 && argv[1][0] != '-') {
     std::string valid;
     bool known = false;

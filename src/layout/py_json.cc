@@ -1,7 +1,6 @@
 // Python json.dumps emulation (see header).
 #include "layout/py_json.h"
 
-#include <cstdio>
 
 namespace kvtier::internal {
 namespace {
@@ -24,9 +23,11 @@ int32_t NextCodePoint(std::string_view s, size_t* i) {
   return cp;
 }
 
+// "\uXXXX" with lowercase hex, as Python writes it; unit <= 0xffff.
 void AppendU(uint32_t unit, std::string* out) {
-  char buf[8];
-  std::snprintf(buf, sizeof buf, "\\u%04x", unit);
+  static constexpr char kDigits[] = "0123456789abcdef";
+  const char buf[6] = {'\\', 'u', kDigits[(unit >> 12) & 0xf], kDigits[(unit >> 8) & 0xf],
+                       kDigits[(unit >> 4) & 0xf], kDigits[unit & 0xf]};
   out->append(buf, 6);
 }
 

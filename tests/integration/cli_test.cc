@@ -124,5 +124,20 @@ TEST(Cli, NamespaceFromAnExistingConfigJson) {
   EXPECT_EQ(report["chunks"][0]["relpath"].get<std::string>().substr(0, 27), "test-model_de3bba26cf36_r3/");
 }
 
+TEST(Cli, ConfigCheckPrintsEffectiveConfigOrNamesTheBadKey) {
+  auto good = RunCommand({CliPath(), "config", "check", testing::SourceDir() / "configs/default.json"});
+  ASSERT_EQ(good.exit_code, 0) << good.err;
+  auto effective = nlohmann::json::parse(good.out);
+  EXPECT_EQ(effective["spec_name"], "TieringOffloadingSpec");
+  EXPECT_EQ(effective["max_tracker_size"], 64000);  // a default filled in
+  testing::TempDir dir;
+  testing::WriteFileOrDie(dir.path() / "bad.json", "{\"cpu_bytes_to_use\": 1, \"block_size\": 24}");
+  auto bad = RunCommand({CliPath(), "config", "check", dir.path() / "bad.json"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("block_size"), std::string::npos) << bad.err;
+  auto missing = RunCommand({CliPath(), "config", "check", dir.path() / "absent.json"});
+  EXPECT_EQ(missing.exit_code, 1) << missing.err;
+}
+
 }  // namespace
 }  // namespace kvtier

@@ -1,0 +1,26 @@
+// The key tables of the config parser (config.cc), seen from the cross-key
+// rules (config_rules.cc). Each function rejects keys missing from its table
+// (the message lists the valid ones), reports missing required keys, and
+// parses every present key that has a table parser into `out`. Keys whose
+// row has no parser (secondary_tiers, backpressure, an fs tier's type) are
+// left to the caller.
+#pragma once
+
+#include <string>
+
+#include "config/config_json.h"
+#include "kvtier/config.h"
+#include "kvtier/status.h"
+
+namespace kvtier::internal {
+
+// The top level of kv_connector_extra_config.
+Status ApplyTopLevelKeys(const Json& root, OffloadConfig& out);
+
+// One fs tier object at `path` ("secondary_tiers[2]"); its type is already checked.
+Status ApplyFsTierKeys(const Json& tier, const std::string& path, FsTierOptions& out);
+
+// One backpressure object at `path`; `out` arrives holding the locality defaults.
+Status ApplyBackpressureKeys(const Json& obj, const std::string& path, BackpressureOptions& out);
+
+}  // namespace kvtier::internal

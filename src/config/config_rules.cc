@@ -1,0 +1,230 @@
+// ParseOffloadConfig(): the key tables (config.cc) read each key on its own;
+// the rules here involve several keys or the engine: block_size against
+// blocks_per_chunk and the GPU block size, the spec-dependent rules, the tier
+// type check that must precede the fs key table, distinct root_dirs, and the
+// top-level backpressure default that each tier inherits with its own
+// locality's water marks.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "config/config_json.h"
+#include "config/config_keys.h"
+#include "kvtier/config.h"
+
+namespace kvtier {
+namespace {
+
+using internal::DescribeValue;
+using internal::JoinKeyPath;
+using internal::Json;
+using internal::KeyError;
+
+// vLLM tier types that kvtier recognizes but does not implement.
+constexpr std::string_view kVllmOnlyTierTypes[] = {"obj", "p2p", "example"};
+
+Status ResolveChunkSize(const Json& root, const EngineContext& engine, OffloadConfig& config) {
+  if (!config.block_size_tokens.has_value()) return Status::Ok();
+  if (root.contains("blocks_per_chunk")) {
+    return KeyError("block_size", "cannot be combined with 'blocks_per_chunk'; give only one");
+  }
+  const uint32_t tokens = *config.block_size_tokens;
+  const uint32_t gpu_tokens = engine.gpu_block_size_tokens;
+  if (tokens % gpu_tokens != 0) {
+    return KeyError("block_size", "must be a positive multiple of the GPU block size (" +
+                                      std::to_string(gpu_tokens) + " tokens), got " +
+                                      std::to_string(tokens));
+  }
+  config.blocks_per_chunk = tokens / gpu_tokens;
+  return Status::Ok();
+}
+
+Status CheckSpecRules(const OffloadConfig& config) {
+  if (config.spec_name == SpecName::kTieringOffloading && config.store_threshold >= 2) {
+    return KeyError("store_threshold",
+                    "must be 0 or 1 under TieringOffloadingSpec (vLLM rejects a store threshold "
+                    "with secondary tiers), got " +
+                        std::to_string(config.store_threshold));
+  }
+  return Status::Ok();
+}
+
+Result<BackpressureOptions> ParseBackpressure(const Json& value, const std::string& path,
+                                              Locality locality) {
+  if (!value.is_object()) {
+    return KeyError(path, "expected an object with \"backpressure_cls\", got " + DescribeValue(value));
+  }
+  BackpressureOptions out = DefaultBackpressureOptions(locality);
+  KVTIER_RETURN_IF_ERROR(internal::ApplyBackpressureKeys(value, path, out));
+  if (!(out.low_water_s_per_mib < out.high_water_s_per_mib)) {
+    return KeyError(JoinKeyPath(path, "low_water_s"),
+                    "must be below high_water_s, got low " + Json(out.low_water_s_per_mib).dump() +
+                        " and high " + Json(out.high_water_s_per_mib).dump() +
+                        " s/MiB (an absent mark takes the locality's default)");
+  }
+  return out;
+}
+
+// The tier's own backpressure object, else the top-level one, else none.
+Result<std::optional<BackpressureOptions>> ResolveTierBackpressure(const Json& tier,
+                                                                   const std::string& path,
+                                                                   Locality locality,
+                                                                   const Json* top_level) {
+  const auto it = tier.find("backpressure");
+  if (it != tier.end()) {
+    KVTIER_ASSIGN_OR_RETURN(BackpressureOptions own,
+                            ParseBackpressure(*it, JoinKeyPath(path, "backpressure"), locality));
+    return std::optional<BackpressureOptions>(own);
+  }
+  if (top_level == nullptr) return std::optional<BackpressureOptions>();
+  Result<BackpressureOptions> inherited = ParseBackpressure(*top_level, "backpressure", locality);
+  if (!inherited.ok()) {
+    const std::string where(locality == Locality::kUnspecified ? "unspecified"
+                                                                : LocalityToString(locality));
+    return InvalidArgument(inherited.status().message() + " (the top-level default, as inherited by " +
+                           path + " with locality " + where + ")");
+  }
+  return std::optional<BackpressureOptions>(*inherited);
+}
+
+// Runs before the fs key table: the keys of other tier types differ, so the
+// type decides which message the user needs.
+Status CheckTierType(const Json& tier, const std::string& path) {
+  if (tier.contains("module_path")) {
+    return KeyError(JoinKeyPath(path, "module_path"),
+                    "out-of-tree tier classes are not supported by kvtier; only type \"fs\" is");
+  }
+  const std::string type_path = JoinKeyPath(path, "type");
+  const auto it = tier.find("type");
+  if (it == tier.end()) return KeyError(type_path, "missing required key (kvtier supports \"fs\")");
+  if (it->is_string()) {
+    const std::string& type = it->get_ref<const std::string&>();
+    if (type == TierTypeToString(TierType::kFs)) return Status::Ok();
+    if (std::find(std::begin(kVllmOnlyTierTypes), std::end(kVllmOnlyTierTypes), type) !=
+        std::end(kVllmOnlyTierTypes)) {
+      return KeyError(type_path, "tier type \"" + type + "\" is not supported by kvtier; only \"fs\" is");
+    }
+  }
+  return KeyError(type_path, "expected \"fs\" (the only tier type kvtier supports), got " +
+                                 DescribeValue(*it));
+}
+
+Result<SecondaryTierOptions> ParseTier(const Json& tier, const std::string& path,
+                                       const Json* top_level_backpressure) {
+  if (!tier.is_object()) return KeyError(path, "expected a tier object, got " + DescribeValue(tier));
+  KVTIER_RETURN_IF_ERROR(CheckTierType(tier, path));
+  SecondaryTierOptions out;
+  out.type = TierType::kFs;
+  KVTIER_RETURN_IF_ERROR(internal::ApplyFsTierKeys(tier, path, out.fs));
+  KVTIER_ASSIGN_OR_RETURN(out.fs.backpressure,
+                          ResolveTierBackpressure(tier, path, out.fs.locality, top_level_backpressure));
+  return out;
+}
+
+// "/mnt/kv", "/mnt/kv/" and "/mnt/./kv" name one directory. Symlinks are not
+// resolved: parsing does no I/O.
+std::string NormalizedDir(const std::string& dir) {
+  std::string normal = std::filesystem::path(dir).lexically_normal().string();
+  while (normal.size() > 1 && normal.back() == '/') normal.pop_back();
+  return normal;
+}
+
+Status CheckDistinctRootDirs(const std::vector<SecondaryTierOptions>& tiers) {
+  std::map<std::string, size_t> first_tier_of_dir;
+  for (size_t i = 0; i < tiers.size(); ++i) {
+    const auto [it, inserted] = first_tier_of_dir.emplace(NormalizedDir(tiers[i].fs.root_dir), i);
+    if (!inserted) {
+      return KeyError("secondary_tiers[" + std::to_string(i) + "].root_dir",
+                      Json(tiers[i].fs.root_dir).dump(-1, ' ', false, Json::error_handler_t::replace) +
+                          " is the same directory as secondary_tiers[" + std::to_string(it->second) +
+                          "].root_dir; each fs tier needs its own root_dir");
+    }
+  }
+  return Status::Ok();
+}
+
+Status ParseSecondaryTiers(const Json& root, OffloadConfig& config) {
+  const auto top_it = root.find("backpressure");
+  const Json* top_backpressure = top_it == root.end() ? nullptr : &*top_it;
+  bool top_backpressure_used = false;
+  const auto it = root.find("secondary_tiers");
+  if (it != root.end()) {
+    if (!it->is_array()) {
+      return KeyError("secondary_tiers", "expected an array of tier objects, got " + DescribeValue(*it));
+    }
+    if (!it->empty() && config.spec_name != SpecName::kTieringOffloading) {
+      return KeyError("secondary_tiers",
+                      "needs spec_name \"TieringOffloadingSpec\"; CPUOffloadingSpec has no secondary tiers");
+    }
+    for (const Json& tier : *it) {
+      const std::string path = "secondary_tiers[" + std::to_string(config.secondary_tiers.size()) + "]";
+      KVTIER_ASSIGN_OR_RETURN(SecondaryTierOptions parsed, ParseTier(tier, path, top_backpressure));
+      top_backpressure_used = top_backpressure_used || !tier.contains("backpressure");
+      config.secondary_tiers.push_back(std::move(parsed));
+    }
+    KVTIER_RETURN_IF_ERROR(CheckDistinctRootDirs(config.secondary_tiers));
+  }
+  // A default that no tier inherits is still checked, so typos do not hide.
+  if (top_backpressure != nullptr && !top_backpressure_used) {
+    KVTIER_RETURN_IF_ERROR(
+        ParseBackpressure(*top_backpressure, "backpressure", Locality::kUnspecified).status());
+  }
+  return Status::Ok();
+}
+
+Result<std::string> ReadConfigFile(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoToStatus(errno, "open config file " + path);
+  std::string text;
+  char chunk[8192];
+  for (;;) {
+    const ssize_t n = ::read(fd, chunk, sizeof(chunk));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int read_errno = errno;
+      ::close(fd);
+      return ErrnoToStatus(read_errno, "read config file " + path);
+    }
+    if (n == 0) break;
+    text.append(chunk, static_cast<size_t>(n));
+    if (text.size() > kOffloadConfigBytesMax) {
+      ::close(fd);
+      return InvalidArgument("config file " + path + ": larger than " +
+                             std::to_string(kOffloadConfigBytesMax) + " bytes");
+    }
+  }
+  ::close(fd);
+  return text;
+}
+
+}  // namespace
+
+Result<OffloadConfig> ParseOffloadConfig(std::string_view json_text, const EngineContext& engine) {
+  if (engine.gpu_block_size_tokens == 0) {
+    return InvalidArgument("engine context: gpu_block_size_tokens must be positive, got 0");
+  }
+  KVTIER_ASSIGN_OR_RETURN(const Json root,
+                          internal::ParseJsonObjectText(json_text, kOffloadConfigDepthMax));
+  OffloadConfig config;
+  KVTIER_RETURN_IF_ERROR(internal::ApplyTopLevelKeys(root, config));
+  KVTIER_RETURN_IF_ERROR(ResolveChunkSize(root, engine, config));
+  KVTIER_RETURN_IF_ERROR(CheckSpecRules(config));
+  KVTIER_RETURN_IF_ERROR(ParseSecondaryTiers(root, config));
+  return config;
+}
+
+Result<OffloadConfig> LoadOffloadConfigFile(const std::string& path, const EngineContext& engine) {
+  KVTIER_ASSIGN_OR_RETURN(const std::string text, ReadConfigFile(path));
+  Result<OffloadConfig> config = ParseOffloadConfig(text, engine);
+  if (!config.ok()) return config.status().WithContext("config file " + path);
+  return config;
+}
+
+}  // namespace kvtier
