@@ -106,24 +106,35 @@ bool PickleWriter::WriteGetIfMemoized(std::string_view singleton) {
   return false;
 }
 
-void PickleWriter::Bytes(std::span<const uint8_t> data) {
-  Boundary();
+// The opcodes of a length-prefixed payload, by the width of its length.
+struct SizedOps {
+  uint8_t op1, op4, op8;
+};
+constexpr SizedOps kBytesOps{kShortBinBytes, kBinBytes, kBinBytes8};
+constexpr SizedOps kStrOps{kShortBinUnicode, kBinUnicode, kBinUnicode8};
+
+void PickleWriter::WriteSized(const SizedOps& ops, const void* data, size_t n) {
   uint8_t header[9];
   size_t header_len;
-  if (data.size() <= 0xff) {
-    header[0] = kShortBinBytes;
-    header[1] = static_cast<uint8_t>(data.size());
+  if (n <= 0xff) {
+    header[0] = ops.op1;
+    header[1] = static_cast<uint8_t>(n);
     header_len = 2;
-  } else if (data.size() <= 0xffffffffu) {
-    header[0] = kBinBytes;
-    PutLe(header + 1, data.size(), 4);
+  } else if (n <= 0xffffffffu) {
+    header[0] = ops.op4;
+    PutLe(header + 1, n, 4);
     header_len = 5;
   } else {
-    header[0] = kBinBytes8;
-    PutLe(header + 1, data.size(), 8);
+    header[0] = ops.op8;
+    PutLe(header + 1, n, 8);
     header_len = 9;
   }
-  WriteWithPayload(header, header_len, data.data(), data.size());
+  WriteWithPayload(header, header_len, data, n);
+}
+
+void PickleWriter::Bytes(std::span<const uint8_t> data) {
+  Boundary();
+  WriteSized(kBytesOps, data.data(), data.size());
   Memoize();
 }
 
@@ -131,22 +142,7 @@ void PickleWriter::Str(std::string_view utf8) {
   Boundary();
   bool singleton = IsSingletonStr(utf8);
   if (singleton && WriteGetIfMemoized(utf8)) return;
-  uint8_t header[9];
-  size_t header_len;
-  if (utf8.size() <= 0xff) {
-    header[0] = kShortBinUnicode;
-    header[1] = static_cast<uint8_t>(utf8.size());
-    header_len = 2;
-  } else if (utf8.size() <= 0xffffffffu) {
-    header[0] = kBinUnicode;
-    PutLe(header + 1, utf8.size(), 4);
-    header_len = 5;
-  } else {
-    header[0] = kBinUnicode8;
-    PutLe(header + 1, utf8.size(), 8);
-    header_len = 9;
-  }
-  WriteWithPayload(header, header_len, utf8.data(), utf8.size());
+  WriteSized(kStrOps, utf8.data(), utf8.size());
   if (singleton) singleton_memo_.emplace_back(std::string(utf8), memo_size_);
   Memoize();
 }

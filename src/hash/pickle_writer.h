@@ -7,8 +7,8 @@
 // Memo: bytes, str and non-empty tuples are memoized (MEMOIZE). The pickler
 // emits BINGET when the *same object* is saved twice; among vLLM's inputs that
 // happens only for CPython's cached singleton strings (empty and one Latin-1
-// character), which this writer tracks by content. See FORMAT.md L-rules on
-// pickle.
+// character), which this writer tracks by content. layout-spec/FORMAT.md
+// L38-L40 (stream, opcodes, memo) and L87 (identity).
 #pragma once
 
 #include <cstdint>
@@ -22,6 +22,8 @@
 #include "kvtier/big_int.h"
 
 namespace kvtier::internal {
+
+struct SizedOps;
 
 class PickleWriter {
  public:
@@ -45,6 +47,7 @@ class PickleWriter {
   void Write(const void* data, size_t n);
   void WriteOp(uint8_t op) { Write(&op, 1); }
   void WriteWithPayload(const uint8_t* header, size_t header_len, const void* data, size_t n);
+  void WriteSized(const SizedOps& ops, const void* data, size_t n);
   void WriteLong(bool negative, std::span<const uint8_t> magnitude_le);
   void Memoize();
   bool WriteGetIfMemoized(std::string_view singleton);

@@ -44,7 +44,7 @@ Status Validate(const NamespaceSpec& spec) {
   return Status::Ok();
 }
 
-// The fields dict exactly as FileMapper.__init__ builds it.
+// The fields dict exactly as FileMapper.__init__ builds it (FORMAT.md L11-L18).
 nlohmann::json Fields(const NamespaceSpec& spec) {
   nlohmann::json groups = nlohmann::json::array();
   for (const auto& g : spec.kv_cache_groups) {
@@ -87,7 +87,7 @@ Result<Namespace> Namespace::Create(NamespaceSpec spec) {
   internal::Sha256({reinterpret_cast<const uint8_t*>(ns.canonical_json_.data()),
                     ns.canonical_json_.size()},
                    sha);
-  ns.digest_ = internal::HexEncode(sha).substr(0, kDigestHexChars);
+  ns.digest_ = internal::HexEncode(sha).substr(0, kDigestHexChars);  // L22
   ns.dir_name_ = SafeModelName(spec.model_name) + "_" + ns.digest_;
   ns.spec_ = std::move(spec);
   return ns;
@@ -97,6 +97,7 @@ std::string Namespace::block_dir_name() const {
   return dir_name_ + "_r" + std::to_string(spec_.rank);
 }
 
+// FORMAT.md L6-L8: <dir>_r<rank>/<hex[0:3]>/<hex[3:5]>_g<group>/<hex>.bin.
 std::string Namespace::BlockRelPath(const OffloadKey& key) const {
   std::string hex = key.hash.Hex();
   std::string out = block_dir_name();

@@ -16,8 +16,7 @@ namespace {
 using nlohmann::json;
 
 const json& Cases() {
-  static const json doc =
-      json::parse(testing::ReadFileOrDie(testing::CompatDir() / "vllm_cases.json"));
+  static const json doc = testing::ReadJsonOrDie(testing::CompatDir() / "vllm_cases.json");
   return doc;
 }
 

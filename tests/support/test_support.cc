@@ -44,6 +44,15 @@ std::string ReadFileOrDie(const std::filesystem::path& path) {
   return buf.str();
 }
 
+nlohmann::json ReadJsonOrDie(const std::filesystem::path& path) {
+  nlohmann::json doc = nlohmann::json::parse(ReadFileOrDie(path), nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded()) {
+    ADD_FAILURE() << path << " is not valid JSON";
+    return nullptr;
+  }
+  return doc;
+}
+
 void WriteFileOrDie(const std::filesystem::path& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out << bytes;

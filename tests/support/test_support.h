@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "kvtier/result.h"
 #include "kvtier/status.h"
 
@@ -48,6 +50,9 @@ std::filesystem::path SourceDir();
 uint64_t TestSeed();
 
 std::string ReadFileOrDie(const std::filesystem::path& path);
+// Parses a JSON file; a missing or malformed file fails the test (and
+// returns null) rather than throwing.
+nlohmann::json ReadJsonOrDie(const std::filesystem::path& path);
 void WriteFileOrDie(const std::filesystem::path& path, const std::string& bytes);
 
 // A fresh directory under $TMPDIR, removed with its contents on destruction.

@@ -21,8 +21,7 @@ namespace {
 using nlohmann::json;
 
 const json& Vectors() {
-  static const json doc =
-      json::parse(testing::ReadFileOrDie(testing::CompatDir() / "vllm_hash_vectors.json"));
+  static const json doc = testing::ReadJsonOrDie(testing::CompatDir() / "vllm_hash_vectors.json");
   return doc;
 }
 

@@ -22,8 +22,7 @@ namespace {
 using nlohmann::json;
 
 const json& Golden() {
-  static const json doc = json::parse(
-      testing::ReadFileOrDie(testing::SourceDir() / "tests/data/py_golden.json"));
+  static const json doc = testing::ReadJsonOrDie(testing::SourceDir() / "tests/data/py_golden.json");
   return doc;
 }
 
