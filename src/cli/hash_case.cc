@@ -72,6 +72,22 @@ Result<std::vector<KvCacheGroupSpec>> ParseGroups(const json& groups, std::strin
   return out;
 }
 
+// FileMapper writes "parallel_agnostic" only as false. A config.json without
+// it is agnostic, and then every size is 1; one with sizes > 1 and no key was
+// written by vLLM before PR #49440 (2026-07-26), and its digest cannot be
+// recomputed from the fields. Refuse both rather than guess.
+Status CheckConfigAgnosticFlag(const json& obj, const NamespaceSpec& s) {
+  if (obj.contains("parallel_agnostic") && s.parallel_agnostic) {
+    return InvalidArgument("config.json: \"parallel_agnostic\": true never occurs in vLLM's fields");
+  }
+  if (s.parallel_agnostic && (s.tp_size != 1 || s.pp_size != 1 || s.pcp_size != 1 || s.dcp_size != 1)) {
+    return InvalidArgument(
+        "config.json: parallel sizes > 1 without \"parallel_agnostic\": false (written by vLLM "
+        "before 2026-07-26?); its namespace digest cannot be recomputed");
+  }
+  return Status::Ok();
+}
+
 // The namespace object of a case, or the fields of a config.json (where the
 // effective parallel-agnostic flag is "no parallel_agnostic key").
 Result<NamespaceSpec> ParseNamespace(const json& obj, std::string_view where, bool config_fields) {
@@ -100,6 +116,7 @@ Result<NamespaceSpec> ParseNamespace(const json& obj, std::string_view where, bo
   }
   KVTIER_ASSIGN_OR_RETURN(s.parallel_agnostic, GetBool(obj, "parallel_agnostic", where, config_fields));
   KVTIER_ASSIGN_OR_RETURN(s.replicated_layout, GetBool(obj, "replicated_layout", where, false));
+  if (config_fields) KVTIER_RETURN_IF_ERROR(CheckConfigAgnosticFlag(obj, s));
   KVTIER_ASSIGN_OR_RETURN(s.canonical_format, GetOptString(obj, "canonical_format", where));
   KVTIER_ASSIGN_OR_RETURN(s.storage_format, GetOptString(obj, "storage_format", where));
   return s;

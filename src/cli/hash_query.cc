@@ -3,6 +3,7 @@
 
 #include "cli/hash_command.h"
 #include "util/hex.h"
+#include "util/utf8.h"
 
 namespace kvtier::internal {
 namespace {
@@ -36,6 +37,10 @@ nlohmann::json ChunkJson(const OffloadKey& key, const Namespace* ns, const HashQ
 }  // namespace
 
 Result<nlohmann::json> RunHashQuery(const HashQuery& q) {
+  if (q.pythonhashseed && !IsValidUtf8(*q.pythonhashseed)) {
+    // Python would see surrogate escapes, not these bytes: no hash could match.
+    return InvalidArgument("the PYTHONHASHSEED / --seed value is not valid UTF-8");
+  }
   NoneHashSeed seed = ResolveNoneHashSeed(q.algo, q.pythonhashseed);
   BlockHash none_hash = ComputeNoneHash(q.algo, seed.seed);
   KVTIER_ASSIGN_OR_RETURN(BlockHasher hasher, BlockHasher::Create(q.algo, none_hash, q.hash_block_size));

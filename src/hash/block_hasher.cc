@@ -20,12 +20,13 @@ using internal::ExtraKey;
 // random, so branching on each one's width mispredicts about half the time.
 inline uint8_t* PutPickleInt32(uint8_t* p, int64_t v) {
   static constexpr uint8_t kOp[3] = {0x4b, 0x4d, 0x4a};
-  static constexpr uint8_t kLen[3] = {2, 3, 5};
-  const int width = v < 0 ? 2 : (v > 0xff) + (v > 0xffff);
+  // As unsigned, a negative value is above both bounds: width 2 (BININT).
+  const uint64_t u = static_cast<uint64_t>(v);
+  const unsigned width = (u > 0xff) + (u > 0xffff);
   const uint32_t le = static_cast<uint32_t>(v);  // x86 is little-endian, as pickle
   p[0] = kOp[width];
   std::memcpy(p + 1, &le, 4);  // the buffer has room for all 4 bytes
-  return p + kLen[width];
+  return p + 2 + width + (width >> 1);  // 2, 3 or 5 bytes
 }
 
 // A CBOR integer head, branch-free for the same reason (major type 0 or 1).
@@ -62,10 +63,12 @@ bool PickleBlockFast(std::span<const uint8_t> parent, std::span<const int64_t> t
   *p++ = 0x94;
   const size_t n = tokens.size();
   if (n > 3) *p++ = 0x28;  // MARK
-  for (int64_t v : tokens) {
-    if (v < INT32_MIN || v > INT32_MAX) return false;  // LONG1: the general writer's job
-    p = PutPickleInt32(p, v);
-  }
+  // Outside int32 a token is LONG1, the general writer's job. One pass of
+  // compares the compiler can vectorize, so the emit loop below needs no check.
+  bool all_int32 = true;
+  for (int64_t v : tokens) all_int32 &= ((static_cast<uint64_t>(v) + 0x80000000u) >> 32) == 0;
+  if (!all_int32) return false;
+  for (int64_t v : tokens) p = PutPickleInt32(p, v);
   if (n == 0) {
     *p++ = 0x29;  // EMPTY_TUPLE, not memoized
   } else {

@@ -3,15 +3,23 @@
 
 #include "hash/digest.h"
 #include "util/hex.h"
+#include "util/utf8.h"
 
 namespace kvtier::internal {
 
 Status ValidateExtras(const RequestExtras& extras) {
   for (size_t i = 0; i < extras.mm_features.size(); ++i) {
     const MmFeature& f = extras.mm_features[i];
-    if (f.offset < 0 || f.length < 0) {
-      return InvalidArgument("mm_features[" + std::to_string(i) +
-                             "]: offset and length must be >= 0");
+    const std::string where = "mm_features[" + std::to_string(i) + "]";
+    if (f.offset < 0 || f.length < 0 || f.length > INT64_MAX - f.offset) {
+      return InvalidArgument(where + ": offset and length must be >= 0 and their sum fit 64 bits");
+    }
+    if (!IsValidUtf8(f.identifier)) return InvalidArgument(where + ": identifier is not valid UTF-8");
+  }
+  for (const auto* text : {&extras.lora_name, &extras.cache_salt}) {
+    if (*text && !IsValidUtf8(**text)) {
+      return InvalidArgument(std::string(text == &extras.lora_name ? "lora_name" : "cache_salt") +
+                             " is not valid UTF-8");
     }
   }
   if (extras.has_prompt_embeds) {
@@ -76,14 +84,31 @@ void GenerateExtraKeys(const RequestExtras& extras, int64_t start, int64_t end, 
   if (extras.has_prompt_embeds) keys->push_back(PromptEmbedsKey(extras, start, end));
 }
 
-// Python's repr of a str: single quotes unless the text has ' and no ".
+// Python's repr of a str (for traces only): single quotes unless the text
+// has ' and no "; control characters escaped.
 static std::string PyStrRepr(std::string_view s) {
   bool single = s.find('\'') == std::string_view::npos || s.find('"') != std::string_view::npos;
   char quote = single ? '\'' : '"';
   std::string out(1, quote);
+  static constexpr char kHex[] = "0123456789abcdef";
   for (char c : s) {
-    if (c == quote || c == '\\') out += '\\';
-    out += c;
+    const auto u = static_cast<unsigned char>(c);
+    if (c == quote || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (u < 0x20 || u == 0x7f) {
+      out += "\\x";
+      out += kHex[u >> 4];
+      out += kHex[u & 0xf];
+    } else {
+      out += c;  // printable ASCII and UTF-8 bytes, as Python prints them
+    }
   }
   out += quote;
   return out;

@@ -1,6 +1,9 @@
 // Hash algorithm names, BlockHash, NONE_HASH and offload keys.
 #include <sys/random.h>
 
+#include <cerrno>
+#include <random>
+
 #include <string>
 
 #include "hash/byte_sink.h"
@@ -63,7 +66,12 @@ NoneHashSeed ResolveNoneHashSeed(HashAlgo algo, std::optional<std::string_view> 
   size_t got = 0;
   while (got < sizeof random) {
     ssize_t n = getrandom(random + got, sizeof random - got, 0);
-    if (n > 0) got += static_cast<size_t>(n);
+    if (n > 0) {
+      got += static_cast<size_t>(n);
+    } else if (n < 0 && errno != EINTR) {
+      std::random_device device;  // no getrandom (old kernel, sandbox): /dev/urandom
+      for (; got < sizeof random; ++got) random[got] = static_cast<uint8_t>(device());
+    }
   }
   internal::LogWarning(std::string("PYTHONHASHSEED is not set and the hash algorithm ") +
                        std::string(HashAlgoName(algo)) +

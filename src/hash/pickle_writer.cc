@@ -206,7 +206,10 @@ void PickleWriter::WriteLong(bool negative, std::span<const uint8_t> magnitude_l
     PutLe(header + 1, nbytes, 4);
     header_len = 5;
   }
-  WriteWithPayload(header, header_len, twos.data(), nbytes);
+  // Unlike str and bytes, CPython's save_long keeps even a huge payload
+  // inside the current frame.
+  Write(header, header_len);
+  Write(twos.data(), nbytes);
 }
 
 void PickleWriter::None() {

@@ -124,6 +124,25 @@ TEST(Cli, NamespaceFromAnExistingConfigJson) {
   EXPECT_EQ(report["chunks"][0]["relpath"].get<std::string>().substr(0, 27), "test-model_de3bba26cf36_r3/");
 }
 
+TEST(Cli, NonUtf8SeedIsAnErrorNotACrash) {
+  auto r = RunCommand({CliPath(), "hash", "--seed", "\xff", "--tokens", "1", "--json"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("UTF-8"), std::string::npos) << r.err;
+}
+
+TEST(Cli, AmbiguousConfigJsonIsRefused) {
+  // Sizes > 1 without "parallel_agnostic": false: a pre-#49440 file whose
+  // digest cannot be recomputed. Guessing would print wrong paths.
+  testing::TempDir dir;
+  testing::WriteFileOrDie(dir.path() / "config.json",
+      "{\"blocks_per_file\": 1, \"dcp_size\": 1, \"dtype\": \"bfloat16\", \"inference_engine\": \"vllm\","
+      " \"kv_cache_groups\": [], \"model_name\": \"m\", \"pcp_size\": 1, \"pp_size\": 1,"
+      " \"tokens_per_hash\": 16, \"tp_size\": 2}");
+  auto r = RunCommand({CliPath(), "hash", "--tokens", "1", "--namespace-config", dir.path() / "config.json"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("parallel_agnostic"), std::string::npos) << r.err;
+}
+
 TEST(Cli, ConfigCheckPrintsEffectiveConfigOrNamesTheBadKey) {
   auto good = RunCommand({CliPath(), "config", "check", testing::SourceDir() / "configs/default.json"});
   ASSERT_EQ(good.exit_code, 0) << good.err;

@@ -156,6 +156,13 @@ TEST(BlockHasher, BadInputsGetClearErrors) {
   std::vector<BlockHash> out;
   EXPECT_EQ(Hasher(HashAlgo::kSha256).AppendBlockHashes(Range(32), extras, &out).code(),
             StatusCode::kInvalidArgument);
+  extras.mm_features = {{"x", INT64_MAX - 5, 10}};  // offset + length overflows
+  EXPECT_EQ(Hasher(HashAlgo::kSha256).AppendBlockHashes(Range(32), extras, &out).code(),
+            StatusCode::kInvalidArgument);
+  RequestExtras bad_utf8;
+  bad_utf8.lora_name = "\xfe";  // no Python str has these bytes
+  EXPECT_EQ(Hasher(HashAlgo::kSha256).AppendBlockHashes(Range(32), bad_utf8, &out).code(),
+            StatusCode::kInvalidArgument);
   EXPECT_FALSE(ParseHashAlgo("sha1").ok());
   EXPECT_NE(ParseHashAlgo("md5").status().message().find("sha256_cbor"), std::string::npos);
 }
