@@ -1,0 +1,262 @@
+// The fs tier's engine: one thread that moves submitted jobs into the
+// scheduler, hands its requests to the backend, feeds completions back and
+// reports finished jobs. Callers only touch the inbox and the finished list.
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include "fs/fs_tier_internal.h"
+#include "fs/tier_metrics.h"
+
+namespace kvtier::internal {
+namespace {
+
+struct Job {
+  uint64_t id = 0;
+  JobKind kind = JobKind::kLoad;
+  std::vector<KeyResult> results;
+  size_t remaining = 0;
+};
+
+struct Submission {
+  std::unique_ptr<Job> job;
+  std::vector<std::unique_ptr<FsBlockOp>> ops;
+  IoClass cls = IoClass::kRead;
+};
+
+class FsTierImpl final : public FsTier {
+ public:
+  FsTierImpl(const FsTierOpenOptions& o, Namespace ns, std::unique_ptr<TierShared> shared,
+             std::unique_ptr<IoBackend> backend)
+      : options_(o), ns_(std::move(ns)), shared_(std::move(shared)), backend_(std::move(backend)),
+        scheduler_(SchedulerLimits{o.n_read_threads, o.n_write_threads, 64}) {
+    engine_ = std::thread([this] { Run(); });
+  }
+  ~FsTierImpl() override {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    backend_->Wake();
+    engine_.join();
+  }
+
+  Result<uint64_t> SubmitStore(std::span<const OffloadKey> keys,
+                               std::span<const std::span<const uint8_t>> rows) override {
+    KVTIER_RETURN_IF_ERROR(CheckRows(keys.size(), rows));
+    const uint64_t bytes = keys.size() * options_.row_bytes;
+    if (metrics_.store_queue_bytes.fetch_add(bytes) + bytes > options_.store_queue_bytes_max) {
+      metrics_.store_queue_bytes -= bytes;
+      return Drop(keys.size());
+    }
+    Submission sub = NewSubmission(JobKind::kStore, keys.size(), IoClass::kWrite);
+    for (size_t i = 0; i < keys.size(); ++i) sub.ops.push_back(MakeStoreOp(shared_.get(), Parts(keys[i]), rows[i]));
+    return Enqueue(std::move(sub));
+  }
+
+  Result<uint64_t> SubmitLoad(std::span<const OffloadKey> keys, std::span<const std::span<uint8_t>> rows) override {
+    KVTIER_RETURN_IF_ERROR(CheckRows(keys.size(), rows));
+    Submission sub = NewSubmission(JobKind::kLoad, keys.size(), IoClass::kRead);
+    for (size_t i = 0; i < keys.size(); ++i) sub.ops.push_back(MakeLoadOp(shared_.get(), BlockPath(keys[i]), rows[i]));
+    return Enqueue(std::move(sub));
+  }
+
+  Result<uint64_t> SubmitLookup(std::span<const OffloadKey> keys) override {
+    Submission sub = NewSubmission(JobKind::kLookup, keys.size(), IoClass::kRead);
+    for (const OffloadKey& key : keys) sub.ops.push_back(MakeLookupOp(shared_.get(), BlockPath(key)));
+    return Enqueue(std::move(sub));
+  }
+
+  size_t PollFinished(std::vector<JobResult>* out) override {
+    std::lock_guard lock(mu_);
+    size_t n = finished_.size();
+    for (auto& r : finished_) out->push_back(std::move(r));
+    finished_.clear();
+    return n;
+  }
+
+  Status WaitIdle(uint32_t timeout_ms) override {
+    std::unique_lock lock(mu_);
+    bool idle = idle_cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] { return open_jobs_ == 0; });
+    return idle ? Status::Ok() : Status(StatusCode::kTimedOut, "fs tier: jobs still running");
+  }
+
+  FsTierMetrics Metrics() const override { return metrics_.Snapshot(); }
+  std::string PrometheusText(std::string_view tier_name) const override {
+    return FormatPrometheus(metrics_.Snapshot(), tier_name);
+  }
+  const Namespace& ns() const override { return ns_; }
+  std::string_view backend_name() const override { return backend_->name(); }
+  bool o_direct() const override { return shared_->o_direct; }
+  bool xattrs_supported() const override { return shared_->xattrs_ok; }
+  std::string BlockPath(const OffloadKey& key) const override {
+    return JoinRoot(options_.root_dir, ns_.BlockRelPath(key));
+  }
+
+ private:
+  template <class Rows>
+  Status CheckRows(size_t keys, const Rows& rows) const {
+    if (rows.size() != keys) return InvalidArgument("fs tier: one row buffer per key is required");
+    for (const auto& row : rows) {
+      if (row.size() != options_.row_bytes) {
+        return InvalidArgument("fs tier: row buffers must be row_bytes (" + std::to_string(options_.row_bytes) + ") long");
+      }
+    }
+    return Status::Ok();
+  }
+
+  BlockPathParts Parts(const OffloadKey& key) const {
+    const std::string hex = key.hash.Hex();
+    return {JoinRoot(options_.root_dir, ns_.block_dir_name()), hex.substr(0, 3),
+            hex.substr(3, 2) + "_g" + std::to_string(key.group_idx), hex + ".bin"};
+  }
+
+  Submission NewSubmission(JobKind kind, size_t n, IoClass cls) {
+    Submission sub;
+    sub.job = std::make_unique<Job>();
+    sub.job->id = next_job_id_.fetch_add(1);
+    sub.job->kind = kind;
+    sub.job->results.resize(n);
+    sub.job->remaining = n;
+    sub.cls = cls;
+    return sub;
+  }
+
+  uint64_t Enqueue(Submission sub) {
+    const uint64_t id = sub.job->id;
+    const uint64_t now = MonotonicNowNs();
+    for (size_t i = 0; i < sub.ops.size(); ++i) {
+      sub.ops[i]->owner = sub.job.get();
+      sub.ops[i]->index = i;
+      sub.ops[i]->start_ns = now;
+    }
+    {
+      std::lock_guard lock(mu_);
+      ++open_jobs_;
+      if (sub.ops.empty()) {
+        Finish(std::move(sub.job));
+      } else {
+        inbox_.push_back(std::move(sub));
+      }
+    }
+    backend_->Wake();
+    return id;
+  }
+
+  // Backpressure: the store is refused whole and reported like any job.
+  uint64_t Drop(size_t n) {
+    Submission sub = NewSubmission(JobKind::kStore, n, IoClass::kWrite);
+    for (KeyResult& r : sub.job->results) r = {KeyOutcome::kDropped, Status(StatusCode::kRejected, "store queue full")};
+    metrics_.rows_dropped += n;
+    const uint64_t id = sub.job->id;
+    std::lock_guard lock(mu_);
+    ++open_jobs_;
+    Finish(std::move(sub.job));
+    return id;
+  }
+
+  // Called with mu_ held.
+  void Finish(std::unique_ptr<Job> job) {
+    finished_.push_back(JobResult{job->id, job->kind, std::move(job->results)});
+    if (--open_jobs_ == 0) idle_cv_.notify_all();
+  }
+
+  void Account(std::unique_ptr<FsBlockOp> op) {
+    auto* job = static_cast<Job*>(op->owner);
+    metrics_.Record(job->kind, op->result.outcome, op->bytes, MonotonicNowNs() - op->start_ns);
+    if (job->kind == JobKind::kStore) metrics_.store_queue_bytes -= options_.row_bytes;
+    job->results[op->index] = std::move(op->result);
+    if (--job->remaining > 0) return;
+    std::unique_ptr<Job> done = std::move(jobs_.at(job->id));
+    jobs_.erase(job->id);
+    std::lock_guard lock(mu_);
+    Finish(std::move(done));
+  }
+
+  // Moves the inbox into the scheduler; false when it is time to stop.
+  bool DrainInbox() {
+    std::deque<Submission> inbox;
+    {
+      std::lock_guard lock(mu_);
+      if (stop_ && inbox_.empty() && scheduler_.idle()) return false;
+      inbox.swap(inbox_);
+    }
+    for (Submission& sub : inbox) {
+      for (auto& op : sub.ops) scheduler_.Enqueue(std::move(op), sub.cls);
+      jobs_.emplace(sub.job->id, std::move(sub.job));
+    }
+    return true;
+  }
+
+  void Run() {
+    std::vector<IoRequest> requests;
+    std::vector<IoCompletion> completions(256);
+    std::vector<std::unique_ptr<BlockOp>> finished;
+    while (DrainInbox()) {
+      requests.clear();
+      scheduler_.Emit(&requests);
+      if (!requests.empty()) {
+        Status s = backend_->Submit(requests);
+        if (!s.ok()) {  // the ring itself failed: fail these requests, keep going
+          for (const IoRequest& r : requests) scheduler_.Complete({r.tag, -EIO});
+        }
+      }
+      metrics_.SetQueues(scheduler_.queued(IoClass::kRead), scheduler_.queued(IoClass::kWrite), scheduler_.in_flight());
+      size_t n = backend_->Reap(completions, requests.empty() && scheduler_.in_flight() == 0 ? -1 : 100);
+      for (size_t i = 0; i < n; ++i) scheduler_.Complete(completions[i]);
+      finished.clear();
+      scheduler_.TakeFinished(&finished);
+      for (auto& op : finished) Account(std::unique_ptr<FsBlockOp>(static_cast<FsBlockOp*>(op.release())));
+    }
+  }
+
+  const FsTierOpenOptions options_;
+  const Namespace ns_;
+  std::unique_ptr<TierShared> shared_;
+  std::unique_ptr<IoBackend> backend_;
+  IoScheduler scheduler_;                                   // engine thread only
+  std::unordered_map<uint64_t, std::unique_ptr<Job>> jobs_;  // engine thread only
+  TierMetricsCounters metrics_;
+  std::atomic<uint64_t> next_job_id_{1};
+  std::mutex mu_;
+  std::condition_variable idle_cv_;
+  std::deque<Submission> inbox_;
+  std::vector<JobResult> finished_;
+  size_t open_jobs_ = 0;
+  bool stop_ = false;
+  std::thread engine_;
+};
+
+}  // namespace
+
+std::unique_ptr<FsTier> MakeFsTierImpl(const FsTierOpenOptions& options, Namespace ns,
+                                       std::unique_ptr<TierShared> shared, std::unique_ptr<IoBackend> backend) {
+  return std::make_unique<FsTierImpl>(options, std::move(ns), std::move(shared), std::move(backend));
+}
+
+}  // namespace kvtier::internal
+
+namespace kvtier {
+
+std::string_view KeyOutcomeName(KeyOutcome outcome) {
+  switch (outcome) {
+    case KeyOutcome::kOk: return "ok";
+    case KeyOutcome::kSkippedExists: return "skipped_exists";
+    case KeyOutcome::kMiss: return "miss";
+    case KeyOutcome::kCorrupt: return "corrupt";
+    case KeyOutcome::kDropped: return "dropped";
+    case KeyOutcome::kError: return "error";
+  }
+  return "unknown";
+}
+
+size_t JobResult::OkPrefix() const {
+  size_t n = 0;
+  while (n < keys.size() && keys[n].outcome == KeyOutcome::kOk) ++n;
+  return n;
+}
+
+}  // namespace kvtier

@@ -1,0 +1,23 @@
+// Internal pieces of the fs tier shared by its start-up and its engine.
+#pragma once
+
+#include <memory>
+
+#include "fs/block_ops.h"
+#include "io/backend.h"
+#include "kvtier/fs_tier.h"
+
+namespace kvtier::internal {
+
+Result<std::unique_ptr<FsTier>> OpenFsTier(const FsTierOpenOptions& options);
+// The same with a given backend (tests inject faults this way); nullptr
+// chooses one from options.backend.
+Result<std::unique_ptr<FsTier>> OpenFsTierWithBackend(const FsTierOpenOptions& options,
+                                                       std::unique_ptr<IoBackend> backend);
+
+// Starts the engine thread over a prepared namespace and backend.
+std::unique_ptr<FsTier> MakeFsTierImpl(const FsTierOpenOptions& options, Namespace ns,
+                                       std::unique_ptr<TierShared> shared,
+                                       std::unique_ptr<IoBackend> backend);
+
+}  // namespace kvtier::internal

@@ -1,0 +1,156 @@
+// FsTier start-up: directories, config.json (written once, atomically), and
+// the O_DIRECT and xattr probes, all with plain syscalls before the engine runs.
+#include <fcntl.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <random>
+
+#include "fs/fs_tier_internal.h"
+#include "util/log.h"
+
+namespace kvtier::internal {
+namespace {
+
+Status MkdirAll(const std::string& path) {
+  for (size_t at = 1; at <= path.size(); ++at) {
+    if (at != path.size() && path[at] != '/') continue;
+    std::string prefix = path.substr(0, at);
+    if (mkdir(prefix.c_str(), 0777) != 0 && errno != EEXIST) return ErrnoToStatus(errno, "mkdir " + prefix);
+  }
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) return ErrnoToStatus(errno, "stat " + path);
+  if (!S_ISDIR(st.st_mode)) return Status(StatusCode::kInvalidArgument, path + " is not a directory");
+  return Status::Ok();
+}
+
+Status WriteAll(int fd, const void* data, size_t n, const std::string& what) {
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    ssize_t w = write(fd, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return ErrnoToStatus(w < 0 ? errno : EIO, what);
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+  return Status::Ok();
+}
+
+// FORMAT.md L28: config.json is written only when absent, through a temp file
+// and a rename, so a crash never leaves a torn one. It is informational: a
+// differing one from another writer is left alone.
+Status WriteConfigOnce(const std::string& ns_dir, const std::string& text, uint64_t suffix) {
+  const std::string path = ns_dir + "/config.json";
+  if (access(path.c_str(), F_OK) == 0) return Status::Ok();
+  const std::string tmp = path + "_" + std::to_string(suffix) + ".tmp";
+  int fd = open(tmp.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoToStatus(errno, "create " + tmp);
+  Status s = WriteAll(fd, text.data(), text.size(), "write " + tmp);
+  if (close(fd) != 0 && s.ok()) s = ErrnoToStatus(errno, "close " + tmp);
+  if (s.ok() && rename(tmp.c_str(), path.c_str()) != 0) s = ErrnoToStatus(errno, "rename " + tmp);
+  if (!s.ok()) unlink(tmp.c_str());
+  return s;
+}
+
+// FORMAT.md L63: one page written with O_DIRECT into a probe file in the
+// namespace directory, then removed. Also tells whether user xattrs work.
+void Probe(const std::string& ns_dir, uint64_t suffix, bool want_direct, bool* direct_ok, bool* xattrs_ok) {
+  const std::string probe = ns_dir + "/.o_direct_probe_" + std::to_string(suffix) + ".tmp";
+  *direct_ok = false;
+  *xattrs_ok = true;
+  int fd = open(probe.c_str(), O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC | (want_direct ? O_DIRECT : 0), 0644);
+  if (fd < 0 && want_direct) fd = open(probe.c_str(), O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0644);
+  else if (fd >= 0 && want_direct) {
+    void* page = std::aligned_alloc(4096, 4096);
+    std::memset(page, 0, 4096);
+    *direct_ok = write(fd, page, 4096) == 4096;
+    std::free(page);
+  }
+  if (fd >= 0) {
+    const uint8_t zero[4] = {};
+    if (fsetxattr(fd, "user.vllm.kv_crc32c", zero, 4, 0) != 0 && (errno == EOPNOTSUPP || errno == ENOTSUP)) {
+      *xattrs_ok = false;
+    }
+    close(fd);
+  }
+  unlink(probe.c_str());
+  if (want_direct && !*direct_ok) {
+    LogWarning("O_DIRECT is not usable under " + ns_dir + " (tmpfs, overlayfs or FUSE?): buffered I/O");
+  }
+  if (!*xattrs_ok) {
+    LogWarning("no user xattrs under " + ns_dir + ": blocks are stored without CRC32C (size checks only)");
+  }
+}
+
+uint64_t RandomU63() {
+  uint64_t v = 0;
+  if (getrandom(&v, sizeof v, 0) != sizeof v) v = std::random_device{}() ^ (uint64_t{std::random_device{}()} << 32);
+  return v & ((uint64_t{1} << 63) - 1);
+}
+
+Result<std::unique_ptr<IoBackend>> MakeBackend(const FsTierOpenOptions& o) {
+  const int ops = o.n_read_threads + o.n_write_threads;
+  if (o.backend != IoBackendKind::kSyscall) {
+    unsigned entries = 64;
+    while (entries < static_cast<unsigned>(4 * ops)) entries *= 2;  // 2 SQEs per op, with room
+    auto uring = MakeUringBackend(entries);
+    if (uring.ok() || o.backend == IoBackendKind::kUring) return uring;
+    LogWarning("io_uring is unavailable (" + uring.status().ToString() +
+               "): falling back to a pool of " + std::to_string(ops) + " syscall threads");
+  }
+  return MakeSyncBackend(ops);
+}
+
+Status ValidateOptions(const FsTierOpenOptions& o) {
+  if (o.root_dir.empty()) return InvalidArgument("fs tier: root_dir is required");
+  if (o.row_bytes == 0) return InvalidArgument("fs tier: row_bytes must be > 0");
+  if (o.n_read_threads < 1 || o.n_write_threads < 1) {
+    return InvalidArgument("fs tier: n_read_threads and n_write_threads must be >= 1");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<FsTier>> OpenFsTier(const FsTierOpenOptions& o) {
+  return OpenFsTierWithBackend(o, nullptr);
+}
+
+Result<std::unique_ptr<FsTier>> OpenFsTierWithBackend(const FsTierOpenOptions& o,
+                                                       std::unique_ptr<IoBackend> backend) {
+  KVTIER_RETURN_IF_ERROR(ValidateOptions(o));
+  KVTIER_ASSIGN_OR_RETURN(Namespace ns, Namespace::Create(o.ns));
+  const std::string ns_dir = JoinRoot(o.root_dir, ns.dir_name());
+  KVTIER_RETURN_IF_ERROR(MkdirAll(ns_dir));
+  KVTIER_RETURN_IF_ERROR(MkdirAll(JoinRoot(o.root_dir, ns.block_dir_name())));
+  auto shared = std::make_unique<TierShared>();
+  shared->tmp_base = RandomU63();
+  KVTIER_RETURN_IF_ERROR(WriteConfigOnce(ns_dir, ns.config_json(), shared->tmp_base));
+  bool direct_ok = false, xattrs_ok = true;
+  Probe(ns_dir, shared->tmp_base, o.o_direct, &direct_ok, &xattrs_ok);
+  shared->row_bytes = o.row_bytes;
+  shared->o_direct = direct_ok;
+  shared->durability = o.durability;
+  shared->io_timeout_ms = o.io_timeout_ms;
+  shared->xattrs_ok = xattrs_ok;
+  if (!backend) {
+    KVTIER_ASSIGN_OR_RETURN(backend, MakeBackend(o));
+  }
+  return MakeFsTierImpl(o, std::move(ns), std::move(shared), std::move(backend));
+}
+
+}  // namespace kvtier::internal
+
+namespace kvtier {
+
+Result<std::unique_ptr<FsTier>> FsTier::Open(const FsTierOpenOptions& options) {
+  return internal::OpenFsTier(options);
+}
+
+}  // namespace kvtier

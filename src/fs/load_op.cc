@@ -1,0 +1,205 @@
+// The load state machine: open -> statx(fd) (size check) -> fgetxattr(crc)
+// -> read (resumed when short) -> close -> CRC check. ENOENT is a miss
+// (files vanish under gc and other instances). A short file is corrupt and
+// unlinked, as vLLM does (L65); a longer one is never returned but left in
+// place (L66: it may be a valid row of another page size); a CRC mismatch is
+// never returned and the file is removed (L67). Files without the xattr
+// (written by vLLM) are accepted on size (L68).
+// Also the lookup op: one statx per key (L70).
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+
+#include "fs/block_ops.h"
+#include "util/crc32c.h"
+
+namespace kvtier::internal {
+namespace {
+
+constexpr const char* kCrcXattr = "user.vllm.kv_crc32c";
+
+class LoadOp final : public FsBlockOp {
+ public:
+  LoadOp(TierShared* shared, std::string path, std::span<uint8_t> row)
+      : shared_(shared), path_(std::move(path)), row_(row) {
+    direct_ = shared_->o_direct && DirectIoAligned(row.data(), row.size());
+  }
+
+  bool NextRequest(IoRequest* req) override {
+    *req = IoRequest{};
+    req->deadline_ns = shared_->io_timeout_ms == 0 || state_ == kClose || state_ == kRecheck || state_ == kUnlink
+                           ? 0
+                           : MonotonicNowNs() + uint64_t{shared_->io_timeout_ms} * 1000000u;
+    switch (state_) {
+      case kOpen:
+        req->op = IoOp::kOpen;
+        req->path = path_.c_str();
+        req->flags = O_RDONLY | (direct_ ? O_DIRECT : 0);
+        return true;
+      case kStat: req->op = IoOp::kStatx; req->fd = fd_; req->buf = &stx_; return true;
+      case kXattr:
+        req->op = IoOp::kFgetxattr;
+        req->fd = fd_;
+        req->name = kCrcXattr;
+        req->buf = crc_be_;
+        req->len = sizeof crc_be_;
+        return true;
+      case kRead:
+        req->op = IoOp::kRead;
+        req->fd = fd_;
+        req->buf = row_.data() + read_;
+        req->len = static_cast<uint32_t>(std::min<uint64_t>(row_.size() - read_, 1u << 30));
+        req->offset = read_;
+        return true;
+      case kClose: req->op = IoOp::kClose; req->fd = fd_; return true;
+      case kRecheck: req->op = IoOp::kStatx; req->path = path_.c_str(); req->buf = &again_; return true;
+      case kUnlink: req->op = IoOp::kUnlink; req->path = path_.c_str(); return true;
+      case kDone: return false;
+    }
+    return false;
+  }
+
+  void OnCompletion(int64_t res) override {
+    switch (state_) {
+      case kOpen: return AfterOpen(res);
+      case kStat: return AfterStat(res);
+      case kXattr: return AfterXattr(res);
+      case kRead: return AfterRead(res);
+      case kClose: return AfterClose();
+      case kRecheck:
+        // L69: remove the file only if the path still names the file we read;
+        // another writer may have renamed a fresh block over it meanwhile.
+        state_ = res == 0 && again_.stx_ino == stx_.stx_ino && again_.stx_dev_major == stx_.stx_dev_major &&
+                         again_.stx_dev_minor == stx_.stx_dev_minor
+                     ? kUnlink
+                     : kDone;
+        return;
+      case kUnlink: state_ = kDone; return;
+      case kDone: return;
+    }
+  }
+
+ private:
+  enum State { kOpen, kStat, kXattr, kRead, kClose, kRecheck, kUnlink, kDone };
+
+  void AfterOpen(int64_t res) {
+    if (res == -EINVAL && direct_) {
+      direct_ = false;  // O_DIRECT refused here: read buffered
+      return;
+    }
+    if (res == -ENOENT) return Done(KeyOutcome::kMiss, Status());
+    if (res < 0) return Done(KeyOutcome::kError, ErrnoToStatus(static_cast<int>(-res), "open " + path_));
+    fd_ = static_cast<int>(res);
+    state_ = kStat;
+  }
+  void AfterStat(int64_t res) {
+    if (res < 0) return Close(KeyOutcome::kError, ErrnoToStatus(static_cast<int>(-res), "statx " + path_));
+    if (stx_.stx_size < row_.size()) {
+      return Close(KeyOutcome::kCorrupt, Corruption(path_ + " is " + std::to_string(stx_.stx_size) +
+                                                    " bytes, a row is " + std::to_string(row_.size())),
+                   /*unlink=*/true);
+    }
+    if (stx_.stx_size > row_.size()) {
+      return Close(KeyOutcome::kCorrupt, Corruption(path_ + " is longer than a row (" +
+                                                    std::to_string(stx_.stx_size) + " bytes)"));
+    }
+    state_ = shared_->xattrs_ok ? kXattr : kRead;
+  }
+  void AfterXattr(int64_t res) {
+    if (res == 4) {
+      has_crc_ = true;
+    } else if (res >= 0 && res != 4) {
+      return Close(KeyOutcome::kCorrupt, Corruption(path_ + ": CRC attribute of " + std::to_string(res) + " bytes"),
+                   /*unlink=*/true);
+    } else if (res != -ENODATA && res != -EOPNOTSUPP && res != -ENOTSUP) {
+      return Close(KeyOutcome::kError, ErrnoToStatus(static_cast<int>(-res), "fgetxattr " + path_));
+    }
+    state_ = kRead;
+  }
+  void AfterRead(int64_t res) {
+    if (res < 0) return Close(KeyOutcome::kError, ErrnoToStatus(static_cast<int>(-res), "read " + path_));
+    if (res == 0) {  // shrank between statx and read: torn or truncated
+      return Close(KeyOutcome::kCorrupt, Corruption(path_ + ": short read"), /*unlink=*/true);
+    }
+    read_ += static_cast<uint64_t>(res);
+    if (read_ < row_.size()) return;  // short read: resume
+    if (has_crc_) {
+      const uint32_t want = uint32_t{crc_be_[0]} << 24 | uint32_t{crc_be_[1]} << 16 |
+                            uint32_t{crc_be_[2]} << 8 | crc_be_[3];
+      if (Crc32c(row_) != want) {
+        return Close(KeyOutcome::kCorrupt, Corruption(path_ + ": CRC32C mismatch"), /*unlink=*/true);
+      }
+    }
+    bytes = row_.size();
+    Close(KeyOutcome::kOk, Status());
+  }
+  void AfterClose() {
+    fd_ = -1;
+    state_ = unlink_ ? kRecheck : kDone;
+  }
+
+  void Close(KeyOutcome outcome, Status status, bool unlink = false) {
+    result = {outcome, std::move(status)};
+    unlink_ = unlink;
+    state_ = kClose;
+  }
+  void Done(KeyOutcome outcome, Status status) {
+    result = {outcome, std::move(status)};
+    state_ = kDone;
+  }
+
+  TierShared* shared_;
+  std::string path_;
+  std::span<uint8_t> row_;
+  struct statx stx_{}, again_{};
+  uint8_t crc_be_[8] = {};
+  State state_ = kOpen;
+  int fd_ = -1;
+  uint64_t read_ = 0;
+  bool direct_ = false, has_crc_ = false, unlink_ = false;
+};
+
+class LookupOp final : public FsBlockOp {
+ public:
+  LookupOp(TierShared* shared, std::string path) : shared_(shared), path_(std::move(path)) {}
+  bool NextRequest(IoRequest* req) override {
+    if (done_) return false;
+    *req = IoRequest{};
+    req->op = IoOp::kStatx;
+    req->path = path_.c_str();
+    req->buf = &stx_;
+    if (shared_->io_timeout_ms != 0) req->deadline_ns = MonotonicNowNs() + uint64_t{shared_->io_timeout_ms} * 1000000u;
+    return true;
+  }
+  void OnCompletion(int64_t res) override {
+    done_ = true;
+    if (res == 0) {
+      result = {KeyOutcome::kOk, Status()};
+    } else if (res == -ENOENT) {
+      result = {KeyOutcome::kMiss, Status()};
+    } else {
+      result = {KeyOutcome::kError, ErrnoToStatus(static_cast<int>(-res), "statx " + path_)};
+    }
+  }
+
+ private:
+  TierShared* shared_;
+  std::string path_;
+  struct statx stx_{};
+  bool done_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<FsBlockOp> MakeLoadOp(TierShared* shared, std::string path, std::span<uint8_t> row) {
+  return std::make_unique<LoadOp>(shared, std::move(path), row);
+}
+
+std::unique_ptr<FsBlockOp> MakeLookupOp(TierShared* shared, std::string path) {
+  return std::make_unique<LookupOp>(shared, std::move(path));
+}
+
+}  // namespace kvtier::internal

@@ -1,0 +1,211 @@
+// The store state machine: statx(dest) -> open(tmp, O_EXCL) [-> mkdirs ->
+// open again] -> write (resumed when short) -> [fdatasync] -> fsetxattr(crc)
+// -> close -> rename -> [fsync dir]. Any failure after the temp file exists
+// closes it and unlinks it, so no temp file outlives a failed store.
+#include <fcntl.h>
+#include <sys/stat.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+
+#include "fs/block_ops.h"
+#include "util/crc32c.h"
+#include "util/log.h"
+
+namespace kvtier::internal {
+namespace {
+
+constexpr const char* kCrcXattr = "user.vllm.kv_crc32c";  // FORMAT.md L60
+
+class StoreOp final : public FsBlockOp {
+ public:
+  StoreOp(TierShared* shared, BlockPathParts path, std::span<const uint8_t> row)
+      : shared_(shared), row_(row) {
+    shard1_ = path.block_dir + "/" + path.shard1;
+    shard2_ = shard1_ + "/" + path.shard2;
+    dest_ = shard2_ + "/" + path.file;
+    block_dir_ = std::move(path.block_dir);
+    direct_ = shared_->o_direct && DirectIoAligned(row.data(), row.size());
+    NewTempName();
+  }
+
+  bool NextRequest(IoRequest* req) override {
+    *req = IoRequest{};
+    req->deadline_ns = cleanup_ ? 0 : Deadline();
+    switch (state_) {
+      case kStatDest: req->op = IoOp::kStatx; req->path = dest_.c_str(); req->buf = &stx_; return true;
+      case kOpen:
+        req->op = IoOp::kOpen;
+        req->path = tmp_.c_str();
+        req->flags = O_CREAT | O_EXCL | O_WRONLY | O_TRUNC | (direct_ ? O_DIRECT : 0);
+        req->mode = 0644;
+        return true;
+      case kMkdir: req->op = IoOp::kMkdir; req->path = MkdirPath(); req->mode = 0777; return true;
+      case kWrite:
+        req->op = IoOp::kWrite;
+        req->fd = fd_;
+        req->buf = const_cast<uint8_t*>(row_.data()) + written_;
+        req->len = static_cast<uint32_t>(std::min<uint64_t>(row_.size() - written_, 1u << 30));
+        req->offset = written_;
+        return true;
+      case kSync: req->op = IoOp::kFdatasync; req->fd = fd_; return true;
+      case kXattr:
+        req->op = IoOp::kFsetxattr;
+        req->fd = fd_;
+        req->name = kCrcXattr;
+        req->buf = crc_be_;
+        req->len = 4;
+        return true;
+      case kClose: req->op = IoOp::kClose; req->fd = fd_; return true;
+      case kRename: req->op = IoOp::kRename; req->path = tmp_.c_str(); req->path2 = dest_.c_str(); return true;
+      case kOpenDir: req->op = IoOp::kOpen; req->path = shard2_.c_str(); req->flags = O_RDONLY | O_DIRECTORY; return true;
+      case kSyncDir: req->op = IoOp::kFsync; req->fd = fd_; return true;
+      case kCloseDir: req->op = IoOp::kClose; req->fd = fd_; return true;
+      case kUnlinkTmp: req->op = IoOp::kUnlink; req->path = tmp_.c_str(); return true;
+      case kDone: return false;
+    }
+    return false;
+  }
+
+  void OnCompletion(int64_t res) override {
+    switch (state_) {
+      case kStatDest: return AfterStat(res);
+      case kOpen: return AfterOpen(res);
+      case kMkdir: return AfterMkdir(res);
+      case kWrite: return AfterWrite(res);
+      case kSync: return res < 0 ? Fail(res, "fdatasync") : Go(shared_->xattrs_ok ? kXattr : kClose);
+      case kXattr: return AfterXattr(res);
+      case kClose: return AfterClose(res);
+      case kRename: return AfterRename(res);
+      case kOpenDir: return res < 0 ? Finish(res, "open dir") : (fd_ = static_cast<int>(res), Go(kSyncDir));
+      case kSyncDir: return (sync_dir_res_ = res, Go(kCloseDir));
+      case kCloseDir: return Finish(sync_dir_res_, "fsync dir");
+      case kUnlinkTmp: return Go(kDone);
+      case kDone: return;
+    }
+  }
+
+ private:
+  enum State { kStatDest, kOpen, kMkdir, kWrite, kSync, kXattr, kClose, kRename,
+               kOpenDir, kSyncDir, kCloseDir, kUnlinkTmp, kDone };
+
+  uint64_t Deadline() const {
+    return shared_->io_timeout_ms == 0 ? 0 : MonotonicNowNs() + uint64_t{shared_->io_timeout_ms} * 1000000u;
+  }
+  void Go(State next) { state_ = next; }
+  void NewTempName() {
+    const uint64_t n = (shared_->tmp_base + shared_->tmp_counter.fetch_add(1)) & ((uint64_t{1} << 63) - 1);
+    tmp_ = dest_ + "_" + std::to_string(n) + ".tmp";  // FORMAT.md L55
+  }
+  const char* MkdirPath() const {
+    return mkdir_level_ == 0 ? block_dir_.c_str() : mkdir_level_ == 1 ? shard1_.c_str() : shard2_.c_str();
+  }
+
+  void AfterStat(int64_t res) {
+    if (res == 0) return Finish(0, "", KeyOutcome::kSkippedExists);  // L54: another writer has it
+    if (res != -ENOENT) return Finish(res, "statx " + dest_);
+    // The checksum is computed here, on the engine thread, and only for rows
+    // that will be written: submitting stays cheap for the caller.
+    const uint32_t crc = Crc32c(row_);
+    for (int i = 0; i < 4; ++i) crc_be_[i] = static_cast<uint8_t>(crc >> (24 - 8 * i));  // big-endian
+    Go(kOpen);
+  }
+  void AfterOpen(int64_t res) {
+    if (res >= 0) {
+      fd_ = static_cast<int>(res);
+      tmp_created_ = true;
+      return Go(kWrite);
+    }
+    if (res == -ENOENT && !mkdirs_done_) return Go(kMkdir);  // shard directories on demand
+    if (res == -EEXIST && ++name_retries_ < 4) return NewTempName();
+    if (res == -EINVAL && direct_) {
+      direct_ = false;  // this filesystem refuses O_DIRECT for this file: buffered
+      return;
+    }
+    Finish(res, "open " + tmp_);
+  }
+  void AfterMkdir(int64_t res) {
+    if (res < 0 && res != -EEXIST) return Finish(res, std::string("mkdir ") + MkdirPath());
+    if (++mkdir_level_ == 3) {
+      mkdirs_done_ = true;
+      return Go(kOpen);
+    }
+  }
+  void AfterWrite(int64_t res) {
+    if (res < 0) return Fail(res, "write " + tmp_);
+    if (res == 0) return Fail(-EIO, "write " + tmp_ + " made no progress");
+    written_ += static_cast<uint64_t>(res);
+    if (written_ < row_.size()) return;  // a short write: resume with the rest
+    Go(shared_->durability != Durability::kNone ? kSync : shared_->xattrs_ok ? kXattr : kClose);
+  }
+  void AfterXattr(int64_t res) {
+    if (res == -EOPNOTSUPP || res == -ENOTSUP) {
+      if (shared_->xattrs_ok.exchange(false)) {
+        LogWarning("the filesystem under " + block_dir_ +
+                   " has no user xattrs: blocks are stored without their CRC32C (size checks only)");
+      }
+      return Go(kClose);
+    }
+    if (res < 0) return Fail(res, "fsetxattr " + tmp_);
+    Go(kClose);
+  }
+  void AfterClose(int64_t res) {
+    fd_ = -1;
+    if (res < 0) return Fail(res, "close " + tmp_);  // delayed write errors surface here (NFS)
+    Go(kRename);
+  }
+  void AfterRename(int64_t res) {
+    if (res < 0) return Fail(res, "rename " + tmp_);
+    tmp_created_ = false;
+    if (shared_->durability == Durability::kFull) return Go(kOpenDir);
+    Finish(0, "");
+  }
+
+  // A failure with the temp file possibly present: close, unlink, report.
+  void Fail(int64_t res, const std::string& what) {
+    Finish(res, what);
+    cleanup_ = true;
+    if (fd_ >= 0) {
+      ::close(fd_);  // synchronous: cleanup must not depend on the ring
+      fd_ = -1;
+    }
+    if (tmp_created_) Go(kUnlinkTmp);
+  }
+  void Finish(int64_t res, const std::string& what, KeyOutcome ok = KeyOutcome::kOk) {
+    if (res < 0) {
+      result.outcome = KeyOutcome::kError;
+      result.status = ErrnoToStatus(static_cast<int>(-res), what);
+    } else {
+      result.outcome = ok;
+      if (ok == KeyOutcome::kOk) bytes = row_.size();
+    }
+    Go(kDone);
+  }
+
+  TierShared* shared_;
+  std::span<const uint8_t> row_;
+  std::string block_dir_, shard1_, shard2_, dest_, tmp_;
+  uint8_t crc_be_[4];
+  struct statx stx_{};
+  State state_ = kStatDest;
+  int fd_ = -1;
+  uint64_t written_ = 0;
+  int mkdir_level_ = 0, name_retries_ = 0;
+  int64_t sync_dir_res_ = 0;
+  bool direct_ = false, mkdirs_done_ = false, tmp_created_ = false, cleanup_ = false;
+};
+
+}  // namespace
+
+bool DirectIoAligned(const void* buf, uint64_t len) {
+  return reinterpret_cast<uintptr_t>(buf) % 4096 == 0 && len % 4096 == 0 && len > 0;
+}
+
+std::unique_ptr<FsBlockOp> MakeStoreOp(TierShared* shared, BlockPathParts path,
+                                       std::span<const uint8_t> row) {
+  return std::make_unique<StoreOp>(shared, std::move(path), row);
+}
+
+}  // namespace kvtier::internal

@@ -1,0 +1,34 @@
+// Counters of one fs tier, updated by its engine thread and read by anyone,
+// and their Prometheus text exposition (metric names in docs/metrics.md).
+#pragma once
+
+#include <atomic>
+#include <string>
+#include <string_view>
+
+#include "kvtier/fs_tier.h"
+
+namespace kvtier::internal {
+
+class TierMetricsCounters {
+ public:
+  void Record(JobKind kind, KeyOutcome outcome, uint64_t bytes, uint64_t latency_ns);
+  void SetQueues(size_t read_queued, size_t write_queued, size_t in_flight);
+  FsTierMetrics Snapshot() const;
+
+  std::atomic<uint64_t> store_queue_bytes{0};
+  std::atomic<uint64_t> rows_dropped{0};
+
+ private:
+  std::atomic<uint64_t> rows_stored_{0}, bytes_stored_{0}, rows_skipped_{0};
+  std::atomic<uint64_t> rows_loaded_{0}, bytes_loaded_{0}, rows_missed_{0}, rows_corrupt_{0};
+  std::atomic<uint64_t> lookups_hit_{0}, lookups_miss_{0};
+  std::atomic<uint64_t> store_errors_{0}, load_errors_{0}, lookup_errors_{0};
+  std::atomic<uint64_t> read_queue_{0}, write_queue_{0}, in_flight_{0};
+  std::atomic<uint64_t> store_latency_[FsTierMetrics::kLatencyBuckets] = {};
+  std::atomic<uint64_t> load_latency_[FsTierMetrics::kLatencyBuckets] = {};
+};
+
+std::string FormatPrometheus(const FsTierMetrics& m, std::string_view tier_name);
+
+}  // namespace kvtier::internal

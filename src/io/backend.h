@@ -1,0 +1,42 @@
+// IoBackend: executes IoRequests and reports IoCompletions. Backends hold no
+// policy: ordering, priorities and retries live in the scheduler.
+//
+// Thread safety: Submit and Reap are called from the engine thread only;
+// Wake may be called from any thread, to end a blocking Reap early.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string_view>
+
+#include "io/io_request.h"
+#include "kvtier/result.h"
+
+namespace kvtier::internal {
+
+class IoBackend {
+ public:
+  virtual ~IoBackend() = default;
+  virtual std::string_view name() const = 0;
+  // Queues the requests; every one of them completes exactly once.
+  virtual Status Submit(std::span<const IoRequest> requests) = 0;
+  // Moves up to out.size() completions into `out`; waits up to timeout_ms
+  // (-1: until a completion or Wake) when none is ready. Returns the count.
+  virtual size_t Reap(std::span<IoCompletion> out, int timeout_ms) = 0;
+  virtual void Wake() = 0;
+};
+
+// A pool of `threads` threads running plain syscalls (the fallback where the
+// kernel refuses io_uring). A deadline is checked before a request starts; a
+// syscall that hangs once started cannot be interrupted.
+std::unique_ptr<IoBackend> MakeSyncBackend(int threads);
+
+// io_uring with `entries` submission slots. kUnavailable when the kernel
+// refuses a ring (seccomp, kernel.io_uring_disabled, ENOSYS).
+Result<std::unique_ptr<IoBackend>> MakeUringBackend(unsigned entries);
+
+// Executes one request synchronously with plain syscalls (shared by the
+// syscall backend and by test fakes).
+int64_t ExecuteSync(const IoRequest& req);
+
+}  // namespace kvtier::internal

@@ -1,0 +1,70 @@
+// IoScheduler (see header).
+#include "io/scheduler.h"
+
+#include <cerrno>
+
+namespace kvtier::internal {
+
+void IoScheduler::Enqueue(std::unique_ptr<BlockOp> op, IoClass cls) {
+  (cls == IoClass::kRead ? read_queue_ : write_queue_).push_back(std::move(op));
+}
+
+// Asks the op for its next request; a finished op frees its slot.
+void IoScheduler::Advance(uint64_t old_tag, Running* run, std::vector<IoRequest>* out) {
+  IoRequest req;
+  if (!run->op->NextRequest(&req)) {
+    (run->slot == IoClass::kRead ? reads_running_ : writes_running_)--;
+    finished_.push_back(std::move(run->op));
+    running_.erase(old_tag);
+    return;
+  }
+  req.tag = next_tag_++;
+  Running moved{std::move(run->op), run->slot, req, 0};
+  running_.erase(old_tag);
+  running_.emplace(req.tag, std::move(moved));
+  out->push_back(req);
+}
+
+bool IoScheduler::StartOne(IoClass slot, std::vector<IoRequest>* out) {
+  auto& own = slot == IoClass::kRead ? read_queue_ : write_queue_;
+  auto& other = slot == IoClass::kRead ? write_queue_ : read_queue_;
+  auto& queue = own.empty() ? other : own;  // steal only when our own queue is empty
+  if (queue.empty()) return false;
+  std::unique_ptr<BlockOp> op = std::move(queue.front());
+  queue.pop_front();
+  (slot == IoClass::kRead ? reads_running_ : writes_running_)++;
+  const uint64_t placeholder = next_tag_++;
+  Running& run = running_.emplace(placeholder, Running{std::move(op), slot, {}, 0}).first->second;
+  Advance(placeholder, &run, out);
+  return true;
+}
+
+void IoScheduler::Emit(std::vector<IoRequest>* out) {
+  out->insert(out->end(), reissue_.begin(), reissue_.end());
+  reissue_.clear();
+  // Read slots first: a load waiting behind a store backlog starts here.
+  while (reads_running_ < limits_.reads_in_flight_max && StartOne(IoClass::kRead, out)) {
+  }
+  while (writes_running_ < limits_.writes_in_flight_max && StartOne(IoClass::kWrite, out)) {
+  }
+}
+
+void IoScheduler::Complete(const IoCompletion& c) {
+  auto it = running_.find(c.tag);
+  if (it == running_.end()) return;
+  Running& run = it->second;
+  if ((c.res == -EINTR || c.res == -EAGAIN) && run.retries < limits_.retries_max) {
+    ++run.retries;
+    reissue_.push_back(run.pending);
+    return;
+  }
+  run.op->OnCompletion(c.res);
+  Advance(c.tag, &run, &reissue_);
+}
+
+void IoScheduler::TakeFinished(std::vector<std::unique_ptr<BlockOp>>* out) {
+  for (auto& op : finished_) out->push_back(std::move(op));
+  finished_.clear();
+}
+
+}  // namespace kvtier::internal

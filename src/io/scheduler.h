@@ -1,0 +1,79 @@
+// IoScheduler: pure policy, no syscalls. It holds block operations (each a
+// small state machine that issues one IoRequest at a time) in two queues and
+// decides which run:
+//
+//  * Read class (loads, lookups) and write class (stores) each have their own
+//    in-flight budget (vLLM's n_read_threads / n_write_threads).
+//  * A slot serves its own class first and takes work from the other queue
+//    only when its own queue is empty (vLLM's stealing rule). Read slots are
+//    never all taken by stores while loads wait, so a store backlog cannot
+//    starve loads, and idle capacity on either side is not wasted.
+//  * Retryable results (-EINTR, -EAGAIN) re-issue the same request; the op
+//    state machines handle short transfers and everything else.
+//
+// Thread safety: none; the engine thread owns it. Tests drive it directly.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "io/io_request.h"
+
+namespace kvtier::internal {
+
+enum class IoClass { kRead, kWrite };
+
+class BlockOp {
+ public:
+  virtual ~BlockOp() = default;
+  // Fills the next request, or returns false when the op is finished.
+  virtual bool NextRequest(IoRequest* req) = 0;
+  // The result of the request last returned by NextRequest.
+  virtual void OnCompletion(int64_t res) = 0;
+};
+
+struct SchedulerLimits {
+  int reads_in_flight_max = 16;   // concurrent read-class ops
+  int writes_in_flight_max = 16;  // concurrent write-class ops
+  int retries_max = 64;           // EINTR/EAGAIN re-issues per request before giving up
+};
+
+class IoScheduler {
+ public:
+  explicit IoScheduler(SchedulerLimits limits) : limits_(limits) {}
+
+  void Enqueue(std::unique_ptr<BlockOp> op, IoClass cls);
+  // Appends the requests to issue now (starting queued ops within budget).
+  void Emit(std::vector<IoRequest>* out);
+  // Feeds a completion back; unknown tags are ignored.
+  void Complete(const IoCompletion& completion);
+  // Moves finished ops out.
+  void TakeFinished(std::vector<std::unique_ptr<BlockOp>>* out);
+
+  bool idle() const { return running_.empty() && read_queue_.empty() && write_queue_.empty(); }
+  size_t queued(IoClass cls) const { return cls == IoClass::kRead ? read_queue_.size() : write_queue_.size(); }
+  size_t in_flight() const { return running_.size(); }
+
+ private:
+  struct Running {
+    std::unique_ptr<BlockOp> op;
+    IoClass slot;        // whose budget it uses
+    IoRequest pending;   // the request in flight
+    int retries = 0;
+  };
+  bool StartOne(IoClass slot, std::vector<IoRequest>* out);
+  void Advance(uint64_t tag, Running* run, std::vector<IoRequest>* out);
+
+  SchedulerLimits limits_;
+  std::deque<std::unique_ptr<BlockOp>> read_queue_, write_queue_;
+  std::unordered_map<uint64_t, Running> running_;  // by tag of the request in flight
+  std::vector<IoRequest> reissue_;                 // requests produced by Complete()
+  std::vector<std::unique_ptr<BlockOp>> finished_;
+  int reads_running_ = 0, writes_running_ = 0;
+  uint64_t next_tag_ = 1;
+};
+
+}  // namespace kvtier::internal

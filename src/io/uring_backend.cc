@@ -1,0 +1,206 @@
+// The io_uring backend. Every request becomes one SQE (plus a linked timeout
+// when it has a deadline); an eventfd poll lets Wake() end a blocking Reap.
+// Opcodes the running kernel does not support (found by probing) run inline
+// with plain syscalls, so an older kernel loses speed, not function.
+#include <liburing.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <deque>
+#include <vector>
+
+#include "io/backend.h"
+#include "util/log.h"
+
+namespace kvtier::internal {
+namespace {
+
+constexpr uint64_t kWakeTag = ~uint64_t{0};
+constexpr uint64_t kTimeoutTag = ~uint64_t{0} - 1;
+
+int UringOpcode(IoOp op) {
+  switch (op) {
+    case IoOp::kStatx: return IORING_OP_STATX;
+    case IoOp::kMkdir: return IORING_OP_MKDIRAT;
+    case IoOp::kOpen: return IORING_OP_OPENAT;
+    case IoOp::kRead: return IORING_OP_READ;
+    case IoOp::kWrite: return IORING_OP_WRITE;
+    case IoOp::kFdatasync:
+    case IoOp::kFsync: return IORING_OP_FSYNC;
+    case IoOp::kFsetxattr: return IORING_OP_FSETXATTR;
+    case IoOp::kFgetxattr: return IORING_OP_FGETXATTR;
+    case IoOp::kClose: return IORING_OP_CLOSE;
+    case IoOp::kRename: return IORING_OP_RENAMEAT;
+    case IoOp::kUnlink: return IORING_OP_UNLINKAT;
+  }
+  return -1;
+}
+
+void Prep(io_uring_sqe* sqe, const IoRequest& r) {
+  switch (r.op) {
+    case IoOp::kStatx:
+      if (r.path == nullptr) {
+        io_uring_prep_statx(sqe, r.fd, "", AT_EMPTY_PATH, kStatxMask, static_cast<struct statx*>(r.buf));
+      } else {
+        io_uring_prep_statx(sqe, AT_FDCWD, r.path, 0, kStatxMask, static_cast<struct statx*>(r.buf));
+      }
+      break;
+    case IoOp::kMkdir: io_uring_prep_mkdirat(sqe, AT_FDCWD, r.path, r.mode); break;
+    case IoOp::kOpen: io_uring_prep_openat(sqe, AT_FDCWD, r.path, r.flags | O_CLOEXEC, r.mode); break;
+    case IoOp::kRead: io_uring_prep_read(sqe, r.fd, r.buf, r.len, r.offset); break;
+    case IoOp::kWrite: io_uring_prep_write(sqe, r.fd, r.buf, r.len, r.offset); break;
+    case IoOp::kFdatasync: io_uring_prep_fsync(sqe, r.fd, IORING_FSYNC_DATASYNC); break;
+    case IoOp::kFsync: io_uring_prep_fsync(sqe, r.fd, 0); break;
+    case IoOp::kFsetxattr:
+      io_uring_prep_fsetxattr(sqe, r.fd, r.name, static_cast<const char*>(r.buf), 0, r.len);
+      break;
+    case IoOp::kFgetxattr: io_uring_prep_fgetxattr(sqe, r.fd, r.name, static_cast<char*>(r.buf), r.len); break;
+    case IoOp::kClose: io_uring_prep_close(sqe, r.fd); break;
+    case IoOp::kRename: io_uring_prep_renameat(sqe, AT_FDCWD, r.path, AT_FDCWD, r.path2, 0); break;
+    case IoOp::kUnlink: io_uring_prep_unlinkat(sqe, AT_FDCWD, r.path, 0); break;
+  }
+}
+
+class UringBackend final : public IoBackend {
+ public:
+  ~UringBackend() override {
+    if (ring_ok_) io_uring_queue_exit(&ring_);
+    if (event_fd_ >= 0) close(event_fd_);
+  }
+  std::string_view name() const override { return "io_uring"; }
+
+  Status Init(unsigned entries) {
+    int rc = io_uring_queue_init(entries, &ring_, 0);
+    if (rc < 0) {
+      return Status(StatusCode::kUnavailable, "io_uring_queue_init refused a ring", -rc);
+    }
+    ring_ok_ = true;
+    io_uring_probe* probe = io_uring_get_probe_ring(&ring_);
+    for (int op = 0; op <= static_cast<int>(IoOp::kUnlink); ++op) {
+      supported_[op] = probe != nullptr && io_uring_opcode_supported(probe, UringOpcode(static_cast<IoOp>(op)));
+    }
+    bool have_link_timeout = probe != nullptr && io_uring_opcode_supported(probe, IORING_OP_LINK_TIMEOUT);
+    if (probe) io_uring_free_probe(probe);
+    if (!have_link_timeout) return Status(StatusCode::kUnavailable, "io_uring lacks LINK_TIMEOUT");
+    event_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (event_fd_ < 0) return ErrnoToStatus(errno, "eventfd");
+    ArmWake();
+    return Flush();
+  }
+
+  Status Submit(std::span<const IoRequest> requests) override {
+    timeouts_.clear();
+    timeouts_.reserve(requests.size());  // pointers into it must stay valid until io_uring_submit
+    for (const IoRequest& r : requests) {
+      if (!supported_[static_cast<int>(r.op)]) {
+        inline_done_.push_back({r.tag, ExecuteSync(r)});
+        continue;
+      }
+      if (io_uring_sq_space_left(&ring_) < 2) KVTIER_RETURN_IF_ERROR(Flush());
+      if (io_uring_sq_space_left(&ring_) < 2) {
+        // The kernel holds every slot (completion queue backed up). The
+        // scheduler retries -EAGAIN, after the next reap has made room.
+        inline_done_.push_back({r.tag, -EAGAIN});
+        continue;
+      }
+      io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+      Prep(sqe, r);
+      io_uring_sqe_set_data64(sqe, r.tag);
+      if (r.deadline_ns != 0) LinkTimeout(sqe, r.deadline_ns);
+    }
+    return Flush();
+  }
+
+  size_t Reap(std::span<IoCompletion> out, int timeout_ms) override {
+    size_t n = 0;
+    while (n < out.size() && !inline_done_.empty()) {
+      out[n++] = inline_done_.front();
+      inline_done_.pop_front();
+    }
+    if (n == 0 && !WaitForCqe(timeout_ms)) return 0;
+    io_uring_cqe* cqe;
+    while (n < out.size() && io_uring_peek_cqe(&ring_, &cqe) == 0) {
+      const uint64_t tag = io_uring_cqe_get_data64(cqe);
+      const int64_t res = cqe->res;
+      io_uring_cqe_seen(&ring_, cqe);
+      if (tag == kTimeoutTag) continue;  // the linked timeout's own completion
+      if (tag == kWakeTag) {
+        uint64_t value;
+        while (read(event_fd_, &value, sizeof value) > 0) {
+        }
+        ArmWake();
+        Flush().IgnoreError();  // a failed re-arm only delays a later wake-up
+        continue;
+      }
+      out[n++] = {tag, res};
+    }
+    return n;
+  }
+
+  void Wake() override {
+    const uint64_t one = 1;
+    ssize_t rc = write(event_fd_, &one, sizeof one);
+    (void)rc;  // EAGAIN means a wake-up is already pending
+  }
+
+ private:
+  // Waits for one CQE; false on timeout or wake-only traffic.
+  bool WaitForCqe(int timeout_ms) {
+    io_uring_cqe* cqe;
+    if (timeout_ms < 0) return io_uring_wait_cqe(&ring_, &cqe) == 0;
+    __kernel_timespec ts{timeout_ms / 1000, (timeout_ms % 1000) * 1000000LL};
+    return io_uring_wait_cqe_timeout(&ring_, &cqe, &ts) == 0;
+  }
+
+  void LinkTimeout(io_uring_sqe* sqe, uint64_t deadline_ns) {
+    const uint64_t now = MonotonicNowNs();
+    const uint64_t rel = deadline_ns > now ? deadline_ns - now : 1;
+    timeouts_.push_back({static_cast<long long>(rel / 1000000000u), static_cast<long long>(rel % 1000000000u)});
+    sqe->flags |= IOSQE_IO_LINK;
+    io_uring_sqe* tsqe = io_uring_get_sqe(&ring_);
+    io_uring_prep_link_timeout(tsqe, &timeouts_.back(), 0);
+    io_uring_sqe_set_data64(tsqe, kTimeoutTag);
+  }
+
+  void ArmWake() {
+    io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+    if (sqe == nullptr) {
+      Flush().IgnoreError();
+      sqe = io_uring_get_sqe(&ring_);
+    }
+    io_uring_prep_poll_add(sqe, event_fd_, POLLIN);
+    io_uring_sqe_set_data64(sqe, kWakeTag);
+  }
+
+  // Submits everything queued; retries on EINTR and EBUSY (completion queue
+  // overflow: the caller reaps, so the kernel will accept the rest later).
+  Status Flush() {
+    while (true) {
+      int rc = io_uring_submit(&ring_);
+      if (rc >= 0) return Status::Ok();
+      if (rc == -EINTR) continue;
+      if (rc == -EBUSY || rc == -EAGAIN) return Status::Ok();
+      return ErrnoToStatus(-rc, "io_uring_submit");
+    }
+  }
+
+  io_uring ring_{};
+  bool ring_ok_ = false;
+  int event_fd_ = -1;
+  bool supported_[static_cast<int>(IoOp::kUnlink) + 1] = {};
+  std::vector<__kernel_timespec> timeouts_;
+  std::deque<IoCompletion> inline_done_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<IoBackend>> MakeUringBackend(unsigned entries) {
+  auto backend = std::make_unique<UringBackend>();
+  KVTIER_RETURN_IF_ERROR(backend->Init(entries));
+  return std::unique_ptr<IoBackend>(std::move(backend));
+}
+
+}  // namespace kvtier::internal

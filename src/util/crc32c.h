@@ -1,0 +1,15 @@
+// CRC32C (Castagnoli), the checksum kvtier keeps with every block file
+// (xattr user.vllm.kv_crc32c, FORMAT.md L60). Computed by ISA-L, which uses
+// the CPU's CRC32 and carry-less multiply instructions.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+namespace kvtier::internal {
+
+// Standard CRC32C (initial value and final xor 0xffffffff): "123456789" ->
+// 0xe3069283.
+uint32_t Crc32c(std::span<const uint8_t> data);
+
+}  // namespace kvtier::internal

@@ -1,0 +1,67 @@
+// FakeBackend (see header).
+#include "support/fake_backend.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <thread>
+
+namespace kvtier::testing {
+
+using internal::IoOp;
+
+int64_t FakeBackend::Execute(internal::IoRequest req) {
+  const bool transfer = req.op == IoOp::kRead || req.op == IoOp::kWrite;
+  if (OneIn(plan_.eagain_one_in)) return ++faults_, OneIn(2) ? -EAGAIN : -EINTR;
+  if (transfer && OneIn(plan_.timeout_one_in)) return ++faults_, -ECANCELED;
+  if (req.op == plan_.error_op && plan_.error_errno != 0 && OneIn(plan_.error_one_in)) {
+    return ++faults_, -plan_.error_errno;
+  }
+  if (transfer && req.len > 1 && OneIn(plan_.short_transfer_one_in)) {
+    ++faults_;
+    req.len = std::uniform_int_distribution<uint32_t>(1, req.len - 1)(rng_);
+  }
+  log_.push_back(req);
+  return internal::ExecuteSync(req);
+}
+
+Status FakeBackend::Submit(std::span<const internal::IoRequest> requests) {
+  std::lock_guard lock(mu_);
+  for (const auto& r : requests) done_.push_back({r.tag, Execute(r)});
+  if (plan_.shuffle) std::shuffle(done_.begin(), done_.end(), rng_);
+  return Status::Ok();
+}
+
+size_t FakeBackend::Reap(std::span<internal::IoCompletion> out, int timeout_ms) {
+  for (int waited = 0;; ++waited) {
+    {
+      std::lock_guard lock(mu_);
+      if (!done_.empty() || woken_ || (timeout_ms >= 0 && waited >= timeout_ms)) {
+        woken_ = false;
+        size_t n = 0;
+        while (n < out.size() && !done_.empty()) {
+          out[n++] = done_.front();
+          done_.pop_front();
+        }
+        return n;
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+void FakeBackend::Wake() {
+  std::lock_guard lock(mu_);
+  woken_ = true;
+}
+
+std::vector<internal::IoRequest> FakeBackend::log() const {
+  std::lock_guard lock(mu_);
+  return log_;
+}
+
+int FakeBackend::faults_injected() const {
+  std::lock_guard lock(mu_);
+  return faults_;
+}
+
+}  // namespace kvtier::testing
