@@ -16,5 +16,7 @@ struct CliContext {
 void RegisterHashCommand(CLI::App* app, CliContext* ctx);
 // kvtier config check: validate a kv_connector_extra_config file.
 void RegisterConfigCommand(CLI::App* app, CliContext* ctx);
+// kvtier bench: throughput and latency figures (bench fs: the filesystem tier).
+void RegisterBenchCommand(CLI::App* app, CliContext* ctx);
 
 }  // namespace kvtier::internal

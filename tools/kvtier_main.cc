@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   kvtier::internal::CliContext ctx;
   kvtier::internal::RegisterHashCommand(&app, &ctx);
   kvtier::internal::RegisterConfigCommand(&app, &ctx);
+  kvtier::internal::RegisterBenchCommand(&app, &ctx);
   if (argc > 1 && argv[1][0] != '-') {
     std::string valid;
     bool known = false;
