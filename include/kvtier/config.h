@@ -28,6 +28,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kvtier/fs_tier.h"
 #include "kvtier/result.h"
 
 namespace kvtier {
@@ -110,6 +111,22 @@ struct FsTierOptions {
   // `backpressure`: the tier's own object, else the top-level default (with
   // this tier's locality defaults), else none: stores are never dropped.
   std::optional<BackpressureOptions> backpressure;
+
+  // kvtier's own keys (vLLM ignores them; see docs/config.md):
+  // `io_timeout_ms`: deadline of every I/O, so a hung network mount fails the
+  // job instead of the server; 0 disables; default 30000.
+  uint32_t io_timeout_ms = 30000;
+  // `durability`: "none" (as vLLM), "file" (fdatasync before rename) or
+  // "full" (also fsync the directory); default "none".
+  Durability durability = Durability::kNone;
+  // `store_queue_bytes_max`: queued store bytes beyond which new stores are
+  // dropped (loads never are); > 0; default 1 GiB.
+  uint64_t store_queue_bytes_max = uint64_t{1} << 30;
+  // `io_backend`: "auto" (io_uring, else syscall threads with a warning),
+  // "uring" or "syscall"; default "auto".
+  IoBackendKind io_backend = IoBackendKind::kAuto;
+  // `o_direct`: use O_DIRECT when the startup probe allows it; default true.
+  bool o_direct = true;
 
   bool operator==(const FsTierOptions&) const = default;
 };

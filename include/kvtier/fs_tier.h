@@ -39,6 +39,17 @@ enum class IoBackendKind {
   kSyscall,  // the syscall thread pool
 };
 
+// Store backpressure as vLLM's EMABackpressureDetector (PR #50045): an EMA of
+// store latency per MiB; above the high water mark new stores are dropped
+// until it falls below the low water mark. Loads are never dropped.
+struct StoreBackpressure {
+  bool enabled = false;
+  double high_water_s_per_mib = 0.005;  // enter pressure above this
+  double low_water_s_per_mib = 0.001;   // leave pressure below this
+  double ema_alpha = 0.3;               // weight of the newest sample
+  uint32_t warmup_completions = 3;      // samples before the detector may trip
+};
+
 struct FsTierOpenOptions {
   std::string root_dir;          // required; used verbatim, as vLLM does
   NamespaceSpec ns;              // the model configuration (names the directories)
@@ -48,6 +59,7 @@ struct FsTierOpenOptions {
   Durability durability = Durability::kNone;
   uint32_t io_timeout_ms = 30000;  // deadline of every I/O; 0: none
   uint64_t store_queue_bytes_max = uint64_t{1} << 30;  // queued store bytes before stores are dropped
+  StoreBackpressure backpressure;  // latency-based dropping of stores (off by default)
   IoBackendKind backend = IoBackendKind::kAuto;
   bool o_direct = true;  // use O_DIRECT after a successful probe (buffered otherwise)
 };
@@ -84,6 +96,8 @@ struct FsTierMetrics {
   uint64_t store_errors = 0, load_errors = 0, lookup_errors = 0;
   uint64_t read_queue_depth = 0, write_queue_depth = 0, in_flight = 0;
   uint64_t store_queue_bytes = 0;
+  uint64_t backpressure_active = 0;  // 1 while stores are being dropped for latency
+  double store_latency_ema_s_per_mib = 0;
   // Latency histograms per direction: bucket i counts operations that took
   // < 2^i microseconds (the last bucket is everything slower).
   static constexpr int kLatencyBuckets = 24;

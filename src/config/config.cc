@@ -67,6 +67,16 @@ constexpr EnumName<Locality> kLocalityNames[] = {
     {Locality::kRemote, "REMOTE"},
 };
 constexpr EnumName<TierType> kTierTypeNames[] = {{TierType::kFs, "fs"}};
+constexpr EnumName<Durability> kDurabilityNames[] = {
+    {Durability::kNone, "none"},
+    {Durability::kFile, "file"},
+    {Durability::kFull, "full"},
+};
+constexpr EnumName<IoBackendKind> kIoBackendNames[] = {
+    {IoBackendKind::kAuto, "auto"},
+    {IoBackendKind::kUring, "uring"},
+    {IoBackendKind::kSyscall, "syscall"},
+};
 constexpr EnumName<BackpressureDetector> kDetectorNames[] = {
     {BackpressureDetector::kEma, "EMABackpressureDetector"},
 };
@@ -255,6 +265,11 @@ constexpr KeySpec<FsTierOptions> kFsTierKeys[] = {
     BoolKey<&FsTierOptions::enable_kv_events>("enable_kv_events", kVllm),
     {"locality", kVllm, kOptional, &ParseLocality, &EmitLocality},
     {"backpressure", kVllm, kOptional, nullptr, &EmitTierBackpressure},
+    IntegerKey<&FsTierOptions::io_timeout_ms, kNonNegative>("io_timeout_ms", kKvtier),
+    EnumKey<&FsTierOptions::durability, kDurabilityNames>("durability", kKvtier),
+    IntegerKey<&FsTierOptions::store_queue_bytes_max, kPositive>("store_queue_bytes_max", kKvtier),
+    EnumKey<&FsTierOptions::io_backend, kIoBackendNames>("io_backend", kKvtier),
+    BoolKey<&FsTierOptions::o_direct>("o_direct", kKvtier),
 };
 
 constexpr KeySpec<OffloadConfig> kTopLevelKeys[] = {

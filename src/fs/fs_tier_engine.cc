@@ -8,6 +8,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "fs/backpressure.h"
 #include "fs/fs_tier_internal.h"
 #include "fs/tier_metrics.h"
 
@@ -32,7 +33,7 @@ class FsTierImpl final : public FsTier {
   FsTierImpl(const FsTierOpenOptions& o, Namespace ns, std::unique_ptr<TierShared> shared,
              std::unique_ptr<IoBackend> backend)
       : options_(o), ns_(std::move(ns)), shared_(std::move(shared)), backend_(std::move(backend)),
-        scheduler_(SchedulerLimits{o.n_read_threads, o.n_write_threads, 64}) {
+        scheduler_(SchedulerLimits{o.n_read_threads, o.n_write_threads, 64}), detector_(o.backpressure) {
     engine_ = std::thread([this] { Run(); });
   }
   ~FsTierImpl() override {
@@ -48,9 +49,10 @@ class FsTierImpl final : public FsTier {
                                std::span<const std::span<const uint8_t>> rows) override {
     KVTIER_RETURN_IF_ERROR(CheckRows(keys.size(), rows));
     const uint64_t bytes = keys.size() * options_.row_bytes;
+    if (detector_.pressured()) return Drop(keys.size(), "store latency above the high water mark");
     if (metrics_.store_queue_bytes.fetch_add(bytes) + bytes > options_.store_queue_bytes_max) {
       metrics_.store_queue_bytes -= bytes;
-      return Drop(keys.size());
+      return Drop(keys.size(), "store queue full");
     }
     Submission sub = NewSubmission(JobKind::kStore, keys.size(), IoClass::kWrite);
     for (size_t i = 0; i < keys.size(); ++i) sub.ops.push_back(MakeStoreOp(shared_.get(), Parts(keys[i]), rows[i]));
@@ -147,9 +149,9 @@ class FsTierImpl final : public FsTier {
   }
 
   // Backpressure: the store is refused whole and reported like any job.
-  uint64_t Drop(size_t n) {
+  uint64_t Drop(size_t n, const char* why) {
     Submission sub = NewSubmission(JobKind::kStore, n, IoClass::kWrite);
-    for (KeyResult& r : sub.job->results) r = {KeyOutcome::kDropped, Status(StatusCode::kRejected, "store queue full")};
+    for (KeyResult& r : sub.job->results) r = {KeyOutcome::kDropped, Status(StatusCode::kRejected, why)};
     metrics_.rows_dropped += n;
     const uint64_t id = sub.job->id;
     std::lock_guard lock(mu_);
@@ -166,7 +168,12 @@ class FsTierImpl final : public FsTier {
 
   void Account(std::unique_ptr<FsBlockOp> op) {
     auto* job = static_cast<Job*>(op->owner);
-    metrics_.Record(job->kind, op->result.outcome, op->bytes, MonotonicNowNs() - op->start_ns);
+    const uint64_t latency_ns = MonotonicNowNs() - op->start_ns;
+    metrics_.Record(job->kind, op->result.outcome, op->bytes, latency_ns);
+    if (job->kind == JobKind::kStore && op->result.outcome == KeyOutcome::kOk) {
+      detector_.Add(op->bytes, latency_ns);
+      metrics_.SetBackpressure(detector_.pressured(), detector_.ema());
+    }
     if (job->kind == JobKind::kStore) metrics_.store_queue_bytes -= options_.row_bytes;
     job->results[op->index] = std::move(op->result);
     if (--job->remaining > 0) return;
@@ -219,6 +226,7 @@ class FsTierImpl final : public FsTier {
   std::unique_ptr<IoBackend> backend_;
   IoScheduler scheduler_;                                   // engine thread only
   std::unordered_map<uint64_t, std::unique_ptr<Job>> jobs_;  // engine thread only
+  StoreLatencyDetector detector_;  // Add() on the engine thread; pressured() anywhere
   TierMetricsCounters metrics_;
   std::atomic<uint64_t> next_job_id_{1};
   std::mutex mu_;

@@ -54,6 +54,8 @@ FsTierMetrics TierMetricsCounters::Snapshot() const {
   m.store_errors = store_errors_, m.load_errors = load_errors_, m.lookup_errors = lookup_errors_;
   m.read_queue_depth = read_queue_, m.write_queue_depth = write_queue_, m.in_flight = in_flight_;
   m.store_queue_bytes = store_queue_bytes;
+  m.backpressure_active = backpressure_active_ ? 1 : 0;
+  m.store_latency_ema_s_per_mib = ema_;
   for (int i = 0; i < FsTierMetrics::kLatencyBuckets; ++i) {
     m.store_latency_us[i] = store_latency_[i];
     m.load_latency_us[i] = load_latency_[i];
@@ -98,7 +100,8 @@ std::string FormatPrometheus(const FsTierMetrics& m, std::string_view tier_name)
   }
   const std::pair<const char*, uint64_t> gauges[] = {
       {"kvtier_fs_read_queue_depth", m.read_queue_depth}, {"kvtier_fs_write_queue_depth", m.write_queue_depth},
-      {"kvtier_fs_in_flight", m.in_flight}, {"kvtier_fs_store_queue_bytes", m.store_queue_bytes}};
+      {"kvtier_fs_in_flight", m.in_flight}, {"kvtier_fs_store_queue_bytes", m.store_queue_bytes},
+      {"kvtier_fs_backpressure_active", m.backpressure_active}};
   for (const auto& [name, value] : gauges) {
     out += std::string("# TYPE ") + name + " gauge\n";
     Line(&out, name, labels, value);

@@ -14,6 +14,10 @@ class TierMetricsCounters {
  public:
   void Record(JobKind kind, KeyOutcome outcome, uint64_t bytes, uint64_t latency_ns);
   void SetQueues(size_t read_queued, size_t write_queued, size_t in_flight);
+  void SetBackpressure(bool active, double ema_s_per_mib) {
+    backpressure_active_ = active;
+    ema_ = ema_s_per_mib;
+  }
   FsTierMetrics Snapshot() const;
 
   std::atomic<uint64_t> store_queue_bytes{0};
@@ -25,6 +29,8 @@ class TierMetricsCounters {
   std::atomic<uint64_t> lookups_hit_{0}, lookups_miss_{0};
   std::atomic<uint64_t> store_errors_{0}, load_errors_{0}, lookup_errors_{0};
   std::atomic<uint64_t> read_queue_{0}, write_queue_{0}, in_flight_{0};
+  std::atomic<bool> backpressure_active_{false};
+  std::atomic<double> ema_{0};
   std::atomic<uint64_t> store_latency_[FsTierMetrics::kLatencyBuckets] = {};
   std::atomic<uint64_t> load_latency_[FsTierMetrics::kLatencyBuckets] = {};
 };

@@ -22,8 +22,7 @@ constexpr uint64_t kRow = 8192;
 
 class FaultTest : public ::testing::Test {
  protected:
-  std::unique_ptr<FsTier> Open(testing::FaultPlan plan) {
-    FsTierOpenOptions o;
+  std::unique_ptr<FsTier> Open(testing::FaultPlan plan, FsTierOpenOptions o = {}) {
     o.root_dir = root_.path().string();
     o.ns.model_name = "faulty/model";
     o.row_bytes = kRow;
@@ -137,6 +136,36 @@ TEST_F(FaultTest, ReadErrorsAndDeadlinesFailTheKeyAndKeepTheFile) {
     EXPECT_EQ(k.outcome, KeyOutcome::kError);
     EXPECT_EQ(k.status.code(), StatusCode::kTimedOut) << k.status.ToString();
   }
+}
+
+TEST_F(FaultTest, BackpressureDropsStoresButNeverLoads) {
+  FsTierOpenOptions o;
+  o.store_queue_bytes_max = 2 * kRow;
+  o.backpressure.enabled = true;
+  o.backpressure.high_water_s_per_mib = 1e-12;  // any completed store trips it
+  o.backpressure.low_water_s_per_mib = 1e-13;
+  o.backpressure.warmup_completions = 1;
+  auto tier = Open({}, o);
+  auto keys = Keys(3);
+  auto rows = Rows(3);
+  JobResult too_big = Wait(tier.get(), tier->SubmitStore(keys, Const(rows)).value());
+  for (auto& k : too_big.keys) EXPECT_EQ(k.outcome, KeyOutcome::kDropped);
+  for (auto& k : keys) EXPECT_FALSE(fs::exists(tier->BlockPath(k)));
+  std::vector<OffloadKey> one(keys.begin(), keys.begin() + 1);
+  std::vector<std::vector<uint8_t>> row(rows.begin(), rows.begin() + 1);
+  ASSERT_EQ(Wait(tier.get(), tier->SubmitStore(one, Const(row)).value()).OkPrefix(), 1u);
+  ASSERT_OK(tier->WaitIdle(5000));
+  EXPECT_EQ(tier->Metrics().backpressure_active, 1u);
+  std::vector<OffloadKey> two(keys.begin() + 1, keys.begin() + 2);
+  std::vector<std::vector<uint8_t>> row2(rows.begin() + 1, rows.begin() + 2);
+  JobResult dropped = Wait(tier.get(), tier->SubmitStore(two, Const(row2)).value());
+  EXPECT_EQ(dropped.keys[0].outcome, KeyOutcome::kDropped) << "latency pressure drops new stores";
+  std::vector<std::vector<uint8_t>> back(3, std::vector<uint8_t>(kRow));
+  JobResult loaded = Wait(tier.get(), tier->SubmitLoad(keys, Mut(back)).value());
+  EXPECT_EQ(loaded.keys[0].outcome, KeyOutcome::kOk) << "loads are never dropped";
+  EXPECT_EQ(loaded.keys[1].outcome, KeyOutcome::kMiss);
+  EXPECT_EQ(back[0], rows[0]);
+  EXPECT_EQ(tier->Metrics().rows_dropped, 4u);
 }
 
 }  // namespace
