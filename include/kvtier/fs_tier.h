@@ -62,6 +62,11 @@ struct FsTierOpenOptions {
   StoreBackpressure backpressure;  // latency-based dropping of stores (off by default)
   IoBackendKind backend = IoBackendKind::kAuto;
   bool o_direct = true;  // use O_DIRECT after a successful probe (buffered otherwise)
+  // Memory that row buffers will come from (the CPU tier's region). With
+  // io_uring it is registered once, so reads and writes into it skip the
+  // per-I/O page mapping. Not owned; must outlive the tier. Where the kernel
+  // refuses (memlock limits), a warning is logged and I/O proceeds without.
+  std::vector<std::span<uint8_t>> registered_memory;
 };
 
 enum class KeyOutcome : uint8_t {
@@ -98,6 +103,7 @@ struct FsTierMetrics {
   uint64_t store_queue_bytes = 0;
   uint64_t backpressure_active = 0;  // 1 while stores are being dropped for latency
   double store_latency_ema_s_per_mib = 0;
+  uint64_t fixed_buffer_ios = 0;  // reads and writes into registered memory
   // Latency histograms per direction: bucket i counts operations that took
   // < 2^i microseconds (the last bucket is everything slower).
   static constexpr int kLatencyBuckets = 24;

@@ -86,7 +86,11 @@ class FsTierImpl final : public FsTier {
     return idle ? Status::Ok() : Status(StatusCode::kTimedOut, "fs tier: jobs still running");
   }
 
-  FsTierMetrics Metrics() const override { return metrics_.Snapshot(); }
+  FsTierMetrics Metrics() const override {
+    FsTierMetrics m = metrics_.Snapshot();
+    m.fixed_buffer_ios = backend_->fixed_buffer_ios();
+    return m;
+  }
   std::string PrometheusText(std::string_view tier_name) const override {
     return FormatPrometheus(metrics_.Snapshot(), tier_name);
   }

@@ -142,6 +142,13 @@ Result<std::unique_ptr<FsTier>> OpenFsTierWithBackend(const FsTierOpenOptions& o
   if (!backend) {
     KVTIER_ASSIGN_OR_RETURN(backend, MakeBackend(o));
   }
+  if (!o.registered_memory.empty()) {
+    Status s = backend->RegisterBuffers(o.registered_memory);
+    if (!s.ok() && backend->name() == "io_uring") {
+      LogWarning("row memory not registered with io_uring (" + s.ToString() +
+                 "; raise RLIMIT_MEMLOCK): I/O maps pages per request");
+    }
+  }
   return MakeFsTierImpl(o, std::move(ns), std::move(shared), std::move(backend));
 }
 

@@ -60,7 +60,7 @@ class StoreOp final : public FsBlockOp {
         return true;
       case kClose: req->op = IoOp::kClose; req->fd = fd_; return true;
       case kRename: req->op = IoOp::kRename; req->path = tmp_.c_str(); req->path2 = dest_.c_str(); return true;
-      case kOpenDir: req->op = IoOp::kOpen; req->path = shard2_.c_str(); req->flags = O_RDONLY | O_DIRECTORY; return true;
+      case kOpenDir: req->op = IoOp::kOpen; req->path = SyncDirPath(); req->flags = O_RDONLY | O_DIRECTORY; return true;
       case kSyncDir: req->op = IoOp::kFsync; req->fd = fd_; return true;
       case kCloseDir: req->op = IoOp::kClose; req->fd = fd_; return true;
       case kUnlinkTmp: req->op = IoOp::kUnlink; req->path = tmp_.c_str(); return true;
@@ -81,7 +81,11 @@ class StoreOp final : public FsBlockOp {
       case kRename: return AfterRename(res);
       case kOpenDir: return res < 0 ? Finish(res, "open dir") : (fd_ = static_cast<int>(res), Go(kSyncDir));
       case kSyncDir: return (sync_dir_res_ = res, Go(kCloseDir));
-      case kCloseDir: return Finish(sync_dir_res_, "fsync dir");
+      case kCloseDir:
+        if (sync_dir_res_ < 0) return Finish(sync_dir_res_, std::string("fsync ") + SyncDirPath());
+        // Directories this store created must be durable in their parents too.
+        if (++sync_dir_level_ < (mkdirs_done_ ? 3 : 1)) return Go(kOpenDir);
+        return Finish(0, "");
       case kUnlinkTmp: return Go(kDone);
       case kDone: return;
     }
@@ -98,6 +102,11 @@ class StoreOp final : public FsBlockOp {
   void NewTempName() {
     const uint64_t n = (shared_->tmp_base + shared_->tmp_counter.fetch_add(1)) & ((uint64_t{1} << 63) - 1);
     tmp_ = dest_ + "_" + std::to_string(n) + ".tmp";  // FORMAT.md L55
+  }
+  // Durability full fsyncs the file's directory, then (when this store
+  // created them) the shard directories' parents.
+  const char* SyncDirPath() const {
+    return sync_dir_level_ == 0 ? shard2_.c_str() : sync_dir_level_ == 1 ? shard1_.c_str() : block_dir_.c_str();
   }
   const char* MkdirPath() const {
     return mkdir_level_ == 0 ? block_dir_.c_str() : mkdir_level_ == 1 ? shard1_.c_str() : shard2_.c_str();
@@ -192,7 +201,7 @@ class StoreOp final : public FsBlockOp {
   State state_ = kStatDest;
   int fd_ = -1;
   uint64_t written_ = 0;
-  int mkdir_level_ = 0, name_retries_ = 0;
+  int mkdir_level_ = 0, name_retries_ = 0, sync_dir_level_ = 0;
   int64_t sync_dir_res_ = 0;
   bool direct_ = false, mkdirs_done_ = false, tmp_created_ = false, cleanup_ = false;
 };

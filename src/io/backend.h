@@ -6,6 +6,7 @@
 #pragma once
 
 #include <memory>
+#include <cstdint>
 #include <span>
 #include <string_view>
 
@@ -24,6 +25,15 @@ class IoBackend {
   // (-1: until a completion or Wake) when none is ready. Returns the count.
   virtual size_t Reap(std::span<IoCompletion> out, int timeout_ms) = 0;
   virtual void Wake() = 0;
+  // Registers memory that later reads and writes may target, so the kernel
+  // maps it once instead of per I/O (io_uring fixed buffers). Call before the
+  // first Submit. Backends without the feature return kUnavailable.
+  virtual Status RegisterBuffers(std::span<const std::span<uint8_t>> regions) {
+    (void)regions;
+    return Status(StatusCode::kUnavailable, "this backend has no registered buffers");
+  }
+  // Reads and writes that used a registered buffer.
+  virtual uint64_t fixed_buffer_ios() const { return 0; }
 };
 
 // A pool of `threads` threads running plain syscalls (the fallback where the

@@ -23,7 +23,7 @@ constexpr uint64_t kRow = 8192;
 class FaultTest : public ::testing::Test {
  protected:
   std::unique_ptr<FsTier> Open(testing::FaultPlan plan, FsTierOpenOptions o = {}) {
-    o.root_dir = root_.path().string();
+    if (o.root_dir.empty()) o.root_dir = root_.path().string();
     o.ns.model_name = "faulty/model";
     o.row_bytes = kRow;
     o.n_read_threads = 3;
@@ -135,6 +135,31 @@ TEST_F(FaultTest, ReadErrorsAndDeadlinesFailTheKeyAndKeepTheFile) {
   for (auto& k : timed_out.keys) {
     EXPECT_EQ(k.outcome, KeyOutcome::kError);
     EXPECT_EQ(k.status.code(), StatusCode::kTimedOut) << k.status.ToString();
+  }
+}
+
+TEST_F(FaultTest, DurabilityModesIssueTheirSyncs) {
+  auto count = [&](internal::IoOp op) {
+    int n = 0;
+    for (const auto& r : fake_->log()) n += r.op == op;
+    return n;
+  };
+  for (Durability d : {Durability::kNone, Durability::kFile, Durability::kFull}) {
+    testing::TempDir fresh;
+    FsTierOpenOptions o;
+    o.root_dir = fresh.path().string();
+    o.durability = d;
+    auto tier = Open({}, o);
+    auto keys = Keys(2);  // same shard directories: created by the first store only
+    auto rows = Rows(2);
+    ASSERT_EQ(Wait(tier.get(), tier->SubmitStore(keys, Const(rows)).value()).OkPrefix(), 2u);
+    const int datasyncs = count(internal::IoOp::kFdatasync), fsyncs = count(internal::IoOp::kFsync);
+    EXPECT_EQ(datasyncs, d == Durability::kNone ? 0 : 2) << static_cast<int>(d);
+    // full: each file's directory, plus the two parents of directories a store created.
+    EXPECT_GE(fsyncs, d == Durability::kFull ? 4 : 0) << static_cast<int>(d);
+    if (d != Durability::kFull) {
+      EXPECT_EQ(fsyncs, 0);
+    }
   }
 }
 

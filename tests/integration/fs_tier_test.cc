@@ -212,6 +212,71 @@ INSTANTIATE_TEST_SUITE_P(Backends, FsTierTest,
                          ::testing::Values(IoBackendKind::kUring, IoBackendKind::kSyscall),
                          [](const auto& param) { return param.param == IoBackendKind::kUring ? "uring" : "syscall"; });
 
+TEST(FsTierRegistered, RowsInRegisteredMemoryUseFixedBuffers) {
+  testing::TempDir root;
+  constexpr size_t kRows = 8;
+  uint8_t* region = static_cast<uint8_t*>(std::aligned_alloc(4096, kRows * 2 * kRow));
+  std::mt19937_64 rng(testing::TestSeed());
+  for (size_t i = 0; i < kRows * kRow; ++i) region[i] = static_cast<uint8_t>(rng());
+  FsTierOpenOptions o;
+  o.root_dir = root.path().string();
+  o.ns = Spec();
+  o.row_bytes = kRow;
+  o.backend = IoBackendKind::kUring;
+  o.registered_memory = {std::span<uint8_t>(region, kRows * 2 * kRow)};
+  auto opened = FsTier::Open(o);
+  if (!opened.ok() && opened.status().code() == StatusCode::kUnavailable) GTEST_SKIP() << opened.status().ToString();
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  auto tier = std::move(opened).value();
+  auto keys = Keys(kRows);
+  std::vector<std::span<const uint8_t>> out;
+  std::vector<std::span<uint8_t>> in;
+  for (size_t i = 0; i < kRows; ++i) {
+    out.emplace_back(region + i * kRow, kRow);
+    in.emplace_back(region + (kRows + i) * kRow, kRow);
+  }
+  std::vector<JobResult> done;
+  const uint64_t store = tier->SubmitStore(keys, out).value();
+  ASSERT_OK(tier->WaitIdle(10000));
+  const uint64_t load = tier->SubmitLoad(keys, in).value();
+  ASSERT_OK(tier->WaitIdle(10000));
+  tier->PollFinished(&done);
+  ASSERT_EQ(done.size(), 2u);
+  for (auto& r : done) EXPECT_EQ(r.OkPrefix(), kRows) << (r.job_id == store ? "store" : "load");
+  (void)load;
+  EXPECT_EQ(std::memcmp(region, region + kRows * kRow, kRows * kRow), 0);
+  EXPECT_GE(tier->Metrics().fixed_buffer_ios, 2 * kRows) << "reads and writes must use the registered region";
+  tier.reset();
+  std::free(region);
+}
+
+TEST(FsTierDurability, FileAndFullModesStoreAndLoad) {
+  for (Durability d : {Durability::kFile, Durability::kFull}) {
+    testing::TempDir root;
+    FsTierOpenOptions o;
+    o.root_dir = root.path().string();
+    o.ns = Spec();
+    o.row_bytes = kRow;
+    o.durability = d;
+    ASSERT_OK_AND_ASSIGN(auto tier, FsTier::Open(o));
+    AlignedRow row, back;
+    std::memset(row.data, 0x5c, kRow);
+    std::vector<OffloadKey> keys = {Key(1)};
+    std::vector<std::span<const uint8_t>> out = {{row.data, kRow}};
+    std::vector<std::span<uint8_t>> in = {back.span()};
+    ASSERT_OK_AND_ASSIGN(uint64_t store, tier->SubmitStore(keys, out));
+    ASSERT_OK(tier->WaitIdle(10000));
+    ASSERT_OK_AND_ASSIGN(uint64_t load, tier->SubmitLoad(keys, in));
+    ASSERT_OK(tier->WaitIdle(10000));
+    std::vector<JobResult> done;
+    tier->PollFinished(&done);
+    ASSERT_EQ(done.size(), 2u);
+    for (auto& r : done) EXPECT_EQ(r.OkPrefix(), 1u) << (r.job_id == store ? "store " : "load ") << r.keys[0].status.ToString();
+    (void)load;
+    EXPECT_EQ(std::memcmp(row.data, back.data, kRow), 0);
+  }
+}
+
 TEST(FsTierOpen, BadOptionsAndUnwritableRootsAreClearErrors) {
   FsTierOpenOptions o;
   o.ns = Spec();
