@@ -3,7 +3,9 @@
 // resumed and still give byte-exact rows; -EAGAIN/-EINTR are retried; ENOSPC
 // on write fails the store cleanly with no temp file left; EIO on read fails
 // the load without touching the file; an expired deadline (-ECANCELED) fails
-// the key, never hangs it; shuffled completions change nothing. Seeded.
+// the key, never hangs it; slow and shuffled completions change nothing;
+// durability modes issue their syncs; backpressure drops stores, not loads.
+// Seeded.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -80,6 +82,7 @@ TEST_F(FaultTest, ShortTransfersAndRetriesStillGiveExactRows) {
   testing::FaultPlan plan;
   plan.short_transfer_one_in = 2;
   plan.eagain_one_in = 5;
+  plan.slow_one_in = 4;
   plan.shuffle = true;
   auto tier = Open(plan);
   auto keys = Keys(30);

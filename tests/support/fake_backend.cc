@@ -26,7 +26,15 @@ int64_t FakeBackend::Execute(internal::IoRequest req) {
 
 Status FakeBackend::Submit(std::span<const internal::IoRequest> requests) {
   std::lock_guard lock(mu_);
-  for (const auto& r : requests) done_.push_back({r.tag, Execute(r)});
+  for (const auto& r : requests) {
+    internal::IoCompletion c{r.tag, Execute(r)};
+    if (OneIn(plan_.slow_one_in)) {
+      ++faults_;
+      slow_.emplace_back(std::uniform_int_distribution<int>(1, 20)(rng_), c);
+    } else {
+      done_.push_back(c);
+    }
+  }
   if (plan_.shuffle) std::shuffle(done_.begin(), done_.end(), rng_);
   return Status::Ok();
 }
@@ -35,6 +43,14 @@ size_t FakeBackend::Reap(std::span<internal::IoCompletion> out, int timeout_ms) 
   for (int waited = 0;; ++waited) {
     {
       std::lock_guard lock(mu_);
+      for (auto it = slow_.begin(); it != slow_.end();) {  // slow ones age by one per poll
+        if (--it->first > 0) {
+          ++it;
+          continue;
+        }
+        done_.push_back(it->second);
+        it = slow_.erase(it);
+      }
       if (!done_.empty() || woken_ || (timeout_ms >= 0 && waited >= timeout_ms)) {
         woken_ = false;
         size_t n = 0;

@@ -1,7 +1,7 @@
 // FakeBackend: executes requests with real syscalls (ExecuteSync, on real
 // files) and injects faults, seeded: short reads and writes, -EAGAIN/-EINTR,
 // chosen errors per operation, expired deadlines (-ECANCELED, as a linked
-// timeout reports it), and completions delivered in shuffled order. It never
+// timeout reports it), slow completions, and completions in shuffled order. It never
 // stands in for the real path: it wraps it.
 #pragma once
 
@@ -24,6 +24,7 @@ struct FaultPlan {
   int error_one_in = 0;
   int timeout_one_in = 0;  // -ECANCELED on read/write, as an expired linked timeout
   bool shuffle = false;    // completions come back in random order
+  int slow_one_in = 0;     // a completion is held back for several reaps
 };
 
 class FakeBackend final : public internal::IoBackend {
@@ -46,6 +47,7 @@ class FakeBackend final : public internal::IoBackend {
   std::mt19937_64 rng_;
   FaultPlan plan_;
   std::deque<internal::IoCompletion> done_;
+  std::vector<std::pair<int, internal::IoCompletion>> slow_;  // (reaps left, completion)
   std::vector<internal::IoRequest> log_;
   int faults_ = 0;
   bool woken_ = false;
