@@ -18,5 +18,7 @@ void RegisterHashCommand(CLI::App* app, CliContext* ctx);
 void RegisterConfigCommand(CLI::App* app, CliContext* ctx);
 // kvtier bench: throughput and latency figures (bench fs: the filesystem tier).
 void RegisterBenchCommand(CLI::App* app, CliContext* ctx);
+// kvtier du, fsck, gc: keeping a shared root_dir healthy.
+void RegisterOpsCommands(CLI::App* app, CliContext* ctx);
 
 }  // namespace kvtier::internal

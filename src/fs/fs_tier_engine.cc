@@ -31,8 +31,9 @@ struct Submission {
 class FsTierImpl final : public FsTier {
  public:
   FsTierImpl(const FsTierOpenOptions& o, Namespace ns, std::unique_ptr<TierShared> shared,
-             std::unique_ptr<IoBackend> backend)
+             std::unique_ptr<IoBackend> backend, std::unique_ptr<Lease> lease)
       : options_(o), ns_(std::move(ns)), shared_(std::move(shared)), backend_(std::move(backend)),
+        lease_(std::move(lease)),
         scheduler_(SchedulerLimits{o.n_read_threads, o.n_write_threads, 64}), detector_(o.backpressure) {
     engine_ = std::thread([this] { Run(); });
   }
@@ -228,6 +229,7 @@ class FsTierImpl final : public FsTier {
   const Namespace ns_;
   std::unique_ptr<TierShared> shared_;
   std::unique_ptr<IoBackend> backend_;
+  std::unique_ptr<Lease> lease_;  // heartbeat for gc (L74)
   IoScheduler scheduler_;                                   // engine thread only
   std::unordered_map<uint64_t, std::unique_ptr<Job>> jobs_;  // engine thread only
   StoreLatencyDetector detector_;  // Add() on the engine thread; pressured() anywhere
@@ -245,8 +247,10 @@ class FsTierImpl final : public FsTier {
 }  // namespace
 
 std::unique_ptr<FsTier> MakeFsTierImpl(const FsTierOpenOptions& options, Namespace ns,
-                                       std::unique_ptr<TierShared> shared, std::unique_ptr<IoBackend> backend) {
-  return std::make_unique<FsTierImpl>(options, std::move(ns), std::move(shared), std::move(backend));
+                                       std::unique_ptr<TierShared> shared, std::unique_ptr<IoBackend> backend,
+                                       std::unique_ptr<Lease> lease) {
+  return std::make_unique<FsTierImpl>(options, std::move(ns), std::move(shared), std::move(backend),
+                                      std::move(lease));
 }
 
 }  // namespace kvtier::internal

@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "fs/block_ops.h"
+#include "fs/lease.h"
 #include "io/backend.h"
 #include "kvtier/fs_tier.h"
 
@@ -18,6 +19,6 @@ Result<std::unique_ptr<FsTier>> OpenFsTierWithBackend(const FsTierOpenOptions& o
 // Starts the engine thread over a prepared namespace and backend.
 std::unique_ptr<FsTier> MakeFsTierImpl(const FsTierOpenOptions& options, Namespace ns,
                                        std::unique_ptr<TierShared> shared,
-                                       std::unique_ptr<IoBackend> backend);
+                                       std::unique_ptr<IoBackend> backend, std::unique_ptr<Lease> lease);
 
 }  // namespace kvtier::internal

@@ -149,7 +149,8 @@ Result<std::unique_ptr<FsTier>> OpenFsTierWithBackend(const FsTierOpenOptions& o
                  "; raise RLIMIT_MEMLOCK): I/O maps pages per request");
     }
   }
-  return MakeFsTierImpl(o, std::move(ns), std::move(shared), std::move(backend));
+  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<Lease> lease, Lease::Acquire(ns_dir, shared->tmp_base));
+  return MakeFsTierImpl(o, std::move(ns), std::move(shared), std::move(backend), std::move(lease));
 }
 
 }  // namespace kvtier::internal

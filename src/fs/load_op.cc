@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <ctime>
 #include <cerrno>
 
 #include "fs/block_ops.h"
@@ -20,6 +21,9 @@ namespace kvtier::internal {
 namespace {
 
 constexpr const char* kCrcXattr = "user.vllm.kv_crc32c";
+constexpr int64_t kAtimeRefreshS = 3600;
+
+int64_t RealNowS() { return static_cast<int64_t>(::time(nullptr)); }
 
 class LoadOp final : public FsBlockOp {
  public:
@@ -54,6 +58,7 @@ class LoadOp final : public FsBlockOp {
         req->len = static_cast<uint32_t>(std::min<uint64_t>(row_.size() - read_, 1u << 30));
         req->offset = read_;
         return true;
+      case kTouch: req->op = IoOp::kTouchAtime; req->fd = fd_; return true;
       case kClose: req->op = IoOp::kClose; req->fd = fd_; return true;
       case kRecheck: req->op = IoOp::kStatx; req->path = path_.c_str(); req->buf = &again_; return true;
       case kUnlink: req->op = IoOp::kUnlink; req->path = path_.c_str(); return true;
@@ -68,6 +73,7 @@ class LoadOp final : public FsBlockOp {
       case kStat: return AfterStat(res);
       case kXattr: return AfterXattr(res);
       case kRead: return AfterRead(res);
+      case kTouch: state_ = kClose; return;  // best effort: a failed atime update changes nothing
       case kClose: return AfterClose();
       case kRecheck:
         // L69: remove the file only if the path still names the file we read;
@@ -83,7 +89,7 @@ class LoadOp final : public FsBlockOp {
   }
 
  private:
-  enum State { kOpen, kStat, kXattr, kRead, kClose, kRecheck, kUnlink, kDone };
+  enum State { kOpen, kStat, kXattr, kRead, kTouch, kClose, kRecheck, kUnlink, kDone };
 
   void AfterOpen(int64_t res) {
     if (res == -EINVAL && direct_) {
@@ -135,6 +141,9 @@ class LoadOp final : public FsBlockOp {
     }
     bytes = row_.size();
     Close(KeyOutcome::kOk, Status());
+    // relatime updates atime at most daily, and noatime never: bump it when
+    // it is over an hour old so gc's least-recently-used order sees reads.
+    if (RealNowS() - stx_.stx_atime.tv_sec > kAtimeRefreshS) state_ = kTouch;
   }
   void AfterClose() {
     fd_ = -1;

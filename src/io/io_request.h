@@ -24,6 +24,7 @@ enum class IoOp : uint8_t {
   kClose,      // close(fd)
   kRename,     // rename(path, path2)
   kUnlink,     // unlink(path)
+  kTouchAtime, // futimens(fd, {now, omit}): explicit atime, as relatime delays it
 };
 
 const char* IoOpName(IoOp op);

@@ -18,7 +18,8 @@ namespace kvtier::internal {
 
 const char* IoOpName(IoOp op) {
   static constexpr const char* kNames[] = {"statx", "mkdir", "open", "read", "write", "fdatasync",
-                                           "fsync", "fsetxattr", "fgetxattr", "close", "rename", "unlink"};
+                                           "fsync", "fsetxattr", "fgetxattr", "close", "rename", "unlink",
+                                           "touch_atime"};
   return kNames[static_cast<int>(op)];
 }
 
@@ -49,6 +50,10 @@ int64_t ExecuteSync(const IoRequest& r) {
     case IoOp::kClose: return Ret(close(r.fd));
     case IoOp::kRename: return Ret(rename(r.path, r.path2));
     case IoOp::kUnlink: return Ret(unlink(r.path));
+    case IoOp::kTouchAtime: {
+      const timespec times[2] = {{0, UTIME_NOW}, {0, UTIME_OMIT}};
+      return Ret(futimens(r.fd, times));
+    }
   }
   return -EINVAL;
 }

@@ -36,6 +36,7 @@ int UringOpcode(IoOp op) {
     case IoOp::kClose: return IORING_OP_CLOSE;
     case IoOp::kRename: return IORING_OP_RENAMEAT;
     case IoOp::kUnlink: return IORING_OP_UNLINKAT;
+    case IoOp::kTouchAtime: return -1;  // no io_uring opcode: runs inline
   }
   return -1;
 }
@@ -68,6 +69,7 @@ void Prep(io_uring_sqe* sqe, const IoRequest& r) {
     case IoOp::kClose: io_uring_prep_close(sqe, r.fd); break;
     case IoOp::kRename: io_uring_prep_renameat(sqe, AT_FDCWD, r.path, AT_FDCWD, r.path2, 0); break;
     case IoOp::kUnlink: io_uring_prep_unlinkat(sqe, AT_FDCWD, r.path, 0); break;
+    case IoOp::kTouchAtime: io_uring_prep_nop(sqe); break;  // never reached: not "supported"
   }
 }
 
@@ -86,8 +88,9 @@ class UringBackend final : public IoBackend {
     }
     ring_ok_ = true;
     io_uring_probe* probe = io_uring_get_probe_ring(&ring_);
-    for (int op = 0; op <= static_cast<int>(IoOp::kUnlink); ++op) {
-      supported_[op] = probe != nullptr && io_uring_opcode_supported(probe, UringOpcode(static_cast<IoOp>(op)));
+    for (int op = 0; op <= static_cast<int>(IoOp::kTouchAtime); ++op) {
+      const int opcode = UringOpcode(static_cast<IoOp>(op));
+      supported_[op] = probe != nullptr && opcode >= 0 && io_uring_opcode_supported(probe, opcode);
     }
     bool have_link_timeout = probe != nullptr && io_uring_opcode_supported(probe, IORING_OP_LINK_TIMEOUT);
     if (probe) io_uring_free_probe(probe);
@@ -236,7 +239,7 @@ class UringBackend final : public IoBackend {
   io_uring ring_{};
   bool ring_ok_ = false;
   int event_fd_ = -1;
-  bool supported_[static_cast<int>(IoOp::kUnlink) + 1] = {};
+  bool supported_[static_cast<int>(IoOp::kTouchAtime) + 1] = {};
   std::vector<__kernel_timespec> timeouts_;
   std::deque<IoCompletion> inline_done_;
   std::vector<FixedRegion> fixed_;

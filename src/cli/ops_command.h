@@ -1,0 +1,32 @@
+// Output of `kvtier du`, `kvtier fsck` and `kvtier gc` (text and JSON), and
+// the duration and size parsers their flags use.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "kvtier/ops.h"
+
+namespace kvtier::internal {
+
+// "90", "90s", "15m", "2h", "7d" -> seconds.
+Result<uint64_t> ParseDurationS(std::string_view text);
+// "1048576", "512K", "10G", "1.5T", "10GiB" -> bytes (binary units).
+Result<uint64_t> ParseSizeBytes(std::string_view text);
+std::string HumanSize(uint64_t bytes);
+
+nlohmann::json DuJson(const DuReport& r);
+std::string DuText(const DuReport& r);
+nlohmann::json FsckJson(const FsckReport& r);
+std::string FsckText(const FsckReport& r);
+nlohmann::json GcJson(const GcReport& r);
+std::string GcText(const GcReport& r);
+
+// A one-line progress display for stderr ("\r" updates), or nothing when
+// stderr is not a terminal.
+std::function<void(const ScanProgress&)> MakeProgressBar(std::string_view what);
+
+}  // namespace kvtier::internal

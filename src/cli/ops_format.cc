@@ -1,0 +1,160 @@
+// Text and JSON forms of the operators' reports.
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <map>
+#include <sstream>
+
+#include "cli/ops_command.h"
+
+namespace kvtier::internal {
+
+Result<uint64_t> ParseDurationS(std::string_view text) {
+  size_t digits = 0;
+  while (digits < text.size() && text[digits] >= '0' && text[digits] <= '9') ++digits;
+  const std::string_view unit = text.substr(digits);
+  if (digits == 0 || digits > 12) return InvalidArgument("not a duration: '" + std::string(text) + "' (e.g. 90s, 15m, 2h, 7d)");
+  const uint64_t n = std::stoull(std::string(text.substr(0, digits)));
+  if (unit.empty() || unit == "s") return n;
+  if (unit == "m") return n * 60;
+  if (unit == "h") return n * 3600;
+  if (unit == "d") return n * 86400;
+  return InvalidArgument("unknown duration unit in '" + std::string(text) + "' (s, m, h, d)");
+}
+
+Result<uint64_t> ParseSizeBytes(std::string_view text) {
+  size_t end = 0;
+  while (end < text.size() && ((text[end] >= '0' && text[end] <= '9') || text[end] == '.')) ++end;
+  std::string unit(text.substr(end));
+  if (unit.size() == 3 && unit.substr(1) == "iB") unit = unit.substr(0, 1);
+  if (unit.size() == 2 && unit[1] == 'B') unit = unit.substr(0, 1);
+  static const std::map<std::string, double> kUnits = {{"", 1}, {"B", 1}, {"K", 1024.0}, {"M", 1048576.0},
+                                                       {"G", 1073741824.0}, {"T", 1099511627776.0}};
+  auto it = kUnits.find(unit);
+  if (end == 0 || it == kUnits.end()) return InvalidArgument("not a size: '" + std::string(text) + "' (e.g. 500M, 10G, 2T)");
+  const double value = std::strtod(std::string(text.substr(0, end)).c_str(), nullptr) * it->second;
+  if (!(value >= 0) || value > 1.8e19) return InvalidArgument("size out of range: '" + std::string(text) + "'");
+  return static_cast<uint64_t>(value);
+}
+
+std::string HumanSize(uint64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1024 && u < 5) v /= 1024, ++u;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", v, units[u]);
+  return buf;
+}
+
+static std::string Age(int64_t unix_s) {
+  if (unix_s == 0) return "-";
+  const int64_t age = std::time(nullptr) - unix_s;
+  if (age < 120) return std::to_string(age) + "s ago";
+  if (age < 7200) return std::to_string(age / 60) + "m ago";
+  if (age < 172800) return std::to_string(age / 3600) + "h ago";
+  return std::to_string(age / 86400) + "d ago";
+}
+
+nlohmann::json DuJson(const DuReport& r) {
+  nlohmann::json list = nlohmann::json::array();
+  for (const NamespaceUsage& u : r.namespaces) {
+    list.push_back({{"dir", u.dir}, {"model", u.model}, {"digest", u.digest}, {"has_config", u.has_config},
+                    {"config", {{"tokens_per_hash", u.tokens_per_hash}, {"blocks_per_file", u.blocks_per_file},
+                                {"dtype", u.dtype}, {"tp_size", u.tp_size}, {"groups", u.groups}}},
+                    {"ranks", u.ranks}, {"blocks", u.blocks}, {"bytes", u.bytes}, {"tmp_files", u.tmp_files},
+                    {"newest_activity", u.newest_activity}, {"oldest_activity", u.oldest_activity},
+                    {"live_leases", u.live_leases}});
+  }
+  return {{"namespaces", list}, {"total_bytes", r.total_bytes}, {"total_blocks", r.total_blocks},
+          {"files_scanned", r.files_scanned}};
+}
+
+std::string DuText(const DuReport& r) {
+  std::ostringstream out;
+  char line[512];
+  std::snprintf(line, sizeof line, "%-52s %10s %11s %5s %6s %-12s %-10s %s\n", "NAMESPACE", "BLOCKS", "BYTES", "TMP",
+                "LEASES", "NEWEST", "DTYPE", "TOKENS/HASH x BLOCKS/FILE");
+  out << line;
+  for (const NamespaceUsage& u : r.namespaces) {
+    std::snprintf(line, sizeof line, "%-52s %10llu %11s %5llu %6llu %-12s %-10s %lld x %lld\n", u.dir.c_str(),
+                  static_cast<unsigned long long>(u.blocks), HumanSize(u.bytes).c_str(),
+                  static_cast<unsigned long long>(u.tmp_files), static_cast<unsigned long long>(u.live_leases),
+                  Age(u.newest_activity).c_str(), u.dtype.empty() ? "?" : u.dtype.c_str(),
+                  static_cast<long long>(u.tokens_per_hash), static_cast<long long>(u.blocks_per_file));
+    out << line;
+  }
+  out << "total: " << r.namespaces.size() << " namespaces, " << r.total_blocks << " blocks, "
+      << HumanSize(r.total_bytes) << " (" << r.files_scanned << " files scanned)\n";
+  return out.str();
+}
+
+nlohmann::json FsckJson(const FsckReport& r) {
+  nlohmann::json findings = nlohmann::json::array();
+  std::map<std::string, uint64_t> by_kind;
+  uint64_t repaired = 0;
+  for (const Finding& f : r.findings) {
+    findings.push_back({{"kind", FindingKindName(f.kind)}, {"path", f.path}, {"rule", f.rule},
+                        {"action", RepairActionName(f.action)}, {"detail", f.detail}});
+    ++by_kind[std::string(FindingKindName(f.kind))];
+    repaired += f.action != RepairAction::kNone;
+  }
+  return {{"findings", findings},
+          {"summary", {{"files_scanned", r.files_scanned}, {"blocks_checked", r.blocks_checked},
+                       {"blocks_verified", r.blocks_verified}, {"findings", r.findings.size()},
+                       {"by_kind", by_kind}, {"repaired", repaired}, {"left", r.findings.size() - repaired},
+                       {"exit_code", r.ExitCode()}}}};
+}
+
+std::string FsckText(const FsckReport& r) {
+  std::ostringstream out;
+  for (const Finding& f : r.findings) {
+    out << FindingKindName(f.kind) << " (" << f.rule << ") " << f.path;
+    if (!f.detail.empty()) out << ": " << f.detail;
+    if (f.action != RepairAction::kNone) out << " [" << RepairActionName(f.action) << "]";
+    out << "\n";
+  }
+  const nlohmann::json summary = FsckJson(r)["summary"];
+  out << "fsck: " << r.files_scanned << " files, " << r.blocks_checked << " blocks checked";
+  if (r.blocks_verified) out << ", " << r.blocks_verified << " verified";
+  out << "; " << r.findings.size() << " findings, " << summary["repaired"].get<uint64_t>() << " repaired -> "
+      << (r.ExitCode() == 0 ? "clean" : r.ExitCode() == 1 ? "repaired" : "problems left") << "\n";
+  return out.str();
+}
+
+nlohmann::json GcJson(const GcReport& r) {
+  nlohmann::json list = nlohmann::json::array();
+  for (const Reclaimed& x : r.reclaimed) list.push_back({{"path", x.path}, {"bytes", x.bytes}, {"reason", x.reason}});
+  return {{"dry_run", r.dry_run}, {"reclaimed", list}, {"bytes_reclaimed", r.bytes_reclaimed},
+          {"files_scanned", r.files_scanned}};
+}
+
+std::string GcText(const GcReport& r) {
+  std::ostringstream out;
+  std::map<std::string, std::pair<uint64_t, uint64_t>> by_reason;
+  for (const Reclaimed& x : r.reclaimed) {
+    out << (r.dry_run ? "would remove " : "removed ") << x.path << " (" << HumanSize(x.bytes) << ", " << x.reason << ")\n";
+    by_reason[x.reason].first++;
+    by_reason[x.reason].second += x.bytes;
+  }
+  out << "gc" << (r.dry_run ? " (dry run)" : "") << ": " << r.reclaimed.size() << " files, "
+      << HumanSize(r.bytes_reclaimed) << (r.dry_run ? " reclaimable" : " reclaimed");
+  for (const auto& [reason, c] : by_reason) out << "; " << reason << " " << c.first;
+  out << " (" << r.files_scanned << " files scanned)\n";
+  return out.str();
+}
+
+std::function<void(const ScanProgress&)> MakeProgressBar(std::string_view what) {
+  if (!isatty(STDERR_FILENO)) return nullptr;
+  const auto start = std::chrono::steady_clock::now();
+  return [what = std::string(what), start](const ScanProgress& p) {
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::fprintf(stderr, "\r%s: %llu files, %s, %.0f files/s   ", what.c_str(),
+                 static_cast<unsigned long long>(p.files), HumanSize(p.bytes).c_str(), s > 0 ? p.files / s : 0.0);
+  };
+}
+
+}  // namespace kvtier::internal

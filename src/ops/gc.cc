@@ -1,0 +1,141 @@
+// gc: reclaims orphaned namespaces, enforces a capacity bound by least recent
+// use, and always removes stale temp/probe files and short (corrupt) blocks.
+// Only layout files are deleted, each only if it is still the file scanned.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <ctime>
+#include <set>
+
+#include "ops/ops_internal.h"
+
+namespace kvtier {
+namespace internal {
+namespace {
+
+class GcRun {
+ public:
+  GcRun(const GcOptions& o, GcReport* report) : o_(o), report_(report), now_(std::time(nullptr)) {}
+
+  void Run(TreeScan& scan) {
+    const std::set<std::string> keep(o_.keep.begin(), o_.keep.end());
+    std::vector<const ScannedFile*> candidates;  // blocks eligible for capacity eviction
+    uint64_t total = 0;
+    for (auto& [name, ns] : scan.namespaces) {
+      const bool kept = keep.count(name) > 0;
+      if (!kept) Always(ns);
+      uint64_t ns_bytes = 0;
+      for (const ScannedFile& b : ns.blocks) ns_bytes += b.size;
+      if (kept) {
+        total += ns_bytes;
+        continue;
+      }
+      if (Orphaned(ns)) {
+        ReclaimNamespace(ns);
+        continue;
+      }
+      total += ns_bytes;
+      for (const ScannedFile& b : ns.blocks) candidates.push_back(&b);
+    }
+    if (o_.max_bytes) Capacity(candidates, total);
+  }
+
+ private:
+  void Reclaim(const ScannedFile& f, const char* reason) {
+    if (!o_.dry_run && !RemoveIfUnchanged(o_.root, f)) return;  // changed under us: keep it
+    report_->reclaimed.push_back({f.rel, f.size, reason});
+    report_->bytes_reclaimed += f.size;
+  }
+
+  // Stale temp and probe files (L81, L82) and short blocks (L65, L80).
+  void Always(NsScan& ns) {
+    for (const ScannedFile& t : ns.tmps) {
+      if (now_ - t.mtime >= static_cast<int64_t>(o_.tmp_grace_s)) Reclaim(t, "stale_tmp");
+    }
+    for (const ScannedFile& p : ns.probes) {
+      if (now_ - p.mtime >= static_cast<int64_t>(o_.tmp_grace_s)) Reclaim(p, "stale_tmp");
+    }
+    const uint64_t row = MostCommonSize(ns);
+    auto short_block = [&](const ScannedFile& b) { return b.size < row; };
+    for (const ScannedFile& b : ns.blocks) {
+      if (short_block(b)) Reclaim(b, "corrupt");
+    }
+    ns.blocks.erase(std::remove_if(ns.blocks.begin(), ns.blocks.end(), short_block), ns.blocks.end());
+  }
+
+  // L92: no live lease and no activity within --older-than.
+  bool Orphaned(const NsScan& ns) const {
+    if (!o_.older_than_s || LiveLeases(ns, o_.lease_ttl_s, now_) > 0) return false;
+    int64_t newest = 0;
+    for (const ScannedFile& b : ns.blocks) newest = std::max(newest, b.activity());
+    for (const ScannedFile& t : ns.tmps) newest = std::max(newest, t.mtime);
+    for (const ScannedFile& l : ns.leases) newest = std::max(newest, l.mtime);
+    return now_ - newest >= static_cast<int64_t>(*o_.older_than_s);
+  }
+
+  void ReclaimNamespace(const NsScan& ns) {
+    for (const ScannedFile& b : ns.blocks) Reclaim(b, "orphaned_namespace");
+    for (const ScannedFile& l : ns.leases) Reclaim(l, "orphaned_namespace");
+    if (ns.has_config) {
+      ScannedFile config;
+      config.rel = ns.dir + "/config.json";
+      struct stat st;
+      if (lstat((o_.root + "/" + config.rel).c_str(), &st) == 0) {
+        config.size = static_cast<uint64_t>(st.st_size), config.ino = st.st_ino, config.dev = st.st_dev;
+        Reclaim(config, "orphaned_namespace");
+      }
+    }
+    if (!o_.dry_run) RemoveEmptyDirs(ns);
+  }
+
+  // Directories left empty, deepest first; a directory with a stray file in
+  // it (or a fresh write) is not empty and stays.
+  void RemoveEmptyDirs(const NsScan& ns) {
+    std::set<std::string, std::greater<>> dirs;
+    for (const ScannedFile& b : ns.blocks) {
+      for (size_t at = b.rel.rfind('/'); at != std::string::npos && at > 0; at = b.rel.rfind('/', at - 1)) {
+        dirs.insert(b.rel.substr(0, at));
+      }
+    }
+    for (int64_t rank : ns.ranks) dirs.insert(ns.dir + "_r" + std::to_string(rank));
+    dirs.insert(ns.dir + "/.kvtier/leases");
+    dirs.insert(ns.dir + "/.kvtier");
+    dirs.insert(ns.dir);
+    for (const std::string& d : dirs) rmdir((o_.root + "/" + d).c_str());  // fails harmlessly when not empty
+  }
+
+  void Capacity(std::vector<const ScannedFile*>& blocks, uint64_t total) {
+    const uint64_t low = std::min(o_.low_water_bytes.value_or(*o_.max_bytes), *o_.max_bytes);
+    if (total <= *o_.max_bytes) return;
+    std::sort(blocks.begin(), blocks.end(),
+              [](const ScannedFile* a, const ScannedFile* b) { return a->activity() < b->activity(); });
+    for (const ScannedFile* b : blocks) {
+      if (total <= low) break;
+      const uint64_t before = report_->bytes_reclaimed;
+      Reclaim(*b, "capacity");
+      total -= report_->bytes_reclaimed - before;
+    }
+  }
+
+  const GcOptions& o_;
+  GcReport* report_;
+  int64_t now_;
+};
+
+}  // namespace
+}  // namespace internal
+
+Result<GcReport> Gc(const GcOptions& options) {
+  if (options.max_bytes && options.low_water_bytes && *options.low_water_bytes > *options.max_bytes) {
+    return InvalidArgument("--low-water must not exceed --max-bytes");
+  }
+  KVTIER_ASSIGN_OR_RETURN(internal::TreeScan scan, internal::ScanTree(options));
+  GcReport report;
+  report.dry_run = options.dry_run;
+  report.files_scanned = scan.files;
+  internal::GcRun(options, &report).Run(scan);
+  return report;
+}
+
+}  // namespace kvtier

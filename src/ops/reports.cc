@@ -1,0 +1,120 @@
+// du and fsck over a TreeScan.
+#include <fcntl.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <ctime>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "hash/digest.h"
+#include "layout/py_json.h"
+#include "ops/ops_internal.h"
+#include "ops/scan.h"
+#include "util/crc32c.h"
+#include "util/hex.h"
+
+namespace kvtier {
+namespace internal {
+
+ConfigInfo ParseConfig(const NsScan& ns) {
+  ConfigInfo info;
+  if (!ns.has_config) return info;
+  nlohmann::json fields = nlohmann::json::parse(ns.config_text, nullptr, /*allow_exceptions=*/false);
+  if (fields.is_discarded() || !fields.is_object()) return info;
+  info.parses = true;
+  auto canonical = PyJsonDumpsCompact(fields);
+  if (canonical.ok()) {
+    uint8_t sha[32];
+    Sha256({reinterpret_cast<const uint8_t*>(canonical->data()), canonical->size()}, sha);
+    info.digest_matches = HexEncode(sha).substr(0, 12) == ns.digest;
+  }
+  auto get_int = [&](const char* key) {
+    return fields.contains(key) && fields[key].is_number_integer() ? fields[key].get<int64_t>() : -1;
+  };
+  info.tokens_per_hash = get_int("tokens_per_hash");
+  info.blocks_per_file = get_int("blocks_per_file");
+  info.tp_size = get_int("tp_size");
+  if (fields.contains("model_name") && fields["model_name"].is_string()) info.model = fields["model_name"];
+  if (fields.contains("dtype") && fields["dtype"].is_string()) info.dtype = fields["dtype"];
+  if (fields.contains("kv_cache_groups") && fields["kv_cache_groups"].is_array()) {
+    info.groups = static_cast<int64_t>(fields["kv_cache_groups"].size());
+  }
+  return info;
+}
+
+uint64_t LiveLeases(const NsScan& ns, uint64_t ttl_s, int64_t now) {
+  uint64_t live = 0;
+  for (const ScannedFile& l : ns.leases) live += now - l.mtime <= static_cast<int64_t>(ttl_s);
+  return live;
+}
+
+uint64_t MostCommonSize(const NsScan& ns) {
+  std::map<uint64_t, uint64_t> counts;
+  for (const ScannedFile& b : ns.blocks) ++counts[b.size];
+  uint64_t best = 0, best_count = 0;
+  for (auto [size, count] : counts) {
+    if (count > best_count) best = size, best_count = count;
+  }
+  return best;
+}
+
+}  // namespace internal
+
+Result<DuReport> Du(const ScanOptions& options) {
+  KVTIER_ASSIGN_OR_RETURN(internal::TreeScan scan, internal::ScanTree(options));
+  DuReport report;
+  report.files_scanned = scan.files;
+  const int64_t now = std::time(nullptr);
+  for (const auto& [name, ns] : scan.namespaces) {
+    NamespaceUsage u;
+    u.dir = name;
+    u.digest = ns.digest;
+    u.has_config = ns.has_config;
+    internal::ConfigInfo info = internal::ParseConfig(ns);
+    u.model = info.model.empty() ? name.substr(0, name.size() - 13) : info.model;
+    u.tokens_per_hash = info.tokens_per_hash;
+    u.blocks_per_file = info.blocks_per_file;
+    u.tp_size = info.tp_size;
+    u.groups = info.groups;
+    u.dtype = info.dtype;
+    u.ranks = ns.ranks;
+    u.blocks = ns.blocks.size();
+    u.tmp_files = ns.tmps.size();
+    for (const auto& b : ns.blocks) {
+      u.bytes += b.size;
+      u.newest_activity = std::max(u.newest_activity, b.activity());
+      u.oldest_activity = u.oldest_activity == 0 ? b.activity() : std::min(u.oldest_activity, b.activity());
+    }
+    u.live_leases = internal::LiveLeases(ns, internal::kDefaultLeaseTtlS, now);
+    report.total_bytes += u.bytes;
+    report.total_blocks += u.blocks;
+    report.namespaces.push_back(std::move(u));
+  }
+  return report;
+}
+
+std::string_view FindingKindName(FindingKind kind) {
+  static constexpr std::string_view kNames[] = {"config_missing", "config_torn", "config_digest_mismatch",
+                                                "bad_name", "size_mismatch", "crc_mismatch", "stale_tmp",
+                                                "probe_leftover", "stray_file", "empty_dir"};
+  return kNames[static_cast<int>(kind)];
+}
+
+std::string_view RepairActionName(RepairAction action) {
+  switch (action) {
+    case RepairAction::kNone: return "none";
+    case RepairAction::kRemoved: return "removed";
+    case RepairAction::kQuarantined: return "quarantined";
+  }
+  return "none";
+}
+
+int FsckReport::ExitCode() const {
+  bool left = false, repaired = false;
+  for (const Finding& f : findings) (f.action == RepairAction::kNone ? left : repaired) = true;
+  return left ? 4 : repaired ? 1 : 0;
+}
+
+}  // namespace kvtier

@@ -1,0 +1,144 @@
+// `kvtier du`, `kvtier fsck`, `kvtier gc`: flag wiring over src/ops and the
+// report formatters in src/cli/ops_command.h.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <iostream>
+
+#include "cli/ops_command.h"
+#include "commands.h"
+
+namespace kvtier::internal {
+namespace {
+
+struct CommonFlags {
+  std::string root;
+  int jobs = 8;
+  bool force = false;
+  bool json = false;
+  std::string tmp_grace = "1h";
+};
+
+void AddCommon(CLI::App* cmd, CommonFlags* f) {
+  cmd->add_option("ROOT", f->root, "The root_dir shared by the instances")->required();
+  cmd->add_option("--jobs", f->jobs, "Walker threads")->capture_default_str()->check(CLI::Range(1, 256));
+  cmd->add_flag("--force", f->force, "Scan a directory that does not look like a kvtier/vLLM root");
+  cmd->add_flag("--json", f->json, "Machine-readable output");
+}
+
+// Fills the scan options; false (after printing) on a bad flag value.
+bool Fill(const CommonFlags& f, std::string_view cmd, ScanOptions* o) {
+  o->root = f.root;
+  o->jobs = f.jobs;
+  o->force = f.force;
+  auto grace = ParseDurationS(f.tmp_grace);
+  if (!grace.ok()) {
+    std::fprintf(stderr, "kvtier %s: --tmp-grace: %s\n", std::string(cmd).c_str(), grace.status().message().c_str());
+    return false;
+  }
+  o->tmp_grace_s = *grace;
+  if (!f.json) o->progress = MakeProgressBar(std::string("kvtier ") + std::string(cmd));
+  return true;
+}
+
+template <class Report>
+int Emit(const Result<Report>& r, std::string_view cmd, bool json, bool progress_shown,
+         nlohmann::json (*to_json)(const Report&), std::string (*to_text)(const Report&)) {
+  if (progress_shown) std::fputs("\n", stderr);
+  if (!r.ok()) {
+    std::fprintf(stderr, "kvtier %s: %s\n", std::string(cmd).c_str(), r.status().ToString().c_str());
+    return r.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  std::cout << (json ? to_json(*r).dump(2) + "\n" : to_text(*r));
+  return 0;
+}
+
+void RegisterDu(CLI::App* app, CliContext* ctx) {
+  auto f = std::make_shared<CommonFlags>();
+  CLI::App* du = app->add_subcommand("du", "Usage per namespace of a shared root_dir");
+  AddCommon(du, f.get());
+  du->callback([f, ctx] {
+    ScanOptions o;
+    if (!Fill(*f, "du", &o)) return void(ctx->exit_code = 2);
+    ctx->exit_code = Emit<DuReport>(Du(o), "du", f->json, o.progress != nullptr, &DuJson, &DuText);
+  });
+}
+
+void RegisterFsck(CLI::App* app, CliContext* ctx) {
+  auto f = std::make_shared<CommonFlags>();
+  auto repair = std::make_shared<bool>(false);
+  auto verify = std::make_shared<bool>(false);
+  auto row_bytes = std::make_shared<std::string>();
+  CLI::App* fsck = app->add_subcommand("fsck", "Check a root_dir against the layout rules (exit 0/1/4/8 as e2fsck)");
+  AddCommon(fsck, f.get());
+  fsck->add_flag("--repair", *repair, "Remove or quarantine what is broken (layout files only)");
+  fsck->add_flag("--verify-data", *verify, "Read every block and check its CRC32C");
+  fsck->add_option("--tmp-grace", f->tmp_grace, "Temp and probe files younger than this are in flight")->capture_default_str();
+  fsck->add_option("--row-bytes", *row_bytes, "Expected block size (default: each namespace's most common size)");
+  fsck->callback([=] {
+    FsckOptions o;
+    if (!Fill(*f, "fsck", &o)) return void(ctx->exit_code = 8);
+    o.repair = *repair;
+    o.verify_data = *verify;
+    if (!row_bytes->empty()) {
+      auto size = ParseSizeBytes(*row_bytes);
+      if (!size.ok()) return void((std::fprintf(stderr, "kvtier fsck: --row-bytes: %s\n", size.status().message().c_str()), ctx->exit_code = 8));
+      o.row_bytes = *size;
+    }
+    Result<FsckReport> r = Fsck(o);
+    const int rc = Emit<FsckReport>(r, "fsck", f->json, o.progress != nullptr, &FsckJson, &FsckText);
+    ctx->exit_code = rc != 0 ? 8 : r->ExitCode();  // operational errors are 8, as e2fsck's
+  });
+}
+
+void RegisterGc(CLI::App* app, CliContext* ctx) {
+  auto f = std::make_shared<CommonFlags>();
+  auto dry_run = std::make_shared<bool>(false);
+  auto older = std::make_shared<std::string>(), max_bytes = std::make_shared<std::string>(),
+       low_water = std::make_shared<std::string>();
+  auto keep = std::make_shared<std::vector<std::string>>();
+  CLI::App* gc = app->add_subcommand("gc", "Reclaim orphaned namespaces, stale temp files, corrupt blocks, capacity");
+  AddCommon(gc, f.get());
+  gc->add_flag("--dry-run", *dry_run, "Print what would be removed; change nothing");
+  gc->add_option("--older-than", *older, "Reclaim namespaces with no live lease and no use for this long (e.g. 7d)");
+  gc->add_option("--max-bytes", *max_bytes, "Delete least-recently-used blocks until under this (e.g. 500G)");
+  gc->add_option("--low-water", *low_water, "With --max-bytes: delete down to this");
+  gc->add_option("--keep", *keep, "A namespace directory never to touch (repeatable)");
+  gc->add_option("--tmp-grace", f->tmp_grace, "Temp and probe files younger than this are in flight")->capture_default_str();
+  gc->callback([=] {
+    GcOptions o;
+    if (!Fill(*f, "gc", &o)) return void(ctx->exit_code = 2);
+    o.dry_run = *dry_run;
+    for (std::string k : *keep) {
+      while (k.size() > 1 && k.back() == '/') k.pop_back();
+      o.keep.push_back(k.substr(k.rfind('/') + 1));  // a path or a bare directory name
+    }
+    auto parse = [&](const std::string& text, auto parser, auto* out, const char* flag) {
+      if (text.empty()) return true;
+      auto v = parser(text);
+      if (!v.ok()) std::fprintf(stderr, "kvtier gc: %s: %s\n", flag, v.status().message().c_str());
+      if (v.ok()) *out = *v;
+      return v.ok();
+    };
+    if (!parse(*older, ParseDurationS, &o.older_than_s, "--older-than") ||
+        !parse(*max_bytes, ParseSizeBytes, &o.max_bytes, "--max-bytes") ||
+        !parse(*low_water, ParseSizeBytes, &o.low_water_bytes, "--low-water")) {
+      return void(ctx->exit_code = 2);
+    }
+    if (o.low_water_bytes && !o.max_bytes) {
+      std::fprintf(stderr, "kvtier gc: --low-water needs --max-bytes\n");
+      return void(ctx->exit_code = 2);
+    }
+    ctx->exit_code = Emit<GcReport>(Gc(o), "gc", f->json, o.progress != nullptr, &GcJson, &GcText);
+  });
+}
+
+}  // namespace
+
+void RegisterOpsCommands(CLI::App* app, CliContext* ctx) {
+  RegisterDu(app, ctx);
+  RegisterFsck(app, ctx);
+  RegisterGc(app, ctx);
+}
+
+}  // namespace kvtier::internal
