@@ -4,6 +4,7 @@
 #include <sys/xattr.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <ctime>
@@ -61,6 +62,9 @@ class FsckRun {
     for (const std::string& s : ns.strays) Add(FindingKind::kStrayFile, s, "L90", RepairAction::kNone, "");
     for (const std::string& d : ns.empty_dirs) {
       const bool removed = o_.repair && rmdir((o_.root + "/" + d).c_str()) == 0;
+      // A <hh>_g<g> directory was the last entry of its <hhh> parent: that
+      // one is empty now too (rmdir fails harmlessly if a writer got there).
+      if (removed && std::count(d.begin(), d.end(), '/') == 2) rmdir((o_.root + "/" + d.substr(0, d.rfind('/'))).c_str());
       Add(FindingKind::kEmptyDir, d, "L91", removed ? RepairAction::kRemoved : RepairAction::kNone, "");
     }
   }
@@ -72,7 +76,14 @@ class FsckRun {
     report_->findings.push_back({kind, std::move(path), rule, action, std::move(detail)});
   }
   RepairAction Remove(const ScannedFile& f) {
-    return o_.repair && RemoveIfUnchanged(o_.root, f) ? RepairAction::kRemoved : RepairAction::kNone;
+    if (!o_.repair || !RemoveIfUnchanged(o_.root, f)) return RepairAction::kNone;
+    // Shard directories the removal emptied go too, so one pass leaves a
+    // clean tree (rmdir fails harmlessly on a directory that is not empty).
+    const std::string dir2 = f.rel.substr(0, f.rel.rfind('/'));
+    if (std::count(f.rel.begin(), f.rel.end(), '/') == 3 && rmdir((o_.root + "/" + dir2).c_str()) == 0) {
+      rmdir((o_.root + "/" + dir2.substr(0, dir2.rfind('/'))).c_str());
+    }
+    return RepairAction::kRemoved;
   }
   void Aged(const ScannedFile& f, FindingKind kind, const char* rule) {
     if (now_ - f.mtime < static_cast<int64_t>(o_.tmp_grace_s)) return;  // may be a write in flight

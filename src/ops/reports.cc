@@ -54,8 +54,8 @@ uint64_t MostCommonSize(const NsScan& ns) {
   std::map<uint64_t, uint64_t> counts;
   for (const ScannedFile& b : ns.blocks) ++counts[b.size];
   uint64_t best = 0, best_count = 0;
-  for (auto [size, count] : counts) {
-    if (count > best_count) best = size, best_count = count;
+  for (auto [size, count] : counts) {  // ascending: on a tie the larger size wins (short files are torn ones)
+    if (count >= best_count) best = size, best_count = count;
   }
   return best;
 }
