@@ -18,11 +18,25 @@
 namespace kvtier::internal {
 namespace {
 
-Status MkdirAll(const std::string& path) {
+// Creates path and its missing parents. With `durable`, the parent of each
+// directory created is fsynced so the new entry survives power loss.
+Status MkdirAll(const std::string& path, bool durable) {
   for (size_t at = 1; at <= path.size(); ++at) {
     if (at != path.size() && path[at] != '/') continue;
     std::string prefix = path.substr(0, at);
-    if (mkdir(prefix.c_str(), 0777) != 0 && errno != EEXIST) return ErrnoToStatus(errno, "mkdir " + prefix);
+    if (mkdir(prefix.c_str(), 0777) == 0) {
+      if (durable) {
+        const size_t slash = prefix.rfind('/');
+        const std::string parent = slash == 0 ? "/" : slash == std::string::npos ? "." : prefix.substr(0, slash);
+        int fd = open(parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (fd >= 0) {
+          fsync(fd);
+          close(fd);
+        }
+      }
+    } else if (errno != EEXIST) {
+      return ErrnoToStatus(errno, "mkdir " + prefix);
+    }
   }
   struct stat st;
   if (stat(path.c_str(), &st) != 0) return ErrnoToStatus(errno, "stat " + path);
@@ -127,8 +141,9 @@ Result<std::unique_ptr<FsTier>> OpenFsTierWithBackend(const FsTierOpenOptions& o
   KVTIER_RETURN_IF_ERROR(ValidateOptions(o));
   KVTIER_ASSIGN_OR_RETURN(Namespace ns, Namespace::Create(o.ns));
   const std::string ns_dir = JoinRoot(o.root_dir, ns.dir_name());
-  KVTIER_RETURN_IF_ERROR(MkdirAll(ns_dir));
-  KVTIER_RETURN_IF_ERROR(MkdirAll(JoinRoot(o.root_dir, ns.block_dir_name())));
+  const bool durable = o.durability == Durability::kFull;
+  KVTIER_RETURN_IF_ERROR(MkdirAll(ns_dir, durable));
+  KVTIER_RETURN_IF_ERROR(MkdirAll(JoinRoot(o.root_dir, ns.block_dir_name()), durable));
   auto shared = std::make_unique<TierShared>();
   shared->tmp_base = RandomU63();
   KVTIER_RETURN_IF_ERROR(WriteConfigOnce(ns_dir, ns.config_json(), shared->tmp_base));

@@ -20,15 +20,21 @@ Result<std::unique_ptr<Lease>> Lease::Acquire(const std::string& ns_dir, uint64_
   char host[256] = "host";
   gethostname(host, sizeof host - 1);
   const std::string path = dir + "/" + host + "-" + std::to_string(getpid()) + "-" + std::to_string(unique % 100000) + ".lease";
-  int fd = open(path.c_str(), O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoToStatus(errno, "create " + path);
+  // Written through a temp name and renamed, so a reader never sees half a lease.
+  const std::string tmp = path + ".tmp";
+  int fd = open(tmp.c_str(), O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoToStatus(errno, "create " + tmp);
   const std::string body = "{\"host\": \"" + std::string(host) + "\", \"pid\": " + std::to_string(getpid()) +
                            ", \"started\": " + std::to_string(std::time(nullptr)) +
                            ", \"refresh_s\": " + std::to_string(kLeaseRefreshS) +
                            ", \"ttl_s\": " + std::to_string(kDefaultLeaseTtlS) + "}\n";
   const bool written = write(fd, body.data(), body.size()) == static_cast<ssize_t>(body.size());
   close(fd);
-  if (!written) return ErrnoToStatus(errno == 0 ? EIO : errno, "write " + path);
+  if (!written || rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno == 0 ? EIO : errno;
+    unlink(tmp.c_str());
+    return ErrnoToStatus(err, "write " + path);
+  }
   std::unique_ptr<Lease> lease(new Lease(path));
   lease->refresher_ = std::thread([l = lease.get()] { l->Refresh(); });
   return lease;

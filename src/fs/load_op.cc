@@ -117,7 +117,7 @@ class LoadOp final : public FsBlockOp {
   void AfterXattr(int64_t res) {
     if (res == 4) {
       has_crc_ = true;
-    } else if (res >= 0 && res != 4) {
+    } else if ((res >= 0 && res != 4) || res == -ERANGE) {  // ERANGE: longer than our buffer
       return Close(KeyOutcome::kCorrupt, Corruption(path_ + ": CRC attribute of " + std::to_string(res) + " bytes"),
                    /*unlink=*/true);
     } else if (res != -ENODATA && res != -EOPNOTSUPP && res != -ENOTSUP) {

@@ -27,6 +27,8 @@ class StoreOp final : public FsBlockOp {
     shard2_ = shard1_ + "/" + path.shard2;
     dest_ = shard2_ + "/" + path.file;
     block_dir_ = std::move(path.block_dir);
+    root_dir_ = block_dir_.substr(0, block_dir_.rfind('/'));
+    if (root_dir_.empty()) root_dir_ = "/";
     direct_ = shared_->o_direct && DirectIoAligned(row.data(), row.size());
     NewTempName();
   }
@@ -84,7 +86,7 @@ class StoreOp final : public FsBlockOp {
       case kCloseDir:
         if (sync_dir_res_ < 0) return Finish(sync_dir_res_, std::string("fsync ") + SyncDirPath());
         // Directories this store created must be durable in their parents too.
-        if (++sync_dir_level_ < (mkdirs_done_ ? 3 : 1)) return Go(kOpenDir);
+        if (++sync_dir_level_ < (mkdirs_done_ ? 4 : 1)) return Go(kOpenDir);
         return Finish(0, "");
       case kUnlinkTmp: return Go(kDone);
       case kDone: return;
@@ -106,7 +108,12 @@ class StoreOp final : public FsBlockOp {
   // Durability full fsyncs the file's directory, then (when this store
   // created them) the shard directories' parents.
   const char* SyncDirPath() const {
-    return sync_dir_level_ == 0 ? shard2_.c_str() : sync_dir_level_ == 1 ? shard1_.c_str() : block_dir_.c_str();
+    switch (sync_dir_level_) {
+      case 0: return shard2_.c_str();
+      case 1: return shard1_.c_str();
+      case 2: return block_dir_.c_str();
+      default: return root_dir_.c_str();  // in case this store created the block directory itself
+    }
   }
   const char* MkdirPath() const {
     return mkdir_level_ == 0 ? block_dir_.c_str() : mkdir_level_ == 1 ? shard1_.c_str() : shard2_.c_str();
@@ -195,7 +202,7 @@ class StoreOp final : public FsBlockOp {
 
   TierShared* shared_;
   std::span<const uint8_t> row_;
-  std::string block_dir_, shard1_, shard2_, dest_, tmp_;
+  std::string root_dir_, block_dir_, shard1_, shard2_, dest_, tmp_;
   uint8_t crc_be_[4];
   struct statx stx_{};
   State state_ = kStatDest;

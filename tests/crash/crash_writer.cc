@@ -1,0 +1,250 @@
+// crash_writer: the child process of store_crash_test. It opens an FsTier and
+// stores rows in a loop until it is killed, announcing on stdout:
+//
+//   READY <backend> <o_direct 0|1> <xattrs 0|1>   once the tier is open
+//   ACK <i>                                       key i is stored (kOk or kSkippedExists)
+//   NACK <i> <outcome>                            key i was not stored (error, dropped)
+//
+// Each job's lines go out in one write(2), after PollFinished returned the
+// job, so an ACK is printed only once the store is complete (C1: after the
+// rename, or the directory fsync in `full` mode). Key i and its row are the
+// pure functions of crash_rows.h, so the test can rebuild them from i alone.
+//
+// Usage: crash_writer --root DIR --seed N [--row-bytes B] [--backend uring|syscall|auto]
+//          [--durability none|file|full] [--first-key K] [--keys N] [--batch N]
+//          [--jobs N] [--threads N] [--o-direct 0|1] [--max-rows N]
+// Keys run first-key, first-key+1, ... modulo --keys; --max-rows (0: forever)
+// makes it exit 0 after that many rows, for manual runs.
+// Exit codes: 0 done (--max-rows), 2 bad usage or open failure, 77 the
+// requested io_uring backend is unavailable.
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "crash_rows.h"
+#include "kvtier/fs_tier.h"
+
+namespace {
+
+using kvtier::crash::CrashKey;
+
+struct Args {
+  std::string root;
+  uint64_t seed = 0;
+  bool have_seed = false;
+  uint64_t row_bytes = 65536;
+  kvtier::IoBackendKind backend = kvtier::IoBackendKind::kAuto;
+  kvtier::Durability durability = kvtier::Durability::kNone;
+  uint64_t first_key = 0;
+  uint64_t keys = uint64_t{1} << 40;
+  size_t batch = 8;
+  size_t jobs = 4;
+  int threads = 4;
+  uint64_t max_rows = 0;
+  bool o_direct = true;
+};
+
+[[noreturn]] void Usage(const std::string& why) {
+  std::fprintf(
+      stderr,
+      "crash_writer: %s\nusage: crash_writer --root DIR --seed N [--row-bytes B] "
+      "[--backend uring|syscall|auto] [--durability none|file|full] [--first-key K] [--keys N] "
+      "[--batch N] [--jobs N] [--threads N] [--o-direct 0|1] [--max-rows N]\n",
+      why.c_str());
+  std::exit(2);
+}
+
+uint64_t ParseU64(const std::string& flag, const char* text) {
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long v = std::strtoull(text, &end, 0);
+  if (errno != 0 || end == text || *end != '\0') Usage("bad number for " + flag + ": " + text);
+  return v;
+}
+
+Args ParseArgs(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (i + 1 >= argc) Usage("missing value for " + flag);
+    const char* v = argv[++i];
+    if (flag == "--root") {
+      a.root = v;
+    } else if (flag == "--seed") {
+      a.seed = ParseU64(flag, v);
+      a.have_seed = true;
+    } else if (flag == "--row-bytes") {
+      a.row_bytes = ParseU64(flag, v);
+    } else if (flag == "--backend") {
+      const std::string s = v;
+      if (s == "uring")
+        a.backend = kvtier::IoBackendKind::kUring;
+      else if (s == "syscall")
+        a.backend = kvtier::IoBackendKind::kSyscall;
+      else if (s == "auto")
+        a.backend = kvtier::IoBackendKind::kAuto;
+      else
+        Usage("bad --backend " + s);
+    } else if (flag == "--durability") {
+      const std::string s = v;
+      if (s == "none")
+        a.durability = kvtier::Durability::kNone;
+      else if (s == "file")
+        a.durability = kvtier::Durability::kFile;
+      else if (s == "full")
+        a.durability = kvtier::Durability::kFull;
+      else
+        Usage("bad --durability " + s);
+    } else if (flag == "--first-key") {
+      a.first_key = ParseU64(flag, v);
+    } else if (flag == "--keys") {
+      a.keys = ParseU64(flag, v);
+    } else if (flag == "--batch") {
+      a.batch = ParseU64(flag, v);
+    } else if (flag == "--jobs") {
+      a.jobs = ParseU64(flag, v);
+    } else if (flag == "--threads") {
+      a.threads = static_cast<int>(ParseU64(flag, v));
+    } else if (flag == "--o-direct") {
+      a.o_direct = ParseU64(flag, v) != 0;
+    } else if (flag == "--max-rows") {
+      a.max_rows = ParseU64(flag, v);
+    } else {
+      Usage("unknown flag " + flag);
+    }
+  }
+  if (a.root.empty()) Usage("--root is required");
+  if (!a.have_seed) Usage("--seed is required");
+  if (a.row_bytes == 0 || a.row_bytes % 4096 != 0)
+    Usage("--row-bytes must be a positive multiple of 4096");
+  if (a.keys == 0 || a.batch == 0 || a.jobs == 0 || a.threads < 1)
+    Usage("--keys, --batch, --jobs, --threads must be >= 1");
+  return a;
+}
+
+// Writes all of `text` to stdout with write(2): no stdio buffer that could be
+// lost or torn by the kill except for the line being written at that moment.
+void Emit(const std::string& text) {
+  const char* p = text.data();
+  size_t left = text.size();
+  while (left > 0) {
+    const ssize_t n = ::write(STDOUT_FILENO, p, left);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) std::exit(3);  // the reader is gone
+    p += n;
+    left -= static_cast<size_t>(n);
+  }
+}
+
+// One in-flight store job: `batch` page-aligned rows and their keys.
+struct Slot {
+  std::vector<uint8_t*> rows;
+  std::vector<uint64_t> indices;
+  std::vector<kvtier::OffloadKey> keys;
+  uint64_t job_id = 0;
+  bool busy = false;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Args args = ParseArgs(argc, argv);
+
+  kvtier::FsTierOpenOptions o;
+  o.root_dir = args.root;
+  o.ns = kvtier::crash::CrashSpec();
+  o.row_bytes = args.row_bytes;
+  o.n_read_threads = 2;
+  o.n_write_threads = args.threads;
+  o.durability = args.durability;
+  o.backend = args.backend;
+  o.o_direct = args.o_direct;
+  auto opened = kvtier::FsTier::Open(o);
+  if (!opened.ok()) {
+    std::fprintf(stderr, "crash_writer: open: %s\n", opened.status().ToString().c_str());
+    if (args.backend == kvtier::IoBackendKind::kUring &&
+        opened.status().code() == kvtier::StatusCode::kUnavailable) {
+      Emit("UNAVAILABLE\n");
+      return 77;
+    }
+    return 2;
+  }
+  std::unique_ptr<kvtier::FsTier> tier = std::move(opened).value();
+  Emit("READY " + std::string(tier->backend_name()) + " " + (tier->o_direct() ? "1" : "0") + " " +
+       (tier->xattrs_supported() ? "1" : "0") + "\n");
+
+  std::vector<Slot> slots(args.jobs);
+  for (Slot& s : slots) {
+    for (size_t r = 0; r < args.batch; ++r) {
+      auto* row = static_cast<uint8_t*>(std::aligned_alloc(4096, args.row_bytes));
+      if (row == nullptr) return 2;
+      s.rows.push_back(row);
+    }
+  }
+  std::unordered_map<uint64_t, Slot*> by_job;
+  uint64_t next = 0, submitted = 0, finished_rows = 0;
+  std::vector<kvtier::JobResult> done;
+  while (args.max_rows == 0 || finished_rows < args.max_rows) {
+    for (Slot& s : slots) {
+      if (s.busy || (args.max_rows != 0 && submitted >= args.max_rows)) continue;
+      s.indices.clear();
+      s.keys.clear();
+      std::vector<std::span<const uint8_t>> spans;
+      for (size_t r = 0; r < args.batch; ++r) {
+        const uint64_t i = (args.first_key + next++) % args.keys;
+        kvtier::crash::FillCrashRow(args.seed, i, {s.rows[r], args.row_bytes});
+        s.indices.push_back(i);
+        s.keys.push_back(CrashKey(i));
+        spans.emplace_back(s.rows[r], args.row_bytes);
+      }
+      auto id = tier->SubmitStore(s.keys, spans);
+      if (!id.ok()) {
+        std::fprintf(stderr, "crash_writer: submit: %s\n", id.status().ToString().c_str());
+        return 2;
+      }
+      s.job_id = id.value();
+      s.busy = true;
+      by_job[s.job_id] = &s;
+      submitted += args.batch;
+    }
+    done.clear();
+    if (tier->PollFinished(&done) == 0) {
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+      continue;
+    }
+    for (const kvtier::JobResult& job : done) {
+      auto it = by_job.find(job.job_id);
+      if (it == by_job.end()) continue;
+      Slot* s = it->second;
+      by_job.erase(it);
+      std::string lines;
+      for (size_t k = 0; k < job.keys.size(); ++k) {
+        const kvtier::KeyOutcome outcome = job.keys[k].outcome;
+        if (outcome == kvtier::KeyOutcome::kOk || outcome == kvtier::KeyOutcome::kSkippedExists) {
+          lines += "ACK " + std::to_string(s->indices[k]) + "\n";
+        } else {
+          lines += "NACK " + std::to_string(s->indices[k]) + " " +
+                   std::string(kvtier::KeyOutcomeName(outcome)) + "\n";
+          std::fprintf(stderr, "crash_writer: key %llu: %s\n",
+                       static_cast<unsigned long long>(s->indices[k]),
+                       job.keys[k].status.ToString().c_str());
+        }
+      }
+      Emit(lines);
+      finished_rows += job.keys.size();
+      s->busy = false;
+    }
+  }
+  for (Slot& s : slots) {
+    for (uint8_t* row : s.rows) std::free(row);
+  }
+  return 0;
+}
