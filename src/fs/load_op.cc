@@ -22,6 +22,7 @@ namespace {
 
 constexpr const char* kCrcXattr = "user.vllm.kv_crc32c";
 constexpr int64_t kAtimeRefreshS = 3600;
+constexpr int kReopensMax = 3;
 
 int64_t RealNowS() { return static_cast<int64_t>(::time(nullptr)); }
 
@@ -97,11 +98,16 @@ class LoadOp final : public FsBlockOp {
       return;
     }
     if (res == -ENOENT) return Done(KeyOutcome::kMiss, Status());
+    if (res == -ESTALE) {  // a network filesystem's handle went stale: open again
+      if (++reopens_ <= kReopensMax) return;
+      return Done(KeyOutcome::kMiss, Status());
+    }
     if (res < 0) return Done(KeyOutcome::kError, ErrnoToStatus(static_cast<int>(-res), "open " + path_));
     fd_ = static_cast<int>(res);
     state_ = kStat;
   }
   void AfterStat(int64_t res) {
+    if (Replaced(res)) return;
     if (res < 0) return Close(KeyOutcome::kError, ErrnoToStatus(static_cast<int>(-res), "statx " + path_));
     if (stx_.stx_size < row_.size()) {
       return Close(KeyOutcome::kCorrupt, Corruption(path_ + " is " + std::to_string(stx_.stx_size) +
@@ -115,6 +121,7 @@ class LoadOp final : public FsBlockOp {
     state_ = shared_->xattrs_ok ? kXattr : kRead;
   }
   void AfterXattr(int64_t res) {
+    if (Replaced(res)) return;
     if (res == 4) {
       has_crc_ = true;
     } else if ((res >= 0 && res != 4) || res == -ERANGE) {  // ERANGE: longer than our buffer
@@ -126,6 +133,7 @@ class LoadOp final : public FsBlockOp {
     state_ = kRead;
   }
   void AfterRead(int64_t res) {
+    if (Replaced(res)) return;
     if (res < 0) return Close(KeyOutcome::kError, ErrnoToStatus(static_cast<int>(-res), "read " + path_));
     if (res == 0) {  // shrank between statx and read: torn or truncated
       return Close(KeyOutcome::kCorrupt, Corruption(path_ + ": short read"), /*unlink=*/true);
@@ -147,7 +155,29 @@ class LoadOp final : public FsBlockOp {
   }
   void AfterClose() {
     fd_ = -1;
+    if (reopen_) {  // start over on whatever file the path names now
+      reopen_ = false;
+      read_ = 0;
+      has_crc_ = false;
+      state_ = kOpen;
+      return;
+    }
     state_ = unlink_ ? kRecheck : kDone;
+  }
+
+  // On a shared network volume (NFS, GlusterFS) another instance's rename can
+  // replace the file under an open fd, which then fails with ESTALE or
+  // ENOENT. The block is not corrupt: close and open the path again (a few
+  // times), then call it a miss.
+  bool Replaced(int64_t res) {
+    if (res != -ESTALE && res != -ENOENT) return false;
+    if (++reopens_ > kReopensMax) {
+      Close(KeyOutcome::kMiss, Status());
+      return true;
+    }
+    reopen_ = true;
+    state_ = kClose;
+    return true;
   }
 
   void Close(KeyOutcome outcome, Status status, bool unlink = false) {
@@ -168,7 +198,8 @@ class LoadOp final : public FsBlockOp {
   State state_ = kOpen;
   int fd_ = -1;
   uint64_t read_ = 0;
-  bool direct_ = false, has_crc_ = false, unlink_ = false;
+  bool direct_ = false, has_crc_ = false, unlink_ = false, reopen_ = false;
+  int reopens_ = 0;
 };
 
 class LookupOp final : public FsBlockOp {

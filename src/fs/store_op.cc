@@ -18,6 +18,7 @@ namespace kvtier::internal {
 namespace {
 
 constexpr const char* kCrcXattr = "user.vllm.kv_crc32c";  // FORMAT.md L60
+constexpr int kMkdirRoundsMax = 4;
 
 class StoreOp final : public FsBlockOp {
  public:
@@ -134,7 +135,14 @@ class StoreOp final : public FsBlockOp {
       tmp_created_ = true;
       return Go(kWrite);
     }
-    if (res == -ENOENT && !mkdirs_done_) return Go(kMkdir);  // shard directories on demand
+    // Shard directories on demand. On a shared volume another instance may be
+    // creating (or gc removing) the same directory at this moment, which can
+    // surface as ENOENT or ESTALE: create and try again a few times.
+    if ((res == -ENOENT || res == -ESTALE) && mkdir_rounds_ < kMkdirRoundsMax) {
+      ++mkdir_rounds_;
+      mkdir_level_ = 0;
+      return Go(kMkdir);
+    }
     if (res == -EEXIST && ++name_retries_ < 4) return NewTempName();
     if (res == -EINVAL && direct_) {
       direct_ = false;  // this filesystem refuses O_DIRECT for this file: buffered
@@ -143,6 +151,11 @@ class StoreOp final : public FsBlockOp {
     Finish(res, "open " + tmp_);
   }
   void AfterMkdir(int64_t res) {
+    if ((res == -ENOENT || res == -ESTALE) && mkdir_rounds_ < kMkdirRoundsMax) {
+      ++mkdir_rounds_;  // a parent vanished or went stale meanwhile: from the top
+      mkdir_level_ = 0;
+      return;
+    }
     if (res < 0 && res != -EEXIST) return Finish(res, std::string("mkdir ") + MkdirPath());
     if (++mkdir_level_ == 3) {
       mkdirs_done_ = true;
@@ -208,7 +221,7 @@ class StoreOp final : public FsBlockOp {
   State state_ = kStatDest;
   int fd_ = -1;
   uint64_t written_ = 0;
-  int mkdir_level_ = 0, name_retries_ = 0, sync_dir_level_ = 0;
+  int mkdir_level_ = 0, mkdir_rounds_ = 0, name_retries_ = 0, sync_dir_level_ = 0;
   int64_t sync_dir_res_ = 0;
   bool direct_ = false, mkdirs_done_ = false, tmp_created_ = false, cleanup_ = false;
 };

@@ -53,7 +53,12 @@ void IoScheduler::Complete(const IoCompletion& c) {
   auto it = running_.find(c.tag);
   if (it == running_.end()) return;
   Running& run = it->second;
-  if ((c.res == -EINTR || c.res == -EAGAIN) && run.retries < limits_.retries_max) {
+  // ESTALE on a path lookup: a network filesystem's cached handle for some
+  // directory on the path went stale (another client replaced it); a fresh
+  // lookup succeeds, as the kernel's own single retry shows. An fd's ESTALE
+  // is final and goes to the op.
+  const bool stale_path = c.res == -ESTALE && run.pending.path != nullptr;
+  if ((c.res == -EINTR || c.res == -EAGAIN || stale_path) && run.retries < limits_.retries_max) {
     ++run.retries;
     reissue_.push_back(run.pending);
     return;

@@ -8,8 +8,9 @@
 //    only when its own queue is empty (vLLM's stealing rule). Read slots are
 //    never all taken by stores while loads wait, so a store backlog cannot
 //    starve loads, and idle capacity on either side is not wasted.
-//  * Retryable results (-EINTR, -EAGAIN) re-issue the same request; the op
-//    state machines handle short transfers and everything else.
+//  * Retryable results (-EINTR, -EAGAIN, and -ESTALE from a path lookup on a
+//    network filesystem) re-issue the same request; the op state machines
+//    handle short transfers and everything else.
 //
 // Thread safety: none; the engine thread owns it. Tests drive it directly.
 #pragma once

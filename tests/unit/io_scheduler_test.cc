@@ -81,6 +81,42 @@ TEST(IoScheduler, RetryableErrorsReissueTheSameRequest) {
   EXPECT_TRUE(s.idle());
 }
 
+TEST(IoScheduler, StalePathLookupsAreRetriedButStaleFdsAreNot) {
+  std::vector<int> started;
+  IoScheduler s({1, 1, 8});
+  auto op = std::make_unique<CountingOp>(3, 1, &started);
+  CountingOp* raw = op.get();
+  s.Enqueue(std::move(op), IoClass::kRead);
+  std::vector<IoRequest> reqs;
+  s.Emit(&reqs);
+  ASSERT_EQ(reqs.size(), 1u);
+  // CountingOp's statx has no path: an fd-based ESTALE reaches the op.
+  s.Complete({reqs[0].tag, -ESTALE});
+  ASSERT_EQ(raw->results, std::vector<int64_t>{-ESTALE});
+
+  class PathOp : public CountingOp {
+   public:
+    using CountingOp::CountingOp;
+    bool NextRequest(IoRequest* req) override {
+      if (!CountingOp::NextRequest(req)) return false;
+      req->path = "/shared/volume/x";
+      return true;
+    }
+  };
+  IoScheduler p({1, 1, 8});
+  auto path_op = std::make_unique<PathOp>(4, 1, &started);
+  CountingOp* path_raw = path_op.get();
+  p.Enqueue(std::move(path_op), IoClass::kRead);
+  std::vector<IoRequest> preqs;
+  p.Emit(&preqs);
+  p.Complete({preqs.back().tag, -ESTALE});
+  p.Emit(&preqs);
+  ASSERT_EQ(preqs.size(), 2u) << "the path lookup is issued again";
+  EXPECT_TRUE(path_raw->results.empty());
+  p.Complete({preqs.back().tag, 0});
+  EXPECT_EQ(path_raw->results, std::vector<int64_t>{0});
+}
+
 TEST(IoScheduler, ShuffledCompletionsReachTheirOps) {
   const uint64_t seed = testing::TestSeed();
   std::mt19937_64 rng(seed);
