@@ -35,16 +35,7 @@ class FaultTest : public ::testing::Test {
     fake_ = fake.get();
     return internal::OpenFsTierWithBackend(o, std::move(fake)).value();
   }
-  JobResult Wait(FsTier* tier, uint64_t id) {
-    std::vector<JobResult> done;
-    for (int i = 0; i < 20000; ++i) {
-      tier->PollFinished(&done);
-      for (auto& r : done) if (r.job_id == id) return r;
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    ADD_FAILURE() << "job never finished";
-    return {};
-  }
+  JobResult Wait(FsTier* tier, uint64_t id) { return testing::WaitForJob(tier, id); }
   std::vector<OffloadKey> Keys(size_t n) {
     std::vector<OffloadKey> keys;
     for (size_t i = 0; i < n; ++i) {

@@ -68,16 +68,7 @@ class FsTierTest : public ::testing::TestWithParam<IoBackendKind> {
     return rows;
   }
 
-  JobResult Wait(uint64_t id) {
-    std::vector<JobResult> done;
-    for (int spins = 0; spins < 10000; ++spins) {
-      tier_->PollFinished(&done);
-      for (auto& r : done) if (r.job_id == id) return r;
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    ADD_FAILURE() << "job " << id << " never finished";
-    return {};
-  }
+  JobResult Wait(uint64_t id) { return testing::WaitForJob(tier_.get(), id); }
 
   JobResult Store(const std::vector<OffloadKey>& keys, std::vector<AlignedRow>& rows) {
     std::vector<std::span<const uint8_t>> spans;

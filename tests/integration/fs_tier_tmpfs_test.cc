@@ -65,16 +65,7 @@ std::unique_ptr<FsTier> OpenOn(const fs::path& root, IoBackendKind backend) {
   return tier.ok() ? std::move(tier).value() : nullptr;
 }
 
-JobResult Wait(FsTier* tier, uint64_t id) {
-  std::vector<JobResult> done;
-  for (int i = 0; i < 20000; ++i) {
-    tier->PollFinished(&done);
-    for (auto& r : done) if (r.job_id == id) return r;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  ADD_FAILURE() << "job never finished";
-  return {};
-}
+JobResult Wait(FsTier* tier, uint64_t id) { return testing::WaitForJob(tier, id); }
 
 bool HasTempFiles(const fs::path& root) {
   for (auto& e : fs::recursive_directory_iterator(root)) {

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <random>
 #include <sstream>
+#include <thread>
 
 extern char** environ;
 
@@ -57,6 +58,25 @@ void WriteFileOrDie(const std::filesystem::path& path, const std::string& bytes)
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out << bytes;
   if (!out) ADD_FAILURE() << "cannot write " << path;
+}
+
+JobResult WaitForJob(FsTier* tier, uint64_t id, int timeout_ms) {
+  std::vector<JobResult> done;
+  for (int waited = 0; waited < timeout_ms; ++waited) {
+    tier->PollFinished(&done);
+    for (JobResult& r : done) {
+      if (r.job_id == id) return std::move(r);
+    }
+    done.clear();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ADD_FAILURE() << "job " << id << " did not finish within " << timeout_ms << " ms";
+  return {};
+}
+
+const nlohmann::json& PyGolden() {
+  static const nlohmann::json doc = ReadJsonOrDie(SourceDir() / "tests/data/py_golden.json");
+  return doc;
 }
 
 TempDir::TempDir() {

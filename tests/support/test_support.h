@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "kvtier/fs_tier.h"
 #include "kvtier/result.h"
 #include "kvtier/status.h"
 
@@ -54,6 +55,14 @@ std::string ReadFileOrDie(const std::filesystem::path& path);
 // returns null) rather than throwing.
 nlohmann::json ReadJsonOrDie(const std::filesystem::path& path);
 void WriteFileOrDie(const std::filesystem::path& path, const std::string& bytes);
+
+// Polls `tier` until job `id` is finished and returns its result; fails the
+// test (and returns an empty result) after timeout_ms. Other finished jobs
+// polled meanwhile are dropped.
+JobResult WaitForJob(FsTier* tier, uint64_t id, int timeout_ms = 20000);
+
+// tests/data/py_golden.json: bytes CPython's pickle and json produce.
+const nlohmann::json& PyGolden();
 
 // A fresh directory under $TMPDIR, removed with its contents on destruction.
 class TempDir {

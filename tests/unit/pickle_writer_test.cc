@@ -21,10 +21,7 @@ namespace {
 
 using nlohmann::json;
 
-const json& Golden() {
-  static const json doc = testing::ReadJsonOrDie(testing::SourceDir() / "tests/data/py_golden.json");
-  return doc;
-}
+const json& Golden() { return testing::PyGolden(); }
 
 void Emit(const json& d, PickleWriter* w) {
   const std::string t = d["t"];

@@ -17,10 +17,7 @@ namespace {
 
 using nlohmann::json;
 
-const json& Golden() {
-  static const json doc = testing::ReadJsonOrDie(testing::SourceDir() / "tests/data/py_golden.json");
-  return doc;
-}
+const json& Golden() { return testing::PyGolden(); }
 
 TEST(PyJson, StringsMatchCPython) {
   ASSERT_GE(Golden()["json_strings"].size(), 10u);
