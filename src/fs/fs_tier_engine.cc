@@ -210,12 +210,10 @@ class FsTierImpl final : public FsTier {
     while (DrainInbox()) {
       requests.clear();
       scheduler_.Emit(&requests);
-      if (!requests.empty()) {
-        Status s = backend_->Submit(requests);
-        if (!s.ok()) {  // the ring itself failed: fail these requests, keep going
-          for (const IoRequest& r : requests) scheduler_.Complete({r.tag, -EIO});
-        }
-      }
+      // A backend completes every request it was given, failures included
+      // (as -errno), so nothing is failed here: doing so could report a
+      // request as done while the kernel still works on its buffer.
+      if (!requests.empty()) backend_->Submit(requests).IgnoreError();
       metrics_.SetQueues(scheduler_.queued(IoClass::kRead), scheduler_.queued(IoClass::kWrite), scheduler_.in_flight());
       size_t n = backend_->Reap(completions, requests.empty() && scheduler_.in_flight() == 0 ? -1 : 100);
       for (size_t i = 0; i < n; ++i) scheduler_.Complete(completions[i]);

@@ -19,7 +19,9 @@ class IoBackend {
  public:
   virtual ~IoBackend() = default;
   virtual std::string_view name() const = 0;
-  // Queues the requests; every one of them completes exactly once.
+  // Queues the requests; every one of them completes exactly once, through
+  // Reap, even when it cannot be started (with -errno). A non-OK status is
+  // informational only.
   virtual Status Submit(std::span<const IoRequest> requests) = 0;
   // Moves up to out.size() completions into `out`; waits up to timeout_ms
   // (-1: until a completion or Wake) when none is ready. Returns the count.

@@ -28,7 +28,11 @@ void IoScheduler::Advance(uint64_t old_tag, Running* run, std::vector<IoRequest>
 bool IoScheduler::StartOne(IoClass slot, std::vector<IoRequest>* out) {
   auto& own = slot == IoClass::kRead ? read_queue_ : write_queue_;
   auto& other = slot == IoClass::kRead ? write_queue_ : read_queue_;
-  auto& queue = own.empty() ? other : own;  // steal only when our own queue is empty
+  // Steal only when our own queue is empty; read slots keep a reserve that
+  // never takes stores, so a load arriving during a store backlog starts at
+  // once instead of queueing behind stores in the kernel.
+  const bool may_steal = slot == IoClass::kWrite || reads_running_ < limits_.reads_in_flight_max - ReadReserve();
+  auto& queue = !own.empty() ? own : may_steal ? other : own;
   if (queue.empty()) return false;
   std::unique_ptr<BlockOp> op = std::move(queue.front());
   queue.pop_front();

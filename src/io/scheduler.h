@@ -5,9 +5,10 @@
 //  * Read class (loads, lookups) and write class (stores) each have their own
 //    in-flight budget (vLLM's n_read_threads / n_write_threads).
 //  * A slot serves its own class first and takes work from the other queue
-//    only when its own queue is empty (vLLM's stealing rule). Read slots are
-//    never all taken by stores while loads wait, so a store backlog cannot
-//    starve loads, and idle capacity on either side is not wasted.
+//    only when its own queue is empty (vLLM's stealing rule), except that a
+//    quarter of the read slots (at least one) never take stores: a load that
+//    arrives during a store backlog starts at once, and idle capacity on
+//    either side is still used.
 //  * Retryable results (-EINTR, -EAGAIN, and -ESTALE from a path lookup on a
 //    network filesystem) re-issue the same request; the op state machines
 //    handle short transfers and everything else.
@@ -15,6 +16,7 @@
 // Thread safety: none; the engine thread owns it. Tests drive it directly.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -66,6 +68,7 @@ class IoScheduler {
     int retries = 0;
   };
   bool StartOne(IoClass slot, std::vector<IoRequest>* out);
+  int ReadReserve() const { return std::max(1, limits_.reads_in_flight_max / 4); }
   void Advance(uint64_t tag, Running* run, std::vector<IoRequest>* out);
 
   SchedulerLimits limits_;

@@ -98,7 +98,8 @@ class UringBackend final : public IoBackend {
     event_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (event_fd_ < 0) return ErrnoToStatus(errno, "eventfd");
     ArmWake();
-    return Flush();
+    Flush();
+    return Status::Ok();
   }
 
   Status RegisterBuffers(std::span<const std::span<uint8_t>> regions) override {
@@ -121,15 +122,19 @@ class UringBackend final : public IoBackend {
   }
   uint64_t fixed_buffer_ios() const override { return fixed_ios_; }
 
+  // Never fails a request it has queued: SQEs the kernel did not take yet
+  // stay in the ring and go with the next Flush (Reap flushes too).
   Status Submit(std::span<const IoRequest> requests) override {
-    timeouts_.clear();
-    timeouts_.reserve(requests.size());  // pointers into it must stay valid until io_uring_submit
+    // Linked-timeout timespecs are read by the kernel when it consumes the
+    // SQE; keep them until every queued SQE has been consumed. A deque keeps
+    // their addresses stable while it grows.
+    if (io_uring_sq_ready(&ring_) == 0) timeouts_.clear();
     for (const IoRequest& r : requests) {
       if (!supported_[static_cast<int>(r.op)]) {
         inline_done_.push_back({r.tag, ExecuteSync(r)});
         continue;
       }
-      if (io_uring_sq_space_left(&ring_) < 2) KVTIER_RETURN_IF_ERROR(Flush());
+      if (io_uring_sq_space_left(&ring_) < 2) Flush();
       if (io_uring_sq_space_left(&ring_) < 2) {
         // The kernel holds every slot (completion queue backed up). The
         // scheduler retries -EAGAIN, after the next reap has made room.
@@ -142,7 +147,8 @@ class UringBackend final : public IoBackend {
       io_uring_sqe_set_data64(sqe, r.tag);
       if (r.deadline_ns != 0) LinkTimeout(sqe, r.deadline_ns);
     }
-    return Flush();
+    Flush();
+    return Status::Ok();
   }
 
   size_t Reap(std::span<IoCompletion> out, int timeout_ms) override {
@@ -151,6 +157,7 @@ class UringBackend final : public IoBackend {
       out[n++] = inline_done_.front();
       inline_done_.pop_front();
     }
+    if (io_uring_sq_ready(&ring_) > 0) Flush();  // what an earlier Submit could not hand over
     if (n == 0 && !WaitForCqe(timeout_ms)) return 0;
     io_uring_cqe* cqe;
     while (n < out.size() && io_uring_peek_cqe(&ring_, &cqe) == 0) {
@@ -163,7 +170,7 @@ class UringBackend final : public IoBackend {
         while (read(event_fd_, &value, sizeof value) > 0) {
         }
         ArmWake();
-        Flush().IgnoreError();  // a failed re-arm only delays a later wake-up
+        Flush();  // a failed re-arm only delays a later wake-up
         continue;
       }
       out[n++] = {tag, res};
@@ -217,22 +224,25 @@ class UringBackend final : public IoBackend {
   void ArmWake() {
     io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
     if (sqe == nullptr) {
-      Flush().IgnoreError();
+      Flush();
       sqe = io_uring_get_sqe(&ring_);
     }
     io_uring_prep_poll_add(sqe, event_fd_, POLLIN);
     io_uring_sqe_set_data64(sqe, kWakeTag);
   }
 
-  // Submits everything queued; retries on EINTR and EBUSY (completion queue
-  // overflow: the caller reaps, so the kernel will accept the rest later).
-  Status Flush() {
+  // Hands queued SQEs to the kernel; retries EINTR. On EBUSY/EAGAIN (the
+  // completion queue is backed up) or any other error, what is left stays
+  // queued for the next call: nothing queued is ever dropped or failed twice.
+  void Flush() {
     while (true) {
       int rc = io_uring_submit(&ring_);
-      if (rc >= 0) return Status::Ok();
       if (rc == -EINTR) continue;
-      if (rc == -EBUSY || rc == -EAGAIN) return Status::Ok();
-      return ErrnoToStatus(-rc, "io_uring_submit");
+      if (rc < 0 && rc != -EBUSY && rc != -EAGAIN && !submit_error_logged_) {
+        submit_error_logged_ = true;
+        LogError(ErrnoToStatus(-rc, "io_uring_submit").ToString() + " (will retry)");
+      }
+      return;
     }
   }
 
@@ -240,7 +250,8 @@ class UringBackend final : public IoBackend {
   bool ring_ok_ = false;
   int event_fd_ = -1;
   bool supported_[static_cast<int>(IoOp::kTouchAtime) + 1] = {};
-  std::vector<__kernel_timespec> timeouts_;
+  std::deque<__kernel_timespec> timeouts_;
+  bool submit_error_logged_ = false;
   std::deque<IoCompletion> inline_done_;
   std::vector<FixedRegion> fixed_;
   uint64_t fixed_ios_ = 0;

@@ -47,14 +47,21 @@ TEST(IoScheduler, LoadsOvertakeAStoreBacklog) {
   EXPECT_EQ(s.queued(IoClass::kWrite), 8u);
 }
 
-TEST(IoScheduler, IdleSlotsStealFromTheOtherQueue) {
+TEST(IoScheduler, IdleSlotsStealFromTheOtherQueueKeepingAReadReserve) {
   std::vector<int> started;
-  IoScheduler s({2, 2, 8});
-  for (int i = 0; i < 6; ++i) s.Enqueue(std::make_unique<CountingOp>(i, 1, &started), IoClass::kWrite);
+  IoScheduler s({8, 2, 8});
+  for (int i = 0; i < 20; ++i) s.Enqueue(std::make_unique<CountingOp>(i, 1, &started), IoClass::kWrite);
   std::vector<IoRequest> reqs;
   s.Emit(&reqs);
-  EXPECT_EQ(reqs.size(), 4u) << "idle read slots serve stores";
-  EXPECT_EQ(s.in_flight(), 4u);
+  EXPECT_EQ(reqs.size(), 8u) << "2 write slots + 6 idle read slots serve stores; 2 of 8 read slots stay free";
+  s.Enqueue(std::make_unique<CountingOp>(99, 1, &started), IoClass::kRead);
+  s.Emit(&reqs);
+  EXPECT_EQ(started.back(), 99) << "the reserve starts a load at once";
+  IoScheduler w({2, 2, 8});  // write slots steal loads freely
+  for (int i = 0; i < 6; ++i) w.Enqueue(std::make_unique<CountingOp>(i, 1, &started), IoClass::kRead);
+  std::vector<IoRequest> wreqs;
+  w.Emit(&wreqs);
+  EXPECT_EQ(wreqs.size(), 4u);
 }
 
 TEST(IoScheduler, RetryableErrorsReissueTheSameRequest) {
