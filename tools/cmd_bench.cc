@@ -1,14 +1,101 @@
 // `kvtier bench`: flag wiring over the benchmark functions in src/cli/.
 #include <CLI/CLI.hpp>
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <string>
 
+#include "cli/bench_fs.h"
 #include "commands.h"
 
 namespace kvtier::internal {
+namespace {
+
+struct BenchFsFlags {
+  BenchFsOptions options;
+  std::string backend = "auto";
+  bool no_direct = false;
+  bool json = false;
+};
+
+int RunBenchFsCommand(const BenchFsFlags& f) {
+  BenchFsOptions o = f.options;
+  static const std::map<std::string, IoBackendKind> kBackends = {
+      {"auto", IoBackendKind::kAuto},
+      {"uring", IoBackendKind::kUring},
+      {"syscall", IoBackendKind::kSyscall}};
+  o.backend = kBackends.at(f.backend);  // CLI11 has checked the name
+  o.o_direct = !f.no_direct;
+  Result<BenchFsResult> result = RunBenchFs(o);
+  if (!result.ok()) {
+    std::fprintf(stderr, "kvtier bench fs: %s\n", result.status().ToString().c_str());
+    return result.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  if (f.json) {
+    std::cout << BenchFsJson(*result).dump(2) << "\n";
+  } else {
+    std::cout << FormatBenchFs(*result);
+  }
+  if (!result->ok()) {
+    std::fprintf(stderr, "kvtier bench fs: %llu of %llu rows did not round-trip%s%s\n",
+                 static_cast<unsigned long long>(result->rows - result->rows_verified),
+                 static_cast<unsigned long long>(result->rows),
+                 result->first_error.empty() ? "" : "; first: ", result->first_error.c_str());
+    return 1;
+  }
+  return 0;
+}
+
+void RegisterBenchFs(CLI::App* bench, CliContext* ctx) {
+  auto flags = std::make_shared<BenchFsFlags>();
+  BenchFsOptions& o = flags->options;
+  CLI::App* cmd = bench->add_subcommand(
+      "fs",
+      "Store N rows into an fs tier under DIR, drop the page cache, load and verify them; "
+      "GB/s, rows/s, p50/p99 latency and CPU s/GB per direction");
+  cmd->add_option("--root", o.root, "An existing directory for the benchmark's namespace")
+      ->required();
+  cmd->add_option("--row-bytes", o.row_bytes,
+                  "Bytes per row / block file (a multiple of 4096; 1MiB, 2MiB accepted)")
+      ->required()
+      ->transform(CLI::AsSizeValue(false));
+  cmd->add_option("--rows", o.rows, "Rows to store and load")->required();
+  cmd->add_option("--queue-depth", o.queue_depth,
+                  "Rows in flight; also n_read_threads = n_write_threads")
+      ->capture_default_str();
+  cmd->add_option("--backend", flags->backend, "auto | uring | syscall")
+      ->check(CLI::IsMember({"auto", "uring", "syscall"}))
+      ->capture_default_str();
+  cmd->add_flag("--mixed", o.mixed, "Also measure load latency under a saturating store stream");
+  cmd->add_flag("--json", flags->json, "Machine-readable output");
+  cmd->add_flag("--keep", o.keep, "Leave the benchmark's files in place");
+  cmd->add_flag("--no-direct", flags->no_direct, "Buffered I/O (no O_DIRECT)");
+  cmd->add_option("--seed", o.seed, "Seed of the keys and the row content")->capture_default_str();
+  cmd->add_option("--batch", o.batch, "Rows per submitted job (latency is then per job)")
+      ->capture_default_str();
+  cmd->add_option("--poll-us", o.poll_us, "PollFinished interval when nothing has finished (us)")
+      ->capture_default_str();
+  cmd->add_option("--mixed-load-depth", o.mixed_load_depth, "Loads in flight during --mixed")
+      ->capture_default_str();
+  cmd->add_option("--mixed-rows", o.mixed_rows,
+                  "Timed loads per --mixed sub-phase (at most half of --rows)")
+      ->capture_default_str();
+  cmd->add_option("--mixed-store-depth", o.mixed_store_depth,
+                  "Store rows outstanding in the --mixed stream (0: twice --queue-depth)")
+      ->capture_default_str();
+  cmd->add_option("--io-timeout-ms", o.io_timeout_ms,
+                  "Deadline of every I/O (0: none, no linked timeouts)")
+      ->capture_default_str();
+  cmd->callback([flags, ctx] { ctx->exit_code = RunBenchFsCommand(*flags); });
+}
+
+}  // namespace
 
 void RegisterBenchCommand(CLI::App* app, CliContext* ctx) {
   CLI::App* bench = app->add_subcommand("bench", "Measure kvtier's throughput and latency");
   bench->require_subcommand(1);
-  (void)ctx;  // `kvtier bench fs` is added by issue 3's benchmark work
+  RegisterBenchFs(bench, ctx);
 }
 
 }  // namespace kvtier::internal

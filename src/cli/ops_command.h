@@ -16,7 +16,6 @@ namespace kvtier::internal {
 Result<uint64_t> ParseDurationS(std::string_view text);
 // "1048576", "512K", "10G", "1.5T", "10GiB" -> bytes (binary units).
 Result<uint64_t> ParseSizeBytes(std::string_view text);
-std::string HumanSize(uint64_t bytes);
 
 nlohmann::json DuJson(const DuReport& r);
 std::string DuText(const DuReport& r);

@@ -8,6 +8,7 @@
 #include <map>
 #include <sstream>
 
+#include "cli/bench_common.h"
 #include "cli/ops_command.h"
 
 namespace kvtier::internal {
@@ -38,16 +39,6 @@ Result<uint64_t> ParseSizeBytes(std::string_view text) {
   const double value = std::strtod(std::string(text.substr(0, end)).c_str(), nullptr) * it->second;
   if (!(value >= 0) || value > 1.8e19) return InvalidArgument("size out of range: '" + std::string(text) + "'");
   return static_cast<uint64_t>(value);
-}
-
-std::string HumanSize(uint64_t bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-  double v = static_cast<double>(bytes);
-  int u = 0;
-  while (v >= 1024 && u < 5) v /= 1024, ++u;
-  char buf[32];
-  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", v, units[u]);
-  return buf;
 }
 
 static std::string Age(int64_t unix_s) {
@@ -81,14 +72,14 @@ std::string DuText(const DuReport& r) {
   out << line;
   for (const NamespaceUsage& u : r.namespaces) {
     std::snprintf(line, sizeof line, "%-52s %10llu %11s %5llu %6llu %-12s %-10s %lld x %lld\n", u.dir.c_str(),
-                  static_cast<unsigned long long>(u.blocks), HumanSize(u.bytes).c_str(),
+                  static_cast<unsigned long long>(u.blocks), HumanBytes(u.bytes).c_str(),
                   static_cast<unsigned long long>(u.tmp_files), static_cast<unsigned long long>(u.live_leases),
                   Age(u.newest_activity).c_str(), u.dtype.empty() ? "?" : u.dtype.c_str(),
                   static_cast<long long>(u.tokens_per_hash), static_cast<long long>(u.blocks_per_file));
     out << line;
   }
   out << "total: " << r.namespaces.size() << " namespaces, " << r.total_blocks << " blocks, "
-      << HumanSize(r.total_bytes) << " (" << r.files_scanned << " files scanned)\n";
+      << HumanBytes(r.total_bytes) << " (" << r.files_scanned << " files scanned)\n";
   return out.str();
 }
 
@@ -136,12 +127,12 @@ std::string GcText(const GcReport& r) {
   std::ostringstream out;
   std::map<std::string, std::pair<uint64_t, uint64_t>> by_reason;
   for (const Reclaimed& x : r.reclaimed) {
-    out << (r.dry_run ? "would remove " : "removed ") << x.path << " (" << HumanSize(x.bytes) << ", " << x.reason << ")\n";
+    out << (r.dry_run ? "would remove " : "removed ") << x.path << " (" << HumanBytes(x.bytes) << ", " << x.reason << ")\n";
     by_reason[x.reason].first++;
     by_reason[x.reason].second += x.bytes;
   }
   out << "gc" << (r.dry_run ? " (dry run)" : "") << ": " << r.reclaimed.size() << " files, "
-      << HumanSize(r.bytes_reclaimed) << (r.dry_run ? " reclaimable" : " reclaimed");
+      << HumanBytes(r.bytes_reclaimed) << (r.dry_run ? " reclaimable" : " reclaimed");
   for (const auto& [reason, c] : by_reason) out << "; " << reason << " " << c.first;
   out << " (" << r.files_scanned << " files scanned)\n";
   return out.str();
@@ -153,7 +144,7 @@ std::function<void(const ScanProgress&)> MakeProgressBar(std::string_view what) 
   return [what = std::string(what), start](const ScanProgress& p) {
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     std::fprintf(stderr, "\r%s: %llu files, %s, %.0f files/s   ", what.c_str(),
-                 static_cast<unsigned long long>(p.files), HumanSize(p.bytes).c_str(), s > 0 ? p.files / s : 0.0);
+                 static_cast<unsigned long long>(p.files), HumanBytes(p.bytes).c_str(), s > 0 ? p.files / s : 0.0);
   };
 }
 

@@ -1,0 +1,211 @@
+#!/usr/bin/env bash
+# fio_compare.sh DIR [ROWS] [ROW_BYTES] [QD]
+#
+# Issue 3's comparison, in one go and on the same directory:
+#   (a) fio, ioengine=io_uring, direct=1: ROWS files of ROW_BYTES each, created
+#       at open (create_on_open=1), iodepth QD; a write phase, then a read phase;
+#   (b) vllm_baseline: QD plain threads doing vLLM's per-block syscalls
+#       (access, mkdir -p, open O_EXCL, write, close, rename / open, read, close);
+#   (c) kvtier bench fs --mixed: the io_uring fs tier, queue depth QD;
+# dropping the page cache between phases when allowed (root), then prints one
+# table: GB/s per direction, kvtier/fio and kvtier/baseline, GB per
+# CPU-second of kvtier against the baseline, and the mixed-load p99 ratio,
+# beside the issue's targets (>= 90 % of fio, >= 1.5x the baseline's GB per
+# CPU-second, load p99 under stores <= 2x unloaded).
+#
+# Defaults: 4000 rows of 1 MiB (about 4.2 GB per tool; everything is kept
+# until the end, so about 21 GB of free space), QD 32: about a minute on a
+# 2-core VM with a ~1 GB/s disk.
+# Binaries: $KVTIER_BUILD_DIR/bin (default: <repo>/build/bin).
+# KEEP_RAW=1 keeps the raw JSON of every tool next to DIR's work directory.
+set -euo pipefail
+
+usage() {
+  echo "usage: $0 DIR [ROWS=4000] [ROW_BYTES=1048576] [QD=32]" >&2
+  echo "  env: KVTIER_BUILD_DIR (default <repo>/build), KEEP_RAW=1" >&2
+  exit 2
+}
+[[ $# -ge 1 && $# -le 4 ]] || usage
+[[ "$1" == -h || "$1" == --help ]] && usage
+DIR=$1
+ROWS=${2:-4000}
+ROW_BYTES=${3:-1048576}
+QD=${4:-32}
+for v in "$ROWS" "$ROW_BYTES" "$QD"; do
+  [[ "$v" =~ ^[0-9]+$ && "$v" -gt 0 ]] || { echo "fio_compare: '$v' is not a positive integer" >&2; usage; }
+done
+if (( ROW_BYTES % 4096 != 0 )); then
+  echo "fio_compare: ROW_BYTES must be a multiple of 4096 (O_DIRECT), got $ROW_BYTES" >&2
+  exit 2
+fi
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BUILD=${KVTIER_BUILD_DIR:-$REPO/build}
+KVTIER=$BUILD/bin/kvtier
+BASELINE=$BUILD/bin/vllm_baseline
+for b in "$KVTIER" "$BASELINE"; do
+  [[ -x "$b" ]] || { echo "fio_compare: $b not found (build it: ninja -C $BUILD kvtier_cli vllm_baseline, or set KVTIER_BUILD_DIR)" >&2; exit 1; }
+done
+command -v python3 >/dev/null || { echo "fio_compare: python3 is required to read the JSON reports" >&2; exit 1; }
+HAVE_FIO=1
+command -v fio >/dev/null || { HAVE_FIO=0; echo "fio_compare: fio not found: the fio rows are skipped" >&2; }
+
+mkdir -p "$DIR"
+WORK=$(mktemp -d "$DIR/kvtier-fio-compare.XXXXXX")
+RAW=$(mktemp -d "${TMPDIR:-/tmp}/kvtier-fio-compare-json.XXXXXX")
+cleanup() {
+  rm -rf "$WORK"
+  if [[ "${KEEP_RAW:-0}" == 1 ]]; then echo "raw JSON kept in $RAW" >&2; else rm -rf "$RAW"; fi
+}
+trap cleanup EXIT
+
+# Room for fio, the baseline, kvtier and kvtier's --mixed store stream, all
+# kept until the end (deleting between tools would make the next tool pay for
+# the deletions on some filesystems).
+# (kvtier's stream writes up to max(ROWS, 8 x its timed loads) rows, the
+# loads being min(1000, ROWS - ROWS/2).)
+loads=$(( ROWS - ROWS / 2 < 1000 ? ROWS - ROWS / 2 : 1000 ))
+stream=$(( ROWS > 8 * loads ? ROWS : 8 * loads ))
+need=$(( (4 * ROWS + stream) * ROW_BYTES / 1024 * 105 / 100 ))
+avail=$(df -Pk "$WORK" | awk 'NR==2 {print $4}')
+if (( avail < need )); then
+  echo "fio_compare: about $(( need / 1024 / 1024 )) GiB needed under $DIR, $(( avail / 1024 / 1024 )) GiB free (lower ROWS)" >&2
+  exit 1
+fi
+
+DROP_NOTE="page cache dropped between phases"
+drop_caches() {
+  sync
+  if ! { echo 1 > /proc/sys/vm/drop_caches; } 2>/dev/null; then
+    DROP_NOTE="page cache not dropped (not root)"
+  fi
+}
+
+echo "fio_compare: $ROWS rows x $ROW_BYTES bytes, queue depth $QD, under $WORK" >&2
+start=$(date +%s)
+
+# ---- (a) fio ------------------------------------------------------------------
+if (( HAVE_FIO )); then
+  fio_common=(--directory="$WORK/fio" --bs="$ROW_BYTES" --filesize="$ROW_BYTES" --nrfiles="$ROWS"
+              --ioengine=io_uring --direct=1 --iodepth="$QD" --openfiles=$(( QD * 2 ))
+              --output-format=json)
+  mkdir -p "$WORK/fio"
+  echo "  fio write..." >&2
+  fio --name=kvtier-fio --rw=write --create_on_open=1 "${fio_common[@]}" --output="$RAW/fio_write.json" >/dev/null
+  drop_caches
+  echo "  fio read..." >&2
+  fio --name=kvtier-fio --rw=read "${fio_common[@]}" --output="$RAW/fio_read.json" >/dev/null
+  drop_caches
+  # The disk's own share of the mixed-load target: 1-row random reads at depth
+  # 4 (kvtier's --mixed load depth) alone, then beside a writer creating files
+  # at depth 2 x QD (kvtier's --mixed store stream), MIXED_SECONDS each.
+  echo "  fio reads alone and under writes..." >&2
+  reader=(--name=reader --directory="$WORK/fio" --filename_format='kvtier-fio.$jobnum.$filenum'
+          --rw=randread --bs="$ROW_BYTES" --filesize="$ROW_BYTES" --nrfiles="$ROWS" --openfiles=$(( QD * 2 ))
+          --ioengine=io_uring --direct=1 --iodepth=4 --time_based --runtime="${MIXED_SECONDS:-5}")
+  fio "${reader[@]}" --output-format=json --output="$RAW/fio_read_alone.json" >/dev/null
+  drop_caches
+  mkdir -p "$WORK/fio-writer"
+  fio "${reader[@]}" --name=writer --directory="$WORK/fio-writer" --rw=write --bs="$ROW_BYTES" --filesize="$ROW_BYTES" \
+    --nrfiles="$ROWS" --create_on_open=1 --openfiles=$(( QD * 4 )) --ioengine=io_uring --direct=1 \
+    --iodepth=$(( QD * 2 )) --time_based --runtime="${MIXED_SECONDS:-5}" \
+    --output-format=json --output="$RAW/fio_read_mixed.json" >/dev/null
+  rm -rf "$WORK/fio-writer"
+  drop_caches
+fi
+
+# ---- (b) the vLLM syscall thread-pool baseline --------------------------------
+echo "  vllm_baseline ($QD threads)..." >&2
+"$BASELINE" --root "$WORK" --row-bytes "$ROW_BYTES" --rows "$ROWS" --threads "$QD" --json --keep \
+  > "$RAW/baseline.json"
+drop_caches
+
+# ---- (c) kvtier -----------------------------------------------------------------
+echo "  kvtier bench fs --mixed..." >&2
+"$KVTIER" bench fs --root "$WORK" --row-bytes "$ROW_BYTES" --rows "$ROWS" --queue-depth "$QD" --mixed --json --keep \
+  > "$RAW/kvtier.json"
+
+echo "  removing the files..." >&2
+rm -rf "$WORK"/*
+elapsed=$(( $(date +%s) - start ))
+
+python3 - "$RAW" "$HAVE_FIO" "$ROWS" "$ROW_BYTES" "$QD" "$DROP_NOTE" "$elapsed" "$DIR" <<'PY'
+import json, os, sys
+
+raw, have_fio, rows, row_bytes, qd, drop_note, elapsed, root = sys.argv[1:9]
+have_fio = have_fio == "1"
+
+def load(name):
+    with open(os.path.join(raw, name)) as f:
+        return json.load(f)
+
+def fio_dir(path, kind):
+    job = load(path)["jobs"][0]
+    d = job[kind]
+    runtime_s = job["job_runtime"] / 1000.0
+    cpu_s = (job["usr_cpu"] + job["sys_cpu"]) / 100.0 * runtime_s
+    gb = d["io_bytes"] / 1e9
+    pct = d.get("clat_ns", {}).get("percentile", {})
+    return {"gbps": d["bw_bytes"] / 1e9,
+            "p50_us": pct.get("50.000000", 0) / 1000.0,
+            "p99_us": pct.get("99.000000", 0) / 1000.0,
+            "cpu_s_per_gb": cpu_s / gb if gb else 0.0}
+
+tools = []
+if have_fio:
+    tools.append(("fio io_uring O_DIRECT", {"store": fio_dir("fio_write.json", "write"),
+                                             "load": fio_dir("fio_read.json", "read")}))
+base = load("baseline.json")
+kv = load("kvtier.json")
+tools.append((f"vLLM baseline ({base['threads']} thr)", base))
+tools.append((f"kvtier {kv['backend']}{' O_DIRECT' if kv['o_direct'] else ''}", kv))
+
+def gb_per_cpu_s(d):
+    return 1.0 / d["cpu_s_per_gb"] if d["cpu_s_per_gb"] > 0 else float("inf")
+
+def ratio(a, b):
+    return a / b if b else float("nan")
+
+print(f"fs benchmark under {root}: {rows} files x {int(row_bytes) / 2**20:g} MiB, queue depth {qd}; "
+      f"{drop_note}; {elapsed} s")
+print()
+hdr = f"{'':26} {'store GB/s':>10} {'load GB/s':>10} {'store p99 us':>13} {'load p99 us':>12} {'store GB/CPU-s':>15} {'load GB/CPU-s':>14}"
+print(hdr)
+for name, d in tools:
+    s, l = d["store"], d["load"]
+    print(f"{name:26} {s['gbps']:10.3f} {l['gbps']:10.3f} {s['p99_us']:13.0f} {l['p99_us']:12.0f} "
+          f"{gb_per_cpu_s(s):15.2f} {gb_per_cpu_s(l):14.2f}")
+print()
+ks, kl = kv["store"], kv["load"]
+bs, bl = base["store"], base["load"]
+if have_fio:
+    fs_, fl = tools[0][1]["store"], tools[0][1]["load"]
+    print(f"{'kvtier / fio  GB/s':40} store {ratio(ks['gbps'], fs_['gbps']):5.2f}   load {ratio(kl['gbps'], fl['gbps']):5.2f}   (target >= 0.90)")
+print(f"{'kvtier / baseline  GB/s':40} store {ratio(ks['gbps'], bs['gbps']):5.2f}   load {ratio(kl['gbps'], bl['gbps']):5.2f}")
+print(f"{'kvtier / baseline  GB per CPU-second':40} store {ratio(gb_per_cpu_s(ks), gb_per_cpu_s(bs)):5.2f}   "
+      f"load {ratio(gb_per_cpu_s(kl), gb_per_cpu_s(bl)):5.2f}   (target >= 1.5)")
+fio_ratio = None
+if have_fio:
+    def reader_clat(path):
+        job = [j for j in load(path)["jobs"] if j["jobname"] == "reader"][0]
+        pct = job["read"]["clat_ns"]["percentile"]
+        return pct["50.000000"] / 1000.0, pct["99.000000"] / 1000.0
+    a50, a99 = reader_clat("fio_read_alone.json")
+    m50, m99 = reader_clat("fio_read_mixed.json")
+    fio_ratio = m99 / a99 if a99 else float("nan")
+if "mixed" in kv:
+    m = kv["mixed"]
+    dm = kv.get("details", {}).get("mixed", {})
+    print(f"{'kvtier load p99 under stores / unloaded':40} {m['ratio_p99']:5.2f}   "
+          f"({m['load_p99_us']:.0f} us vs {m['unloaded_load_p99_us']:.0f} us; p50 {m['load_p50_us']:.0f} us; "
+          f"store stream {dm.get('store_stream_gbps', 0):.3f} GB/s; target <= 2.0)")
+if fio_ratio is not None:
+    print(f"{'fio read p99 under writes / alone':40} {fio_ratio:5.2f}   "
+          f"({m99:.0f} us vs {a99:.0f} us; p50 {m50:.0f} vs {a50:.0f} us: the disk's own share)")
+print()
+print(f"rows verified: baseline {base['rows_verified']}/{rows} (corrupt {base['rows_corrupt']}), "
+      f"kvtier {kv['rows_verified']}/{rows} (corrupt {kv['rows_corrupt']})")
+print("GB = 1e9 bytes. CPU: fio's usr+sys; baseline and kvtier: getrusage over the phase minus the")
+print("benchmark's own fill/verify (and kvtier's poll sleeps). fio writes into one directory; the baseline and")
+print("kvtier also create vLLM's two shard directories per new block, as vLLM does.")
+PY

@@ -1,0 +1,370 @@
+// vllm_baseline: the thread-pool baseline of issue 3's fs benchmark.
+//
+// N plain threads each take the next row and do exactly vLLM's per-block
+// syscalls (vllm-fs-tier.md §2.4, §2.5, §3.2: fs_io_C's batch_store_block /
+// batch_load_block, one block per task):
+//   store: access(dest, F_OK) -> create_directories(shard dirs)
+//          -> open(tmp, O_CREAT|O_EXCL|O_WRONLY|O_TRUNC[|O_DIRECT], 0644)
+//          -> write(full row) -> close -> rename(tmp, dest)   [unlink(tmp) on failure]
+//   load:  open(path, O_RDONLY[|O_DIRECT]) -> read(full row) -> close
+// The temp suffix is drawn once per thread, as vLLM does; O_DIRECT is used
+// after vLLM's start-up probe. Files use kvtier's (= vLLM's) hash-sharded
+// layout under --root, in their own namespace, with the same keys and row
+// content as `kvtier bench fs`, and the figures are computed and printed the
+// same way (cli/bench_common.h), so the two can be compared line by line.
+//
+// Latency here is the wall time of one row's syscalls on its thread (no
+// queueing: a thread takes a row only when it is free).
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cli/bench_common.h"
+#include "kvtier/layout.h"
+
+namespace kvtier::internal {
+namespace {
+
+struct Flags {
+  std::string root;
+  uint64_t row_bytes = 0;
+  uint64_t rows = 0;
+  int threads = 32;
+  uint64_t seed = 1;
+  bool no_direct = false;
+  bool json = false;
+  bool keep = false;
+};
+
+struct PhaseStats {
+  std::vector<uint64_t> latencies_ns;
+  uint64_t ok = 0, skipped = 0, errors = 0, corrupt = 0, missing = 0;
+  double harness_cpu_s = 0;
+  double thread_cpu_s = 0;  // the pool threads' own CPU clocks
+  std::string first_error;
+};
+
+class Baseline {
+ public:
+  Baseline(const Flags& f, Namespace ns)
+      : f_(f),
+        ns_(std::move(ns)),
+        rows_(f.seed, f.row_bytes),
+        block_dir_(JoinRoot(f.root, ns_.block_dir_name())) {}
+
+  // vLLM's tier construction: makedirs, config.json when absent, the O_DIRECT probe.
+  Status Setup() {
+    const std::string ns_dir = JoinRoot(f_.root, ns_.dir_name());
+    std::error_code ec;
+    std::filesystem::create_directories(ns_dir, ec);
+    if (ec) return ErrnoToStatus(ec.value(), "create " + ns_dir);
+    const std::string config = ns_dir + "/config.json";
+    if (access(config.c_str(), F_OK) != 0) {
+      int fd = open(config.c_str(), O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0644);
+      if (fd < 0) return ErrnoToStatus(errno, "create " + config);
+      const std::string& text = ns_.config_json();
+      const bool written = write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+      close(fd);
+      if (!written) return ErrnoToStatus(EIO, "write " + config);
+    }
+    o_direct_ = false;
+    if (!f_.no_direct) {
+      const std::string probe =
+          ns_dir + "/.o_direct_probe_" + std::to_string(RandomSuffix()) + ".tmp";
+      int fd = open(probe.c_str(), O_CREAT | O_WRONLY | O_TRUNC | O_DIRECT | O_CLOEXEC, 0644);
+      if (fd >= 0) {
+        AlignedBuffer page(4096);
+        o_direct_ = write(fd, page.data(), 4096) == 4096;
+        close(fd);
+      }
+      unlink(probe.c_str());
+      if (!o_direct_)
+        std::fprintf(stderr, "vllm_baseline: O_DIRECT is not usable under %s: buffered I/O\n",
+                     ns_dir.c_str());
+    }
+    return Status::Ok();
+  }
+
+  bool o_direct() const { return o_direct_; }
+
+  // Runs one phase on f_.threads threads; returns the process CPU it took.
+  DirectionFigures Run(bool store, PhaseStats* stats) {
+    std::atomic<uint64_t> next{0};
+    std::mutex mu;
+    const ThreadCpuSnapshot threads0 = SnapshotThreadCpu();
+    const uint64_t switches0 = ProcessContextSwitches();
+    const double cpu0 = ProcessCpuSeconds();
+    const uint64_t t0 = BenchNowNs();
+    std::vector<std::thread> threads;
+    for (int t = 0; t < f_.threads; ++t) {
+      threads.emplace_back([&] {
+        PhaseStats mine;
+        AlignedBuffer buf(f_.row_bytes);
+        const uint64_t suffix = RandomSuffix();  // once per thread, as vLLM
+        while (true) {
+          const uint64_t row = next.fetch_add(1);
+          if (row >= f_.rows) break;
+          const std::string dest = JoinRoot(f_.root, ns_.BlockRelPath(rows_.Key(row)));
+          if (store) {
+            const double c0 = ThreadCpuSeconds();
+            rows_.Fill(row, buf.span());
+            mine.harness_cpu_s += ThreadCpuSeconds() - c0;
+            const uint64_t s = BenchNowNs();
+            const int rc = StoreBlock(dest, dest + "_" + std::to_string(suffix) + ".tmp", buf);
+            const uint64_t e = BenchNowNs();
+            if (rc == 0) {
+              ++mine.ok;
+              mine.latencies_ns.push_back(e - s);
+            } else if (rc == 1) {
+              ++mine.skipped;
+            } else {
+              ++mine.errors;
+              if (mine.first_error.empty())
+                mine.first_error = "store " + dest + ": " + std::strerror(-rc);
+            }
+          } else {
+            const uint64_t s = BenchNowNs();
+            const int rc = LoadBlock(dest, &buf);
+            const uint64_t e = BenchNowNs();
+            if (rc == 0) {
+              const double c0 = ThreadCpuSeconds();
+              const bool good = rows_.Verify(row, buf.span());
+              mine.harness_cpu_s += ThreadCpuSeconds() - c0;
+              if (good) {
+                ++mine.ok;
+                mine.latencies_ns.push_back(e - s);
+              } else {
+                ++mine.corrupt;
+                if (mine.first_error.empty()) mine.first_error = "load " + dest + ": bytes differ";
+              }
+            } else if (rc == -ENOENT) {
+              ++mine.missing;
+            } else {
+              ++(rc == -EIO ? mine.corrupt : mine.errors);
+              if (mine.first_error.empty())
+                mine.first_error = "load " + dest + ": " + std::strerror(-rc);
+            }
+          }
+        }
+        mine.thread_cpu_s = ThreadCpuSeconds();  // a fresh thread: its whole life
+        std::lock_guard lock(mu);
+        stats->thread_cpu_s += mine.thread_cpu_s;
+        stats->latencies_ns.insert(stats->latencies_ns.end(), mine.latencies_ns.begin(),
+                                   mine.latencies_ns.end());
+        stats->ok += mine.ok;
+        stats->skipped += mine.skipped;
+        stats->errors += mine.errors;
+        stats->corrupt += mine.corrupt;
+        stats->missing += mine.missing;
+        stats->harness_cpu_s += mine.harness_cpu_s;
+        if (stats->first_error.empty()) stats->first_error = mine.first_error;
+      });
+    }
+    for (auto& t : threads) t.join();
+    const uint64_t t1 = BenchNowNs();
+    const double cpu1 = ProcessCpuSeconds();
+    const uint64_t switches1 = ProcessContextSwitches();
+    const ThreadCpuSnapshot threads1 = SnapshotThreadCpu();
+    DirectionFigures f;
+    SetThreadCpuBreakdown(threads0, threads1, &f);
+    f.other_threads_cpu_s += stats->thread_cpu_s;  // the pool threads have exited
+    f.context_switches = switches1 - switches0;
+    f.rows = stats->ok;
+    f.bytes = stats->ok * f_.row_bytes;
+    f.wall_s = static_cast<double>(t1 - t0) * 1e-9;
+    f.harness_cpu_s = stats->harness_cpu_s;
+    f.cpu_s = std::max(0.0, cpu1 - cpu0 - stats->harness_cpu_s);
+    f.p50_us = PercentileUs(stats->latencies_ns, 50);
+    f.p99_us = PercentileUs(stats->latencies_ns, 99);
+    return f;
+  }
+
+  void Remove() {
+    std::error_code ec;
+    std::filesystem::remove_all(block_dir_, ec);
+    std::filesystem::remove_all(JoinRoot(f_.root, ns_.dir_name()), ec);
+  }
+
+ private:
+  static uint64_t RandomSuffix() {
+    static std::mutex mu;
+    static std::mt19937_64 gen{std::random_device{}()};
+    std::lock_guard lock(mu);
+    return gen() & ((uint64_t{1} << 63) - 1);
+  }
+
+  // 0 stored, 1 skipped (exists), -errno on failure (vLLM's steps 2-7).
+  int StoreBlock(const std::string& dest, const std::string& tmp, AlignedBuffer& buf) const {
+    if (access(dest.c_str(), F_OK) == 0) return 1;
+    std::error_code ec;
+    std::filesystem::create_directories(std::filesystem::path(dest).parent_path(), ec);
+    if (ec) return -ec.value();
+    const int fd =
+        open(tmp.c_str(),
+             O_CREAT | O_EXCL | O_WRONLY | O_TRUNC | O_CLOEXEC | (o_direct_ ? O_DIRECT : 0), 0644);
+    if (fd < 0) return -errno;
+    const ssize_t w = write(fd, buf.data(), f_.row_bytes);
+    int err = w < 0 ? errno : (static_cast<uint64_t>(w) != f_.row_bytes ? EIO : 0);
+    if (close(fd) != 0 && err == 0) err = errno;
+    if (err == 0 && rename(tmp.c_str(), dest.c_str()) != 0) err = errno;
+    if (err != 0) {
+      unlink(tmp.c_str());
+      return -err;
+    }
+    return 0;
+  }
+
+  // 0 loaded, -errno on failure; a short read is -EIO (vLLM unlinks the file).
+  int LoadBlock(const std::string& path, AlignedBuffer* buf) const {
+    const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | (o_direct_ ? O_DIRECT : 0));
+    if (fd < 0) return -errno;
+    const ssize_t r = read(fd, buf->data(), f_.row_bytes);
+    const int err = r < 0 ? errno : 0;
+    close(fd);
+    if (err != 0) return -err;
+    if (static_cast<uint64_t>(r) < f_.row_bytes) {
+      unlink(path.c_str());
+      return -EIO;
+    }
+    return 0;
+  }
+
+  const Flags& f_;
+  Namespace ns_;
+  BenchRows rows_;
+  std::string block_dir_;
+  bool o_direct_ = false;
+};
+
+int Main(const Flags& f) {
+  Status args = CheckBenchArgs(f.root, f.row_bytes, f.rows, f.threads);
+  if (args.ok()) args = CheckBufferMemory(f.row_bytes, static_cast<uint64_t>(f.threads) + 1);
+  if (!args.ok()) {
+    std::fprintf(stderr, "vllm_baseline: %s\n", args.message().c_str());
+    return 2;
+  }
+  NamespaceSpec spec;
+  spec.model_name = "kvtier-bench/vllm-baseline-" + std::to_string(f.row_bytes);
+  Result<Namespace> ns = Namespace::Create(spec);
+  if (!ns.ok()) {
+    std::fprintf(stderr, "vllm_baseline: %s\n", ns.status().ToString().c_str());
+    return 1;
+  }
+  Baseline b(f, *ns);
+  b.Remove();  // an earlier --keep run's files would be skipped, not stored
+  if (Status s = CheckFreeSpace(f.root, f.row_bytes * f.rows); !s.ok()) {
+    std::fprintf(stderr, "vllm_baseline: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  if (Status s = b.Setup(); !s.ok()) {
+    std::fprintf(stderr, "vllm_baseline: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  PhaseStats store_stats, load_stats;
+  const DirectionFigures store = b.Run(true, &store_stats);
+  std::string why;
+  const bool dropped = DropPageCache(&why);
+  const DirectionFigures load = b.Run(false, &load_stats);
+  if (!f.keep) b.Remove();
+
+  const std::string first_error =
+      !store_stats.first_error.empty() ? store_stats.first_error : load_stats.first_error;
+  if (f.json) {
+    nlohmann::json j;
+    j["store"] = FiguresJson(store);
+    j["load"] = FiguresJson(load);
+    j["backend"] = "vllm-syscall-threads";
+    j["threads"] = f.threads;
+    j["o_direct"] = b.o_direct();
+    j["row_bytes"] = f.row_bytes;
+    j["rows"] = f.rows;
+    j["page_cache_dropped"] = dropped;
+    if (!dropped) j["page_cache_note"] = why;
+    j["rows_stored"] = store_stats.ok;
+    j["rows_skipped_exists"] = store_stats.skipped;
+    j["store_errors"] = store_stats.errors;
+    j["rows_verified"] = load_stats.ok;
+    j["rows_corrupt"] = load_stats.corrupt;
+    j["rows_missing"] = load_stats.missing;
+    j["load_errors"] = load_stats.errors;
+    if (!first_error.empty()) j["first_error"] = first_error;
+    j["details"] = {
+        {"store", FiguresDetailJson(store)},
+        {"load", FiguresDetailJson(load)},
+        {"latency", "per row, the wall time of its syscalls on its thread"},
+        {"cpu",
+         "getrusage(RUSAGE_SELF) user+sys over the phase, minus fill/verify (harness_cpu_s)"},
+        {"units", "GB = 1e9 bytes"}};
+    std::cout << j.dump(2) << "\n";
+  } else {
+    std::printf("vllm_baseline: %llu rows x %s under %s, %d threads, O_DIRECT %s\n",
+                static_cast<unsigned long long>(f.rows), HumanBytes(f.row_bytes).c_str(),
+                f.root.c_str(), f.threads, b.o_direct() ? "on" : "off");
+    std::printf("%s\n\n", dropped ? "page cache dropped before the load phase" : why.c_str());
+    std::printf("%-10s %9s %10s %10s %10s %11s\n", "direction", "GB/s", "rows/s", "p50 us",
+                "p99 us", "CPU s/GB");
+    for (const auto& [name, d] : {std::pair{"store", store}, std::pair{"load", load}}) {
+      std::printf("%-10s %9.3f %10.1f %10.1f %10.1f %11.4f\n", name, d.gbps(), d.rows_per_s(),
+                  d.p50_us, d.p99_us, d.cpu_s_per_gb());
+    }
+    std::printf(
+        "\nrows stored %llu (skipped %llu, errors %llu); verified %llu, corrupt %llu, missing "
+        "%llu, load errors %llu\n",
+        static_cast<unsigned long long>(store_stats.ok),
+        static_cast<unsigned long long>(store_stats.skipped),
+        static_cast<unsigned long long>(store_stats.errors),
+        static_cast<unsigned long long>(load_stats.ok),
+        static_cast<unsigned long long>(load_stats.corrupt),
+        static_cast<unsigned long long>(load_stats.missing),
+        static_cast<unsigned long long>(load_stats.errors));
+    if (!first_error.empty()) std::printf("first error: %s\n", first_error.c_str());
+  }
+  const bool ok = store_stats.errors == 0 && load_stats.ok == f.rows;
+  if (!ok)
+    std::fprintf(stderr, "vllm_baseline: %s\n",
+                 first_error.empty() ? "rows did not round-trip" : first_error.c_str());
+  return ok ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace kvtier::internal
+
+int main(int argc, char** argv) {
+  kvtier::internal::Flags f;
+  CLI::App app{"vLLM's fs-tier syscalls on N plain threads: the baseline of `kvtier bench fs`",
+               "vllm_baseline"};
+  app.add_option("--root", f.root, "An existing directory")->required();
+  app.add_option("--row-bytes", f.row_bytes, "Bytes per row / block file (a multiple of 4096)")
+      ->required()
+      ->transform(CLI::AsSizeValue(false));
+  app.add_option("--rows", f.rows, "Rows to store and load")->required();
+  app.add_option("--threads", f.threads, "Threads (vLLM's n_read_threads / n_write_threads)")
+      ->capture_default_str();
+  app.add_option("--seed", f.seed, "Seed of the keys and the row content (as kvtier bench fs)")
+      ->capture_default_str();
+  app.add_flag("--no-direct", f.no_direct, "Buffered I/O (no O_DIRECT)");
+  app.add_flag("--json", f.json, "Machine-readable output");
+  app.add_flag("--keep", f.keep, "Leave the files in place");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "vllm_baseline: %s\nRun 'vllm_baseline --help' for usage.\n", e.what());
+    return 2;
+  }
+  return kvtier::internal::Main(f);
+}

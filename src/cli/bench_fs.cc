@@ -1,0 +1,596 @@
+// `kvtier bench fs` (see bench_fs.h).
+#include "cli/bench_fs.h"
+
+#include <sys/prctl.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "kvtier/layout.h"
+
+namespace kvtier::internal {
+namespace {
+
+// One stream of rows through the tier: a kind, a depth, a row range and the
+// figures of the rows it moved.
+struct Lane {
+  JobKind kind = JobKind::kStore;
+  int depth = 1;       // rows in flight at most
+  uint64_t first = 0;  // rows [first, first + count)
+  uint64_t count = 0;
+  bool stream = false;         // a background stream: stopped once the other lanes are done
+  const Lane* gate = nullptr;  // submit only once gate has finished gate_rows rows
+  uint64_t gate_rows = 0;
+
+  std::vector<AlignedBuffer> slots;
+  std::vector<int> free_slots;
+  uint64_t next = 0;      // rows submitted
+  uint64_t finished = 0;  // rows returned
+  int in_flight = 0;      // rows submitted and not returned
+  bool stop = false;      // no more submissions
+
+  std::vector<uint64_t> latencies_ns;  // rows that moved
+  uint64_t ok = 0, skipped = 0, errors = 0, corrupt = 0, missing = 0;
+  uint64_t first_submit_ns = 0, last_done_ns = 0;
+  double harness_cpu_s = 0;
+  std::string first_error;
+
+  bool Open() const {
+    if (stop || next >= count) return false;
+    return gate == nullptr || gate->finished >= gate_rows || gate->Done();
+  }
+  bool Done() const { return (stop || next >= count) && in_flight == 0; }
+  void Allocate(uint64_t row_bytes, int batch) {
+    const int n = std::max(depth, batch);
+    slots.clear();
+    free_slots.clear();
+    for (int i = 0; i < n; ++i) {
+      slots.emplace_back(row_bytes);
+      free_slots.push_back(n - 1 - i);
+    }
+  }
+  DirectionFigures Figures(uint64_t row_bytes) const {
+    DirectionFigures f;
+    f.rows = ok;
+    f.bytes = ok * row_bytes;
+    f.wall_s = last_done_ns > first_submit_ns
+                   ? static_cast<double>(last_done_ns - first_submit_ns) * 1e-9
+                   : 0;
+    f.harness_cpu_s = harness_cpu_s;
+    f.p50_us = PercentileUs(latencies_ns, 50);
+    f.p99_us = PercentileUs(latencies_ns, 99);
+    return f;
+  }
+};
+
+struct InFlightJob {
+  Lane* lane = nullptr;
+  uint64_t submit_ns = 0;
+  std::vector<int> slots;
+  std::vector<uint64_t> rows;
+};
+
+class Pump {
+ public:
+  Pump(FsTier* tier, const BenchRows* rows, const BenchFsOptions& o)
+      : tier_(tier), rows_(rows), o_(o) {}
+
+  // Runs the lanes until every non-stream one is done; streams are then
+  // stopped and drained.
+  Status Run(const std::vector<Lane*>& lanes) {
+    std::vector<JobResult> results;
+    while (true) {
+      for (Lane* lane : lanes) KVTIER_RETURN_IF_ERROR(Refill(lane));
+      bool bounded_done = true, all_done = true;
+      for (Lane* lane : lanes) {
+        if (!lane->stream && !lane->Done()) bounded_done = false;
+        if (!lane->Done()) all_done = false;
+      }
+      if (bounded_done) {
+        for (Lane* lane : lanes) lane->stop = true;
+        all_done = std::all_of(lanes.begin(), lanes.end(), [](const Lane* l) { return l->Done(); });
+      }
+      if (all_done) return Status::Ok();
+      const bool waiting = std::any_of(lanes.begin(), lanes.end(), [](const Lane* l) { return l->in_flight > 0; });
+      if (!waiting) return Internal("bench: no lane can make progress");  // a gate that never opens
+      results.clear();
+      if (tier_->PollFinished(&results) == 0) {
+        const double c0 = ThreadCpuSeconds();
+        std::this_thread::sleep_for(std::chrono::microseconds(o_.poll_us));
+        poll_wait_cpu_s_ += ThreadCpuSeconds() - c0;
+        continue;
+      }
+      const uint64_t now = BenchNowNs();
+      for (JobResult& r : results) KVTIER_RETURN_IF_ERROR(Account(r, now));
+    }
+  }
+
+ private:
+  Status Refill(Lane* lane) {
+    while (lane->Open()) {
+      const uint64_t left = lane->count - lane->next;
+      const int n = static_cast<int>(std::min<uint64_t>(left, static_cast<uint64_t>(o_.batch)));
+      if (lane->in_flight > 0 && lane->in_flight + n > lane->depth) return Status::Ok();
+      if (static_cast<int>(lane->free_slots.size()) < n) return Status::Ok();
+      InFlightJob job;
+      job.lane = lane;
+      std::vector<OffloadKey> keys;
+      std::vector<std::span<const uint8_t>> store_rows;
+      std::vector<std::span<uint8_t>> load_rows;
+      for (int i = 0; i < n; ++i) {
+        const int slot = lane->free_slots.back();
+        lane->free_slots.pop_back();
+        const uint64_t row = lane->first + lane->next + static_cast<uint64_t>(i);
+        job.slots.push_back(slot);
+        job.rows.push_back(row);
+        keys.push_back(rows_->Key(row));
+        std::span<uint8_t> buf = lane->slots[static_cast<size_t>(slot)].span();
+        if (lane->kind == JobKind::kStore) {
+          const double t0 = ThreadCpuSeconds();
+          rows_->Fill(row, buf);
+          lane->harness_cpu_s += ThreadCpuSeconds() - t0;
+          store_rows.emplace_back(buf.data(), buf.size());
+        } else {
+          load_rows.push_back(buf);
+        }
+      }
+      job.submit_ns = BenchNowNs();
+      Result<uint64_t> id = lane->kind == JobKind::kStore ? tier_->SubmitStore(keys, store_rows)
+                                                          : tier_->SubmitLoad(keys, load_rows);
+      if (!id.ok()) return id.status().WithContext("submit");
+      if (lane->first_submit_ns == 0) lane->first_submit_ns = job.submit_ns;
+      lane->next += static_cast<uint64_t>(n);
+      lane->in_flight += n;
+      jobs_.emplace(*id, std::move(job));
+    }
+    return Status::Ok();
+  }
+
+  Status Account(JobResult& r, uint64_t now) {
+    auto it = jobs_.find(r.job_id);
+    if (it == jobs_.end())
+      return Internal("bench: PollFinished returned an unknown job " + std::to_string(r.job_id));
+    InFlightJob job = std::move(it->second);
+    jobs_.erase(it);
+    Lane* lane = job.lane;
+    if (r.keys.size() != job.rows.size())
+      return Internal("bench: a job came back with the wrong number of keys");
+    for (size_t i = 0; i < job.rows.size(); ++i) {
+      const KeyResult& k = r.keys[i];
+      std::span<const uint8_t> buf = lane->slots[static_cast<size_t>(job.slots[i])].span();
+      bool moved = false;
+      if (lane->kind == JobKind::kStore) {
+        if (k.outcome == KeyOutcome::kOk) {
+          moved = true;
+        } else if (k.outcome == KeyOutcome::kSkippedExists) {
+          ++lane->skipped;
+        } else {
+          ++lane->errors;
+          Note(lane, "store row " + std::to_string(job.rows[i]) + ": " +
+                         std::string(KeyOutcomeName(k.outcome)) +
+                         (k.status.ok() ? "" : " " + k.status.ToString()));
+        }
+      } else if (k.outcome == KeyOutcome::kOk) {
+        const double t0 = ThreadCpuSeconds();
+        const bool good = rows_->Verify(job.rows[i], buf);
+        lane->harness_cpu_s += ThreadCpuSeconds() - t0;
+        if (good) {
+          moved = true;
+        } else {
+          ++lane->corrupt;
+          Note(lane, "load row " + std::to_string(job.rows[i]) +
+                         ": the bytes read differ from the bytes stored");
+        }
+      } else {
+        ++(k.outcome == KeyOutcome::kMiss      ? lane->missing
+           : k.outcome == KeyOutcome::kCorrupt ? lane->corrupt
+                                               : lane->errors);
+        Note(lane, "load row " + std::to_string(job.rows[i]) + ": " +
+                       std::string(KeyOutcomeName(k.outcome)) +
+                       (k.status.ok() ? "" : " " + k.status.ToString()));
+      }
+      if (moved) {
+        ++lane->ok;
+        lane->latencies_ns.push_back(now - job.submit_ns);
+      }
+      lane->free_slots.push_back(job.slots[i]);
+    }
+    lane->in_flight -= static_cast<int>(job.rows.size());
+    lane->finished += job.rows.size();
+    lane->last_done_ns = now;
+    return Status::Ok();
+  }
+
+ public:
+  double TakePollWaitCpu() {
+    const double v = poll_wait_cpu_s_;
+    poll_wait_cpu_s_ = 0;
+    return v;
+  }
+
+ private:
+  static void Note(Lane* lane, std::string what) {
+    if (lane->first_error.empty()) lane->first_error = std::move(what);
+  }
+
+  FsTier* tier_;
+  const BenchRows* rows_;
+  const BenchFsOptions& o_;
+  std::unordered_map<uint64_t, InFlightJob> jobs_;
+  double poll_wait_cpu_s_ = 0;
+};
+
+// A percentile of a power-of-two latency histogram (bucket i: < 2^i µs),
+// interpolated linearly inside its bucket.
+double HistogramPercentileUs(const uint64_t* buckets, double p) {
+  uint64_t total = 0;
+  for (int i = 0; i < FsTierMetrics::kLatencyBuckets; ++i) total += buckets[i];
+  if (total == 0) return 0;
+  const double rank = std::max(1.0, p / 100.0 * static_cast<double>(total));
+  double seen = 0;
+  for (int i = 0; i < FsTierMetrics::kLatencyBuckets; ++i) {
+    if (buckets[i] == 0) continue;
+    if (seen + static_cast<double>(buckets[i]) >= rank) {
+      const double lo = i == 0 ? 0 : static_cast<double>(uint64_t{1} << (i - 1));
+      const double hi = static_cast<double>(uint64_t{1} << i);
+      return lo + (hi - lo) * (rank - seen) / static_cast<double>(buckets[i]);
+    }
+    seen += static_cast<double>(buckets[i]);
+  }
+  return static_cast<double>(uint64_t{1} << (FsTierMetrics::kLatencyBuckets - 1));
+}
+
+void HistogramDelta(const uint64_t* after, const uint64_t* before, uint64_t* out) {
+  for (int i = 0; i < FsTierMetrics::kLatencyBuckets; ++i) out[i] = after[i] - before[i];
+}
+
+// Runs lanes as one measured phase: wall time per lane, process CPU over the
+// whole phase (minus the harness: fill/verify and the sleeps between polls),
+// attributed to `measured`.
+Status RunPhase(Pump* pump, const std::vector<Lane*>& lanes, Lane* measured, DirectionFigures* out,
+                uint64_t row_bytes) {
+  pump->TakePollWaitCpu();
+  const ThreadCpuSnapshot threads0 = SnapshotThreadCpu();
+  const uint64_t switches0 = ProcessContextSwitches();
+  const double cpu0 = ProcessCpuSeconds();
+  KVTIER_RETURN_IF_ERROR(pump->Run(lanes));
+  const double cpu1 = ProcessCpuSeconds();
+  const uint64_t switches1 = ProcessContextSwitches();
+  const ThreadCpuSnapshot threads1 = SnapshotThreadCpu();
+  double harness = 0;
+  for (const Lane* l : lanes) harness += l->harness_cpu_s;
+  *out = measured->Figures(row_bytes);
+  out->poll_wait_cpu_s = pump->TakePollWaitCpu();
+  out->cpu_s = std::max(0.0, cpu1 - cpu0 - harness - out->poll_wait_cpu_s);
+  out->harness_cpu_s = harness;
+  SetThreadCpuBreakdown(threads0, threads1, out);
+  out->context_switches = switches1 - switches0;
+  return Status::Ok();
+}
+
+void RemoveNamespace(const std::string& root, const Namespace& ns) {
+  std::error_code ec;
+  std::filesystem::remove_all(JoinRoot(root, ns.block_dir_name()), ec);
+  std::filesystem::remove_all(JoinRoot(root, ns.dir_name()), ec);
+}
+
+void CollectErrors(const Lane& lane, BenchFsResult* r) {
+  if (r->first_error.empty()) r->first_error = lane.first_error;
+}
+
+}  // namespace
+
+Result<BenchFsResult> RunBenchFs(const BenchFsOptions& o) {
+  KVTIER_RETURN_IF_ERROR(CheckBenchArgs(o.root, o.row_bytes, o.rows, o.queue_depth));
+  if (o.batch < 1 || o.batch > 4096) return InvalidArgument("--batch must be in [1, 4096]");
+  if (o.poll_us < 1 || o.poll_us > 100000)
+    return InvalidArgument("--poll-us must be in [1, 100000]");
+  if (o.mixed_load_depth < 1 || o.mixed_load_depth > 4096) {
+    return InvalidArgument("--mixed-load-depth must be in [1, 4096]");
+  }
+  if (o.mixed && o.mixed_rows == 0) return InvalidArgument("--mixed-rows must be at least 1");
+  if (o.mixed_store_depth < 0 || o.mixed_store_depth > 8192) {
+    return InvalidArgument("--mixed-store-depth must be in [0, 8192] (0: twice the queue depth)");
+  }
+  const int stream_depth = o.mixed_store_depth == 0 ? 2 * o.queue_depth : o.mixed_store_depth;
+  // Slot buffers of the largest phase, plus the base row of the content.
+  const uint64_t buffered_rows =
+      1 + static_cast<uint64_t>(std::max(
+              std::max(o.queue_depth, o.batch),
+              o.mixed ? stream_depth + std::max(o.mixed_load_depth, o.batch) + 2 * o.batch : 0));
+  KVTIER_RETURN_IF_ERROR(CheckBufferMemory(o.row_bytes, buffered_rows));
+
+  NamespaceSpec spec;
+  spec.model_name = "kvtier-bench/fs-" + std::to_string(o.row_bytes);
+  KVTIER_ASSIGN_OR_RETURN(Namespace ns, Namespace::Create(spec));
+  RemoveNamespace(o.root, ns);  // an earlier run's files (--keep) would be skipped, not stored
+  // The store stream of --mixed writes up to stream_rows more rows: enough to
+  // outlast the timed loads, which are slow under a saturating stream.
+  const uint64_t half =
+      o.rows >= 2 ? o.rows / 2 : 0;  // unloaded loads: rows [0, n); loaded: [half, half + n)
+  const uint64_t mixed_loads =
+      std::min<uint64_t>(o.mixed_rows, std::max<uint64_t>(1, o.rows - half));
+  const uint64_t stream_rows = o.mixed ? std::max<uint64_t>(o.rows, 8 * mixed_loads) : 0;
+  KVTIER_RETURN_IF_ERROR(CheckFreeSpace(o.root, o.row_bytes * (o.rows + stream_rows)));
+
+  FsTierOpenOptions topt;
+  topt.root_dir = o.root;
+  topt.ns = spec;
+  topt.row_bytes = o.row_bytes;
+  topt.n_read_threads = o.queue_depth;
+  topt.n_write_threads = o.queue_depth;
+  topt.backend = o.backend;
+  topt.o_direct = o.o_direct;
+  topt.io_timeout_ms = o.io_timeout_ms;
+  // Enough queued store bytes for the stream of --mixed: nothing is dropped.
+  topt.store_queue_bytes_max = std::max<uint64_t>(
+      topt.store_queue_bytes_max,
+      o.row_bytes * static_cast<uint64_t>(2 * o.queue_depth + 2 * stream_depth + o.batch));
+  Result<std::unique_ptr<FsTier>> opened = FsTier::Open(topt);
+  if (!opened.ok()) {
+    // A bad root is the user's argument, but it surfaced at run time.
+    Status s = opened.status();
+    return Status(s.code() == StatusCode::kInvalidArgument ? StatusCode::kIoError : s.code(),
+                  "open the fs tier under " + o.root + ": " + s.ToString());
+  }
+  std::unique_ptr<FsTier> tier = std::move(opened).value();
+
+  BenchFsResult r;
+  r.backend = std::string(tier->backend_name());
+  r.o_direct = tier->o_direct();
+  r.xattrs = tier->xattrs_supported();
+  r.root = o.root;
+  r.namespace_dir = JoinRoot(o.root, ns.dir_name());
+  r.row_bytes = o.row_bytes;
+  r.rows = o.rows;
+  r.queue_depth = o.queue_depth;
+  r.batch = o.batch;
+  r.poll_us = o.poll_us;
+  r.mixed_load_depth = o.mixed_load_depth;
+  r.mixed_store_depth = stream_depth;
+  r.io_timeout_ms = o.io_timeout_ms;
+
+  const int old_slack = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
+  prctl(PR_SET_TIMERSLACK, 1000, 0, 0, 0);  // 1 µs: poll sleeps as short as asked
+
+  BenchRows rows(o.seed, o.row_bytes);
+  Pump pump(tier.get(), &rows, o);
+  Status status = [&]() -> Status {
+    // ---- store ----
+    FsTierMetrics m0 = tier->Metrics();
+    Lane store;
+    store.kind = JobKind::kStore;
+    store.depth = o.queue_depth;
+    store.first = 0;
+    store.count = o.rows;
+    store.Allocate(o.row_bytes, o.batch);
+    KVTIER_RETURN_IF_ERROR(RunPhase(&pump, {&store}, &store, &r.store, o.row_bytes));
+    FsTierMetrics m1 = tier->Metrics();
+    uint64_t hist[FsTierMetrics::kLatencyBuckets];
+    HistogramDelta(m1.store_latency_us, m0.store_latency_us, hist);
+    r.store_hist_p50_us = HistogramPercentileUs(hist, 50);
+    r.store_hist_p99_us = HistogramPercentileUs(hist, 99);
+    r.rows_stored = store.ok;
+    r.rows_skipped = store.skipped;
+    r.store_errors = store.errors;
+    CollectErrors(store, &r);
+    store.slots.clear();
+
+    // ---- load ----
+    r.page_cache_dropped = DropPageCache(&r.page_cache_note);
+    Lane load;
+    load.kind = JobKind::kLoad;
+    load.depth = o.queue_depth;
+    load.first = 0;
+    load.count = o.rows;
+    load.Allocate(o.row_bytes, o.batch);
+    KVTIER_RETURN_IF_ERROR(RunPhase(&pump, {&load}, &load, &r.load, o.row_bytes));
+    FsTierMetrics m2 = tier->Metrics();
+    HistogramDelta(m2.load_latency_us, m1.load_latency_us, hist);
+    r.load_hist_p50_us = HistogramPercentileUs(hist, 50);
+    r.load_hist_p99_us = HistogramPercentileUs(hist, 99);
+    r.rows_verified = load.ok;
+    r.rows_corrupt = load.corrupt;
+    r.rows_missing = load.missing;
+    r.load_errors = load.errors;
+    CollectErrors(load, &r);
+    load.slots.clear();
+
+    if (!o.mixed) return Status::Ok();
+    // ---- mixed: loads alone, then under a saturating store stream ----
+    BenchFsMixed mixed;
+    const uint64_t n = mixed_loads;
+    std::string ignored;
+    DropPageCache(&ignored);
+    Lane alone;
+    alone.kind = JobKind::kLoad;
+    alone.depth = o.mixed_load_depth;
+    alone.first = 0;
+    alone.count = n;
+    alone.Allocate(o.row_bytes, o.batch);
+    KVTIER_RETURN_IF_ERROR(RunPhase(&pump, {&alone}, &alone, &mixed.unloaded_load, o.row_bytes));
+
+    DropPageCache(&ignored);
+    Lane stream;
+    stream.kind = JobKind::kStore;
+    stream.depth = stream_depth;  // by default a backlog beyond the write slots: saturating
+    stream.first = o.rows;        // new keys
+    stream.count = stream_rows;   // bounded by the disk space checked above
+    stream.stream = true;
+    stream.Allocate(o.row_bytes, o.batch);
+    Lane under;
+    under.kind = JobKind::kLoad;
+    under.depth = o.mixed_load_depth;
+    under.first = half;
+    under.count = n;
+    under.gate = &stream;  // start once the stream is in full swing
+    under.gate_rows = static_cast<uint64_t>(o.queue_depth);
+    under.Allocate(o.row_bytes, o.batch);
+    KVTIER_RETURN_IF_ERROR(
+        RunPhase(&pump, {&stream, &under}, &under, &mixed.loaded_load, o.row_bytes));
+    mixed.store_stream = stream.Figures(o.row_bytes);
+    // Loads that ran after the stream ran out were not measured under load.
+    mixed.stream_exhausted =
+        stream.next >= stream.count && under.last_done_ns > stream.last_done_ns;
+    if (under.corrupt + under.missing + under.errors + alone.corrupt + alone.missing +
+            alone.errors >
+        0) {
+      r.rows_corrupt += under.corrupt + alone.corrupt;
+      r.rows_missing += under.missing + alone.missing;
+      r.load_errors += under.errors + alone.errors;
+    }
+    r.store_errors += stream.errors;
+    CollectErrors(alone, &r);
+    CollectErrors(under, &r);
+    CollectErrors(stream, &r);
+    r.mixed = mixed;
+    return Status::Ok();
+  }();
+  prctl(PR_SET_TIMERSLACK, old_slack > 0 ? old_slack : 50000, 0, 0, 0);
+
+  Status idle = tier->WaitIdle(60000);
+  tier.reset();
+  if (!o.keep) {
+    RemoveNamespace(o.root, ns);
+  } else {
+    r.kept = true;
+  }
+  KVTIER_RETURN_IF_ERROR(status);
+  KVTIER_RETURN_IF_ERROR(idle);
+  return r;
+}
+
+nlohmann::json BenchFsJson(const BenchFsResult& r) {
+  nlohmann::json j;
+  j["store"] = FiguresJson(r.store);
+  j["load"] = FiguresJson(r.load);
+  if (r.mixed) {
+    j["mixed"] = {{"load_p50_us", Round(r.mixed->loaded_load.p50_us, 1)},
+                  {"load_p99_us", Round(r.mixed->loaded_load.p99_us, 1)},
+                  {"unloaded_load_p99_us", Round(r.mixed->unloaded_load.p99_us, 1)},
+                  {"ratio_p99", Round(r.mixed->ratio_p99(), 3)}};
+  }
+  j["backend"] = r.backend;
+  j["o_direct"] = r.o_direct;
+  j["xattrs"] = r.xattrs;
+  j["row_bytes"] = r.row_bytes;
+  j["rows"] = r.rows;
+  j["queue_depth"] = r.queue_depth;
+  j["batch"] = r.batch;
+  j["io_timeout_ms"] = r.io_timeout_ms;
+  j["page_cache_dropped"] = r.page_cache_dropped;
+  if (!r.page_cache_dropped) j["page_cache_note"] = r.page_cache_note;
+  j["rows_stored"] = r.rows_stored;
+  j["rows_skipped_exists"] = r.rows_skipped;
+  j["store_errors"] = r.store_errors;
+  j["rows_verified"] = r.rows_verified;
+  j["rows_corrupt"] = r.rows_corrupt;
+  j["rows_missing"] = r.rows_missing;
+  j["load_errors"] = r.load_errors;
+  if (!r.first_error.empty()) j["first_error"] = r.first_error;
+  nlohmann::json d;
+  d["store"] = FiguresDetailJson(r.store);
+  d["store"]["tier_hist_p50_us"] = Round(r.store_hist_p50_us, 1);
+  d["store"]["tier_hist_p99_us"] = Round(r.store_hist_p99_us, 1);
+  d["load"] = FiguresDetailJson(r.load);
+  d["load"]["tier_hist_p50_us"] = Round(r.load_hist_p50_us, 1);
+  d["load"]["tier_hist_p99_us"] = Round(r.load_hist_p99_us, 1);
+  if (r.mixed) {
+    d["mixed"] = {{"unloaded_load_p50_us", Round(r.mixed->unloaded_load.p50_us, 1)},
+                  {"unloaded_load_gbps", Round(r.mixed->unloaded_load.gbps(), 4)},
+                  {"load_gbps", Round(r.mixed->loaded_load.gbps(), 4)},
+                  {"load_rows", r.mixed->loaded_load.rows},
+                  {"store_stream_gbps", Round(r.mixed->store_stream.gbps(), 4)},
+                  {"store_stream_rows", r.mixed->store_stream.rows},
+                  {"store_stream_exhausted", r.mixed->stream_exhausted},
+                  {"load_depth", r.mixed_load_depth},
+                  {"store_depth", r.mixed_store_depth}};
+  }
+  d["latency"] =
+      "per row, SubmitStore/SubmitLoad to the PollFinished that returned it (polled every " +
+      std::to_string(r.poll_us) +
+      " us); tier_hist_*: the tier's power-of-two histogram, interpolated";
+  d["cpu"] =
+      "getrusage(RUSAGE_SELF) user+sys over the phase (tier engine and io_uring workers included), "
+      "minus the "
+      "benchmark's fill/verify (harness_cpu_s) and its sleeps between polls (poll_wait_cpu_s)";
+  d["units"] = "GB = 1e9 bytes";
+  j["details"] = std::move(d);
+  j["kept"] = r.kept;
+  if (r.kept) j["namespace_dir"] = r.namespace_dir;
+  return j;
+}
+
+std::string FormatBenchFs(const BenchFsResult& r) {
+  std::string out;
+  char line[512];
+  std::snprintf(line, sizeof line, "kvtier bench fs: %llu rows x %s under %s\n",
+                static_cast<unsigned long long>(r.rows), HumanBytes(r.row_bytes).c_str(),
+                r.root.c_str());
+  out += line;
+  std::snprintf(line, sizeof line,
+                "backend %s, O_DIRECT %s, CRC32C xattrs %s, queue depth %d, %d row%s per job\n",
+                r.backend.c_str(), r.o_direct ? "on" : "off", r.xattrs ? "on" : "off",
+                r.queue_depth, r.batch, r.batch == 1 ? "" : "s");
+  out += line;
+  out += r.page_cache_dropped ? "page cache dropped before the load phase\n"
+                              : r.page_cache_note + "\n";
+  out += "\n";
+  std::snprintf(line, sizeof line, "%-10s %9s %10s %10s %10s %11s\n", "direction", "GB/s", "rows/s",
+                "p50 us", "p99 us", "CPU s/GB");
+  out += line;
+  auto row = [&](const char* name, const DirectionFigures& f) {
+    std::snprintf(line, sizeof line, "%-10s %9.3f %10.1f %10.1f %10.1f %11.4f\n", name, f.gbps(),
+                  f.rows_per_s(), f.p50_us, f.p99_us, f.cpu_s_per_gb());
+    out += line;
+  };
+  row("store", r.store);
+  row("load", r.load);
+  out += "\n";
+  std::snprintf(line, sizeof line,
+                "rows stored %llu (skipped %llu, errors %llu); verified %llu, corrupt %llu, "
+                "missing %llu, load errors %llu\n",
+                static_cast<unsigned long long>(r.rows_stored),
+                static_cast<unsigned long long>(r.rows_skipped),
+                static_cast<unsigned long long>(r.store_errors),
+                static_cast<unsigned long long>(r.rows_verified),
+                static_cast<unsigned long long>(r.rows_corrupt),
+                static_cast<unsigned long long>(r.rows_missing),
+                static_cast<unsigned long long>(r.load_errors));
+  out += line;
+  if (!r.first_error.empty()) out += "first error: " + r.first_error + "\n";
+  std::snprintf(line, sizeof line,
+                "tier histogram (power-of-two buckets): store p50 %.0f / p99 %.0f us, load p50 "
+                "%.0f / p99 %.0f us\n",
+                r.store_hist_p50_us, r.store_hist_p99_us, r.load_hist_p50_us, r.load_hist_p99_us);
+  out += line;
+  if (r.mixed) {
+    const BenchFsMixed& m = *r.mixed;
+    std::snprintf(line, sizeof line,
+                  "mixed: load p50 %.1f / p99 %.1f us under a %.3f GB/s store stream; unloaded p50 "
+                  "%.1f / p99 %.1f us; "
+                  "p99 ratio %.2f\n",
+                  m.loaded_load.p50_us, m.loaded_load.p99_us, m.store_stream.gbps(),
+                  m.unloaded_load.p50_us, m.unloaded_load.p99_us, m.ratio_p99());
+    out += line;
+    if (m.stream_exhausted)
+      out += "mixed: the store stream ran out before the loads finished (raise --rows)\n";
+  }
+  std::snprintf(
+      line, sizeof line,
+      "latency: per row, submit to PollFinished (polled every %d us); CPU: getrusage user+sys, "
+      "fill/verify and poll sleeps excluded (store %.3f + %.3f s, load %.3f + %.3f s); GB = 1e9 "
+      "bytes\n",
+      r.poll_us, r.store.harness_cpu_s, r.store.poll_wait_cpu_s, r.load.harness_cpu_s,
+      r.load.poll_wait_cpu_s);
+  out += line;
+  if (r.kept) out += "files kept under " + r.namespace_dir + " (and its _r0 sibling)\n";
+  return out;
+}
+
+}  // namespace kvtier::internal

@@ -1,0 +1,110 @@
+// `kvtier bench fs`: throughput, latency and CPU cost of the filesystem tier
+// (issue 3's benchmark). The flags live in tools/cmd_bench.cc.
+//
+// What it does, in order:
+//  1. Opens an FsTier on --root in its own namespace (model
+//     "kvtier-bench/fs-<row_bytes>", so runs with different row sizes never
+//     collide), with n_read_threads = n_write_threads = queue depth. Files
+//     left by an earlier run of the same row size are removed first.
+//  2. Store phase: rows 0..N-1 of seeded random content, one job per
+//     `batch` rows, keeping about queue-depth rows in flight; a slot buffer
+//     is refilled only after PollFinished has returned its job.
+//  3. Drops the page cache when allowed (sync; "1" > /proc/sys/vm/drop_caches).
+//  4. Load phase: reads every row back and verifies every byte.
+//  5. --mixed: mixed_rows loads at mixed_load_depth, first alone (unloaded),
+//     then, on other rows, while a store stream on new keys (2 x queue-depth
+//     rows outstanding, beyond the write slots; at most max(rows,
+//     8 x the timed loads) rows) keeps the write side saturated. The loads start
+//     once the stream has completed queue-depth rows.
+//  6. Removes the benchmark's namespace unless keep is set.
+//
+// Latency is per row: from SubmitStore/SubmitLoad to the PollFinished call
+// that returned its job (polled every poll_us, so resolution is about
+// poll_us). With batch > 1 every key gets its job's latency. The tier's own
+// histogram (power-of-two buckets, Metrics()) is reported alongside.
+// CPU is getrusage(RUSAGE_SELF) user+sys over the phase, which includes the
+// tier's engine and io_uring worker threads, minus the benchmark's own
+// fill/verify passes and its sleeps between polls (both timed with the
+// calling thread's CPU clock and reported separately, with a per-thread
+// breakdown and the context switches, under "details").
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+#include "cli/bench_common.h"
+#include "kvtier/fs_tier.h"
+#include "kvtier/result.h"
+
+namespace kvtier::internal {
+
+struct BenchFsOptions {
+  std::string root;
+  uint64_t row_bytes = 0;
+  uint64_t rows = 0;
+  int queue_depth = 32;
+  IoBackendKind backend = IoBackendKind::kAuto;
+  bool o_direct = true;
+  bool mixed = false;
+  bool keep = false;
+  uint64_t seed = 1;
+  int batch = 1;                   // rows per job
+  int poll_us = 100;               // PollFinished interval when nothing finished
+  int mixed_load_depth = 4;        // rows in flight of the timed loads in --mixed
+  uint64_t mixed_rows = 1000;      // timed loads per mixed sub-phase (at most rows)
+  int mixed_store_depth = 0;       // store rows outstanding in the stream; 0: 2 x queue_depth
+  uint32_t io_timeout_ms = 30000;  // FsTierOpenOptions::io_timeout_ms (0: no linked timeouts)
+};
+
+struct BenchFsMixed {
+  DirectionFigures unloaded_load;  // loads alone
+  DirectionFigures loaded_load;    // the same kind of loads under the store stream
+  DirectionFigures store_stream;   // the store stream while they ran
+  bool stream_exhausted = false;   // the stream (at most max(rows, 8 x the loads) rows) ended first
+  double ratio_p99() const {
+    return unloaded_load.p99_us > 0 ? loaded_load.p99_us / unloaded_load.p99_us : 0;
+  }
+};
+
+struct BenchFsResult {
+  std::string backend;
+  bool o_direct = false;
+  bool xattrs = false;
+  std::string root;
+  std::string namespace_dir;
+  uint64_t row_bytes = 0, rows = 0;
+  int queue_depth = 0, batch = 1, poll_us = 0, mixed_load_depth = 0, mixed_store_depth = 0;
+  uint32_t io_timeout_ms = 0;
+  bool page_cache_dropped = false;
+  std::string page_cache_note;  // why not, when not dropped
+  DirectionFigures store, load;
+  double store_hist_p50_us = 0, store_hist_p99_us = 0;  // from the tier's histogram
+  double load_hist_p50_us = 0, load_hist_p99_us = 0;
+  uint64_t rows_stored = 0, rows_skipped = 0, store_errors = 0;
+  uint64_t rows_verified = 0, rows_corrupt = 0, rows_missing = 0, load_errors = 0;
+  std::string first_error;
+  std::optional<BenchFsMixed> mixed;
+  bool kept = false;
+  // False when any row failed to store, load or verify (the command exits 1).
+  bool ok() const {
+    return store_errors == 0 && rows_corrupt == 0 && rows_missing == 0 && load_errors == 0 &&
+           rows_verified == rows;
+  }
+};
+
+// kInvalidArgument for bad options (exit 2); other codes for runtime
+// failures (exit 1). A run whose rows fail verification still returns a
+// result; check ok().
+Result<BenchFsResult> RunBenchFs(const BenchFsOptions& options);
+
+// {"store": {gbps, rows_per_s, p50_us, p99_us, cpu_s_per_gb}, "load": {...},
+//  ["mixed": {load_p50_us, load_p99_us, unloaded_load_p99_us, ratio_p99}],
+//  backend, o_direct, row_bytes, rows, queue_depth, page_cache_dropped,
+//  rows_verified, rows_corrupt, ..., "details": {...}}
+nlohmann::json BenchFsJson(const BenchFsResult& result);
+// A small table for people.
+std::string FormatBenchFs(const BenchFsResult& result);
+
+}  // namespace kvtier::internal
