@@ -130,7 +130,7 @@ class UringBackend final : public IoBackend {
     // their addresses stable while it grows.
     if (io_uring_sq_ready(&ring_) == 0) timeouts_.clear();
     for (const IoRequest& r : requests) {
-      if (!supported_[static_cast<int>(r.op)]) {
+      if (!supported_[static_cast<int>(r.op)] || RunsInline(r)) {
         inline_done_.push_back({r.tag, ExecuteSync(r)});
         continue;
       }
@@ -201,6 +201,13 @@ class UringBackend final : public IoBackend {
       ++fixed_ios_;
       return;
     }
+  }
+
+  // statx and fgetxattr on an open fd never wait for the disk (the inode is
+  // in memory), but io_uring always hands them to a kernel worker thread,
+  // which costs more than the syscall: run them here.
+  static bool RunsInline(const IoRequest& r) {
+    return (r.op == IoOp::kStatx && r.path == nullptr) || r.op == IoOp::kFgetxattr;
   }
 
   // Waits for one CQE; false on timeout or wake-only traffic.
