@@ -314,23 +314,11 @@ int Main(const Flags& f) {
                 static_cast<unsigned long long>(f.rows), HumanBytes(f.row_bytes).c_str(),
                 f.root.c_str(), f.threads, b.o_direct() ? "on" : "off");
     std::printf("%s\n\n", dropped ? "page cache dropped before the load phase" : why.c_str());
-    std::printf("%-10s %9s %10s %10s %10s %11s\n", "direction", "GB/s", "rows/s", "p50 us",
-                "p99 us", "CPU s/GB");
-    for (const auto& [name, d] : {std::pair{"store", store}, std::pair{"load", load}}) {
-      std::printf("%-10s %9.3f %10.1f %10.1f %10.1f %11.4f\n", name, d.gbps(), d.rows_per_s(),
-                  d.p50_us, d.p99_us, d.cpu_s_per_gb());
-    }
-    std::printf(
-        "\nrows stored %llu (skipped %llu, errors %llu); verified %llu, corrupt %llu, missing "
-        "%llu, load errors %llu\n",
-        static_cast<unsigned long long>(store_stats.ok),
-        static_cast<unsigned long long>(store_stats.skipped),
-        static_cast<unsigned long long>(store_stats.errors),
-        static_cast<unsigned long long>(load_stats.ok),
-        static_cast<unsigned long long>(load_stats.corrupt),
-        static_cast<unsigned long long>(load_stats.missing),
-        static_cast<unsigned long long>(load_stats.errors));
-    if (!first_error.empty()) std::printf("first error: %s\n", first_error.c_str());
+    std::fputs(FormatFiguresTable(store, load).c_str(), stdout);
+    std::fputs(("\n" + FormatRowCounts({store_stats.ok, store_stats.skipped, store_stats.errors, load_stats.ok,
+                                        load_stats.corrupt, load_stats.missing, load_stats.errors},
+                                       first_error)).c_str(),
+               stdout);
   }
   const bool ok = store_stats.errors == 0 && load_stats.ok == f.rows;
   if (!ok)

@@ -274,4 +274,31 @@ std::string HumanBytes(uint64_t bytes) {
   return buf;
 }
 
+std::string FormatFiguresTable(const DirectionFigures& store, const DirectionFigures& load) {
+  char line[256];
+  std::snprintf(line, sizeof line, "%-10s %9s %10s %10s %10s %11s\n", "direction", "GB/s", "rows/s",
+                "p50 us", "p99 us", "CPU s/GB");
+  std::string out = line;
+  for (const auto& [name, f] : {std::pair{"store", &store}, std::pair{"load", &load}}) {
+    std::snprintf(line, sizeof line, "%-10s %9.3f %10.1f %10.1f %10.1f %11.4f\n", name, f->gbps(),
+                  f->rows_per_s(), f->p50_us, f->p99_us, f->cpu_s_per_gb());
+    out += line;
+  }
+  return out;
+}
+
+std::string FormatRowCounts(const RowCounts& c, const std::string& first_error) {
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "rows stored %llu (skipped %llu, errors %llu); verified %llu, corrupt %llu, "
+                "missing %llu, load errors %llu\n",
+                static_cast<unsigned long long>(c.stored), static_cast<unsigned long long>(c.skipped),
+                static_cast<unsigned long long>(c.store_errors), static_cast<unsigned long long>(c.verified),
+                static_cast<unsigned long long>(c.corrupt), static_cast<unsigned long long>(c.missing),
+                static_cast<unsigned long long>(c.load_errors));
+  std::string out = line;
+  if (!first_error.empty()) out += "first error: " + first_error + "\n";
+  return out;
+}
+
 }  // namespace kvtier::internal

@@ -134,6 +134,17 @@ Status CheckFreeSpace(const std::string& root, uint64_t bytes_needed);
 // more than half of the machine's memory.
 Status CheckBufferMemory(uint64_t row_bytes, uint64_t rows_in_memory);
 
+// Row outcomes of one run, as both benchmarks count them.
+struct RowCounts {
+  uint64_t stored = 0, skipped = 0, store_errors = 0;
+  uint64_t verified = 0, corrupt = 0, missing = 0, load_errors = 0;
+};
+
+// The text both benchmarks print: the per-direction table, then the row
+// counts (and the first error, when there is one).
+std::string FormatFiguresTable(const DirectionFigures& store, const DirectionFigures& load);
+std::string FormatRowCounts(const RowCounts& c, const std::string& first_error);
+
 // "1 MiB", "256 KiB", "1000000 B".
 std::string HumanBytes(uint64_t bytes);
 

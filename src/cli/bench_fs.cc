@@ -541,29 +541,11 @@ std::string FormatBenchFs(const BenchFsResult& r) {
   out += r.page_cache_dropped ? "page cache dropped before the load phase\n"
                               : r.page_cache_note + "\n";
   out += "\n";
-  std::snprintf(line, sizeof line, "%-10s %9s %10s %10s %10s %11s\n", "direction", "GB/s", "rows/s",
-                "p50 us", "p99 us", "CPU s/GB");
-  out += line;
-  auto row = [&](const char* name, const DirectionFigures& f) {
-    std::snprintf(line, sizeof line, "%-10s %9.3f %10.1f %10.1f %10.1f %11.4f\n", name, f.gbps(),
-                  f.rows_per_s(), f.p50_us, f.p99_us, f.cpu_s_per_gb());
-    out += line;
-  };
-  row("store", r.store);
-  row("load", r.load);
+  out += FormatFiguresTable(r.store, r.load);
   out += "\n";
-  std::snprintf(line, sizeof line,
-                "rows stored %llu (skipped %llu, errors %llu); verified %llu, corrupt %llu, "
-                "missing %llu, load errors %llu\n",
-                static_cast<unsigned long long>(r.rows_stored),
-                static_cast<unsigned long long>(r.rows_skipped),
-                static_cast<unsigned long long>(r.store_errors),
-                static_cast<unsigned long long>(r.rows_verified),
-                static_cast<unsigned long long>(r.rows_corrupt),
-                static_cast<unsigned long long>(r.rows_missing),
-                static_cast<unsigned long long>(r.load_errors));
-  out += line;
-  if (!r.first_error.empty()) out += "first error: " + r.first_error + "\n";
+  out += FormatRowCounts({r.rows_stored, r.rows_skipped, r.store_errors, r.rows_verified, r.rows_corrupt,
+                          r.rows_missing, r.load_errors},
+                         r.first_error);
   std::snprintf(line, sizeof line,
                 "tier histogram (power-of-two buckets): store p50 %.0f / p99 %.0f us, load p50 "
                 "%.0f / p99 %.0f us\n",
