@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -67,6 +68,10 @@ struct FsTierOpenOptions {
   // per-I/O page mapping. Not owned; must outlive the tier. Where the kernel
   // refuses (memlock limits), a warning is logged and I/O proceeds without.
   std::vector<std::span<uint8_t>> registered_memory;
+  // Called after a job becomes pollable, from a kvtier thread or from inside
+  // a Submit call, with no kvtier lock held; it must not block (signal a
+  // condition variable, write an eventfd). Empty: no notification.
+  std::function<void()> on_job_finished;
 };
 
 enum class KeyOutcome : uint8_t {

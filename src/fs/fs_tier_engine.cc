@@ -140,15 +140,14 @@ class FsTierImpl final : public FsTier {
       sub.ops[i]->index = i;
       sub.ops[i]->start_ns = now;
     }
+    const bool empty = sub.ops.empty();
     {
       std::lock_guard lock(mu_);
       ++open_jobs_;
-      if (sub.ops.empty()) {
-        Finish(std::move(sub.job));
-      } else {
-        inbox_.push_back(std::move(sub));
-      }
+      if (empty) Finish(std::move(sub.job));
+      else inbox_.push_back(std::move(sub));
     }
+    if (empty) NotifyFinished();
     backend_->Wake();
     return id;
   }
@@ -159,10 +158,17 @@ class FsTierImpl final : public FsTier {
     for (KeyResult& r : sub.job->results) r = {KeyOutcome::kDropped, Status(StatusCode::kRejected, why)};
     metrics_.rows_dropped += n;
     const uint64_t id = sub.job->id;
-    std::lock_guard lock(mu_);
-    ++open_jobs_;
-    Finish(std::move(sub.job));
+    {
+      std::lock_guard lock(mu_);
+      ++open_jobs_;
+      Finish(std::move(sub.job));
+    }
+    NotifyFinished();
     return id;
+  }
+
+  void NotifyFinished() const {
+    if (options_.on_job_finished) options_.on_job_finished();
   }
 
   // Called with mu_ held.
@@ -184,8 +190,11 @@ class FsTierImpl final : public FsTier {
     if (--job->remaining > 0) return;
     std::unique_ptr<Job> done = std::move(jobs_.at(job->id));
     jobs_.erase(job->id);
-    std::lock_guard lock(mu_);
-    Finish(std::move(done));
+    {
+      std::lock_guard lock(mu_);
+      Finish(std::move(done));
+    }
+    NotifyFinished();
   }
 
   // Moves the inbox into the scheduler; false when it is time to stop.

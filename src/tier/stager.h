@@ -1,0 +1,74 @@
+// Stager: moves chunks between the engine's KV cache (GPU, or the host
+// stand-in) and CPU rows, never blocking the caller or the engine's stream.
+//
+// One Stager serves all registered devices: a row's slot w is copied to or
+// from device w (kv_cache.h gives the row layout). Adjacent pages that are
+// adjacent on both sides are merged into one copy. With CUDA, each device has
+// its own non-blocking streams per direction and completion is seen through
+// events; on the host stand-in the copies run on worker threads.
+//
+// Thread-safety: all methods may be called from any thread.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kvtier/kv_cache.h"
+#include "kvtier/result.h"
+
+namespace kvtier::internal {
+
+enum class CopyDirection {
+  kDeviceToHost,  // a store: GPU pages -> CPU row
+  kHostToDevice,  // a load: CPU row -> GPU pages
+};
+
+struct StagerOptions {
+  std::vector<DeviceKvCache> devices;  // worker slots, in order; non-empty
+  uint32_t blocks_per_chunk = 1;       // GPU blocks per row, > 0
+  // Called (from a kvtier thread, without locks held) after a ticket becomes
+  // pollable; may be empty.
+  std::function<void()> on_finished;
+};
+
+struct FinishedCopy {
+  uint64_t ticket = 0;
+  Status status;  // OK, or why the copy failed (the rows' contents are then undefined)
+};
+
+class Stager {
+ public:
+  // kInvalidArgument for an empty or inconsistent layout (zero sizes, a stride
+  // below the page size, tensors of one device with different num_blocks);
+  // kUnavailable for a CUDA device when kvtier was built without CUDA or the
+  // device is absent.
+  static Result<std::unique_ptr<Stager>> Create(StagerOptions options);
+  virtual ~Stager() = default;
+
+  // Bytes of one row (a multiple of 4096): the sum over devices and tensors of
+  // page_bytes x blocks_per_chunk, rounded up.
+  virtual uint64_t row_bytes() const = 0;
+
+  // Copies rows[i] <-> the GPU blocks gpu_blocks[i*bpc .. i*bpc+bpc-1] of every
+  // device. gpu_blocks.size() must be rows.size() * blocks_per_chunk and every
+  // id < num_blocks (else kInvalidArgument, nothing copied). Returns a ticket
+  // at once; the rows must stay valid until the ticket is polled.
+  virtual Result<uint64_t> Submit(CopyDirection direction, std::span<uint8_t* const> rows,
+                                  std::span<const uint32_t> gpu_blocks) = 0;
+  // Appends finished tickets to `out`; never blocks. Returns how many.
+  virtual size_t PollFinished(std::vector<FinishedCopy>* out) = 0;
+  // Blocks until nothing is in flight; kTimedOut after timeout_ms.
+  virtual Status WaitIdle(uint32_t timeout_ms) = 0;
+  // "host" or "cuda".
+  virtual std::string_view backend_name() const = 0;
+};
+
+// True when kvtier was built with CUDA and at least one CUDA device is usable
+// (detected at run time).
+bool CudaDevicePresent();
+
+}  // namespace kvtier::internal

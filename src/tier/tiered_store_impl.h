@@ -1,0 +1,193 @@
+// The TieredStore implementation, split over tiered_store_*.cc by concern:
+// open (setup), lookup (prefix walk, secondary verdicts, promotions), jobs
+// (store, load, prefetch), progress (completion handling on the progress
+// thread) and metrics.
+//
+// Concurrency: one mutex (mu_) guards all state. Completions arrive from the
+// Stager's and the fs tiers' threads as a bare wake-up (Wake()); the progress
+// thread then polls them and applies them under mu_. Jobs are submitted to
+// the Stager and the fs tiers under mu_ (their Submit never blocks on I/O),
+// and the record of a submission is written before mu_ is released, so a
+// completion can never be applied before its record exists.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "kvtier/tiered_store.h"
+#include "tier/cpu_tier.h"
+#include "tier/host_region.h"
+#include "tier/stager.h"
+
+namespace kvtier::internal {
+
+// What one secondary tier said about a key, for one request.
+enum class TierVerdict : uint8_t { kUnknown, kInFlight, kHit, kMiss };
+
+struct RequestState {
+  RequestSpec spec;
+  uint64_t offload_limit_tokens = 0;  // chunks ending beyond this are not stored
+  // Per key, one verdict per secondary tier (kept while the request lives).
+  std::unordered_map<OffloadKey, std::vector<TierVerdict>, OffloadKeyHasher> verdicts;
+  OffloadKeySet pinned;  // keys this request holds a pin on
+  // Keys this request's lookups promoted, and from which secondary tier
+  // (PrefixLookup::source_tier keeps naming it once the row is in CPU).
+  std::unordered_map<OffloadKey, int, OffloadKeyHasher> promoted_from;
+  // Chunks already counted in the hit/miss metrics (each chunk once, at its
+  // first definite verdict, however often the request looks up).
+  std::vector<bool> counted;
+};
+
+struct UserJob {
+  TransferKind kind = TransferKind::kLoad;
+  uint64_t request_id = 0;
+  std::vector<ChunkResult> chunks;
+  size_t outstanding = 0;  // copies or promotions still running
+};
+
+// A Stager ticket: a store (GPU->CPU) or load (CPU->GPU) of some chunks.
+struct CopyRecord {
+  CopyDirection direction = CopyDirection::kDeviceToHost;
+  uint64_t job_id = 0;
+  uint64_t request_id = 0;
+  size_t first_chunk = 0;
+  std::vector<OffloadKey> keys;
+  std::vector<size_t> index;  // position of each key in the job's chunks
+  uint64_t bytes = 0;
+};
+
+// An fs tier job started by the store.
+struct FsJobRecord {
+  enum class Kind { kWriteThrough, kPromote, kLookup } kind = Kind::kLookup;
+  std::vector<OffloadKey> keys;
+  std::vector<uint32_t> rows;  // kWriteThrough, kPromote: the CPU rows of the keys
+  uint64_t request_id = 0;    // kLookup: whose verdicts these are
+  uint64_t job_id = 0;        // kPromote from Prefetch: the user job, else 0
+  std::vector<size_t> index;  // kPromote from Prefetch: positions in the job
+};
+
+struct SecondaryTier {
+  std::string name;
+  std::unique_ptr<FsTier> fs;
+  std::unordered_map<uint64_t, FsJobRecord> jobs;  // by fs job id
+  uint64_t hits = 0, misses = 0, promotions = 0, promotions_failed = 0;
+};
+
+// Seconds during which at least one copy of a direction was in flight.
+class BusyClock {
+ public:
+  void Start();
+  void Stop();
+  double seconds() const;
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  int in_flight_ = 0;
+  Clock::time_point since_;
+  double total_s_ = 0;
+};
+
+class TieredStoreImpl final : public TieredStore {
+ public:
+  TieredStoreImpl(const TieredStoreOptions& options, const OffloadConfig& config);
+  ~TieredStoreImpl() override;
+  // Builds the stager, region, tiers; starts the progress thread.
+  Status Init();
+
+  Status StartRequest(uint64_t request_id, RequestSpec spec) override;
+  Status AppendChunkKeys(uint64_t request_id, std::span<const OffloadKey> keys) override;
+  Status FinishRequest(uint64_t request_id) override;
+  Result<PrefixLookup> Lookup(uint64_t request_id, size_t first_chunk) override;
+  Result<PrefixLookup> LookupWait(uint64_t request_id, size_t first_chunk, uint32_t timeout_ms) override;
+  Result<uint64_t> Store(uint64_t request_id, size_t first_chunk, std::span<const uint32_t> gpu_blocks) override;
+  Result<uint64_t> Load(uint64_t request_id, size_t first_chunk, std::span<const uint32_t> gpu_blocks) override;
+  Result<uint64_t> Prefetch(std::span<const OffloadKey> keys) override;
+  size_t PollFinished(std::vector<TransferResult>* out) override;
+  Status WaitIdle(uint32_t timeout_ms) override;
+  TieredStoreMetrics Metrics() const override;
+  std::string PrometheusText() const override;
+  uint64_t row_bytes() const override { return row_bytes_; }
+  uint32_t cpu_rows() const override { return cpu_->rows(); }
+  uint32_t blocks_per_chunk() const override { return config_.blocks_per_chunk; }
+  size_t secondary_tier_count() const override { return tiers_.size(); }
+  const FsTier& secondary_tier(size_t i) const override { return *tiers_.at(i).fs; }
+
+ private:
+  // --- setup (tiered_store_open.cc)
+  Status OpenSecondaryTiers();
+  // --- lookup (tiered_store_lookup.cc); all with mu_ held
+  TierVerdict SecondaryVerdict(RequestState& req, const OffloadKey& key, int* tier,
+                               std::vector<std::vector<OffloadKey>>* to_lookup);
+  PrefixLookup WalkPrefix(uint64_t request_id, RequestState& req, size_t first_chunk);
+  // The walk of one Lookup call: what it must start and what it protects.
+  struct Walk {
+    std::vector<std::vector<OffloadKey>> to_lookup;  // per tier
+    std::vector<FsJobRecord> promote;                // per tier
+    OffloadKeySet walked;  // keys of the prefix so far: promotions may not evict them
+  };
+  ChunkVerdict SecondaryLookup(RequestState& req, const OffloadKey& key, int* source, Walk* walk);
+  void CountVerdict(RequestState& req, size_t chunk, ChunkVerdict verdict, int source);
+  void SubmitLookups(uint64_t request_id, std::vector<std::vector<OffloadKey>>& to_lookup);
+  void SubmitPromotion(size_t tier, FsJobRecord record);
+  void PinIfWanted(RequestState& req, size_t chunk, const OffloadKey& key);
+  void ForgetHitVerdicts(const OffloadKey& key);
+  // --- jobs (tiered_store_jobs.cc); all with mu_ held
+  Result<RequestState*> FindRequest(uint64_t request_id);
+  Status CheckChunkRange(const RequestState& req, size_t first_chunk, std::span<const uint32_t> gpu_blocks) const;
+  uint64_t NewJob(TransferKind kind, uint64_t request_id, size_t chunks);
+  void SubmitCopy(CopyRecord record, std::span<const uint32_t> rows, std::vector<uint32_t> gpu_blocks);
+  void FinishChunk(uint64_t job_id, size_t index, ChunkResult result);
+  void MaybeFinishJob(uint64_t job_id);
+  // --- progress (tiered_store_progress.cc)
+  void Wake();
+  void ProgressLoop();
+  void ApplyCompletions(std::vector<FinishedCopy>& copies, std::vector<std::vector<JobResult>>& fs_results);
+  void OnCopyFinished(CopyRecord& record, const Status& status);
+  void OnStoreCopied(CopyRecord& record);
+  void WriteThrough(std::span<const OffloadKey> keys);
+  void OnFsJobFinished(size_t tier, FsJobRecord& record, JobResult& result);
+  void OnPromotionFinished(size_t tier, FsJobRecord& record, JobResult& result);
+  void OnLookupFinished(size_t tier, FsJobRecord& record, JobResult& result);
+  bool IdleLocked() const;
+  uint8_t* RowPtr(uint32_t row) const { return region_->bytes().data() + uint64_t{row} * row_bytes_; }
+
+  const TieredStoreOptions options_;
+  const OffloadConfig config_;
+  const uint64_t chunk_tokens_;
+  uint64_t row_bytes_ = 0;
+  uint64_t pinned_rows_max_ = 0;
+
+  // Wake-ups from completion threads (never held with mu_ by those threads).
+  std::mutex wake_mu_;
+  std::condition_variable wake_cv_;
+  bool wake_pending_ = false;
+  bool stop_ = false;
+
+  mutable std::mutex mu_;
+  std::condition_variable changed_cv_;  // something completed (LookupWait, WaitIdle)
+  // Destroyed in reverse: tiers and stager (which may still touch rows)
+  // before the region.
+  std::unique_ptr<HostRegion> region_;
+  std::unique_ptr<Stager> stager_;
+  std::unique_ptr<CpuTier> cpu_;
+  std::vector<SecondaryTier> tiers_;
+  std::unordered_map<uint64_t, RequestState> requests_;
+  std::unordered_map<uint64_t, UserJob> jobs_;
+  std::vector<TransferResult> finished_;
+  std::unordered_map<uint64_t, CopyRecord> copies_;  // by Stager ticket
+  std::unordered_map<OffloadKey, uint32_t, OffloadKeyHasher> pin_counts_;
+  uint64_t next_job_id_ = 1;
+  uint64_t pins_refused_ = 0;
+  uint64_t stores_no_space_ = 0;
+  uint64_t cpu_hits_ = 0, cpu_misses_ = 0;
+  uint64_t rows_in_ = 0, bytes_in_ = 0, rows_out_ = 0, bytes_out_ = 0;
+  BusyClock in_clock_, out_clock_;
+
+  std::thread progress_;
+};
+
+}  // namespace kvtier::internal

@@ -1,0 +1,184 @@
+// Maximal-prefix lookup (vllm-fs-tier.md §4.3): the CPU tier first, then the
+// secondary tiers in config order through asynchronous, batched existence
+// checks whose verdicts live as long as the request (§2.6). A secondary hit
+// reserves a CPU row at once and starts a promotion.
+#include "tier/tiered_store_impl.h"
+
+namespace kvtier::internal {
+
+// With mu_ held. Starts lookups for tiers that have no verdict yet; answers
+// for the first tier (in order) that is not a miss.
+TierVerdict TieredStoreImpl::SecondaryVerdict(RequestState& req, const OffloadKey& key, int* tier,
+                                              std::vector<std::vector<OffloadKey>>* to_lookup) {
+  std::vector<TierVerdict>& verdicts = req.verdicts[key];
+  verdicts.resize(tiers_.size(), TierVerdict::kUnknown);
+  for (size_t t = 0; t < tiers_.size(); ++t) {
+    if (verdicts[t] != TierVerdict::kUnknown) continue;
+    verdicts[t] = TierVerdict::kInFlight;
+    (*to_lookup)[t].push_back(key);
+  }
+  for (size_t t = 0; t < tiers_.size(); ++t) {
+    if (verdicts[t] == TierVerdict::kMiss) continue;
+    *tier = static_cast<int>(t);
+    return verdicts[t] == TierVerdict::kHit ? TierVerdict::kHit : TierVerdict::kInFlight;
+  }
+  return TierVerdict::kMiss;
+}
+
+// With mu_ held. The verdict of a key the CPU tier does not hold; a secondary
+// hit reserves a not-ready CPU row and joins that tier's promotion batch.
+ChunkVerdict TieredStoreImpl::SecondaryLookup(RequestState& req, const OffloadKey& key, int* source, Walk* walk) {
+  if (tiers_.empty()) return ChunkVerdict::kMiss;
+  int tier = -1;
+  const TierVerdict verdict = SecondaryVerdict(req, key, &tier, &walk->to_lookup);
+  if (verdict == TierVerdict::kInFlight) return ChunkVerdict::kRetry;
+  if (verdict == TierVerdict::kMiss) return ChunkVerdict::kMiss;
+  const OffloadKey keys[] = {key};
+  std::optional<PreparedWrite> prepared = cpu_->PrepareWrite(keys, /*apply_threshold=*/false, &walk->walked);
+  SecondaryTier& from = tiers_[static_cast<size_t>(tier)];
+  if (!prepared || prepared->rows.empty()) {
+    ++from.promotions_failed;  // no CPU row could be freed: a miss, as in vLLM
+    return ChunkVerdict::kMiss;
+  }
+  FsJobRecord& batch = walk->promote[static_cast<size_t>(tier)];
+  batch.keys.push_back(key);
+  batch.rows.push_back(prepared->rows[0]);
+  *source = tier + 1;
+  req.promoted_from[key] = tier + 1;
+  return ChunkVerdict::kHitPending;
+}
+
+// With mu_ held. Each chunk of a request is counted once, at its first
+// definite verdict: a CPU hit, a hit in secondary tier t (the tiers before it
+// missed), or a miss everywhere.
+void TieredStoreImpl::CountVerdict(RequestState& req, size_t chunk, ChunkVerdict verdict, int source) {
+  if (verdict == ChunkVerdict::kRetry || req.counted[chunk]) return;
+  req.counted[chunk] = true;
+  if (source == 0) {
+    ++cpu_hits_;
+    return;
+  }
+  ++cpu_misses_;
+  const size_t missed = source > 0 ? static_cast<size_t>(source - 1) : tiers_.size();
+  for (size_t t = 0; t < missed; ++t) ++tiers_[t].misses;
+  if (source > 0) ++tiers_[static_cast<size_t>(source - 1)].hits;
+}
+
+// With mu_ held. Pins a ready row the request asked to keep resident.
+void TieredStoreImpl::PinIfWanted(RequestState& req, size_t chunk, const OffloadKey& key) {
+  if ((chunk + 1) * chunk_tokens_ > req.spec.pin_tokens || req.pinned.contains(key)) return;
+  auto it = pin_counts_.find(key);
+  if (it == pin_counts_.end()) {
+    if (pin_counts_.size() >= pinned_rows_max_) {
+      ++pins_refused_;
+      return;
+    }
+    const OffloadKey keys[] = {key};
+    cpu_->Acquire(keys);
+    it = pin_counts_.emplace(key, 0).first;
+  }
+  ++it->second;
+  req.pinned.insert(key);
+}
+
+PrefixLookup TieredStoreImpl::WalkPrefix(uint64_t request_id, RequestState& req, size_t first_chunk) {
+  PrefixLookup out;
+  Walk walk;
+  walk.to_lookup.resize(tiers_.size());
+  walk.promote.assign(tiers_.size(), FsJobRecord{FsJobRecord::Kind::kPromote, {}, {}, 0, 0, {}});
+  bool leading = true;  // still in the leading run of hits
+  for (size_t i = first_chunk; i < req.spec.chunk_keys.size(); ++i) {
+    const OffloadKey& key = req.spec.chunk_keys[i];
+    walk.walked.insert(key);
+    ChunkVerdict verdict = ChunkVerdict::kHitPending;
+    int source = 0;
+    switch (cpu_->Lookup(key)) {
+      case CpuVerdict::kHit:
+        verdict = ChunkVerdict::kHit;
+        PinIfWanted(req, i, key);
+        break;
+      case CpuVerdict::kHitPending:
+        break;
+      case CpuVerdict::kMiss:
+        source = -1;
+        verdict = SecondaryLookup(req, key, &source, &walk);
+        break;
+    }
+    if (source == 0) {
+      auto origin = req.promoted_from.find(key);
+      if (origin != req.promoted_from.end()) source = origin->second;
+    }
+    CountVerdict(req, i, verdict, source);
+    out.verdicts.push_back(verdict);
+    out.source_tier.push_back(source);
+    if (verdict == ChunkVerdict::kMiss) break;
+    leading = leading && verdict != ChunkVerdict::kRetry;
+    if (leading) ++out.hit_chunks;
+    if (verdict != ChunkVerdict::kHit) out.pending = true;
+  }
+  SubmitLookups(request_id, walk.to_lookup);
+  for (size_t t = 0; t < tiers_.size(); ++t) {
+    if (!walk.promote[t].keys.empty()) SubmitPromotion(t, std::move(walk.promote[t]));
+  }
+  return out;
+}
+
+void TieredStoreImpl::SubmitLookups(uint64_t request_id, std::vector<std::vector<OffloadKey>>& to_lookup) {
+  for (size_t t = 0; t < tiers_.size(); ++t) {
+    if (to_lookup[t].empty()) continue;
+    Result<uint64_t> id = tiers_[t].fs->SubmitLookup(to_lookup[t]);
+    if (id.ok()) {
+      tiers_[t].jobs.emplace(*id, FsJobRecord{FsJobRecord::Kind::kLookup, std::move(to_lookup[t]), {}, request_id, 0, {}});
+      continue;
+    }
+    // A lookup that cannot start counts as a miss (as vLLM's failing batch_lookup).
+    RequestState& req = requests_.at(request_id);
+    for (const OffloadKey& key : to_lookup[t]) req.verdicts[key][t] = TierVerdict::kMiss;
+  }
+}
+
+// With mu_ held. The rows were reserved by PrepareWrite (not ready).
+void TieredStoreImpl::SubmitPromotion(size_t tier, FsJobRecord record) {
+  std::vector<std::span<uint8_t>> rows;
+  rows.reserve(record.rows.size());
+  for (uint32_t row : record.rows) rows.emplace_back(RowPtr(row), row_bytes_);
+  Result<uint64_t> id = tiers_[tier].fs->SubmitLoad(record.keys, rows);
+  if (id.ok()) {
+    tiers_[tier].jobs.emplace(*id, std::move(record));
+    return;
+  }
+  // Nothing was read: give the rows back and report the failure.
+  JobResult failed{0, JobKind::kLoad, std::vector<KeyResult>(record.keys.size(), KeyResult{KeyOutcome::kError, id.status()})};
+  OnPromotionFinished(tier, record, failed);
+}
+
+// With mu_ held. A promotion of `key` failed: drop the hit verdicts that
+// started it, so the next lookup asks the tiers again.
+void TieredStoreImpl::ForgetHitVerdicts(const OffloadKey& key) {
+  for (auto& [id, req] : requests_) {
+    auto it = req.verdicts.find(key);
+    if (it == req.verdicts.end()) continue;
+    for (TierVerdict& v : it->second) {
+      if (v == TierVerdict::kHit) v = TierVerdict::kUnknown;
+    }
+  }
+}
+
+Result<PrefixLookup> TieredStoreImpl::Lookup(uint64_t request_id, size_t first_chunk) {
+  std::lock_guard lock(mu_);
+  KVTIER_ASSIGN_OR_RETURN(RequestState * req, FindRequest(request_id));
+  return WalkPrefix(request_id, *req, first_chunk);
+}
+
+Result<PrefixLookup> TieredStoreImpl::LookupWait(uint64_t request_id, size_t first_chunk, uint32_t timeout_ms) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  std::unique_lock lock(mu_);
+  while (true) {
+    KVTIER_ASSIGN_OR_RETURN(RequestState * req, FindRequest(request_id));
+    PrefixLookup out = WalkPrefix(request_id, *req, first_chunk);
+    if (!out.pending) return out;
+    if (changed_cv_.wait_until(lock, deadline) == std::cv_status::timeout) return out;
+  }
+}
+
+}  // namespace kvtier::internal

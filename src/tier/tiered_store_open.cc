@@ -1,0 +1,153 @@
+// TieredStore setup: config, row layout, CPU region, secondary tiers and the
+// progress thread.
+#include <algorithm>
+#include <string>
+
+#include "tier/tiered_store_impl.h"
+#include "util/log.h"
+
+namespace kvtier {
+
+using internal::TieredStoreImpl;
+
+Result<std::unique_ptr<TieredStore>> TieredStore::Open(const TieredStoreOptions& options) {
+  KVTIER_ASSIGN_OR_RETURN(OffloadConfig config, ParseOffloadConfig(options.config_json, options.engine));
+  auto store = std::make_unique<TieredStoreImpl>(options, config);
+  KVTIER_RETURN_IF_ERROR(store->Init());
+  return std::unique_ptr<TieredStore>(std::move(store));
+}
+
+std::string_view ChunkVerdictName(ChunkVerdict verdict) {
+  switch (verdict) {
+    case ChunkVerdict::kHit: return "hit";
+    case ChunkVerdict::kHitPending: return "hit_pending";
+    case ChunkVerdict::kRetry: return "retry";
+    case ChunkVerdict::kMiss: return "miss";
+  }
+  return "unknown";
+}
+
+std::string_view ChunkOutcomeName(ChunkOutcome outcome) {
+  switch (outcome) {
+    case ChunkOutcome::kOk: return "ok";
+    case ChunkOutcome::kAlreadyCached: return "already_cached";
+    case ChunkOutcome::kNotOffloaded: return "not_offloaded";
+    case ChunkOutcome::kMiss: return "miss";
+    case ChunkOutcome::kNoSpace: return "no_space";
+    case ChunkOutcome::kError: return "error";
+  }
+  return "unknown";
+}
+
+size_t TransferResult::OkPrefix() const {
+  size_t n = 0;
+  while (n < chunks.size() &&
+         (chunks[n].outcome == ChunkOutcome::kOk || chunks[n].outcome == ChunkOutcome::kAlreadyCached)) {
+    ++n;
+  }
+  return n;
+}
+
+}  // namespace kvtier
+
+namespace kvtier::internal {
+namespace {
+
+StoreBackpressure ToStoreBackpressure(const std::optional<BackpressureOptions>& options) {
+  StoreBackpressure out;
+  if (!options) return out;
+  out.enabled = true;
+  out.high_water_s_per_mib = options->high_water_s_per_mib;
+  out.low_water_s_per_mib = options->low_water_s_per_mib;
+  out.ema_alpha = options->ema_alpha;
+  out.warmup_completions = options->warmup_completions;
+  return out;
+}
+
+// The region in whole rows of at most 1 GiB each (the kernel's limit on one
+// registered buffer), so that no row straddles two buffers and every row is
+// eligible for fixed-buffer I/O.
+std::vector<std::span<uint8_t>> RegistrationSpans(std::span<uint8_t> region, uint64_t row_bytes) {
+  constexpr uint64_t kBufferBytesMax = uint64_t{1} << 30;
+  const uint64_t span_bytes = kBufferBytesMax / row_bytes * row_bytes;
+  std::vector<std::span<uint8_t>> spans;
+  if (span_bytes == 0) return spans;  // rows above 1 GiB: plain I/O
+  for (uint64_t at = 0; at < region.size(); at += span_bytes) {
+    spans.push_back(region.subspan(at, std::min<uint64_t>(span_bytes, region.size() - at)));
+  }
+  return spans;
+}
+
+}  // namespace
+
+TieredStoreImpl::TieredStoreImpl(const TieredStoreOptions& options, const OffloadConfig& config)
+    : options_(options),
+      config_(config),
+      chunk_tokens_(uint64_t{options.engine.gpu_block_size_tokens} * config.blocks_per_chunk) {}
+
+Status TieredStoreImpl::Init() {
+  KVTIER_ASSIGN_OR_RETURN(stager_, Stager::Create(StagerOptions{options_.devices, config_.blocks_per_chunk,
+                                                                [this] { Wake(); }}));
+  row_bytes_ = stager_->row_bytes();
+  const uint64_t rows = config_.cpu_bytes_to_use / row_bytes_;
+  if (rows == 0) {
+    return Status(StatusCode::kInvalidArgument,
+                  "config key 'cpu_bytes_to_use': " + std::to_string(config_.cpu_bytes_to_use) +
+                      " bytes is less than one row (" + std::to_string(row_bytes_) + " bytes)");
+  }
+  if (rows > UINT32_MAX) {
+    return Status(StatusCode::kInvalidArgument, "config key 'cpu_bytes_to_use': more than 2^32 rows");
+  }
+  KVTIER_ASSIGN_OR_RETURN(region_, HostRegion::Allocate(rows * row_bytes_));
+  cpu_ = std::make_unique<CpuTier>(config_.eviction_policy, static_cast<uint32_t>(rows), config_.store_threshold,
+                                   config_.max_tracker_size);
+  pinned_rows_max_ = options_.pinned_bytes_max / row_bytes_;
+  KVTIER_RETURN_IF_ERROR(OpenSecondaryTiers());
+  progress_ = std::thread([this] { ProgressLoop(); });
+  return Status::Ok();
+}
+
+Status TieredStoreImpl::OpenSecondaryTiers() {
+  NamespaceSpec ns = options_.ns;
+  ns.blocks_per_file = config_.blocks_per_chunk;
+  for (size_t i = 0; i < config_.secondary_tiers.size(); ++i) {
+    const FsTierOptions& fs = config_.secondary_tiers[i].fs;
+    FsTierOpenOptions open;
+    open.root_dir = fs.root_dir;
+    open.ns = ns;
+    open.row_bytes = row_bytes_;
+    open.n_read_threads = fs.n_read_threads;
+    open.n_write_threads = fs.n_write_threads;
+    open.durability = fs.durability;
+    open.io_timeout_ms = fs.io_timeout_ms;
+    open.store_queue_bytes_max = fs.store_queue_bytes_max;
+    open.backpressure = ToStoreBackpressure(fs.backpressure);
+    open.backend = fs.io_backend;
+    open.o_direct = fs.o_direct;
+    open.registered_memory = RegistrationSpans(region_->bytes(), row_bytes_);
+    open.on_job_finished = [this] { Wake(); };
+    Result<std::unique_ptr<FsTier>> tier = FsTier::Open(open);
+    if (!tier.ok()) {
+      return Status(tier.status().code(), "secondary_tiers[" + std::to_string(i) + "] (" + fs.root_dir +
+                                              "): " + tier.status().message());
+    }
+    tiers_.push_back(SecondaryTier{"fs" + std::to_string(i), std::move(tier).value(), {}, 0, 0, 0, 0});
+  }
+  return Status::Ok();
+}
+
+TieredStoreImpl::~TieredStoreImpl() {
+  if (progress_.joinable()) {
+    if (!WaitIdle(options_.shutdown_timeout_ms).ok()) {
+      LogWarning("tiered store: shutting down with transfers still running");
+    }
+    {
+      std::lock_guard lock(wake_mu_);
+      stop_ = true;
+    }
+    wake_cv_.notify_one();
+    progress_.join();
+  }
+}
+
+}  // namespace kvtier::internal

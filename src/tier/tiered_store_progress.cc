@@ -1,0 +1,183 @@
+// The progress thread: collects finished copies and fs jobs and applies them
+// (vllm-fs-tier.md §4.2-§4.3): a finished GPU->CPU copy makes its rows ready
+// and writes them through to every secondary tier; a finished promotion makes
+// its row ready (and is never written back); lookup results become the
+// request's verdicts.
+#include "tier/tiered_store_impl.h"
+
+namespace kvtier::internal {
+
+void TieredStoreImpl::Wake() {
+  {
+    std::lock_guard lock(wake_mu_);
+    wake_pending_ = true;
+  }
+  wake_cv_.notify_one();
+}
+
+void TieredStoreImpl::ProgressLoop() {
+  std::vector<FinishedCopy> copies;
+  std::vector<std::vector<JobResult>> fs_results(tiers_.size());
+  while (true) {
+    {
+      std::unique_lock lock(wake_mu_);
+      wake_cv_.wait(lock, [&] { return wake_pending_ || stop_; });
+      if (stop_) return;
+      wake_pending_ = false;
+    }
+    // Poll outside mu_: the stager and the tiers have their own locks, and a
+    // submitter holds mu_ until its record exists (see the header).
+    copies.clear();
+    stager_->PollFinished(&copies);
+    for (size_t t = 0; t < tiers_.size(); ++t) {
+      fs_results[t].clear();
+      tiers_[t].fs->PollFinished(&fs_results[t]);
+    }
+    std::lock_guard lock(mu_);
+    ApplyCompletions(copies, fs_results);
+    changed_cv_.notify_all();
+  }
+}
+
+void TieredStoreImpl::ApplyCompletions(std::vector<FinishedCopy>& copies,
+                                       std::vector<std::vector<JobResult>>& fs_results) {
+  for (FinishedCopy& done : copies) {
+    auto it = copies_.find(done.ticket);
+    if (it == copies_.end()) continue;
+    CopyRecord record = std::move(it->second);
+    copies_.erase(it);
+    (record.direction == CopyDirection::kDeviceToHost ? in_clock_ : out_clock_).Stop();
+    OnCopyFinished(record, done.status);
+  }
+  for (size_t t = 0; t < tiers_.size(); ++t) {
+    for (JobResult& result : fs_results[t]) {
+      auto it = tiers_[t].jobs.find(result.job_id);
+      if (it == tiers_[t].jobs.end()) continue;
+      FsJobRecord record = std::move(it->second);
+      tiers_[t].jobs.erase(it);
+      OnFsJobFinished(t, record, result);
+    }
+  }
+}
+
+void TieredStoreImpl::OnCopyFinished(CopyRecord& record, const Status& status) {
+  if (record.direction == CopyDirection::kDeviceToHost) {
+    if (status.ok()) {
+      OnStoreCopied(record);
+    } else {
+      cpu_->CompleteWrite(record.keys, /*success=*/false);
+      for (size_t k : record.index) FinishChunk(record.job_id, k, ChunkResult{ChunkOutcome::kError, status});
+    }
+  } else {
+    cpu_->Release(record.keys);
+    if (status.ok()) {
+      rows_out_ += record.keys.size();
+      bytes_out_ += record.bytes;
+    }
+    const ChunkOutcome outcome = status.ok() ? ChunkOutcome::kOk : ChunkOutcome::kError;
+    for (size_t k : record.index) FinishChunk(record.job_id, k, ChunkResult{outcome, status});
+  }
+  MaybeFinishJob(record.job_id);
+}
+
+void TieredStoreImpl::OnStoreCopied(CopyRecord& record) {
+  cpu_->CompleteWrite(record.keys, /*success=*/true);
+  rows_in_ += record.keys.size();
+  bytes_in_ += record.bytes;
+  auto req = requests_.find(record.request_id);
+  for (size_t k = 0; k < record.keys.size(); ++k) {
+    FinishChunk(record.job_id, record.index[k], ChunkResult{ChunkOutcome::kOk, Status::Ok()});
+    if (req != requests_.end()) PinIfWanted(req->second, record.first_chunk + record.index[k], record.keys[k]);
+  }
+  WriteThrough(record.keys);
+}
+
+// With mu_ held. Each secondary tier holds a reader reference on the rows
+// until its store finishes, so they cannot be evicted while being written.
+void TieredStoreImpl::WriteThrough(std::span<const OffloadKey> keys) {
+  for (SecondaryTier& tier : tiers_) {
+    std::vector<uint32_t> rows = cpu_->Acquire(keys);
+    std::vector<std::span<const uint8_t>> spans;
+    spans.reserve(rows.size());
+    for (uint32_t row : rows) spans.emplace_back(RowPtr(row), row_bytes_);
+    Result<uint64_t> id = tier.fs->SubmitStore(keys, spans);
+    if (!id.ok()) {
+      cpu_->Release(keys);
+      continue;
+    }
+    FsJobRecord record{FsJobRecord::Kind::kWriteThrough, {keys.begin(), keys.end()}, std::move(rows), 0, 0, {}};
+    tier.jobs.emplace(*id, std::move(record));
+  }
+}
+
+void TieredStoreImpl::OnFsJobFinished(size_t tier, FsJobRecord& record, JobResult& result) {
+  switch (record.kind) {
+    case FsJobRecord::Kind::kWriteThrough:
+      cpu_->Release(record.keys);
+      break;
+    case FsJobRecord::Kind::kPromote:
+      OnPromotionFinished(tier, record, result);
+      break;
+    case FsJobRecord::Kind::kLookup:
+      OnLookupFinished(tier, record, result);
+      break;
+  }
+}
+
+// With mu_ held. Loaded rows become ready; a Prefetch key that missed tries
+// the next tier with the same reserved row; other failures free the row.
+void TieredStoreImpl::OnPromotionFinished(size_t tier, FsJobRecord& record, JobResult& result) {
+  FsJobRecord next{FsJobRecord::Kind::kPromote, {}, {}, 0, record.job_id, {}};
+  for (size_t k = 0; k < record.keys.size(); ++k) {
+    const OffloadKey one[] = {record.keys[k]};
+    const KeyResult& r = result.keys[k];
+    const bool from_prefetch = record.job_id != 0;
+    if (r.outcome == KeyOutcome::kOk) {
+      cpu_->CompleteWrite(one, /*success=*/true);
+      ++tiers_[tier].promotions;
+      if (from_prefetch) FinishChunk(record.job_id, record.index[k], ChunkResult{ChunkOutcome::kOk, Status::Ok()});
+      continue;
+    }
+    if (from_prefetch && r.outcome == KeyOutcome::kMiss && tier + 1 < tiers_.size()) {
+      next.keys.push_back(record.keys[k]);
+      next.rows.push_back(record.rows[k]);
+      next.index.push_back(record.index[k]);
+      continue;
+    }
+    cpu_->CompleteWrite(one, /*success=*/false);
+    if (!from_prefetch) ++tiers_[tier].promotions_failed;  // a lookup hit whose file went away or was bad
+    ForgetHitVerdicts(record.keys[k]);
+    if (from_prefetch) {
+      const bool miss = r.outcome == KeyOutcome::kMiss || r.outcome == KeyOutcome::kCorrupt;
+      FinishChunk(record.job_id, record.index[k], ChunkResult{miss ? ChunkOutcome::kMiss : ChunkOutcome::kError, r.status});
+    }
+  }
+  if (!next.keys.empty()) SubmitPromotion(tier + 1, std::move(next));
+  if (record.job_id != 0) MaybeFinishJob(record.job_id);
+}
+
+void TieredStoreImpl::OnLookupFinished(size_t tier, FsJobRecord& record, JobResult& result) {
+  auto req = requests_.find(record.request_id);
+  if (req == requests_.end()) return;  // finished meanwhile: its verdicts are gone
+  for (size_t k = 0; k < record.keys.size(); ++k) {
+    std::vector<TierVerdict>& verdicts = req->second.verdicts[record.keys[k]];
+    verdicts.resize(tiers_.size(), TierVerdict::kUnknown);
+    // A failed lookup counts as a miss, as vLLM's failing batch_lookup.
+    verdicts[tier] = result.keys[k].outcome == KeyOutcome::kOk ? TierVerdict::kHit : TierVerdict::kMiss;
+  }
+}
+
+void BusyClock::Start() {
+  if (in_flight_++ == 0) since_ = Clock::now();
+}
+
+void BusyClock::Stop() {
+  if (--in_flight_ == 0) total_s_ += std::chrono::duration<double>(Clock::now() - since_).count();
+}
+
+double BusyClock::seconds() const {
+  const double running = in_flight_ > 0 ? std::chrono::duration<double>(Clock::now() - since_).count() : 0;
+  return total_s_ + running;
+}
+
+}  // namespace kvtier::internal
