@@ -7,6 +7,7 @@
 #include <string>
 
 #include "cli/bench_fs.h"
+#include "cli/bench_tiers.h"
 #include "commands.h"
 
 namespace kvtier::internal {
@@ -90,12 +91,93 @@ void RegisterBenchFs(CLI::App* bench, CliContext* ctx) {
   cmd->callback([flags, ctx] { ctx->exit_code = RunBenchFsCommand(*flags); });
 }
 
+struct BenchTiersFlags {
+  BenchTiersOptions options;
+  std::string phase = "all";  // hidden: "load" is the re-executed child
+  bool json = false;
+};
+
+// The child of `bench tiers`: the load phase alone, its report on stdout.
+int RunBenchTiersLoadPhase(const BenchTiersFlags& f) {
+  Result<BenchTiersLoad> load = RunBenchTiersLoad(f.options);
+  if (!load.ok()) {
+    std::fprintf(stderr, "kvtier bench tiers (load phase): %s\n", load.status().ToString().c_str());
+    return load.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  std::cout << BenchTiersLoadJson(*load).dump(-1, ' ', false,
+                                              nlohmann::json::error_handler_t::replace)
+            << "\n";
+  return load->verified == f.options.rows && load->corrupt == 0 ? 0 : 1;
+}
+
+int RunBenchTiersCommand(const BenchTiersFlags& f) {
+  if (f.phase == "load") return RunBenchTiersLoadPhase(f);
+  const std::string warning = BenchTiersWarning(f.options);
+  if (!warning.empty()) std::fprintf(stderr, "kvtier bench tiers: warning: %s\n", warning.c_str());
+  Result<BenchTiersResult> result = RunBenchTiers(f.options);
+  if (!result.ok()) {
+    std::fprintf(stderr, "kvtier bench tiers: %s\n", result.status().ToString().c_str());
+    return result.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  if (f.json) {
+    std::cout << BenchTiersJson(*result).dump(2, ' ', false,
+                                              nlohmann::json::error_handler_t::replace)
+              << "\n";
+  } else {
+    std::cout << FormatBenchTiers(*result);
+  }
+  if (!result->ok()) {
+    const BenchTiersLoad& l = result->load;
+    std::fprintf(
+        stderr, "kvtier bench tiers: %llu of %llu rows verified (%llu corrupt, %llu missing)%s%s\n",
+        static_cast<unsigned long long>(l.verified), static_cast<unsigned long long>(result->rows),
+        static_cast<unsigned long long>(l.corrupt), static_cast<unsigned long long>(l.missing),
+        l.first_error.empty() ? "" : "; first: ", l.first_error.c_str());
+    return 1;
+  }
+  return 0;
+}
+
+void RegisterBenchTiers(CLI::App* bench, CliContext* ctx) {
+  auto flags = std::make_shared<BenchTiersFlags>();
+  BenchTiersOptions& o = flags->options;
+  CLI::App* cmd = bench->add_subcommand(
+      "tiers",
+      "Store N rows from a host stand-in GPU through a TieredStore (a CPU tier of --cpu-bytes in "
+      "front of an fs tier under DIR), then load and verify them in a fresh process (an empty CPU "
+      "tier, as after a restart); GB/s per direction and hits per tier");
+  cmd->add_option("--root", o.root, "An existing directory for the fs tier (its root_dir)")
+      ->required();
+  cmd->add_option("--rows", o.rows,
+                  "Rows (chunks) to store and load: far more than the CPU tier holds")
+      ->required();
+  cmd->add_option("--cpu-bytes", o.cpu_bytes,
+                  "cpu_bytes_to_use: the CPU tier's size (64MiB accepted)")
+      ->required()
+      ->transform(CLI::AsSizeValue(false));
+  cmd->add_option("--row-bytes", o.row_bytes,
+                  "Bytes per row = per GPU block (a multiple of 4096; 256KiB accepted)")
+      ->capture_default_str()
+      ->transform(CLI::AsSizeValue(false));
+  cmd->add_option("--batch", o.batch, "Chunks per request and job (cut to the CPU tier's rows)")
+      ->capture_default_str();
+  cmd->add_option("--seed", o.seed, "Seed of the keys and the row content")->capture_default_str();
+  cmd->add_option("--model", o.model,
+                  "Model name of the fs namespace (default: kvtier-bench/tiers-<row bytes>)");
+  cmd->add_flag("--json", flags->json, "Machine-readable output");
+  cmd->add_flag("--keep", o.keep, "Leave the benchmark's files in place");
+  // The load phase re-executes this binary with --phase load; not for users.
+  cmd->add_option("--phase", flags->phase)->check(CLI::IsMember({"all", "load"}))->group("");
+  cmd->callback([flags, ctx] { ctx->exit_code = RunBenchTiersCommand(*flags); });
+}
+
 }  // namespace
 
 void RegisterBenchCommand(CLI::App* app, CliContext* ctx) {
   CLI::App* bench = app->add_subcommand("bench", "Measure kvtier's throughput and latency");
   bench->require_subcommand(1);
   RegisterBenchFs(bench, ctx);
+  RegisterBenchTiers(bench, ctx);
 }
 
 }  // namespace kvtier::internal

@@ -274,17 +274,36 @@ std::string HumanBytes(uint64_t bytes) {
   return buf;
 }
 
-std::string FormatFiguresTable(const DirectionFigures& store, const DirectionFigures& load) {
+namespace {
+
+// The figures table, optionally with a rows column after the direction.
+std::string FiguresTable(const DirectionFigures& store, const DirectionFigures& load,
+                         bool with_rows) {
   char line[256];
-  std::snprintf(line, sizeof line, "%-10s %9s %10s %10s %10s %11s\n", "direction", "GB/s", "rows/s",
-                "p50 us", "p99 us", "CPU s/GB");
+  char rows[32] = "";
+  if (with_rows) std::snprintf(rows, sizeof rows, " %10s", "rows");
+  std::snprintf(line, sizeof line, "%-10s%s %9s %10s %10s %10s %11s\n", "direction", rows, "GB/s",
+                "rows/s", "p50 us", "p99 us", "CPU s/GB");
   std::string out = line;
   for (const auto& [name, f] : {std::pair{"store", &store}, std::pair{"load", &load}}) {
-    std::snprintf(line, sizeof line, "%-10s %9.3f %10.1f %10.1f %10.1f %11.4f\n", name, f->gbps(),
-                  f->rows_per_s(), f->p50_us, f->p99_us, f->cpu_s_per_gb());
+    if (with_rows)
+      std::snprintf(rows, sizeof rows, " %10llu", static_cast<unsigned long long>(f->rows));
+    std::snprintf(line, sizeof line, "%-10s%s %9.3f %10.1f %10.1f %10.1f %11.4f\n", name, rows,
+                  f->gbps(), f->rows_per_s(), f->p50_us, f->p99_us, f->cpu_s_per_gb());
     out += line;
   }
   return out;
+}
+
+}  // namespace
+
+std::string FormatFiguresTable(const DirectionFigures& store, const DirectionFigures& load) {
+  return FiguresTable(store, load, /*with_rows=*/false);
+}
+
+std::string FormatFiguresTableWithRows(const DirectionFigures& store,
+                                       const DirectionFigures& load) {
+  return FiguresTable(store, load, /*with_rows=*/true);
 }
 
 std::string FormatRowCounts(const RowCounts& c, const std::string& first_error) {

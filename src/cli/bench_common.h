@@ -143,6 +143,9 @@ struct RowCounts {
 // The text both benchmarks print: the per-direction table, then the row
 // counts (and the first error, when there is one).
 std::string FormatFiguresTable(const DirectionFigures& store, const DirectionFigures& load);
+// The same table with a "rows" column (the rows each direction moved) after
+// the direction, for benchmarks whose directions may move different counts.
+std::string FormatFiguresTableWithRows(const DirectionFigures& store, const DirectionFigures& load);
 std::string FormatRowCounts(const RowCounts& c, const std::string& first_error);
 
 // "1 MiB", "256 KiB", "1000000 B".

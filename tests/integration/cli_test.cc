@@ -158,5 +158,39 @@ TEST(Cli, ConfigCheckPrintsEffectiveConfigOrNamesTheBadKey) {
   EXPECT_EQ(missing.exit_code, 1) << missing.err;
 }
 
+// `kvtier bench tiers`: 300 rows go through a CPU tier of 32 rows to fs and
+// come back byte-exact in a fresh process, whose empty CPU tier makes every
+// hit an fs hit; the benchmark's namespace is removed afterwards.
+TEST(Cli, BenchTiersLoadsEveryRowFromFsInAFreshProcess) {
+  testing::TempDir root;
+  auto r = RunCommand({CliPath(), "bench", "tiers", "--root", root.path(), "--rows", "300", "--cpu-bytes",
+                       std::to_string(32 * 16384), "--row-bytes", "16384", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  const auto report = nlohmann::json::parse(r.out, nullptr, false);
+  ASSERT_TRUE(report.is_object()) << r.out;
+  EXPECT_EQ(report["rows_verified"], 300) << r.out;
+  EXPECT_EQ(report["rows_corrupt"], 0);
+  EXPECT_EQ(report["rows_missing"], 0);
+  EXPECT_EQ(report["hits"]["fs0"], 300);
+  EXPECT_EQ(report["hits"]["cpu"], 0);
+  EXPECT_EQ(report["cpu_rows"], 32);
+  ASSERT_TRUE(report["store"]["gbps"].is_number());
+  ASSERT_TRUE(report["load"]["gbps"].is_number());
+  EXPECT_GT(report["store"]["gbps"].get<double>(), 0);
+  EXPECT_GT(report["load"]["gbps"].get<double>(), 0);
+  EXPECT_TRUE(std::filesystem::is_empty(root.path()));
+}
+
+TEST(Cli, BenchTiersRefusesRowBytesThatAreNotPageMultiples) {
+  testing::TempDir root;
+  auto r = RunCommand({CliPath(), "bench", "tiers", "--root", root.path(), "--rows", "10", "--cpu-bytes", "1MiB",
+                       "--row-bytes", "5000"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--row-bytes"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("multiple of 4096"), std::string::npos) << r.err;
+  EXPECT_TRUE(r.out.empty()) << r.out;
+  EXPECT_TRUE(std::filesystem::is_empty(root.path()));
+}
+
 }  // namespace
 }  // namespace kvtier
