@@ -13,6 +13,9 @@
 //           once, timed from the first Submit to WaitIdle.
 // Each figure is the best of --repeat passes after one untimed warm-up pass;
 // GB = 1e9 bytes. The target is kvtier / probe >= 0.90.
+// On a GPU, --copy picks the stager's path (GpuCopyMode): the copy engines,
+// the copy kernel, or auto (the kernel for small pages); the report says
+// how many segments each path moved.
 //
 // The layout: one device slot with --tensors tensors of
 // row_bytes / (tensors x blocks_per_chunk)-byte pages, unstrided.
@@ -52,7 +55,12 @@ struct Flags {
   int repeat = 3;
   uint64_t seed = 1;
   bool json = false;
+  std::string copy = "auto";  // GpuCopyMode: auto, dma, kernel
 };
+
+GpuCopyMode CopyMode(const Flags& f) {
+  return f.copy == "dma" ? GpuCopyMode::kDma : f.copy == "kernel" ? GpuCopyMode::kKernel : GpuCopyMode::kAuto;
+}
 
 struct Figures {
   double probe_gbps = 0;
@@ -96,6 +104,7 @@ class Memory {
 #endif
   }
   uint8_t* host() { return host_->bytes().data(); }
+  std::span<uint8_t> host_bytes() { return host_->bytes(); }
   uint8_t* device() { return device_; }
 
  private:
@@ -178,7 +187,10 @@ Result<std::unique_ptr<Stager>> MakeStager(const Flags& f, Memory* m) {
     dev.tensors.push_back(KvTensorSpec{reinterpret_cast<uintptr_t>(m->device() + t * tensor_bytes), page, page,
                                        static_cast<uint32_t>(f.rows * f.blocks_per_chunk)});
   }
-  KVTIER_ASSIGN_OR_RETURN(auto stager, Stager::Create(StagerOptions{{dev}, f.blocks_per_chunk, {}}));
+  StagerOptions options{{dev}, f.blocks_per_chunk, {}, GpuCopyMode::kAuto, {}};
+  options.gpu_copy = CopyMode(f);
+  options.host_ranges = {m->host_bytes()};
+  KVTIER_ASSIGN_OR_RETURN(auto stager, Stager::Create(std::move(options)));
   if (stager->row_bytes() != f.row_bytes) return Internal("layout row size differs from --row-bytes");
   return stager;
 }
@@ -212,14 +224,19 @@ Result<Figures> Measure(const Flags& f, Stager* stager, Memory* m, const std::ve
   return best;
 }
 
-void Print(const Flags& f, std::string_view backend, const Figures& h2d, const Figures& d2h) {
+void Print(const Flags& f, const Stager& stager, const Figures& h2d, const Figures& d2h) {
+  const std::string_view backend = stager.backend_name();
+  const GpuCopyCounts counts = stager.gpu_copy_counts();
   if (f.json) {
     auto one = [](const Figures& x) {
       return nlohmann::json{{"probe_gbps", Round(x.probe_gbps, 3)},
                             {"kvtier_gbps", Round(x.kvtier_gbps, 3)},
                             {"ratio", Round(x.ratio(), 3)}};
     };
-    std::printf("%s\n", nlohmann::json{{"h2d", one(h2d)}, {"d2h", one(d2h)}}.dump().c_str());
+    const nlohmann::json copy = {{"mode", f.copy},
+                                 {"kernel_segments", counts.kernel_segments},
+                                 {"dma_segments", counts.dma_segments}};
+    std::printf("%s\n", nlohmann::json{{"h2d", one(h2d)}, {"d2h", one(d2h)}, {"copy", copy}}.dump().c_str());
     return;
   }
   std::printf("transfer_bench: backend %.*s, device %d; %llu rows x %s = %.3f GB a pass; %u tensor(s) x %u blocks "
@@ -228,6 +245,11 @@ void Print(const Flags& f, std::string_view backend, const Figures& h2d, const F
               HumanBytes(f.row_bytes).c_str(), static_cast<double>(f.rows * f.row_bytes) / 1e9, f.tensors,
               f.blocks_per_chunk, HumanBytes(f.row_bytes / (f.tensors * f.blocks_per_chunk)).c_str(),
               f.batch_rows, f.repeat);
+  if (backend == "cuda") {
+    std::printf("copy mode %s: %llu segments by the copy kernel, %llu by the copy engines\n", f.copy.c_str(),
+                static_cast<unsigned long long>(counts.kernel_segments),
+                static_cast<unsigned long long>(counts.dma_segments));
+  }
   std::printf("%-9s %12s %12s %7s\n", "direction", "probe GB/s", "kvtier GB/s", "ratio");
   std::printf("%-9s %12.2f %12.2f %7.3f\n", "h2d", h2d.probe_gbps, h2d.kvtier_gbps, h2d.ratio());
   std::printf("%-9s %12.2f %12.2f %7.3f\n", "d2h", d2h.probe_gbps, d2h.kvtier_gbps, d2h.ratio());
@@ -243,7 +265,7 @@ Status Run(const Flags& f) {
   std::shuffle(ids.begin(), ids.end(), std::mt19937_64(f.seed));
   KVTIER_ASSIGN_OR_RETURN(Figures d2h, Measure(f, stager.get(), &m, ids, CopyDirection::kDeviceToHost));
   KVTIER_ASSIGN_OR_RETURN(Figures h2d, Measure(f, stager.get(), &m, ids, CopyDirection::kHostToDevice));
-  Print(f, stager->backend_name(), h2d, d2h);
+  Print(f, *stager, h2d, d2h);
   return Status::Ok();
 }
 
@@ -263,6 +285,9 @@ int main(int argc, char** argv) {
   app.add_option("--batch-rows", f.batch_rows, "Rows per Submit")->capture_default_str();
   app.add_option("--repeat", f.repeat, "Timed passes per figure (best is kept)")->capture_default_str();
   app.add_option("--seed", f.seed, "Seed of the block-id permutation")->capture_default_str();
+  app.add_option("--copy", f.copy, "CUDA copy path: auto, dma (copy engines) or kernel")
+      ->check(CLI::IsMember({"auto", "dma", "kernel"}))
+      ->capture_default_str();
   app.add_flag("--json", f.json, "Print {\"h2d\": {...}, \"d2h\": {...}} only");
   try {
     app.parse(argc, argv);

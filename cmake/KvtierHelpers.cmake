@@ -2,7 +2,9 @@
 
 # Warnings as errors on every kvtier target (not on third-party code).
 function(kvtier_target_warnings target)
-  target_compile_options(${target} PRIVATE -Wall -Wextra -Wshadow -Werror)
+  target_compile_options(${target} PRIVATE
+    $<$<COMPILE_LANGUAGE:C,CXX>:-Wall -Wextra -Wshadow -Werror>
+    $<$<COMPILE_LANGUAGE:CUDA>:-Werror=all-warnings -Xcompiler=-Wall,-Wextra,-Werror>)
 endfunction()
 
 # Applies KVTIER_SANITIZE to everything built after this call.

@@ -1,4 +1,5 @@
-// HostRegion: cudaHostAlloc'd (pinned, portable) memory when a CUDA device is
+// HostRegion: cudaHostAlloc'd (pinned, portable, mapped: the copy kernel
+// reads and writes it from the GPU) memory when a CUDA device is
 // present, else an anonymous mapping with transparent huge pages requested.
 // The mapping is left untouched, so a large CPU tier costs memory only as
 // rows are first written.
@@ -78,7 +79,7 @@ class PinnedRegion final : public HostRegion {
 Result<std::unique_ptr<HostRegion>> AllocatePinned(uint64_t bytes) {
   void* data = nullptr;
   // Portable: pinned for every device, since one region serves all slots.
-  const cudaError_t e = cudaHostAlloc(&data, bytes, cudaHostAllocPortable);
+  const cudaError_t e = cudaHostAlloc(&data, bytes, cudaHostAllocPortable | cudaHostAllocMapped);
   if (e != cudaSuccess) {
     static_cast<void>(cudaGetLastError());
     return Status(StatusCode::kUnavailable, "cudaHostAlloc of " + SizeText(bytes) +

@@ -71,8 +71,11 @@ namespace {
 
 class StagerImpl final : public Stager {
  public:
-  StagerImpl(RowLayout layout, std::function<void()> on_finished)
-      : layout_(std::move(layout)), book_(std::move(on_finished)) {
+  StagerImpl(RowLayout layout, StagerOptions* options)
+      : layout_(std::move(layout)),
+        gpu_copy_(options->gpu_copy),
+        host_ranges_(std::move(options->host_ranges)),
+        book_(std::move(options->on_finished)) {
     for (size_t slot = 0; slot < layout_.num_devices(); ++slot) {
       (layout_.device(slot).device == kHostStandInDevice ? host_slots_ : cuda_slots_).push_back(slot);
     }
@@ -83,9 +86,9 @@ class StagerImpl final : public Stager {
       host_ = std::make_unique<HostCopyPool>(&book_, kHostCopyThreadsPerDirection);
     }
     if (cuda_slots_.empty()) return Status::Ok();
-    std::vector<int> ordinals;
-    for (size_t slot : cuda_slots_) ordinals.push_back(layout_.device(slot).device);
-    KVTIER_ASSIGN_OR_RETURN(cuda_, MakeCudaCopier(std::move(ordinals), &book_));
+    CudaCopierOptions options{{}, gpu_copy_, host_ranges_};
+    for (size_t slot : cuda_slots_) options.ordinals.push_back(layout_.device(slot).device);
+    KVTIER_ASSIGN_OR_RETURN(cuda_, MakeCudaCopier(std::move(options), &book_));
     return Status::Ok();
   }
 
@@ -116,9 +119,12 @@ class StagerImpl final : public Stager {
   size_t PollFinished(std::vector<FinishedCopy>* out) override { return book_.Poll(out); }
   Status WaitIdle(uint32_t timeout_ms) override { return book_.WaitIdle(timeout_ms); }
   std::string_view backend_name() const override { return cuda_slots_.empty() ? "host" : "cuda"; }
+  GpuCopyCounts gpu_copy_counts() const override { return cuda_ ? cuda_->counts() : GpuCopyCounts{}; }
 
  private:
   const RowLayout layout_;
+  const GpuCopyMode gpu_copy_;
+  const std::vector<std::span<uint8_t>> host_ranges_;
   std::vector<size_t> host_slots_;  // stand-in slots
   std::vector<size_t> cuda_slots_;  // GPU slots
   // Declared before the backends: they report to it until they are destroyed
@@ -132,7 +138,7 @@ class StagerImpl final : public Stager {
 
 Result<std::unique_ptr<Stager>> Stager::Create(StagerOptions options) {
   KVTIER_ASSIGN_OR_RETURN(RowLayout layout, RowLayout::Create(options.devices, options.blocks_per_chunk));
-  auto stager = std::make_unique<StagerImpl>(std::move(layout), std::move(options.on_finished));
+  auto stager = std::make_unique<StagerImpl>(std::move(layout), &options);
   KVTIER_RETURN_IF_ERROR(stager->StartBackends());
   return std::unique_ptr<Stager>(std::move(stager));
 }

@@ -108,11 +108,17 @@ class CudaCopier {
   // MakeCudaCopier; each device is one part of `ticket`.
   virtual void Start(uint64_t ticket, CopyDirection direction,
                      std::span<const std::vector<CopySegment>> per_device) = 0;
+  virtual GpuCopyCounts counts() const = 0;
 };
 
-// One stream per direction on each of `ordinals` (which may repeat when
-// several slots share a GPU). kUnavailable when kvtier was built without CUDA
-// or a device is not present.
-Result<std::unique_ptr<CudaCopier>> MakeCudaCopier(std::vector<int> ordinals, TicketBook* book);
+struct CudaCopierOptions {
+  std::vector<int> ordinals;  // may repeat when several slots share a GPU
+  GpuCopyMode mode = GpuCopyMode::kAuto;
+  std::vector<std::span<uint8_t>> host_ranges;  // as StagerOptions::host_ranges
+};
+
+// One stream per direction on each ordinal. kUnavailable when kvtier was
+// built without CUDA or a device is not present.
+Result<std::unique_ptr<CudaCopier>> MakeCudaCopier(CudaCopierOptions options, TicketBook* book);
 
 }  // namespace kvtier::internal

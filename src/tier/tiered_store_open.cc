@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 
+#include "tier/row_layout.h"
 #include "tier/tiered_store_impl.h"
 #include "util/log.h"
 
@@ -86,9 +87,10 @@ TieredStoreImpl::TieredStoreImpl(const TieredStoreOptions& options, const Offloa
       chunk_tokens_(uint64_t{options.engine.gpu_block_size_tokens} * config.blocks_per_chunk) {}
 
 Status TieredStoreImpl::Init() {
-  KVTIER_ASSIGN_OR_RETURN(stager_, Stager::Create(StagerOptions{options_.devices, config_.blocks_per_chunk,
-                                                                [this] { Wake(); }}));
-  row_bytes_ = stager_->row_bytes();
+  // The row size comes from the layout; the stager is created once the
+  // region exists, so the copy kernel may address its rows.
+  KVTIER_ASSIGN_OR_RETURN(const RowLayout layout, RowLayout::Create(options_.devices, config_.blocks_per_chunk));
+  row_bytes_ = layout.row_bytes();
   const uint64_t rows = config_.cpu_bytes_to_use / row_bytes_;
   if (rows == 0) {
     return Status(StatusCode::kInvalidArgument,
@@ -99,6 +101,9 @@ Status TieredStoreImpl::Init() {
     return Status(StatusCode::kInvalidArgument, "config key 'cpu_bytes_to_use': more than 2^32 rows");
   }
   KVTIER_ASSIGN_OR_RETURN(region_, HostRegion::Allocate(rows * row_bytes_));
+  StagerOptions stager{options_.devices, config_.blocks_per_chunk, [this] { Wake(); }, GpuCopyMode::kAuto, {}};
+  stager.host_ranges = {region_->bytes()};
+  KVTIER_ASSIGN_OR_RETURN(stager_, Stager::Create(std::move(stager)));
   cpu_ = std::make_unique<CpuTier>(config_.eviction_policy, static_cast<uint32_t>(rows), config_.store_threshold,
                                    config_.max_tracker_size);
   pinned_rows_max_ = options_.pinned_bytes_max / row_bytes_;

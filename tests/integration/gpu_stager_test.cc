@@ -5,7 +5,10 @@
 // the stored originals, other blocks and the gaps are unchanged, row padding
 // is never written. Also a ticket that spans a GPU slot and a host stand-in
 // slot, many tickets from several threads, and that Submit leaves the
-// caller's current CUDA device alone.
+// caller's current CUDA device alone. Each copy path (the copy engines, the
+// copy kernel, including unaligned pages and pages cut into pieces) is
+// proven on its own, auto's choice between them is checked, and rows outside
+// the mapped ranges never reach the kernel.
 //
 // Without a CUDA device (or in a build without CUDA) every test is skipped.
 #include <gtest/gtest.h>
@@ -23,6 +26,9 @@
 
 #if KVTIER_HAVE_CUDA
 #include <cuda_runtime_api.h>
+
+#include "tier/copy_kernel.h"
+#include "tier/row_layout.h"
 #endif
 
 namespace kvtier::internal {
@@ -86,9 +92,10 @@ class GpuStager : public ::testing::Test {
     t.spec = KvTensorSpec{reinterpret_cast<uintptr_t>(t.dev), page, stride, blocks};
   }
 
-  // Slots in order of first appearance of each tensor's device.
-  void Create(uint32_t bpc, size_t rows) {
-    StagerOptions options{{}, bpc, {}};
+  // Slots in order of first appearance of each tensor's device. The rows'
+  // region is given to the stager as mapped memory unless `map_rows` is false.
+  void Create(uint32_t bpc, size_t rows, GpuCopyMode mode = GpuCopyMode::kAuto, bool map_rows = true) {
+    StagerOptions options{{}, bpc, {}, mode, {}};
     for (const GpuTensor& t : tensors_) {
       if (options.devices.empty() || options.devices.back().device != t.device) {
         options.devices.push_back(DeviceKvCache{t.device, {}});
@@ -96,11 +103,13 @@ class GpuStager : public ::testing::Test {
       options.devices.back().tensors.push_back(t.spec);
     }
     bpc_ = bpc;
-    ASSERT_OK_AND_ASSIGN(stager_, Stager::Create(std::move(options)));
-    EXPECT_EQ(stager_->backend_name(), "cuda");
-    ASSERT_OK_AND_ASSIGN(region_, HostRegion::Allocate(rows * stager_->row_bytes()));
+    ASSERT_OK_AND_ASSIGN(const RowLayout layout, RowLayout::Create(options.devices, bpc));
+    ASSERT_OK_AND_ASSIGN(region_, HostRegion::Allocate(rows * layout.row_bytes()));
     EXPECT_TRUE(region_->cuda_pinned());
     std::memset(region_->bytes().data(), kRowSentinel, region_->bytes().size());
+    if (map_rows) options.host_ranges = {region_->bytes()};
+    ASSERT_OK_AND_ASSIGN(stager_, Stager::Create(std::move(options)));
+    EXPECT_EQ(stager_->backend_name(), "cuda");
   }
 
   uint8_t* Row(size_t r) { return region_->bytes().data() + r * stager_->row_bytes(); }
@@ -184,6 +193,58 @@ TEST_F(GpuStager, StridedTensorsRoundTripByteExact) {
   ASSERT_NO_FATAL_FAILURE(AddTensor(0, 96, 160, 128));
   ASSERT_NO_FATAL_FAILURE(Create(4, 32));
   for (int round = 0; round < 3; ++round) ASSERT_NO_FATAL_FAILURE(RoundTrip(8 + round * 4, 128));
+}
+
+TEST_F(GpuStager, CopyEnginesAloneRoundTripByteExact) {
+  KVTIER_REQUIRE_GPU();
+  SCOPED_TRACE("seed " + std::to_string(seed_));
+  ASSERT_NO_FATAL_FAILURE(AddTensor(0, 4096, 4096 + 512, 128));
+  ASSERT_NO_FATAL_FAILURE(AddTensor(0, 100, 103, 128));
+  ASSERT_NO_FATAL_FAILURE(Create(4, 32, GpuCopyMode::kDma));
+  for (int round = 0; round < 3; ++round) ASSERT_NO_FATAL_FAILURE(RoundTrip(8 + round * 4, 128));
+  EXPECT_EQ(stager_->gpu_copy_counts().kernel_segments, 0u);
+  EXPECT_GT(stager_->gpu_copy_counts().dma_segments, 0u);
+}
+
+TEST_F(GpuStager, CopyKernelAloneRoundTripsByteExact) {
+  KVTIER_REQUIRE_GPU();
+  if (!CopyKernelBuilt()) GTEST_SKIP() << "kvtier was built without nvcc: no copy kernel";
+  SCOPED_TRACE("seed " + std::to_string(seed_));
+  ASSERT_NO_FATAL_FAILURE(AddTensor(0, 4096, 4096 + 512, 128));
+  ASSERT_NO_FATAL_FAILURE(AddTensor(0, 100, 103, 128));       // unaligned: the byte path
+  ASSERT_NO_FATAL_FAILURE(AddTensor(0, 200704, 200704, 128));  // > 64 KiB: cut into pieces
+  ASSERT_NO_FATAL_FAILURE(Create(2, 32, GpuCopyMode::kKernel));
+  for (int round = 0; round < 3; ++round) ASSERT_NO_FATAL_FAILURE(RoundTrip(4 + round * 4, 128));
+  EXPECT_GT(stager_->gpu_copy_counts().kernel_segments, 0u);
+  EXPECT_EQ(stager_->gpu_copy_counts().dma_segments, 0u);
+}
+
+TEST_F(GpuStager, AutoPicksTheKernelForSmallPagesAndTheCopyEnginesForLargeOnes) {
+  KVTIER_REQUIRE_GPU();
+  if (!CopyKernelBuilt()) GTEST_SKIP() << "kvtier was built without nvcc: no copy kernel";
+  SCOPED_TRACE("seed " + std::to_string(seed_));
+  ASSERT_NO_FATAL_FAILURE(AddTensor(0, 16384, 16384 + 4096, 64));
+  ASSERT_NO_FATAL_FAILURE(Create(1, 32, GpuCopyMode::kAuto));
+  ASSERT_NO_FATAL_FAILURE(RoundTrip(8, 64));
+  EXPECT_GT(stager_->gpu_copy_counts().kernel_segments, 0u);
+  EXPECT_EQ(stager_->gpu_copy_counts().dma_segments, 0u);
+  TearDown();
+  tensors_.clear();
+  ASSERT_NO_FATAL_FAILURE(AddTensor(0, 262144, 262144 + 4096, 16));
+  ASSERT_NO_FATAL_FAILURE(Create(1, 8, GpuCopyMode::kAuto));
+  ASSERT_NO_FATAL_FAILURE(RoundTrip(4, 16));
+  EXPECT_EQ(stager_->gpu_copy_counts().kernel_segments, 0u);
+  EXPECT_GT(stager_->gpu_copy_counts().dma_segments, 0u);
+}
+
+TEST_F(GpuStager, RowsOutsideTheMappedRangesNeverReachTheKernel) {
+  KVTIER_REQUIRE_GPU();
+  SCOPED_TRACE("seed " + std::to_string(seed_));
+  ASSERT_NO_FATAL_FAILURE(AddTensor(0, 4096, 4096, 64));
+  ASSERT_NO_FATAL_FAILURE(Create(1, 32, GpuCopyMode::kKernel, /*map_rows=*/false));
+  ASSERT_NO_FATAL_FAILURE(RoundTrip(8, 64));
+  EXPECT_EQ(stager_->gpu_copy_counts().kernel_segments, 0u);
+  EXPECT_GT(stager_->gpu_copy_counts().dma_segments, 0u);
 }
 
 TEST_F(GpuStager, OneTicketSpansEveryGpuAndTheHostStandIn) {
