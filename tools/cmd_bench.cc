@@ -143,7 +143,7 @@ void RegisterBenchTiers(CLI::App* bench, CliContext* ctx) {
   BenchTiersOptions& o = flags->options;
   CLI::App* cmd = bench->add_subcommand(
       "tiers",
-      "Store N rows from a host stand-in GPU through a TieredStore (a CPU tier of --cpu-bytes in "
+      "Store N rows from a GPU (the host stand-in without one) through a TieredStore (a CPU tier of --cpu-bytes in "
       "front of an fs tier under DIR), then load and verify them in a fresh process (an empty CPU "
       "tier, as after a restart); GB/s per direction and hits per tier");
   cmd->add_option("--root", o.root, "An existing directory for the fs tier (its root_dir)")
@@ -162,6 +162,9 @@ void RegisterBenchTiers(CLI::App* bench, CliContext* ctx) {
   cmd->add_option("--batch", o.batch, "Chunks per request and job (cut to the CPU tier's rows)")
       ->capture_default_str();
   cmd->add_option("--seed", o.seed, "Seed of the keys and the row content")->capture_default_str();
+  cmd->add_option("--device", o.device,
+                  "CUDA device holding the engine's KV blocks; -1: the host stand-in (default: "
+                  "device 0 when a GPU is present, else the stand-in)");
   cmd->add_option("--model", o.model,
                   "Model name of the fs namespace (default: kvtier-bench/tiers-<row bytes>)");
   cmd->add_flag("--json", flags->json, "Machine-readable output");

@@ -12,7 +12,9 @@
 #include "cli/spawn.h"
 #include "kvtier/layout.h"
 #include "kvtier/tiered_store.h"
+#include "tier/cuda_kv_cache.h"
 #include "tier/host_kv_cache.h"
+#include "tier/stager.h"
 #include "util/utf8.h"
 
 namespace kvtier::internal {
@@ -63,6 +65,8 @@ Status CheckTiersArgs(const BenchTiersOptions& o) {
                            ") must hold at least one row of " + "--row-bytes (" +
                            std::to_string(o.row_bytes) + ")");
   }
+  if (o.device < kHostStandInDevice)
+    return InvalidArgument("--device must be a CUDA ordinal or -1 (the host stand-in)");
   if (o.batch < 1 || o.batch > 4096)
     return InvalidArgument("--batch must be in [1, 4096], got " + std::to_string(o.batch));
   // The CPU tier and the stand-in GPU blocks are both host memory here.
@@ -71,18 +75,48 @@ Status CheckTiersArgs(const BenchTiersOptions& o) {
   return Status::Ok();
 }
 
-// The engine side of one process: the stand-in KV cache (one tensor whose
-// page is a row, `batch` blocks) and the store over it. The store is
-// declared last so it is destroyed first, while its tensors still exist.
+// The engine's KV cache: one tensor whose page is a row, `batch` blocks, in
+// CUDA device memory or on the host stand-in.
+class EngineCache {
+ public:
+  static Result<std::unique_ptr<EngineCache>> Make(const BenchTiersOptions& o) {
+    auto cache = std::make_unique<EngineCache>();
+    const std::vector<HostKvTensorShape> shape = {{o.row_bytes, 0}};
+    if (o.device == kHostStandInDevice) {
+      cache->host_ = std::make_unique<HostKvCache>(shape, EffectiveBatch(o));
+    } else {
+      KVTIER_ASSIGN_OR_RETURN(cache->cuda_, CudaKvCache::Create(o.device, shape, EffectiveBatch(o)));
+    }
+    return cache;
+  }
+  DeviceKvCache Registration() const { return cuda_ ? cuda_->Registration() : host_->Registration(); }
+  Status Fill(uint32_t block, uint64_t seed) {
+    if (cuda_) return cuda_->Fill(block, seed);
+    host_->Fill(block, seed);
+    return Status::Ok();
+  }
+  Result<bool> Matches(uint32_t block, uint64_t seed) {
+    if (cuda_) return cuda_->Matches(block, seed);
+    return host_->Matches(block, seed);
+  }
+
+ private:
+  std::unique_ptr<HostKvCache> host_;
+  std::unique_ptr<CudaKvCache> cuda_;
+};
+
+// The engine side of one process: its KV cache and the store over it. The
+// store is declared last so it is destroyed first, while its tensors still
+// exist.
 struct Bench {
-  explicit Bench(const BenchTiersOptions& o)
-      : gpu({{o.row_bytes, 0}}, EffectiveBatch(o)), keys(o.seed, 8) {}
-  HostKvCache gpu;
-  BenchRows keys;  // only its keys: the content is HostKvCache's
+  explicit Bench(const BenchTiersOptions& o) : keys(o.seed, 8) {}
+  std::unique_ptr<EngineCache> gpu;
+  BenchRows keys;  // only its keys: the content is the EngineCache's
   std::unique_ptr<TieredStore> store;
 };
 
 Status OpenStore(const BenchTiersOptions& o, Bench* b) {
+  KVTIER_ASSIGN_OR_RETURN(b->gpu, EngineCache::Make(o));
   const json tier = {{"type", "fs"}, {"root_dir", o.root}};
   const json config = {{"spec_name", "TieringOffloadingSpec"},
                        {"cpu_bytes_to_use", o.cpu_bytes},
@@ -92,7 +126,7 @@ Status OpenStore(const BenchTiersOptions& o, Bench* b) {
   options.config_json = config.dump();  // root is UTF-8 (checked): dump cannot throw
   options.engine.gpu_block_size_tokens = kGpuBlockTokens;
   options.ns = BenchNamespaceSpec(o);
-  options.devices = {b->gpu.Registration()};
+  options.devices = {b->gpu->Registration()};
   KVTIER_ASSIGN_OR_RETURN(b->store, TieredStore::Open(options));
   if (b->store->row_bytes() != o.row_bytes || b->store->secondary_tier_count() != 1) {
     return Internal("bench tiers: the store's rows are " + std::to_string(b->store->row_bytes()) +
@@ -192,7 +226,7 @@ class StorePhase {
     // Filling overlaps the write-through of earlier batches; GPU blocks are
     // reused only after the previous Store reported (its copy is done).
     const double c0 = ThreadCpuSeconds();
-    for (uint32_t i = 0; i < n; ++i) b_->gpu.Fill(i, ContentSeed(o_.seed, first + i));
+    for (uint32_t i = 0; i < n; ++i) KVTIER_RETURN_IF_ERROR(b_->gpu->Fill(i, ContentSeed(o_.seed, first + i)));
     f_.harness_cpu_s += ThreadCpuSeconds() - c0;
     KVTIER_RETURN_IF_ERROR(WaitForRoom(n));
     const uint64_t submit_ns = BenchNowNs();
@@ -340,13 +374,15 @@ class LoadPhase {
     bool next_moving = next_id == 0;
     for (uint32_t i = 0; i < loaded; ++i) {
       const double c0 = ThreadCpuSeconds();
-      const bool good = b_->gpu.Matches(i, ContentSeed(o_.seed, first + i));
+      const Result<bool> matches = b_->gpu->Matches(i, ContentSeed(o_.seed, first + i));
+      const bool good = matches.ok() && *matches;
       r_->figures.harness_cpu_s += ThreadCpuSeconds() - c0;
       if (good) {
         ++r_->verified;
       } else {
         ++r_->corrupt;
-        Note(first + i, "the bytes loaded differ from the bytes stored");
+        Note(first + i, matches.ok() ? "the bytes loaded differ from the bytes stored"
+                                     : "could not read the block back: " + matches.status().message());
       }
       if (!next_moving) next_moving = !Retrying(next_id);
     }
@@ -425,7 +461,7 @@ Status RunStorePhase(const BenchTiersOptions& o, const BenchDirs& dirs, BenchTie
 Result<BenchTiersLoad> RunLoadChild(const BenchTiersOptions& o) {
   std::vector<std::string> argv = {
       SelfExePath(),  "bench", "tiers", "--root=" + o.root, "--model=" + ModelName(o),
-      "--phase=load", "--json"};
+      "--phase=load", "--json", "--device=" + std::to_string(o.device)};
   for (const auto& [flag, value] : {std::pair<std::string, uint64_t>{"--rows=", o.rows},
                                     {"--cpu-bytes=", o.cpu_bytes},
                                     {"--row-bytes=", o.row_bytes},
@@ -445,7 +481,9 @@ Result<BenchTiersLoad> RunLoadChild(const BenchTiersOptions& o) {
 
 }  // namespace
 
-Result<BenchTiersResult> RunBenchTiers(const BenchTiersOptions& o) {
+Result<BenchTiersResult> RunBenchTiers(const BenchTiersOptions& options) {
+  BenchTiersOptions o = options;
+  if (o.device == kBenchAutoDevice) o.device = CudaDevicePresent() ? 0 : kHostStandInDevice;
   KVTIER_RETURN_IF_ERROR(CheckTiersArgs(o));
   KVTIER_RETURN_IF_ERROR(CheckFreeSpace(o.root, o.rows * o.row_bytes));
   KVTIER_ASSIGN_OR_RETURN(const BenchDirs dirs, InspectDirs(o));
@@ -457,6 +495,7 @@ Result<BenchTiersResult> RunBenchTiers(const BenchTiersOptions& o) {
   r.row_bytes = o.row_bytes;
   r.cpu_bytes = o.cpu_bytes;
   r.batch = EffectiveBatch(o);
+  r.device = o.device;
   Status status = RunStorePhase(o, dirs, &r);
   if (status.ok()) {
     Result<BenchTiersLoad> load = RunLoadChild(o);
@@ -477,7 +516,9 @@ std::string BenchTiersWarning(const BenchTiersOptions& o) {
          "): the store phase never evicts; use far more rows than the CPU tier holds";
 }
 
-Result<BenchTiersLoad> RunBenchTiersLoad(const BenchTiersOptions& o) {
+Result<BenchTiersLoad> RunBenchTiersLoad(const BenchTiersOptions& options) {
+  BenchTiersOptions o = options;
+  if (o.device == kBenchAutoDevice) o.device = CudaDevicePresent() ? 0 : kHostStandInDevice;
   KVTIER_RETURN_IF_ERROR(CheckTiersArgs(o));
   Bench b(o);
   KVTIER_RETURN_IF_ERROR(OpenStore(o, &b));

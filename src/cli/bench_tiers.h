@@ -1,5 +1,6 @@
-// `kvtier bench tiers`: the end-to-end proof of the tiered store on the host
-// stand-in device (no GPU needed). The flags live in tools/cmd_bench.cc.
+// `kvtier bench tiers`: the end-to-end proof of the tiered store, through a
+// CUDA device's memory where one is present (CudaKvCache), else through the
+// host stand-in device (HostKvCache). The flags live in tools/cmd_bench.cc.
 //
 // What it does, in order:
 //  1. Opens a TieredStore from the config vLLM would pass
@@ -45,8 +46,13 @@
 
 namespace kvtier::internal {
 
+// BenchTiersOptions::device: CUDA device 0 when one is present, else the
+// host stand-in.
+inline constexpr int kBenchAutoDevice = -2;
+
 struct BenchTiersOptions {
   std::string root;
+  int device = kBenchAutoDevice;   // a CUDA ordinal, kHostStandInDevice (-1) or kBenchAutoDevice
   uint64_t rows = 0;
   uint64_t cpu_bytes = 0;          // cpu_bytes_to_use
   uint64_t row_bytes = 256 << 10;  // a multiple of 4096
@@ -72,6 +78,7 @@ struct BenchTiersResult {
   std::string root, model, namespace_dir;
   uint64_t rows = 0, row_bytes = 0, cpu_bytes = 0;
   uint32_t cpu_rows = 0, batch = 0;
+  int device = -1;  // the one used: a CUDA ordinal or kHostStandInDevice
   DirectionFigures store;
   uint64_t rows_stored = 0, rows_already_cached = 0, store_errors = 0;
   uint64_t idle_waits = 0;            // times a batch waited for the write-through to drain

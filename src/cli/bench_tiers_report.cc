@@ -105,6 +105,7 @@ json BenchTiersJson(const BenchTiersResult& r) {
   j["cpu_bytes"] = r.cpu_bytes;
   j["cpu_rows"] = r.cpu_rows;
   j["batch"] = r.batch;
+  j["device"] = r.device;  // a CUDA ordinal, or -1: the host stand-in
   j["rows_stored"] = r.rows_stored;
   j["rows_already_cached"] = r.rows_already_cached;
   j["store_errors"] = r.store_errors;
@@ -135,9 +136,11 @@ json BenchTiersJson(const BenchTiersResult& r) {
 
 std::string FormatBenchTiers(const BenchTiersResult& r) {
   char line[512];
-  std::snprintf(line, sizeof line, "kvtier bench tiers: %llu rows x %s, model %s under %s\n",
+  const std::string device =
+      r.device < 0 ? std::string("the host stand-in device") : "CUDA device " + std::to_string(r.device);
+  std::snprintf(line, sizeof line, "kvtier bench tiers: %llu rows x %s, model %s under %s, through %s\n",
                 static_cast<unsigned long long>(r.rows), HumanBytes(r.row_bytes).c_str(),
-                r.model.c_str(), r.root.c_str());
+                r.model.c_str(), r.root.c_str(), device.c_str());
   std::string out = line;
   std::snprintf(line, sizeof line,
                 "CPU tier %u rows x %s (%s) in front of fs0; %u chunks per request; load in a "

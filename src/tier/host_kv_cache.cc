@@ -26,6 +26,8 @@ void Generate(std::span<uint8_t> out, uint64_t seed) {
 
 }  // namespace
 
+void GenerateKvPage(std::span<uint8_t> page, uint64_t seed, size_t tensor) { Generate(page, Mix(seed) + tensor); }
+
 HostKvCache::HostKvCache(std::vector<HostKvTensorShape> tensors, uint32_t num_blocks)
     : shapes_(std::move(tensors)), num_blocks_(num_blocks) {
   for (HostKvTensorShape& shape : shapes_) {
@@ -49,7 +51,7 @@ std::span<uint8_t> HostKvCache::Page(size_t tensor, uint32_t block) {
 }
 
 void HostKvCache::Fill(uint32_t block, uint64_t seed) {
-  for (size_t t = 0; t < shapes_.size(); ++t) Generate(Page(t, block), Mix(seed) + t);
+  for (size_t t = 0; t < shapes_.size(); ++t) GenerateKvPage(Page(t, block), seed, t);
 }
 
 bool HostKvCache::Matches(uint32_t block, uint64_t seed) {
@@ -57,7 +59,7 @@ bool HostKvCache::Matches(uint32_t block, uint64_t seed) {
   for (size_t t = 0; t < shapes_.size(); ++t) {
     std::span<uint8_t> page = Page(t, block);
     expected.resize(page.size());
-    Generate(expected, Mix(seed) + t);
+    GenerateKvPage(expected, seed, t);
     if (std::memcmp(expected.data(), page.data(), page.size()) != 0) return false;
   }
   return true;

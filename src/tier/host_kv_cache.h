@@ -16,6 +16,10 @@ struct HostKvTensorShape {
   uint64_t page_stride_bytes = 0;  // >= page_bytes; 0 means page_bytes
 };
 
+// The bytes Fill writes into page `tensor` of a block for `seed`: the same
+// rule for every engine-side cache (this one, CudaKvCache).
+void GenerateKvPage(std::span<uint8_t> page, uint64_t seed, size_t tensor);
+
 class HostKvCache {
  public:
   // num_blocks blocks of each tensor, zero-filled.
