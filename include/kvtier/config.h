@@ -45,6 +45,15 @@ enum class EvictionPolicy {
   kArc,  // "arc"
 };
 
+// `gpu_copy` (kvtier's own): how GPU pages move between device memory and
+// CPU rows. The copy engines cost no SM time but move small scattered pages
+// slowly; the copy kernel moves them at the link's speed on a few SMs.
+enum class GpuCopy {
+  kAuto,    // "auto": the kernel when a batch's pages average < 64 KiB, else the copy engines
+  kDma,     // "dma": the copy engines only
+  kKernel,  // "kernel": the copy kernel only
+};
+
 // `locality` of an fs tier. It is echoed in KV events and selects the
 // backpressure defaults.
 enum class Locality {
@@ -170,6 +179,8 @@ struct OffloadConfig {
   bool self_describing_kv_events = false;
   // `canonical_layout`: canonical byte format of blocks; default false.
   bool canonical_layout = false;
+  // `gpu_copy` (kvtier): the GPU copy path; default auto.
+  GpuCopy gpu_copy = GpuCopy::kAuto;
   // `secondary_tiers`, in lookup order; default empty. Non-empty only under
   // TieringOffloadingSpec. No two tiers share a root_dir.
   std::vector<SecondaryTierOptions> secondary_tiers;

@@ -62,6 +62,11 @@ constexpr EnumName<EvictionPolicy> kEvictionPolicyNames[] = {
     {EvictionPolicy::kLru, "lru"},
     {EvictionPolicy::kArc, "arc"},
 };
+constexpr EnumName<GpuCopy> kGpuCopyNames[] = {
+    {GpuCopy::kAuto, "auto"},
+    {GpuCopy::kDma, "dma"},
+    {GpuCopy::kKernel, "kernel"},
+};
 constexpr EnumName<Locality> kLocalityNames[] = {
     {Locality::kLocal, "LOCAL"},
     {Locality::kRemote, "REMOTE"},
@@ -286,6 +291,7 @@ constexpr KeySpec<OffloadConfig> kTopLevelKeys[] = {
     BoolKey<&OffloadConfig::offload_prompt_only>("offload_prompt_only", kVllm),
     BoolKey<&OffloadConfig::self_describing_kv_events>("self_describing_kv_events", kVllm),
     BoolKey<&OffloadConfig::canonical_layout>("canonical_layout", kVllm),
+    EnumKey<&OffloadConfig::gpu_copy, kGpuCopyNames>("gpu_copy", kKvtier),
     // Folded into every tier without its own (ParseSecondaryTiers), so never printed.
     {"backpressure", kVllm, kOptional, nullptr, nullptr},
     {"secondary_tiers", kVllm, kOptional, nullptr, &EmitSecondaryTiers},

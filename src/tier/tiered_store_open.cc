@@ -54,6 +54,18 @@ size_t TransferResult::OkPrefix() const {
 namespace kvtier::internal {
 namespace {
 
+GpuCopyMode ToGpuCopyMode(GpuCopy copy) {
+  switch (copy) {
+    case GpuCopy::kDma:
+      return GpuCopyMode::kDma;
+    case GpuCopy::kKernel:
+      return GpuCopyMode::kKernel;
+    case GpuCopy::kAuto:
+      break;
+  }
+  return GpuCopyMode::kAuto;
+}
+
 StoreBackpressure ToStoreBackpressure(const std::optional<BackpressureOptions>& options) {
   StoreBackpressure out;
   if (!options) return out;
@@ -101,7 +113,8 @@ Status TieredStoreImpl::Init() {
     return Status(StatusCode::kInvalidArgument, "config key 'cpu_bytes_to_use': more than 2^32 rows");
   }
   KVTIER_ASSIGN_OR_RETURN(region_, HostRegion::Allocate(rows * row_bytes_));
-  StagerOptions stager{options_.devices, config_.blocks_per_chunk, [this] { Wake(); }, GpuCopyMode::kAuto, {}};
+  StagerOptions stager{options_.devices, config_.blocks_per_chunk, [this] { Wake(); }, ToGpuCopyMode(config_.gpu_copy),
+                       {}};
   stager.host_ranges = {region_->bytes()};
   KVTIER_ASSIGN_OR_RETURN(stager_, Stager::Create(std::move(stager)));
   cpu_ = std::make_unique<CpuTier>(config_.eviction_policy, static_cast<uint32_t>(rows), config_.store_threshold,

@@ -85,6 +85,7 @@ TEST(ConfigTest, MinimalConfigTakesEveryDefault) {
   EXPECT_TRUE(c.offload_prompt_only);
   EXPECT_FALSE(c.self_describing_kv_events);
   EXPECT_FALSE(c.canonical_layout);
+  EXPECT_EQ(c.gpu_copy, GpuCopy::kAuto);
   EXPECT_TRUE(c.secondary_tiers.empty());
 }
 
@@ -99,8 +100,10 @@ TEST(ConfigTest, CpuOffloadingSpecEveryField) {
       "offload_prompt_only": false,
       "self_describing_kv_events": true,
       "canonical_layout": true,
+      "gpu_copy": "kernel",
       "secondary_tiers": []
   })"));
+  EXPECT_EQ(c.gpu_copy, GpuCopy::kKernel);
   EXPECT_EQ(c.spec_name, SpecName::kCpuOffloading);
   EXPECT_EQ(c.cpu_bytes_to_use, 8589934592u);
   EXPECT_EQ(c.blocks_per_chunk, 4u);
@@ -298,7 +301,7 @@ TEST(ConfigTest, UnknownTopLevelKeyListsTheValidKeys) {
                           "eviction_policy", "store_threshold", "max_tracker_size",
                           "offload_prompt_only", "secondary_tiers", "self_describing_kv_events",
                           "canonical_layout", "spec_module_path", "cache_policy_module_path",
-                          "backpressure"}) {
+                          "backpressure", "gpu_copy"}) {
     EXPECT_NE(result.status().message().find(std::string(" ") + key), std::string::npos) << key;
   }
 }
@@ -339,6 +342,8 @@ TEST(ConfigTest, NonFsTierTypesAreNotSupported) {
 TEST(ConfigTest, EnumValuesMustBeKnown) {
   EXPECT_TRUE(IsKeyError(Parse(R"({"cpu_bytes_to_use": 1, "spec_name": "DiskSpec"})"), "spec_name",
                          R"(expected one of "CPUOffloadingSpec", "TieringOffloadingSpec", got "DiskSpec")"));
+  EXPECT_TRUE(IsKeyError(Parse(R"({"cpu_bytes_to_use": 1, "gpu_copy": "memcpy"})"), "gpu_copy",
+                         R"(expected one of "auto", "dma", "kernel", got "memcpy")"));
   EXPECT_TRUE(IsKeyError(Parse(R"({"cpu_bytes_to_use": 1, "eviction_policy": "fifo"})"),
                          "eviction_policy", R"(expected one of "lru", "arc", got "fifo")"));
   EXPECT_TRUE(IsKeyError(Parse(R"({"cpu_bytes_to_use": 1, "eviction_policy": "LRU"})"),
