@@ -18,6 +18,27 @@ namespace {
 
 // One stream of rows through the tier: a kind, a depth, a row range and the
 // figures of the rows it moved.
+//
+// Row buffers come from one arena registered with the tier's ring, as
+// TieredStore registers its CPU tier: loads and stores then use fixed
+// buffers instead of pinning pages per I/O.
+class SlotArena {
+ public:
+  SlotArena(uint64_t row_bytes, uint64_t rows) : row_bytes_(row_bytes), rows_(rows), buffer_(row_bytes * rows) {}
+  std::span<uint8_t> all() { return buffer_.span(); }
+  // Every phase starts from the arena's first row.
+  void Reset() { next_ = 0; }
+  // The phases take at most the rows sized for them (buffered_rows).
+  std::span<uint8_t> Take() {
+    const uint64_t row = next_++ % rows_;
+    return buffer_.span().subspan(row * row_bytes_, row_bytes_);
+  }
+
+ private:
+  uint64_t row_bytes_, rows_, next_ = 0;
+  AlignedBuffer buffer_;
+};
+
 struct Lane {
   JobKind kind = JobKind::kStore;
   int depth = 1;       // rows in flight at most
@@ -27,7 +48,7 @@ struct Lane {
   const Lane* gate = nullptr;  // submit only once gate has finished gate_rows rows
   uint64_t gate_rows = 0;
 
-  std::vector<AlignedBuffer> slots;
+  std::vector<std::span<uint8_t>> slots;
   std::vector<int> free_slots;
   uint64_t next = 0;      // rows submitted
   uint64_t finished = 0;  // rows returned
@@ -45,12 +66,12 @@ struct Lane {
     return gate == nullptr || gate->finished >= gate_rows || gate->Done();
   }
   bool Done() const { return (stop || next >= count) && in_flight == 0; }
-  void Allocate(uint64_t row_bytes, int batch) {
+  void Allocate(SlotArena* arena, int batch) {
     const int n = std::max(depth, batch);
     slots.clear();
     free_slots.clear();
     for (int i = 0; i < n; ++i) {
-      slots.emplace_back(row_bytes);
+      slots.push_back(arena->Take());
       free_slots.push_back(n - 1 - i);
     }
   }
@@ -129,7 +150,7 @@ class Pump {
         job.slots.push_back(slot);
         job.rows.push_back(row);
         keys.push_back(rows_->Key(row));
-        std::span<uint8_t> buf = lane->slots[static_cast<size_t>(slot)].span();
+        std::span<uint8_t> buf = lane->slots[static_cast<size_t>(slot)];
         if (lane->kind == JobKind::kStore) {
           const double t0 = ThreadCpuSeconds();
           rows_->Fill(row, buf);
@@ -162,7 +183,7 @@ class Pump {
       return Internal("bench: a job came back with the wrong number of keys");
     for (size_t i = 0; i < job.rows.size(); ++i) {
       const KeyResult& k = r.keys[i];
-      std::span<const uint8_t> buf = lane->slots[static_cast<size_t>(job.slots[i])].span();
+      std::span<const uint8_t> buf = lane->slots[static_cast<size_t>(job.slots[i])];
       bool moved = false;
       if (lane->kind == JobKind::kStore) {
         if (k.outcome == KeyOutcome::kOk) {
@@ -318,7 +339,9 @@ Result<BenchFsResult> RunBenchFs(const BenchFsOptions& o) {
   const uint64_t stream_rows = o.mixed ? std::max<uint64_t>(o.rows, 8 * mixed_loads) : 0;
   KVTIER_RETURN_IF_ERROR(CheckFreeSpace(o.root, o.row_bytes * (o.rows + stream_rows)));
 
+  SlotArena arena(o.row_bytes, buffered_rows - 1);
   FsTierOpenOptions topt;
+  topt.registered_memory = {arena.all()};
   topt.root_dir = o.root;
   topt.ns = spec;
   topt.row_bytes = o.row_bytes;
@@ -368,7 +391,8 @@ Result<BenchFsResult> RunBenchFs(const BenchFsOptions& o) {
     store.depth = o.queue_depth;
     store.first = 0;
     store.count = o.rows;
-    store.Allocate(o.row_bytes, o.batch);
+    arena.Reset();
+    store.Allocate(&arena, o.batch);
     KVTIER_RETURN_IF_ERROR(RunPhase(&pump, {&store}, &store, &r.store, o.row_bytes));
     FsTierMetrics m1 = tier->Metrics();
     uint64_t hist[FsTierMetrics::kLatencyBuckets];
@@ -388,7 +412,8 @@ Result<BenchFsResult> RunBenchFs(const BenchFsOptions& o) {
     load.depth = o.queue_depth;
     load.first = 0;
     load.count = o.rows;
-    load.Allocate(o.row_bytes, o.batch);
+    arena.Reset();
+    load.Allocate(&arena, o.batch);
     KVTIER_RETURN_IF_ERROR(RunPhase(&pump, {&load}, &load, &r.load, o.row_bytes));
     FsTierMetrics m2 = tier->Metrics();
     HistogramDelta(m2.load_latency_us, m1.load_latency_us, hist);
@@ -399,6 +424,7 @@ Result<BenchFsResult> RunBenchFs(const BenchFsOptions& o) {
     r.rows_missing = load.missing;
     r.load_errors = load.errors;
     CollectErrors(load, &r);
+    r.fixed_buffer_ios = tier->Metrics().fixed_buffer_ios;
     load.slots.clear();
 
     if (!o.mixed) return Status::Ok();
@@ -412,7 +438,8 @@ Result<BenchFsResult> RunBenchFs(const BenchFsOptions& o) {
     alone.depth = o.mixed_load_depth;
     alone.first = 0;
     alone.count = n;
-    alone.Allocate(o.row_bytes, o.batch);
+    arena.Reset();
+    alone.Allocate(&arena, o.batch);
     KVTIER_RETURN_IF_ERROR(RunPhase(&pump, {&alone}, &alone, &mixed.unloaded_load, o.row_bytes));
 
     DropPageCache(&ignored);
@@ -422,7 +449,8 @@ Result<BenchFsResult> RunBenchFs(const BenchFsOptions& o) {
     stream.first = o.rows;        // new keys
     stream.count = stream_rows;   // bounded by the disk space checked above
     stream.stream = true;
-    stream.Allocate(o.row_bytes, o.batch);
+    arena.Reset();
+    stream.Allocate(&arena, o.batch);
     Lane under;
     under.kind = JobKind::kLoad;
     under.depth = o.mixed_load_depth;
@@ -430,7 +458,7 @@ Result<BenchFsResult> RunBenchFs(const BenchFsOptions& o) {
     under.count = n;
     under.gate = &stream;  // start once the stream is in full swing
     under.gate_rows = static_cast<uint64_t>(o.queue_depth);
-    under.Allocate(o.row_bytes, o.batch);
+    under.Allocate(&arena, o.batch);
     KVTIER_RETURN_IF_ERROR(
         RunPhase(&pump, {&stream, &under}, &under, &mixed.loaded_load, o.row_bytes));
     mixed.store_stream = stream.Figures(o.row_bytes);
@@ -477,6 +505,7 @@ nlohmann::json BenchFsJson(const BenchFsResult& r) {
   }
   j["backend"] = r.backend;
   j["o_direct"] = r.o_direct;
+  j["fixed_buffer_ios"] = r.fixed_buffer_ios;
   j["xattrs"] = r.xattrs;
   j["row_bytes"] = r.row_bytes;
   j["rows"] = r.rows;

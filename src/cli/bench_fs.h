@@ -78,6 +78,7 @@ struct BenchFsResult {
   int queue_depth = 0, batch = 1, poll_us = 0, mixed_load_depth = 0, mixed_store_depth = 0;
   uint32_t io_timeout_ms = 0;
   bool page_cache_dropped = false;
+  uint64_t fixed_buffer_ios = 0;  // reads and writes into the registered slot arena
   std::string page_cache_note;  // why not, when not dropped
   DirectionFigures store, load;
   double store_hist_p50_us = 0, store_hist_p99_us = 0;  // from the tier's histogram
