@@ -148,7 +148,9 @@ class FsTierImpl final : public FsTier {
       else inbox_.push_back(std::move(sub));
     }
     if (empty) NotifyFinished();
-    backend_->Wake();
+    // One wake-up per sleep: while the engine works, it drains the inbox
+    // anyway, and a write per job cost several context switches per row.
+    if (sleeping_.exchange(false)) backend_->Wake();
     return id;
   }
 
@@ -212,6 +214,16 @@ class FsTierImpl final : public FsTier {
     return true;
   }
 
+  // Announces that the engine is about to block in Reap and returns how
+  // long it may: 0 when work arrived meanwhile. A submitter that sees the
+  // flag wakes it; one that comes before the inbox check is seen by it.
+  int SleepTimeoutMs(bool idle) {
+    sleeping_.store(true);
+    std::lock_guard lock(mu_);
+    if (!inbox_.empty()) return 0;
+    return idle ? -1 : 100;
+  }
+
   void Run() {
     std::vector<IoRequest> requests;
     std::vector<IoCompletion> completions(256);
@@ -224,7 +236,8 @@ class FsTierImpl final : public FsTier {
       // request as done while the kernel still works on its buffer.
       if (!requests.empty()) backend_->Submit(requests).IgnoreError();
       metrics_.SetQueues(scheduler_.queued(IoClass::kRead), scheduler_.queued(IoClass::kWrite), scheduler_.in_flight());
-      size_t n = backend_->Reap(completions, requests.empty() && scheduler_.in_flight() == 0 ? -1 : 100);
+      const size_t n = backend_->Reap(completions, SleepTimeoutMs(requests.empty() && scheduler_.in_flight() == 0));
+      sleeping_.store(false);
       for (size_t i = 0; i < n; ++i) scheduler_.Complete(completions[i]);
       finished.clear();
       scheduler_.TakeFinished(&finished);
@@ -242,6 +255,7 @@ class FsTierImpl final : public FsTier {
   StoreLatencyDetector detector_;  // Add() on the engine thread; pressured() anywhere
   TierMetricsCounters metrics_;
   std::atomic<uint64_t> next_job_id_{1};
+  std::atomic<bool> sleeping_{false};  // the engine is in (or about to enter) a blocking Reap
   std::mutex mu_;
   std::condition_variable idle_cv_;
   std::deque<Submission> inbox_;

@@ -214,6 +214,7 @@ class UringBackend final : public IoBackend {
   bool WaitForCqe(int timeout_ms) {
     io_uring_cqe* cqe;
     if (timeout_ms < 0) return io_uring_wait_cqe(&ring_, &cqe) == 0;
+    if (timeout_ms == 0) return io_uring_peek_cqe(&ring_, &cqe) == 0;
     __kernel_timespec ts{timeout_ms / 1000, (timeout_ms % 1000) * 1000000LL};
     return io_uring_wait_cqe_timeout(&ring_, &cqe, &ts) == 0;
   }
