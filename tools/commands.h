@@ -20,5 +20,7 @@ void RegisterConfigCommand(CLI::App* app, CliContext* ctx);
 void RegisterBenchCommand(CLI::App* app, CliContext* ctx);
 // kvtier du, fsck, gc: keeping a shared root_dir healthy.
 void RegisterOpsCommands(CLI::App* app, CliContext* ctx);
+// kvtier replay: a serving trace through the whole stack.
+void RegisterReplayCommand(CLI::App* app, CliContext* ctx);
 
 }  // namespace kvtier::internal

@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   kvtier::internal::RegisterConfigCommand(&app, &ctx);
   kvtier::internal::RegisterBenchCommand(&app, &ctx);
   kvtier::internal::RegisterOpsCommands(&app, &ctx);
+  kvtier::internal::RegisterReplayCommand(&app, &ctx);
   if (argc > 1 && argv[1][0] != '-') {
     std::string valid;
     bool known = false;

@@ -1,0 +1,203 @@
+// `kvtier replay`: flag wiring and the processes of the instances (see
+// src/replay/replay.h for what one instance does).
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cli/spawn.h"
+#include "commands.h"
+#include "replay/plot.h"
+#include "replay/replay.h"
+#include "replay/trace.h"
+
+namespace kvtier::internal {
+namespace {
+
+// The repo's configs/default.json, embedded so that `kvtier replay` runs from
+// any directory without --config.
+constexpr const char* kDefaultConfig = R"({
+  "spec_name": "TieringOffloadingSpec",
+  "cpu_bytes_to_use": 1073741824,
+  "block_size": 64,
+  "eviction_policy": "lru",
+  "secondary_tiers": [
+    {"type": "fs", "root_dir": "./kvcache", "n_read_threads": 8, "n_write_threads": 8}
+  ]
+})";
+
+struct ReplayFlags {
+  ReplayOptions options;
+  std::string trace_path, synthetic, config_path, plot_path, worker;
+  SyntheticOptions synth;
+  uint32_t instances = 1;
+  bool restart = false, json = false;
+};
+
+Result<Trace> LoadTrace(const ReplayFlags& f) {
+  if (!f.trace_path.empty()) return LoadTraceFile(f.trace_path);
+  SyntheticOptions s = f.synth;
+  s.name = f.synthetic.empty() ? "agents" : f.synthetic;
+  return GenerateSynthetic(s);
+}
+
+Status LoadConfig(ReplayFlags* f) {
+  if (f->config_path.empty()) {
+    f->options.config_json = kDefaultConfig;
+    return Status::Ok();
+  }
+  std::ifstream in(f->config_path);
+  if (!in) return Status(StatusCode::kNotFound, "cannot read config file " + f->config_path);
+  std::stringstream text;
+  text << in.rdbuf();
+  f->options.config_json = text.str();
+  return Status::Ok();
+}
+
+// The argv of a worker process: the same replay, one instance and phase.
+std::vector<std::string> WorkerArgv(const ReplayFlags& f, uint32_t instance, int phase) {
+  const ReplayOptions& o = f.options;
+  std::vector<std::string> argv = {SelfExePath(), "replay", "--root", o.root, "--worker",
+                                   std::to_string(instance) + "/" + std::to_string(f.instances) + "/" +
+                                       std::to_string(phase),
+                                   "--gpu-blocks", std::to_string(o.gpu_blocks), "--kv-bytes-per-token",
+                                   std::to_string(o.kv_bytes_per_token), "--prefill-tokens-per-s",
+                                   std::to_string(o.prefill_tokens_per_s), "--model", o.model};
+  if (!f.config_path.empty()) argv.insert(argv.end(), {"--config", f.config_path});
+  if (!f.trace_path.empty()) {
+    argv.insert(argv.end(), {"--trace", f.trace_path});
+  } else {
+    argv.insert(argv.end(), {"--synthetic", f.synthetic.empty() ? "agents" : f.synthetic, "--seed",
+                             std::to_string(f.synth.seed), "--scale", std::to_string(f.synth.scale),
+                             "--requests", std::to_string(f.synth.requests)});
+  }
+  return argv;
+}
+
+// Runs every instance of one phase as its own process, concurrently, and
+// merges their reports.
+Result<PhaseReport> RunPhase(const ReplayFlags& f, int phase) {
+  std::vector<Result<ChildOutput>> outputs(f.instances, Status(StatusCode::kInternal, "not run"));
+  std::vector<std::thread> threads;
+  for (uint32_t i = 0; i < f.instances; ++i) {
+    threads.emplace_back([&, i] { outputs[i] = RunChild("/proc/self/exe", WorkerArgv(f, i, phase)); });
+  }
+  for (std::thread& t : threads) t.join();
+  PhaseReport total;
+  for (uint32_t i = 0; i < f.instances; ++i) {
+    if (!outputs[i].ok()) return outputs[i].status();
+    if (outputs[i]->exit_code != 0) {
+      return Status(StatusCode::kInternal, "replay instance " + std::to_string(i) + " exited with status " +
+                                               std::to_string(outputs[i]->exit_code));
+    }
+    const nlohmann::json j = nlohmann::json::parse(outputs[i]->out, nullptr, false);
+    KVTIER_ASSIGN_OR_RETURN(PhaseReport part, PhaseFromJson(j));
+    MergePhase(&total, part);
+  }
+  return total;
+}
+
+int RunWorker(const ReplayFlags& f, const Trace& trace) {
+  unsigned instance = 0, instances = 0;
+  int phase = -1;
+  if (std::sscanf(f.worker.c_str(), "%u/%u/%d", &instance, &instances, &phase) != 3 || instances == 0 ||
+      instance >= instances || phase < 0 || phase > 2) {
+    std::fprintf(stderr, "kvtier replay: bad --worker '%s'\n", f.worker.c_str());
+    return 2;
+  }
+  Result<PhaseReport> report = RunReplayWorker(f.options, trace, instance, instances, phase);
+  if (!report.ok()) {
+    std::fprintf(stderr, "kvtier replay: instance %u: %s\n", instance, report.status().ToString().c_str());
+    return 1;
+  }
+  std::cout << PhaseToJson(*report, /*with_points=*/true).dump() << "\n";
+  return 0;
+}
+
+Result<std::vector<PhaseReport>> RunAllPhases(const ReplayFlags& f, const Trace& trace) {
+  std::vector<PhaseReport> phases;
+  if (f.instances == 1 && !f.restart) {
+    KVTIER_ASSIGN_OR_RETURN(PhaseReport all, RunReplayWorker(f.options, trace, 0, 1, 0));
+    phases.push_back(std::move(all));
+    return phases;
+  }
+  for (int phase : f.restart ? std::vector<int>{1, 2} : std::vector<int>{0}) {
+    KVTIER_ASSIGN_OR_RETURN(PhaseReport p, RunPhase(f, phase));
+    phases.push_back(std::move(p));
+  }
+  return phases;
+}
+
+Status WritePlot(const std::string& path, const std::vector<PhaseReport>& phases, const std::string& title) {
+  std::vector<ReplayPoint> points;
+  for (const PhaseReport& p : phases) points.insert(points.end(), p.points.begin(), p.points.end());
+  std::ofstream out(path);
+  out << RenderReplaySvg(points, title);
+  if (!out) return Status(StatusCode::kIoError, "cannot write " + path);
+  return Status::Ok();
+}
+
+int RunReplayCommand(ReplayFlags& f) {
+  Status config = LoadConfig(&f);
+  Result<Trace> trace = config.ok() ? LoadTrace(f) : Result<Trace>(config);
+  if (!trace.ok()) {
+    std::fprintf(stderr, "kvtier replay: %s\n", trace.status().ToString().c_str());
+    return 2;
+  }
+  if (!f.worker.empty()) return RunWorker(f, *trace);
+  Result<std::vector<PhaseReport>> phases = RunAllPhases(f, *trace);
+  if (!phases.ok()) {
+    std::fprintf(stderr, "kvtier replay: %s\n", phases.status().ToString().c_str());
+    return phases.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  if (!f.plot_path.empty()) {
+    Status s = WritePlot(f.plot_path, *phases, "kvtier replay: " + trace->name);
+    if (!s.ok()) std::fprintf(stderr, "kvtier replay: %s\n", s.ToString().c_str());
+  }
+  if (f.json) {
+    std::cout << ReplayJson(*phases, trace->name, f.instances, f.restart).dump(2) << "\n";
+  } else {
+    std::cout << FormatReplayTable(*phases, trace->name, f.instances);
+  }
+  uint64_t corrupt = 0;
+  for (const PhaseReport& p : *phases) corrupt += p.rows_corrupt;
+  if (corrupt > 0) std::fprintf(stderr, "kvtier replay: %llu loaded rows failed verification\n",
+                                static_cast<unsigned long long>(corrupt));
+  return corrupt > 0 ? 1 : 0;
+}
+
+}  // namespace
+
+void RegisterReplayCommand(CLI::App* app, CliContext* ctx) {
+  auto f = std::make_shared<ReplayFlags>();
+  CLI::App* cmd = app->add_subcommand(
+      "replay", "Serve a trace through a simulated GPU cache and the tiers; report hits per tier, load speed, TTFT");
+  auto* trace = cmd->add_option("--trace", f->trace_path, "A JSONL trace (docs/trace-format.md)");
+  cmd->add_option("--synthetic", f->synthetic, "A built-in trace: agents (default) | chat")
+      ->check(CLI::IsMember({"agents", "chat"}))
+      ->excludes(trace);
+  cmd->add_option("--root", f->options.root, "Root of the first fs tier")->capture_default_str();
+  cmd->add_option("--config", f->config_path, "kv_connector_extra_config JSON (default: configs/default.json)");
+  cmd->add_option("--instances", f->instances, "Server processes sharing the root")->check(CLI::Range(1, 64));
+  cmd->add_flag("--restart", f->restart, "Restart every instance halfway through the trace");
+  cmd->add_flag("--json", f->json, "Machine-readable report");
+  cmd->add_option("--plot", f->plot_path, "Write an SVG of hit rate and load latency over time");
+  cmd->add_option("--seed", f->synth.seed, "Seed of the synthetic trace")->capture_default_str();
+  cmd->add_option("--scale", f->synth.scale, "Length multiplier of the synthetic trace")->capture_default_str();
+  cmd->add_option("--requests", f->synth.requests, "Truncate the synthetic trace (0: all)")->capture_default_str();
+  cmd->add_option("--gpu-blocks", f->options.gpu_blocks, "Simulated GPU KV pool, in blocks")->capture_default_str();
+  cmd->add_option("--kv-bytes-per-token", f->options.kv_bytes_per_token, "KV bytes per token of the stand-in model")
+      ->capture_default_str();
+  cmd->add_option("--prefill-tokens-per-s", f->options.prefill_tokens_per_s, "Prefill speed for the TTFT estimate")
+      ->capture_default_str();
+  cmd->add_option("--model", f->options.model, "Model name (names the namespace)")->capture_default_str();
+  cmd->add_option("--worker", f->worker, "internal: run one instance (I/N/PHASE)")->group("");
+  cmd->callback([f, ctx] { ctx->exit_code = RunReplayCommand(*f); });
+}
+
+}  // namespace kvtier::internal
