@@ -188,8 +188,12 @@ std::string FormatReplayTable(const std::vector<PhaseReport>& phases, const std:
       out += "  repeated prefix tokens (seen by an earlier request) " + std::to_string(p.repeated_tokens) +
              ": GPU cache " + Fmt("%5.1f %%", 100.0 * static_cast<double>(p.repeated_gpu) / rep) + ", kvtier " +
              Fmt("%5.1f %%", 100.0 * static_cast<double>(p.repeated_kvtier) / rep) + ", recomputed " +
-             Fmt("%5.1f %%", 100.0 * static_cast<double>(p.repeated_recomputed) / rep) + "; of those not on the GPU, " +
-             Fmt("%.1f %%", 100.0 * j["repeated_kvtier_share"].get<double>()) + " served by kvtier\n";
+             Fmt("%5.1f %%", 100.0 * static_cast<double>(p.repeated_recomputed) / rep);
+      if (p.repeated_kvtier + p.repeated_recomputed > 0) {
+        out += "; of those not on the GPU, " + Fmt("%.1f %%", 100.0 * j["repeated_kvtier_share"].get<double>()) +
+               " served by kvtier";
+      }
+      out += "\n";
     }
     if (p.first_touch_tokens > 0) {
       out += "  warm restart: " + std::to_string(p.first_touch_tokens) +

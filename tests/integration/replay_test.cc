@@ -3,7 +3,8 @@
 // report says what came from where, the warm-restart phase loads repeated
 // prefixes from the fs tier, every loaded row verifies, the SVG is written,
 // and `kvtier fsck` finds the tree clean afterwards. Also: the JSON report
-// survives the worker-to-parent round trip, and bad flags exit 2.
+// survives the worker-to-parent round trip, the documented example trace
+// replays, and bad flags exit 2.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -56,6 +57,24 @@ TEST(Replay, WarmRestartServesRepeatedPrefixesFromFs) {
   EXPECT_NE(testing::ReadFileOrDie(svg).find("<svg"), std::string::npos);
   testing::CommandResult fsck = RunCommand({CliPath().string(), "fsck", root});
   EXPECT_EQ(fsck.exit_code, 0) << fsck.out << fsck.err;
+}
+
+// The documented example trace (segments, a LoRA adapter, a cache salt)
+// replays with a restart: what came before is loaded back from fs0.
+TEST(Replay, ExampleTraceWarmRestarts) {
+  TempDir dir;
+  const std::string trace = (testing::SourceDir() / "examples" / "trace-small.jsonl").string();
+  testing::CommandResult r = RunCommand({CliPath().string(), "replay", "--trace", trace, "--restart", "--root",
+                                         dir.path().string(), "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json report = nlohmann::json::parse(r.out, nullptr, false);
+  ASSERT_FALSE(report.is_discarded()) << r.out;
+  ASSERT_EQ(report["phases"].size(), 2u) << r.out;
+  const nlohmann::json& after = report["phases"][1];
+  EXPECT_EQ(report["phases"][0]["requests"].get<uint64_t>() + after["requests"].get<uint64_t>(), 8u);
+  EXPECT_EQ(after["rows_corrupt"], 0u) << after.dump();
+  EXPECT_GT(after["rows_verified"].get<uint64_t>(), 0u) << after.dump();
+  EXPECT_GT(after["first_touch_fs_share"].get<double>(), 0.9) << after.dump();
 }
 
 TEST(Replay, ReportSurvivesTheWorkerRoundTrip) {
