@@ -15,6 +15,7 @@
 #include "replay/plot.h"
 #include "replay/replay.h"
 #include "replay/trace.h"
+#include "tier/engine_kv_cache.h"
 
 namespace kvtier::internal {
 namespace {
@@ -67,7 +68,8 @@ std::vector<std::string> WorkerArgv(const ReplayFlags& f, uint32_t instance, int
                                        std::to_string(phase),
                                    "--gpu-blocks", std::to_string(o.gpu_blocks), "--kv-bytes-per-token",
                                    std::to_string(o.kv_bytes_per_token), "--prefill-tokens-per-s",
-                                   std::to_string(o.prefill_tokens_per_s), "--model", o.model};
+                                   std::to_string(o.prefill_tokens_per_s), "--model", o.model, "--device",
+                                   std::to_string(ResolveDevice(o.device))};
   if (!f.config_path.empty()) argv.insert(argv.end(), {"--config", f.config_path});
   if (!f.trace_path.empty()) {
     argv.insert(argv.end(), {"--trace", f.trace_path});
@@ -196,6 +198,9 @@ void RegisterReplayCommand(CLI::App* app, CliContext* ctx) {
   cmd->add_option("--prefill-tokens-per-s", f->options.prefill_tokens_per_s, "Prefill speed for the TTFT estimate")
       ->capture_default_str();
   cmd->add_option("--model", f->options.model, "Model name (names the namespace)")->capture_default_str();
+  cmd->add_option("--device", f->options.device,
+                  "CUDA device of the simulated GPU pool; -1: host memory (the host stand-in); default: "
+                  "device 0 when a GPU is present, else the stand-in");
   cmd->add_option("--worker", f->worker, "internal: run one instance (I/N/PHASE)")->group("");
   cmd->callback([f, ctx] { ctx->exit_code = RunReplayCommand(*f); });
 }

@@ -12,9 +12,7 @@
 #include "cli/spawn.h"
 #include "kvtier/layout.h"
 #include "kvtier/tiered_store.h"
-#include "tier/cuda_kv_cache.h"
-#include "tier/host_kv_cache.h"
-#include "tier/stager.h"
+#include "tier/engine_kv_cache.h"
 #include "util/utf8.h"
 
 namespace kvtier::internal {
@@ -75,48 +73,18 @@ Status CheckTiersArgs(const BenchTiersOptions& o) {
   return Status::Ok();
 }
 
-// The engine's KV cache: one tensor whose page is a row, `batch` blocks, in
-// CUDA device memory or on the host stand-in.
-class EngineCache {
- public:
-  static Result<std::unique_ptr<EngineCache>> Make(const BenchTiersOptions& o) {
-    auto cache = std::make_unique<EngineCache>();
-    const std::vector<HostKvTensorShape> shape = {{o.row_bytes, 0}};
-    if (o.device == kHostStandInDevice) {
-      cache->host_ = std::make_unique<HostKvCache>(shape, EffectiveBatch(o));
-    } else {
-      KVTIER_ASSIGN_OR_RETURN(cache->cuda_, CudaKvCache::Create(o.device, shape, EffectiveBatch(o)));
-    }
-    return cache;
-  }
-  DeviceKvCache Registration() const { return cuda_ ? cuda_->Registration() : host_->Registration(); }
-  Status Fill(uint32_t block, uint64_t seed) {
-    if (cuda_) return cuda_->Fill(block, seed);
-    host_->Fill(block, seed);
-    return Status::Ok();
-  }
-  Result<bool> Matches(uint32_t block, uint64_t seed) {
-    if (cuda_) return cuda_->Matches(block, seed);
-    return host_->Matches(block, seed);
-  }
-
- private:
-  std::unique_ptr<HostKvCache> host_;
-  std::unique_ptr<CudaKvCache> cuda_;
-};
-
 // The engine side of one process: its KV cache and the store over it. The
 // store is declared last so it is destroyed first, while its tensors still
 // exist.
 struct Bench {
   explicit Bench(const BenchTiersOptions& o) : keys(o.seed, 8) {}
-  std::unique_ptr<EngineCache> gpu;
-  BenchRows keys;  // only its keys: the content is the EngineCache's
+  std::unique_ptr<EngineKvCache> gpu;  // one tensor whose page is a row, `batch` blocks
+  BenchRows keys;                      // only its keys: the content is the EngineKvCache's
   std::unique_ptr<TieredStore> store;
 };
 
 Status OpenStore(const BenchTiersOptions& o, Bench* b) {
-  KVTIER_ASSIGN_OR_RETURN(b->gpu, EngineCache::Make(o));
+  KVTIER_ASSIGN_OR_RETURN(b->gpu, EngineKvCache::Make(o.device, {{o.row_bytes, 0}}, EffectiveBatch(o)));
   const json tier = {{"type", "fs"}, {"root_dir", o.root}};
   const json config = {{"spec_name", "TieringOffloadingSpec"},
                        {"cpu_bytes_to_use", o.cpu_bytes},
@@ -483,7 +451,7 @@ Result<BenchTiersLoad> RunLoadChild(const BenchTiersOptions& o) {
 
 Result<BenchTiersResult> RunBenchTiers(const BenchTiersOptions& options) {
   BenchTiersOptions o = options;
-  if (o.device == kBenchAutoDevice) o.device = CudaDevicePresent() ? 0 : kHostStandInDevice;
+  o.device = ResolveDevice(o.device);
   KVTIER_RETURN_IF_ERROR(CheckTiersArgs(o));
   KVTIER_RETURN_IF_ERROR(CheckFreeSpace(o.root, o.rows * o.row_bytes));
   KVTIER_ASSIGN_OR_RETURN(const BenchDirs dirs, InspectDirs(o));
@@ -518,7 +486,7 @@ std::string BenchTiersWarning(const BenchTiersOptions& o) {
 
 Result<BenchTiersLoad> RunBenchTiersLoad(const BenchTiersOptions& options) {
   BenchTiersOptions o = options;
-  if (o.device == kBenchAutoDevice) o.device = CudaDevicePresent() ? 0 : kHostStandInDevice;
+  o.device = ResolveDevice(o.device);
   KVTIER_RETURN_IF_ERROR(CheckTiersArgs(o));
   Bench b(o);
   KVTIER_RETURN_IF_ERROR(OpenStore(o, &b));

@@ -46,13 +46,9 @@
 
 namespace kvtier::internal {
 
-// BenchTiersOptions::device: CUDA device 0 when one is present, else the
-// host stand-in.
-inline constexpr int kBenchAutoDevice = -2;
-
 struct BenchTiersOptions {
   std::string root;
-  int device = kBenchAutoDevice;   // a CUDA ordinal, kHostStandInDevice (-1) or kBenchAutoDevice
+  int device = -2;  // a CUDA ordinal, -1 (the host stand-in) or -2 (kAutoDevice: a GPU when present)
   uint64_t rows = 0;
   uint64_t cpu_bytes = 0;          // cpu_bytes_to_use
   uint64_t row_bytes = 256 << 10;  // a multiple of 4096

@@ -41,6 +41,9 @@ struct ReplayOptions {
   double prefill_tokens_per_s = 8000; // compute speed, for the time-to-first-token estimate
   HashAlgo hash_algo = HashAlgo::kSha256;
   uint32_t lookup_timeout_ms = 30000;
+  // Where the simulated GPU pool lives: a CUDA ordinal, -1 (host memory, the
+  // host stand-in device) or -2 (a GPU when present, else the stand-in).
+  int device = -2;
 };
 
 struct TierCounts {
@@ -75,6 +78,7 @@ struct PhaseReport {
   double ttft_with_s = 0;              // sum over requests of estimated TTFT with kvtier
   double ttft_without_s = 0;           // ... and with the GPU cache alone
   std::vector<ReplayPoint> points;     // per request, for --plot
+  int device = -1;                     // the one used (-1: the host stand-in)
 };
 
 // Runs the requests of `trace` selected for instance `instance` of

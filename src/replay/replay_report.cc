@@ -80,6 +80,7 @@ void MergePhase(PhaseReport* total, const PhaseReport& part) {
   total->load_ms.insert(total->load_ms.end(), part.load_ms.begin(), part.load_ms.end());
   total->ttft_with_s += part.ttft_with_s;
   total->ttft_without_s += part.ttft_without_s;
+  total->device = part.device;
   total->points.insert(total->points.end(), part.points.begin(), part.points.end());
   std::sort(total->points.begin(), total->points.end(),
             [](const ReplayPoint& a, const ReplayPoint& b) { return a.arrival_s < b.arrival_s; });
@@ -118,7 +119,8 @@ nlohmann::json PhaseToJson(const PhaseReport& p, bool with_points) {
                       {"ttft_s_with", Ratio(p.ttft_with_s, static_cast<double>(p.requests))},
                       {"ttft_s_without", Ratio(p.ttft_without_s, static_cast<double>(p.requests))},
                       {"ttft_sum_s_with", p.ttft_with_s},
-                      {"ttft_sum_s_without", p.ttft_without_s}};
+                      {"ttft_sum_s_without", p.ttft_without_s},
+                      {"device", p.device}};
   nlohmann::json tiers = nlohmann::json::object();
   for (const auto& [name, c] : p.tiers) tiers[name] = {{"hits", c.hits}, {"misses", c.misses}, {"bytes", c.bytes}};
   j["tiers"] = tiers;
@@ -145,6 +147,7 @@ Result<PhaseReport> PhaseFromJson(const nlohmann::json& j) {
             Get(j, "load_bytes", &p.load_bytes) && Get(j, "load_busy_s", &p.load_busy_s) &&
             Get(j, "ttft_sum_s_with", &p.ttft_with_s) && Get(j, "ttft_sum_s_without", &p.ttft_without_s);
   if (!ok) return Status(StatusCode::kInvalidArgument, "replay: a worker's report is incomplete");
+  if (auto d = j.find("device"); d != j.end() && d->is_number_integer()) p.device = d->get<int>();
   auto tiers = j.find("tiers");
   if (tiers != j.end() && tiers->is_object()) {
     for (const auto& [name, c] : tiers->items()) {
@@ -172,7 +175,11 @@ Result<PhaseReport> PhaseFromJson(const nlohmann::json& j) {
 
 std::string FormatReplayTable(const std::vector<PhaseReport>& phases, const std::string& trace_name,
                               uint32_t instances) {
-  std::string out = "kvtier replay: " + trace_name + ", " + std::to_string(instances) + " instance(s)\n";
+  const int device = phases.empty() ? -1 : phases.front().device;
+  std::string out = "kvtier replay: " + trace_name + ", " + std::to_string(instances) + " instance(s), GPU pool " +
+                    (device < 0 ? std::string("in host memory (the host stand-in device)")
+                                : "on CUDA device " + std::to_string(device)) +
+                    "\n";
   for (const PhaseReport& p : phases) {
     const double prompt = static_cast<double>(std::max<uint64_t>(p.prompt_tokens, 1));
     out += "\n== phase " + p.name + ": " + std::to_string(p.requests) + " requests, " +

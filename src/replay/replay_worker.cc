@@ -13,7 +13,7 @@
 #include "kvtier/tiered_store.h"
 #include "replay/replay.h"
 #include "tier/cache_policy.h"
-#include "tier/host_kv_cache.h"
+#include "tier/engine_kv_cache.h"
 
 namespace kvtier::internal {
 namespace {
@@ -98,14 +98,12 @@ std::vector<const TraceRequest*> Select(const Trace& trace, uint32_t instance, u
 
 class Worker {
  public:
-  Worker(const ReplayOptions& options, BlockHasher hasher)
-      : o_(options),
-        hasher_(std::move(hasher)),
-        gpu_({{o_.gpu_block_tokens * o_.kv_bytes_per_token, 0}}, o_.gpu_blocks),
-        pool_(o_.gpu_blocks) {}
+  Worker(const ReplayOptions& options, BlockHasher hasher, std::unique_ptr<EngineKvCache> gpu)
+      : o_(options), hasher_(std::move(hasher)), gpu_(std::move(gpu)), pool_(o_.gpu_blocks) {}
 
-  // The stand-in GPU's registration (one KV tensor, one page per block).
-  DeviceKvCache gpu_registration() const { return gpu_.Registration(); }
+  // The GPU pool's registration (one KV tensor, one page per block).
+  DeviceKvCache gpu_registration() const { return gpu_->Registration(); }
+  int device() const { return gpu_->device(); }
   void set_store(std::unique_ptr<TieredStore> store) {
     store_ = std::move(store);
     bpc_ = store_->blocks_per_chunk();
@@ -136,7 +134,7 @@ class Worker {
 
   const ReplayOptions& o_;
   BlockHasher hasher_;
-  HostKvCache gpu_;  // declared before store_: the store copies into it until destroyed
+  std::unique_ptr<EngineKvCache> gpu_;  // declared before store_: the store copies into it until destroyed
   GpuPool pool_;
   std::unique_ptr<TieredStore> store_;
   uint32_t bpc_ = 1;
@@ -255,8 +253,8 @@ Status Worker::LoadHits(uint64_t id, const Chunks& c, size_t first_chunk, const 
   report->load_bytes += ok * store_->row_bytes();
   for (size_t k = 0; k < ok; ++k) {
     bool match = true;
-    for (size_t b = (first_chunk + k) * bpc_; b < (first_chunk + k + 1) * bpc_; ++b) {
-      match = match && gpu_.Matches(c.blocks[b], ContentSeed(c.hashes[b]));
+    for (size_t b = (first_chunk + k) * bpc_; b < (first_chunk + k + 1) * bpc_ && match; ++b) {
+      KVTIER_ASSIGN_OR_RETURN(match, gpu_->Matches(c.blocks[b], ContentSeed(c.hashes[b])));
     }
     ++(match ? report->rows_verified : report->rows_corrupt);
   }
@@ -315,7 +313,9 @@ Status Worker::Serve(const TraceRequest& request, uint64_t id, int phase, PhaseR
   CountTiers(c, first_chunk, lookup, report);
   // "Compute" what no cache served: its content follows from its hash.
   const size_t served = std::max(c.gpu_hit, (first_chunk + loaded) * bpc_);
-  for (size_t b = served; b < c.hashes.size(); ++b) gpu_.Fill(c.blocks[b], ContentSeed(c.hashes[b]));
+  for (size_t b = served; b < c.hashes.size(); ++b) {
+    KVTIER_RETURN_IF_ERROR(gpu_->Fill(c.blocks[b], ContentSeed(c.hashes[b])));
+  }
   KVTIER_RETURN_IF_ERROR(StoreNew(id, c, first_chunk + loaded));
   KVTIER_RETURN_IF_ERROR(store_->FinishRequest(id));
   Account(request, c, served, load_s, phase, report);
@@ -348,7 +348,10 @@ Result<std::unique_ptr<Worker>> OpenWorker(const ReplayOptions& o) {
       o.hash_algo, seed_env ? std::optional<std::string_view>(seed_env) : std::nullopt);
   KVTIER_ASSIGN_OR_RETURN(BlockHasher hasher,
                           BlockHasher::Create(o.hash_algo, ComputeNoneHash(o.hash_algo, seed.seed), o.gpu_block_tokens));
-  auto worker = std::make_unique<Worker>(o, std::move(hasher));
+  KVTIER_ASSIGN_OR_RETURN(
+      std::unique_ptr<EngineKvCache> gpu,
+      EngineKvCache::Make(o.device, {{uint64_t{o.gpu_block_tokens} * o.kv_bytes_per_token, 0}}, o.gpu_blocks));
+  auto worker = std::make_unique<Worker>(o, std::move(hasher), std::move(gpu));
   so.devices = {worker->gpu_registration()};
   KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<TieredStore> store, TieredStore::Open(so));
   worker->set_store(std::move(store));
@@ -368,6 +371,7 @@ Result<PhaseReport> RunReplayWorker(const ReplayOptions& options, const Trace& t
   KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<Worker> worker, OpenWorker(options));
   PhaseReport report;
   report.name = phase == 0 ? "all" : phase == 1 ? "before_restart" : "after_restart";
+  report.device = worker->device();
   uint64_t id = 1;
   for (const TraceRequest* request : Select(trace, instance, instances, phase)) {
     KVTIER_RETURN_IF_ERROR(worker->SeeEarlier(trace, static_cast<size_t>(request - trace.requests.data()), phase == 2));
