@@ -9,82 +9,24 @@
 #include <string>
 #include <utility>
 
+#include "util/json_text.h"
+
 namespace kvtier::internal {
 namespace {
 
 constexpr size_t kDescribedStringBytesMax = 60;
 
-// Records where the parser gave up. Used only after the DOM parse failed, to
-// turn "discarded" into a message with a position.
-class SyntaxErrorLocator final : public nlohmann::json_sax<Json> {
- public:
-  bool null() override { return true; }
-  bool boolean(bool) override { return true; }
-  bool number_integer(number_integer_t) override { return true; }
-  bool number_unsigned(number_unsigned_t) override { return true; }
-  bool number_float(number_float_t, const string_t&) override { return true; }
-  bool string(string_t&) override { return true; }
-  bool binary(binary_t&) override { return true; }
-  bool start_object(std::size_t) override { return true; }
-  bool key(string_t&) override { return true; }
-  bool end_object() override { return true; }
-  bool start_array(std::size_t) override { return true; }
-  bool end_array() override { return true; }
-  bool parse_error(std::size_t position, const std::string&, const Json::exception& ex) override {
-    position_ = position;
-    what_ = ex.what();
-    return false;
-  }
-
-  size_t position() const { return position_; }
-  // nlohmann's message without its "[json.exception.parse_error.101] " tag;
-  // it says "parse error at line L, column C: ...".
-  std::string message() const {
-    const size_t tag_end = what_.find("] ");
-    return tag_end == std::string::npos ? what_ : what_.substr(tag_end + 2);
-  }
-
- private:
-  size_t position_ = 0;
-  std::string what_;
-};
-
 Status SyntaxError(std::string_view text) {
-  SyntaxErrorLocator locator;
-  if (Json::sax_parse(text.begin(), text.end(), &locator)) {
-    return InvalidArgument("config: invalid JSON");  // not expected: the DOM parse failed
-  }
-  return InvalidArgument("config: invalid JSON at byte " + std::to_string(locator.position()) +
-                         ": " + locator.message());
+  const std::optional<JsonSyntaxError> error = LocateJsonSyntaxError(text);
+  if (!error) return InvalidArgument("config: invalid JSON");  // not expected: the DOM parse failed
+  return InvalidArgument("config: invalid JSON at byte " + std::to_string(error->position) + ": " + error->message);
 }
 
-// Finds the first byte that opens a container nested deeper than depth_max,
-// skipping string contents. Runs before parsing, so that hostile input never
-// builds a deep tree.
+// Runs before parsing, so that hostile input never builds a deep tree.
 Status CheckNestingDepth(std::string_view text, int depth_max) {
-  int depth = 0;
-  bool in_string = false;
-  bool escaped = false;
-  for (size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (in_string) {
-      if (escaped) {
-        escaped = false;
-      } else if (c == '\\') {
-        escaped = true;
-      } else if (c == '"') {
-        in_string = false;
-      }
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > depth_max) {
-        return InvalidArgument("config: JSON nested deeper than " + std::to_string(depth_max) +
-                               " levels at byte " + std::to_string(i));
-      }
-    } else if ((c == ']' || c == '}') && depth > 0) {
-      --depth;
-    }
+  if (const std::optional<size_t> at = FirstTooDeepByte(text, depth_max)) {
+    return InvalidArgument("config: JSON nested deeper than " + std::to_string(depth_max) + " levels at byte " +
+                           std::to_string(*at));
   }
   return Status::Ok();
 }

@@ -4,11 +4,8 @@
 // type check that must precede the fs key table, distinct root_dirs, and the
 // top-level backpressure default that each tier inherits with its own
 // locality's water marks.
-#include <fcntl.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <filesystem>
 #include <map>
 #include <optional>
@@ -18,6 +15,7 @@
 #include "config/config_json.h"
 #include "config/config_keys.h"
 #include "kvtier/config.h"
+#include "util/read_file.h"
 
 namespace kvtier {
 namespace {
@@ -180,28 +178,7 @@ Status ParseSecondaryTiers(const Json& root, OffloadConfig& config) {
 }
 
 Result<std::string> ReadConfigFile(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoToStatus(errno, "open config file " + path);
-  std::string text;
-  char chunk[8192];
-  for (;;) {
-    const ssize_t n = ::read(fd, chunk, sizeof(chunk));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int read_errno = errno;
-      ::close(fd);
-      return ErrnoToStatus(read_errno, "read config file " + path);
-    }
-    if (n == 0) break;
-    text.append(chunk, static_cast<size_t>(n));
-    if (text.size() > kOffloadConfigBytesMax) {
-      ::close(fd);
-      return InvalidArgument("config file " + path + ": larger than " +
-                             std::to_string(kOffloadConfigBytesMax) + " bytes");
-    }
-  }
-  ::close(fd);
-  return text;
+  return internal::ReadFileCapped(path, "config file", kOffloadConfigBytesMax);
 }
 
 }  // namespace

@@ -7,16 +7,16 @@
 // get<T>() only after the matching is_*() test, and find() instead of at().
 #include "replay/trace.h"
 
-#include <fcntl.h>
-#include <unistd.h>
 #include <xxhash.h>
 
-#include <cerrno>
 #include <charconv>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
+
+#include "util/json_text.h"
+#include "util/read_file.h"
 
 namespace kvtier::internal {
 namespace {
@@ -59,72 +59,18 @@ Status KeyError(size_t line, std::string_view key, std::string_view rule) {
   return LineError(line, "key '" + std::string(key) + "': " + std::string(rule));
 }
 
-// Records where the SAX parser gave up, to turn a failed DOM parse into a
-// message with a position.
-class SyntaxErrorLocator final : public nlohmann::json_sax<Json> {
- public:
-  bool null() override { return true; }
-  bool boolean(bool) override { return true; }
-  bool number_integer(number_integer_t) override { return true; }
-  bool number_unsigned(number_unsigned_t) override { return true; }
-  bool number_float(number_float_t, const string_t&) override { return true; }
-  bool string(string_t&) override { return true; }
-  bool binary(binary_t&) override { return true; }
-  bool start_object(std::size_t) override { return true; }
-  bool key(string_t&) override { return true; }
-  bool end_object() override { return true; }
-  bool start_array(std::size_t) override { return true; }
-  bool end_array() override { return true; }
-  bool parse_error(std::size_t, const std::string&, const Json::exception& ex) override {
-    what_ = ex.what();
-    return false;
-  }
-  // nlohmann's message without its "[json.exception.parse_error.101] " tag.
-  std::string message() const {
-    const size_t tag_end = what_.find("] ");
-    return tag_end == std::string::npos ? what_ : what_.substr(tag_end + 2);
-  }
-
- private:
-  std::string what_;
-};
-
-bool NestedTooDeep(std::string_view text) {
-  int depth = 0;
-  bool in_string = false, escaped = false;
-  for (const char c : text) {
-    if (in_string) {
-      if (escaped) {
-        escaped = false;
-      } else if (c == '\\') {
-        escaped = true;
-      } else if (c == '"') {
-        in_string = false;
-      }
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > kLineDepthMax) return true;
-    } else if ((c == ']' || c == '}') && depth > 0) {
-      --depth;
-    }
-  }
-  return false;
-}
-
 Result<Json> ParseLineObject(std::string_view text, size_t line) {
   if (text.size() > kLineBytesMax) {
     return LineError(line, "longer than " + std::to_string(kLineBytesMax) + " bytes");
   }
-  if (NestedTooDeep(text)) {
+  if (FirstTooDeepByte(text, kLineDepthMax)) {
     return LineError(line, "malformed JSON: nested deeper than " + std::to_string(kLineDepthMax) +
                                " levels");
   }
   Json value = Json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
   if (value.is_discarded()) {
-    SyntaxErrorLocator locator;
-    static_cast<void>(Json::sax_parse(text.begin(), text.end(), &locator));
-    return LineError(line, "malformed JSON: " + locator.message());
+    const std::optional<JsonSyntaxError> error = LocateJsonSyntaxError(text);
+    return LineError(line, "malformed JSON: " + (error ? error->message : std::string("unparsable")));
   }
   if (!value.is_object()) return LineError(line, "expected a JSON object, got " + Describe(value));
   return value;
@@ -317,31 +263,6 @@ bool SkippedLine(std::string_view text) {
   return first == std::string_view::npos || text[first] == '#';
 }
 
-Result<std::string> ReadFile(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoToStatus(errno, "open trace file " + path);
-  std::string text;
-  char chunk[65536];
-  for (;;) {
-    const ssize_t n = ::read(fd, chunk, sizeof(chunk));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int read_errno = errno;
-      ::close(fd);
-      return ErrnoToStatus(read_errno, "read trace file " + path);
-    }
-    if (n == 0) break;
-    text.append(chunk, static_cast<size_t>(n));
-    if (text.size() > kFileBytesMax) {
-      ::close(fd);
-      return InvalidArgument("trace file " + path + ": larger than " +
-                             std::to_string(kFileBytesMax) + " bytes");
-    }
-  }
-  ::close(fd);
-  return text;
-}
-
 void AppendTokens(const std::vector<int64_t>& tokens, std::string* out) {
   char buf[24];
   out->push_back('[');
@@ -399,7 +320,7 @@ Result<Trace> ParseTraceJsonl(std::string_view text, std::string name) {
 }
 
 Result<Trace> LoadTraceFile(const std::string& path) {
-  KVTIER_ASSIGN_OR_RETURN(const std::string text, ReadFile(path));
+  KVTIER_ASSIGN_OR_RETURN(const std::string text, ReadFileCapped(path, "trace file", kFileBytesMax));
   Result<Trace> trace = ParseTraceJsonl(text, path);
   if (!trace.ok()) return trace.status().WithContext("trace file " + path);
   return trace;

@@ -1,0 +1,28 @@
+// Checks on JSON text before and after nlohmann's parser, shared by the
+// config parser and the trace parser: a nesting-depth scan that runs before
+// parsing (so hostile input never builds a deep tree) and a SAX pass that
+// says where a failed parse gave up.
+#pragma once
+
+#include <cstddef>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace kvtier::internal {
+
+// The byte offset of the first '[' or '{' (outside strings) that opens a
+// container nested deeper than depth_max; nullopt when there is none.
+std::optional<size_t> FirstTooDeepByte(std::string_view text, int depth_max);
+
+// Where and why a parse of `text` fails: the byte offset and nlohmann's
+// message without its "[json.exception.parse_error.N] " tag ("parse error at
+// line L, column C: ..."). nullopt when the text parses.
+struct JsonSyntaxError {
+  size_t position = 0;
+  std::string message;
+};
+std::optional<JsonSyntaxError> LocateJsonSyntaxError(std::string_view text);
+
+}  // namespace kvtier::internal
