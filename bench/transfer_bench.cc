@@ -14,8 +14,8 @@
 // Each figure is the best of --repeat passes after one untimed warm-up pass;
 // GB = 1e9 bytes. The target is kvtier / probe >= 0.90.
 // On a GPU, --copy picks the stager's path (GpuCopyMode): the copy engines,
-// the copy kernel, or auto (the kernel for small pages); the report says
-// how many segments each path moved.
+// the copy kernel over the link, the device staging buffer, or auto (staged
+// for small pages); the report says how many segments each path moved.
 //
 // The layout: one device slot with --tensors tensors of
 // row_bytes / (tensors x blocks_per_chunk)-byte pages, unstrided.
@@ -55,11 +55,14 @@ struct Flags {
   int repeat = 3;
   uint64_t seed = 1;
   bool json = false;
-  std::string copy = "auto";  // GpuCopyMode: auto, dma, kernel
+  std::string copy = "auto";  // GpuCopyMode: auto, dma, kernel, staged
 };
 
 GpuCopyMode CopyMode(const Flags& f) {
-  return f.copy == "dma" ? GpuCopyMode::kDma : f.copy == "kernel" ? GpuCopyMode::kKernel : GpuCopyMode::kAuto;
+  if (f.copy == "dma") return GpuCopyMode::kDma;
+  if (f.copy == "kernel") return GpuCopyMode::kKernel;
+  if (f.copy == "staged") return GpuCopyMode::kStaged;
+  return GpuCopyMode::kAuto;
 }
 
 struct Figures {
@@ -235,7 +238,8 @@ void Print(const Flags& f, const Stager& stager, const Figures& h2d, const Figur
     };
     const nlohmann::json copy = {{"mode", f.copy},
                                  {"kernel_segments", counts.kernel_segments},
-                                 {"dma_segments", counts.dma_segments}};
+                                 {"dma_segments", counts.dma_segments},
+                                 {"staged_segments", counts.staged_segments}};
     std::printf("%s\n", nlohmann::json{{"h2d", one(h2d)}, {"d2h", one(d2h)}, {"copy", copy}}.dump().c_str());
     return;
   }
@@ -246,7 +250,8 @@ void Print(const Flags& f, const Stager& stager, const Figures& h2d, const Figur
               f.blocks_per_chunk, HumanBytes(f.row_bytes / (f.tensors * f.blocks_per_chunk)).c_str(),
               f.batch_rows, f.repeat);
   if (backend == "cuda") {
-    std::printf("copy mode %s: %llu segments by the copy kernel, %llu by the copy engines\n", f.copy.c_str(),
+    std::printf("copy mode %s: segments staged %llu, by the copy kernel %llu, by the copy engines %llu\n",
+                f.copy.c_str(), static_cast<unsigned long long>(counts.staged_segments),
                 static_cast<unsigned long long>(counts.kernel_segments),
                 static_cast<unsigned long long>(counts.dma_segments));
   }
@@ -285,8 +290,8 @@ int main(int argc, char** argv) {
   app.add_option("--batch-rows", f.batch_rows, "Rows per Submit")->capture_default_str();
   app.add_option("--repeat", f.repeat, "Timed passes per figure (best is kept)")->capture_default_str();
   app.add_option("--seed", f.seed, "Seed of the block-id permutation")->capture_default_str();
-  app.add_option("--copy", f.copy, "CUDA copy path: auto, dma (copy engines) or kernel")
-      ->check(CLI::IsMember({"auto", "dma", "kernel"}))
+  app.add_option("--copy", f.copy, "CUDA copy path: auto, dma (copy engines), kernel or staged")
+      ->check(CLI::IsMember({"auto", "dma", "kernel", "staged"}))
       ->capture_default_str();
   app.add_flag("--json", f.json, "Print {\"h2d\": {...}, \"d2h\": {...}} only");
   try {

@@ -47,11 +47,13 @@ enum class EvictionPolicy {
 
 // `gpu_copy` (kvtier's own): how GPU pages move between device memory and
 // CPU rows. The copy engines cost no SM time but move small scattered pages
-// slowly; the copy kernel moves them at the link's speed on a few SMs.
+// slowly; staging them in a device buffer (64 MiB per direction) or a copy
+// kernel over the link moves them at close to the link's speed.
 enum class GpuCopy {
-  kAuto,    // "auto": the kernel when a batch's pages average < 64 KiB, else the copy engines
-  kDma,     // "dma": the copy engines only
-  kKernel,  // "kernel": the copy kernel only
+  kAuto,    // "auto": pages averaging < 64 KiB: loads staged, stores by the kernel; else the copy engines
+  kDma,     // "dma": the copy engines only, page by page
+  kKernel,  // "kernel": the copy kernel over the link (no device memory)
+  kStaged,  // "staged": through the device staging buffer
 };
 
 // `locality` of an fs tier. It is echoed in KV events and selects the

@@ -66,6 +66,7 @@ constexpr EnumName<GpuCopy> kGpuCopyNames[] = {
     {GpuCopy::kAuto, "auto"},
     {GpuCopy::kDma, "dma"},
     {GpuCopy::kKernel, "kernel"},
+    {GpuCopy::kStaged, "staged"},
 };
 constexpr EnumName<Locality> kLocalityNames[] = {
     {Locality::kLocal, "LOCAL"},

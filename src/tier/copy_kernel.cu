@@ -14,7 +14,7 @@ constexpr int kThreads = 256;
 constexpr uint32_t kCopiesPerLaunch = 1600;  // 32,000 bytes of descriptors
 // Larger segments are cut so that a few big pages still spread over every
 // thread block.
-constexpr uint64_t kPieceBytesMax = uint64_t{64} << 10;
+constexpr uint64_t kPieceBytesMax = uint64_t{16} << 10;
 
 struct LaunchBatch {
   uint32_t count;
@@ -24,36 +24,42 @@ struct LaunchBatch {
 };
 static_assert(sizeof(LaunchBatch) <= 32764, "CUDA's limit on kernel parameters");
 
-__device__ void CopyVectors(const uint4* src, uint4* dst, uint64_t n) {
-  // Four loads in flight per thread before the stores: reads of host memory
-  // cross the link, so latency, not issue rate, bounds a thread.
-  uint64_t i = threadIdx.x;
-  const uint64_t step = blockDim.x;
-  for (; i + 3 * step < n; i += 4 * step) {
-    const uint4 a = src[i], b = src[i + step], c = src[i + 2 * step], d = src[i + 3 * step];
+constexpr unsigned kWarp = 32;
+
+// One warp copies one piece: four 16-byte loads in flight per lane before
+// the stores (reads of host memory cross the link, so latency, not issue
+// rate, bounds a lane). A warp per piece rather than a block per piece keeps
+// small pages (4 KiB = 8 vectors a lane) from leaving most lanes idle.
+__device__ void CopyVectors(const uint4* src, uint4* dst, uint64_t n, unsigned lane) {
+  uint64_t i = lane;
+  for (; i + 3 * kWarp < n; i += 4 * kWarp) {
+    const uint4 a = src[i], b = src[i + kWarp], c = src[i + 2 * kWarp], d = src[i + 3 * kWarp];
     dst[i] = a;
-    dst[i + step] = b;
-    dst[i + 2 * step] = c;
-    dst[i + 3 * step] = d;
+    dst[i + kWarp] = b;
+    dst[i + 2 * kWarp] = c;
+    dst[i + 3 * kWarp] = d;
   }
-  for (; i < n; i += step) dst[i] = src[i];
+  for (; i < n; i += kWarp) dst[i] = src[i];
 }
 
 __global__ void CopySegments(const LaunchBatch batch) {
-  for (uint32_t s = blockIdx.x; s < batch.count; s += gridDim.x) {
+  const unsigned lane = threadIdx.x % kWarp;
+  const unsigned warps = gridDim.x * (blockDim.x / kWarp);
+  for (uint32_t s = blockIdx.x * (blockDim.x / kWarp) + threadIdx.x / kWarp; s < batch.count; s += warps) {
     const uint64_t bytes = batch.bytes[s];
     const auto* src = static_cast<const unsigned char*>(batch.src[s]);
     auto* dst = static_cast<unsigned char*>(batch.dst[s]);
     if (((reinterpret_cast<uintptr_t>(src) | reinterpret_cast<uintptr_t>(dst) | bytes) & 15) == 0) {
-      CopyVectors(reinterpret_cast<const uint4*>(src), reinterpret_cast<uint4*>(dst), bytes / 16);
+      CopyVectors(reinterpret_cast<const uint4*>(src), reinterpret_cast<uint4*>(dst), bytes / 16, lane);
     } else {
-      for (uint64_t i = threadIdx.x; i < bytes; i += blockDim.x) dst[i] = src[i];
+      for (uint64_t i = lane; i < bytes; i += kWarp) dst[i] = src[i];
     }
   }
 }
 
-cudaError_t Launch(const LaunchBatch& batch, cudaStream_t stream) {
-  const int blocks = std::min<int>(kCopyKernelBlocks, static_cast<int>(batch.count));
+cudaError_t Launch(const LaunchBatch& batch, cudaStream_t stream, int blocks_max) {
+  const int warps_per_block = kThreads / static_cast<int>(kWarp);
+  const int blocks = std::min<int>(blocks_max, (static_cast<int>(batch.count) + warps_per_block - 1) / warps_per_block);
   CopySegments<<<blocks, kThreads, 0, stream>>>(batch);
   return cudaGetLastError();
 }
@@ -62,7 +68,7 @@ cudaError_t Launch(const LaunchBatch& batch, cudaStream_t stream) {
 
 bool CopyKernelBuilt() { return true; }
 
-cudaError_t LaunchCopyKernel(const KernelCopy* copies, size_t count, cudaStream_t stream) {
+cudaError_t LaunchCopyKernel(const KernelCopy* copies, size_t count, cudaStream_t stream, int blocks) {
   // Cut into pieces first, then into launches of equal size: a last launch
   // of a few pieces would leave most thread blocks idle.
   thread_local std::vector<KernelCopy> pieces;
@@ -85,7 +91,7 @@ cudaError_t LaunchCopyKernel(const KernelCopy* copies, size_t count, cudaStream_
       batch.dst[i] = p.dst;
       batch.bytes[i] = static_cast<uint32_t>(p.bytes);
     }
-    const cudaError_t e = Launch(batch, stream);
+    const cudaError_t e = Launch(batch, stream, blocks);
     if (e != cudaSuccess) return e;
   }
   return cudaSuccess;

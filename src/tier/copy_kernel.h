@@ -34,7 +34,9 @@ inline constexpr int kCopyKernelBlocks = 32;
 bool CopyKernelBuilt();
 
 // Queues the copies on `stream` (as few launches as the parameter space
-// allows). Any alignment works; 16-byte aligned segments go fastest.
-cudaError_t LaunchCopyKernel(const KernelCopy* copies, size_t count, cudaStream_t stream);
+// allows), each launch on at most `blocks` thread blocks. Any alignment
+// works; 16-byte aligned segments go fastest.
+cudaError_t LaunchCopyKernel(const KernelCopy* copies, size_t count, cudaStream_t stream,
+                             int blocks = kCopyKernelBlocks);
 
 }  // namespace kvtier::internal

@@ -31,12 +31,16 @@ enum class CopyDirection {
 // engines (DMA) cost no SM time but move small scattered pages slowly; the
 // copy kernel (copy_kernel.h) moves them at the link's speed on a few SMs.
 enum class GpuCopyMode {
-  kAuto,    // the kernel for batches whose segments average < kKernelBelowMeanBytes, else DMA
+  kAuto,    // small segments (mean < kKernelBelowMeanBytes): loads staged, stores by the kernel; else DMA
   kDma,     // copy engines only (cudaMemcpyBatchAsync)
   kKernel,  // the kernel for every batch
+  kStaged,  // every batch through a device staging buffer (staged_copy.h)
 };
-// Measured on an H100 (PCIe 5 x16, 55 GB/s probe): batched DMA of scattered
-// 64 KiB pages 52.8 GB/s, of 16 KiB pages 20 GB/s; the kernel 51 GB/s for both.
+// kAuto sends a batch whose segments average below this through the staging
+// buffer (a load) or the kernel (a store; each falls back to the other), and
+// larger ones to the copy engines directly. Measured on an H100 (PCIe 5 x16,
+// 55 GB/s probe): batched DMA of scattered 64 KiB pages 52.8 GB/s, of 16 KiB
+// pages 20 GB/s; kernel and staged 48-51 GB/s for 4-32 KiB pages.
 inline constexpr uint64_t kKernelBelowMeanBytes = uint64_t{64} << 10;
 
 struct StagerOptions {
@@ -54,8 +58,9 @@ struct StagerOptions {
 
 // Segments (merged page copies) each CUDA path has issued.
 struct GpuCopyCounts {
-  uint64_t kernel_segments = 0;
-  uint64_t dma_segments = 0;
+  uint64_t kernel_segments = 0;  // the kernel over the link
+  uint64_t dma_segments = 0;     // the copy engines, page by page
+  uint64_t staged_segments = 0;  // through the staging buffer
 };
 
 struct FinishedCopy {

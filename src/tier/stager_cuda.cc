@@ -1,8 +1,10 @@
 // The CUDA backend: per device one non-blocking stream per direction (so
 // loads and stores overlap on a full-duplex link and never queue behind the
-// engine's stream). A batch's merged segments go either to the copy engines
-// in one cudaMemcpyBatchAsync, or, when they are small and the rows lie in
-// mapped pinned memory, to the copy kernel (GpuCopyMode); then an event.
+// engine's stream). A batch's merged segments go to the copy engines in one
+// cudaMemcpyBatchAsync when they are large; small ones go through a device
+// staging buffer (staged_copy.h) or, failing that, to the copy kernel over
+// the link when the rows lie in mapped pinned memory (GpuCopyMode); then an
+// event.
 // Per stream, a completion thread waits for the events in order (blocking
 // sync: it sleeps, it does not spin) and finishes the tickets. No host
 // function goes into the stream: the stream would stall until the driver ran
@@ -25,6 +27,7 @@
 #include <thread>
 
 #include "tier/copy_kernel.h"
+#include "tier/staged_copy.h"
 #endif
 
 namespace kvtier::internal {
@@ -102,6 +105,7 @@ struct DeviceStreams {
   std::atomic<bool> kernel_usable{true};  // false after a launch failed (no image for this GPU)
   cudaStream_t stream[2] = {nullptr, nullptr};  // by CopyDirection
   Lane lanes[2];                                // by CopyDirection
+  std::unique_ptr<StagedCopier> staged[2];      // by CopyDirection
   std::mutex event_mu;
   std::vector<cudaEvent_t> free_events;  // recycled once their copies are seen done
   std::vector<cudaEvent_t> all_events;   // destroyed with the copier
@@ -115,12 +119,17 @@ class CudaCopierImpl final : public CudaCopier {
   void Start(uint64_t ticket, CopyDirection direction,
              std::span<const std::vector<CopySegment>> per_device) override;
   GpuCopyCounts counts() const override {
-    return {kernel_segments_.load(std::memory_order_relaxed), dma_segments_.load(std::memory_order_relaxed)};
+    return {kernel_segments_.load(std::memory_order_relaxed), dma_segments_.load(std::memory_order_relaxed),
+            staged_segments_.load(std::memory_order_relaxed)};
   }
 
  private:
   void KeepMappedRanges(const std::vector<std::span<uint8_t>>& ranges);
-  bool UseKernel(const DeviceStreams& dev, std::span<const CopySegment> segments) const;
+  enum class Path { kDma, kKernel, kStaged };
+  Path ChoosePath(const DeviceStreams& dev, CopyDirection direction, std::span<const CopySegment> segments) const;
+  bool KernelReaches(const DeviceStreams& dev, std::span<const CopySegment> segments) const;
+  Status IssueStaged(DeviceStreams* dev, CopyDirection direction, std::span<const CopySegment> segments,
+                     cudaStream_t stream);
   Status IssueKernel(DeviceStreams* dev, bool to_host, std::span<const CopySegment> segments,
                      cudaStream_t stream);
   Status IssueDma(const DeviceStreams& dev, bool to_host, std::span<const CopySegment> segments,
@@ -136,6 +145,7 @@ class CudaCopierImpl final : public CudaCopier {
   std::vector<std::span<uint8_t>> mapped_;  // host ranges every device can address as is
   std::atomic<uint64_t> kernel_segments_{0};
   std::atomic<uint64_t> dma_segments_{0};
+  std::atomic<uint64_t> staged_segments_{0};
   std::vector<std::unique_ptr<DeviceStreams>> devices_;
 };
 
@@ -145,6 +155,7 @@ Status CudaCopierImpl::Init(const CudaCopierOptions& options) {
     KVTIER_RETURN_IF_ERROR(CheckDevicePresent(ordinal));
     auto dev = std::make_unique<DeviceStreams>();
     dev->ordinal = ordinal;
+    for (auto& staged : dev->staged) staged = std::make_unique<StagedCopier>(ordinal);
     ScopedDevice scope(ordinal);
     if (scope.status() != cudaSuccess) return CudaIoError(ordinal, "cudaSetDevice", scope.status());
     for (cudaStream_t& s : dev->stream) {
@@ -215,8 +226,17 @@ Pending CudaCopierImpl::Issue(DeviceStreams* dev, CopyDirection direction,
   const bool to_host = direction == CopyDirection::kDeviceToHost;
   // On an error the event is still recorded below: copies already queued
   // must end before the ticket reports, since they use the caller's rows.
-  p.status = UseKernel(*dev, segments) ? IssueKernel(dev, to_host, segments, stream)
-                                       : IssueDma(*dev, to_host, segments, stream);
+  switch (ChoosePath(*dev, direction, segments)) {
+    case Path::kStaged:
+      p.status = IssueStaged(dev, direction, segments, stream);
+      break;
+    case Path::kKernel:
+      p.status = IssueKernel(dev, to_host, segments, stream);
+      break;
+    case Path::kDma:
+      p.status = IssueDma(*dev, to_host, segments, stream);
+      break;
+  }
   Result<cudaEvent_t> event = TakeEvent(dev);
   if (!event.ok()) {
     if (p.status.ok()) p.status = event.status();
@@ -252,17 +272,53 @@ void CudaCopierImpl::KeepMappedRanges(const std::vector<std::span<uint8_t>>& ran
   }
 }
 
-bool CudaCopierImpl::UseKernel(const DeviceStreams& dev, std::span<const CopySegment> segments) const {
-  if (mode_ == GpuCopyMode::kDma || !dev.kernel_usable.load(std::memory_order_relaxed) || !CopyKernelBuilt() || segments.empty()) return false;
+CudaCopierImpl::Path CudaCopierImpl::ChoosePath(const DeviceStreams& dev, CopyDirection direction,
+                                                std::span<const CopySegment> segments) const {
+  if (mode_ == GpuCopyMode::kDma || segments.empty()) return Path::kDma;
   uint64_t bytes = 0;
   for (const CopySegment& s : segments) bytes += s.bytes;
-  if (mode_ == GpuCopyMode::kAuto && bytes >= kKernelBelowMeanBytes * segments.size()) return false;
+  if (mode_ == GpuCopyMode::kAuto && bytes >= kKernelBelowMeanBytes * segments.size()) return Path::kDma;
+  // Small pages, auto: SM writes to host memory are posted and run close to
+  // the link's speed, so stores take the kernel; SM reads of host memory do
+  // less well than DMA into the staging buffer, so loads are staged.
+  if (mode_ == GpuCopyMode::kAuto && direction == CopyDirection::kDeviceToHost && KernelReaches(dev, segments)) {
+    return Path::kKernel;
+  }
+  if (mode_ != GpuCopyMode::kKernel && dev.staged[static_cast<int>(direction)]->Accepts(segments)) {
+    return Path::kStaged;
+  }
+  if (mode_ != GpuCopyMode::kStaged && KernelReaches(dev, segments)) return Path::kKernel;
+  return Path::kDma;
+}
+
+// The kernel works and every row lies in memory the device maps as is.
+bool CudaCopierImpl::KernelReaches(const DeviceStreams& dev, std::span<const CopySegment> segments) const {
+  if (!dev.kernel_usable.load(std::memory_order_relaxed) || !CopyKernelBuilt()) return false;
   auto inside = [&](const CopySegment& s) {
     return std::any_of(mapped_.begin(), mapped_.end(), [&](std::span<uint8_t> r) {
       return s.host_ptr >= r.data() && s.bytes <= static_cast<uint64_t>(r.data() + r.size() - s.host_ptr);
     });
   };
   return std::all_of(segments.begin(), segments.end(), inside);
+}
+
+Status CudaCopierImpl::IssueStaged(DeviceStreams* dev, CopyDirection direction,
+                                   std::span<const CopySegment> segments, cudaStream_t stream) {
+  StagedCopier& staged = *dev->staged[static_cast<int>(direction)];
+  const bool to_host = direction == CopyDirection::kDeviceToHost;
+  std::string what;
+  const cudaError_t e = staged.Issue(to_host, segments, stream, &what);
+  if (e == cudaSuccess) {
+    staged_segments_.fetch_add(segments.size(), std::memory_order_relaxed);
+    return Status::Ok();
+  }
+  // No staging memory, or no kernel image for this GPU: the other paths
+  // still work (a load's DMA into the buffer may have run; it is harmless).
+  if (staged.failed()) {
+    return KernelReaches(*dev, segments) ? IssueKernel(dev, to_host, segments, stream)
+                                         : IssueDma(*dev, to_host, segments, stream);
+  }
+  return CudaIoError(dev->ordinal, what, e);
 }
 
 Status CudaCopierImpl::IssueKernel(DeviceStreams* dev, bool to_host, std::span<const CopySegment> segments,
@@ -287,7 +343,8 @@ Status CudaCopierImpl::IssueKernel(DeviceStreams* dev, bool to_host, std::span<c
 
 Status CudaCopierImpl::IssueDma(const DeviceStreams& dev, bool to_host, std::span<const CopySegment> segments,
                                 cudaStream_t stream) {
-  thread_local std::vector<void*> dsts, srcs;
+  thread_local std::vector<void*> dsts;
+  thread_local std::vector<const void*> srcs;
   thread_local std::vector<size_t> sizes;
   dsts.clear(), srcs.clear(), sizes.clear();
   for (const CopySegment& s : segments) {
@@ -296,21 +353,13 @@ Status CudaCopierImpl::IssueDma(const DeviceStreams& dev, bool to_host, std::spa
     srcs.push_back(to_host ? device : s.host_ptr);
     sizes.push_back(s.bytes);
   }
-  cudaMemcpyAttributes attr{};
-  attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
-  attr.flags = cudaMemcpyFlagPreferOverlapWithCompute;
-  size_t attr_index = 0;
-  constexpr size_t kPerCall = 4096;
-  for (size_t i = 0; i < segments.size(); i += kPerCall) {
-    const size_t n = std::min(kPerCall, segments.size() - i);
-    const cudaError_t e =
-        cudaMemcpyBatchAsync(dsts.data() + i, srcs.data() + i, sizes.data() + i, n, &attr, &attr_index, 1, stream);
-    if (e != cudaSuccess) {
-      static_cast<void>(cudaGetLastError());
-      return CudaIoError(dev.ordinal, "cudaMemcpyBatchAsync of " + std::to_string(n) + " segments", e);
-    }
-    dma_segments_.fetch_add(n, std::memory_order_relaxed);
+  std::string what;
+  const cudaError_t e = BatchMemcpy(dsts.data(), srcs.data(), sizes.data(), dsts.size(), stream, &what);
+  if (e != cudaSuccess) {
+    static_cast<void>(cudaGetLastError());
+    return CudaIoError(dev.ordinal, what, e);
   }
+  dma_segments_.fetch_add(segments.size(), std::memory_order_relaxed);
   return Status::Ok();
 }
 
@@ -368,7 +417,7 @@ void CudaCopierImpl::Finish(Pending p) {
 #if !KVTIER_HAVE_CUDA_KERNELS
 // Built without nvcc: the copy engines do every copy.
 bool CopyKernelBuilt() { return false; }
-cudaError_t LaunchCopyKernel(const KernelCopy* /*copies*/, size_t /*count*/, cudaStream_t /*stream*/) {
+cudaError_t LaunchCopyKernel(const KernelCopy* /*copies*/, size_t /*count*/, cudaStream_t /*stream*/, int /*blocks*/) {
   return cudaErrorNotSupported;
 }
 #endif

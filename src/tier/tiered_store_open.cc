@@ -60,6 +60,8 @@ GpuCopyMode ToGpuCopyMode(GpuCopy copy) {
       return GpuCopyMode::kDma;
     case GpuCopy::kKernel:
       return GpuCopyMode::kKernel;
+    case GpuCopy::kStaged:
+      return GpuCopyMode::kStaged;
     case GpuCopy::kAuto:
       break;
   }

@@ -6,9 +6,10 @@
 // is never written. Also a ticket that spans a GPU slot and a host stand-in
 // slot, many tickets from several threads, and that Submit leaves the
 // caller's current CUDA device alone. Each copy path (the copy engines, the
-// copy kernel, including unaligned pages and pages cut into pieces) is
-// proven on its own, auto's choice between them is checked, and rows outside
-// the mapped ranges never reach the kernel.
+// copy kernel over the link, the device staging buffer, including unaligned
+// pages, pages cut into pieces and tickets larger than the buffer) is proven
+// on its own, auto's choice between them is checked, and rows outside the
+// mapped ranges never reach the kernel.
 //
 // Without a CUDA device (or in a build without CUDA) every test is skipped.
 #include <gtest/gtest.h>
@@ -219,21 +220,51 @@ TEST_F(GpuStager, CopyKernelAloneRoundTripsByteExact) {
   EXPECT_EQ(stager_->gpu_copy_counts().dma_segments, 0u);
 }
 
-TEST_F(GpuStager, AutoPicksTheKernelForSmallPagesAndTheCopyEnginesForLargeOnes) {
+TEST_F(GpuStager, StagingBufferAloneRoundTripsByteExact) {
+  KVTIER_REQUIRE_GPU();
+  if (!CopyKernelBuilt()) GTEST_SKIP() << "kvtier was built without nvcc: no copy kernel";
+  SCOPED_TRACE("seed " + std::to_string(seed_));
+  ASSERT_NO_FATAL_FAILURE(AddTensor(0, 4096, 4096 + 512, 128));
+  ASSERT_NO_FATAL_FAILURE(AddTensor(0, 100, 103, 128));       // unaligned pages and staging offsets
+  ASSERT_NO_FATAL_FAILURE(AddTensor(0, 200704, 200704, 128));  // cut into pieces by the kernel
+  ASSERT_NO_FATAL_FAILURE(Create(2, 32, GpuCopyMode::kStaged, /*map_rows=*/false));  // staging needs no mapping
+  for (int round = 0; round < 3; ++round) ASSERT_NO_FATAL_FAILURE(RoundTrip(4 + round * 4, 128));
+  EXPECT_GT(stager_->gpu_copy_counts().staged_segments, 0u);
+  EXPECT_EQ(stager_->gpu_copy_counts().kernel_segments + stager_->gpu_copy_counts().dma_segments, 0u);
+}
+
+// More than kStagingBytes in one ticket: the batch moves in several rounds
+// through the one buffer, and tickets from several threads share it.
+TEST_F(GpuStager, StagedBatchesLargerThanTheBufferMoveInRounds) {
+  KVTIER_REQUIRE_GPU();
+  if (!CopyKernelBuilt()) GTEST_SKIP() << "kvtier was built without nvcc: no copy kernel";
+  SCOPED_TRACE("seed " + std::to_string(seed_));
+  // 48 rows of 16 pages of 120 KiB (never merged: strided) = 90 MiB a ticket.
+  ASSERT_NO_FATAL_FAILURE(AddTensor(0, 122880, 131072, 2048));
+  ASSERT_NO_FATAL_FAILURE(Create(16, 96, GpuCopyMode::kStaged));
+  ASSERT_NO_FATAL_FAILURE(RoundTrip(48, 2048));
+  ASSERT_NO_FATAL_FAILURE(RoundTrip(40, 2048));
+  EXPECT_GT(stager_->gpu_copy_counts().staged_segments, 0u);
+}
+
+// Small pages: the store (one round trip's first half) by the kernel, the
+// load staged; large pages: the copy engines both ways.
+TEST_F(GpuStager, AutoPicksThePathByDirectionAndPageSize) {
   KVTIER_REQUIRE_GPU();
   if (!CopyKernelBuilt()) GTEST_SKIP() << "kvtier was built without nvcc: no copy kernel";
   SCOPED_TRACE("seed " + std::to_string(seed_));
   ASSERT_NO_FATAL_FAILURE(AddTensor(0, 16384, 16384 + 4096, 64));
   ASSERT_NO_FATAL_FAILURE(Create(1, 32, GpuCopyMode::kAuto));
   ASSERT_NO_FATAL_FAILURE(RoundTrip(8, 64));
-  EXPECT_GT(stager_->gpu_copy_counts().kernel_segments, 0u);
+  EXPECT_EQ(stager_->gpu_copy_counts().kernel_segments, 8u);  // strided pages never merge
+  EXPECT_EQ(stager_->gpu_copy_counts().staged_segments, 8u);
   EXPECT_EQ(stager_->gpu_copy_counts().dma_segments, 0u);
   TearDown();
   tensors_.clear();
   ASSERT_NO_FATAL_FAILURE(AddTensor(0, 262144, 262144 + 4096, 16));
   ASSERT_NO_FATAL_FAILURE(Create(1, 8, GpuCopyMode::kAuto));
   ASSERT_NO_FATAL_FAILURE(RoundTrip(4, 16));
-  EXPECT_EQ(stager_->gpu_copy_counts().kernel_segments, 0u);
+  EXPECT_EQ(stager_->gpu_copy_counts().kernel_segments + stager_->gpu_copy_counts().staged_segments, 0u);
   EXPECT_GT(stager_->gpu_copy_counts().dma_segments, 0u);
 }
 

@@ -343,7 +343,7 @@ TEST(ConfigTest, EnumValuesMustBeKnown) {
   EXPECT_TRUE(IsKeyError(Parse(R"({"cpu_bytes_to_use": 1, "spec_name": "DiskSpec"})"), "spec_name",
                          R"(expected one of "CPUOffloadingSpec", "TieringOffloadingSpec", got "DiskSpec")"));
   EXPECT_TRUE(IsKeyError(Parse(R"({"cpu_bytes_to_use": 1, "gpu_copy": "memcpy"})"), "gpu_copy",
-                         R"(expected one of "auto", "dma", "kernel", got "memcpy")"));
+                         R"(expected one of "auto", "dma", "kernel", "staged", got "memcpy")"));
   EXPECT_TRUE(IsKeyError(Parse(R"({"cpu_bytes_to_use": 1, "eviction_policy": "fifo"})"),
                          "eviction_policy", R"(expected one of "lru", "arc", got "fifo")"));
   EXPECT_TRUE(IsKeyError(Parse(R"({"cpu_bytes_to_use": 1, "eviction_policy": "LRU"})"),
