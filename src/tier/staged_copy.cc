@@ -1,7 +1,7 @@
-// Staged GPU copies (staged_copy.h).
+// Staged GPU copies (staged_copy.h). Empty without CUDA.
+#if KVTIER_HAVE_CUDA
 #include "tier/staged_copy.h"
 
-#if KVTIER_HAVE_CUDA
 #include <algorithm>
 
 #include "tier/copy_kernel.h"
