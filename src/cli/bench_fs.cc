@@ -273,6 +273,38 @@ void HistogramDelta(const uint64_t* after, const uint64_t* before, uint64_t* out
 // Runs lanes as one measured phase: wall time per lane, process CPU over the
 // whole phase (minus the harness: fill/verify and the sleeps between polls),
 // attributed to `measured`.
+// Submits lookups of rows [0, rows) in jobs of kBenchLookupBatch keys, up
+// to `depth` jobs in flight, and polls them back.
+Status RunLookups(FsTier* tier, const BenchRows& rows, uint64_t count, int depth, BenchFsResult::Lookups* out) {
+  const uint64_t deadline = BenchNowNs() + uint64_t{60} * 1'000'000'000;
+  const double cpu0 = ProcessCpuSeconds();
+  const uint64_t t0 = BenchNowNs();
+  uint64_t next = 0;
+  int in_flight = 0;
+  std::vector<OffloadKey> keys;
+  std::vector<JobResult> done;
+  while (out->keys < count) {
+    for (; in_flight < depth && next < count; ++in_flight) {
+      keys.clear();
+      for (uint32_t i = 0; i < kBenchLookupBatch && next < count; ++i) keys.push_back(rows.Key(next++));
+      KVTIER_RETURN_IF_ERROR(tier->SubmitLookup(keys).status());
+    }
+    done.clear();
+    if (tier->PollFinished(&done) == 0) {
+      if (BenchNowNs() > deadline) return Status(StatusCode::kTimedOut, "bench fs: lookups not done after 60 s");
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+    for (const JobResult& job : done) {
+      --in_flight;
+      for (const KeyResult& k : job.keys) out->hits += k.outcome == KeyOutcome::kOk ? 1 : 0;
+      out->keys += job.keys.size();
+    }
+  }
+  out->wall_s = static_cast<double>(BenchNowNs() - t0) * 1e-9;
+  out->cpu_s = ProcessCpuSeconds() - cpu0;
+  return Status::Ok();
+}
+
 Status RunPhase(Pump* pump, const std::vector<Lane*>& lanes, Lane* measured, DirectionFigures* out,
                 uint64_t row_bytes) {
   pump->TakePollWaitCpu();
@@ -426,6 +458,7 @@ Result<BenchFsResult> RunBenchFs(const BenchFsOptions& o) {
     CollectErrors(load, &r);
     r.fixed_buffer_ios = tier->Metrics().fixed_buffer_ios;
     load.slots.clear();
+    KVTIER_RETURN_IF_ERROR(RunLookups(tier.get(), rows, o.rows, o.queue_depth, &r.lookups));
 
     if (!o.mixed) return Status::Ok();
     // ---- mixed: loads alone, then under a saturating store stream ----
@@ -506,6 +539,12 @@ nlohmann::json BenchFsJson(const BenchFsResult& r) {
   j["backend"] = r.backend;
   j["o_direct"] = r.o_direct;
   j["fixed_buffer_ios"] = r.fixed_buffer_ios;
+  j["lookup"] = {{"keys", r.lookups.keys},
+                 {"hits", r.lookups.hits},
+                 {"keys_per_s", Round(r.lookups.keys_per_s(), 0)},
+                 {"wall_s", Round(r.lookups.wall_s, 4)},
+                 {"cpu_s", Round(r.lookups.cpu_s, 4)},
+                 {"keys_per_job", kBenchLookupBatch}};
   j["xattrs"] = r.xattrs;
   j["row_bytes"] = r.row_bytes;
   j["rows"] = r.rows;
@@ -579,6 +618,12 @@ std::string FormatBenchFs(const BenchFsResult& r) {
                 "tier histogram (power-of-two buckets): store p50 %.0f / p99 %.0f us, load p50 "
                 "%.0f / p99 %.0f us\n",
                 r.store_hist_p50_us, r.store_hist_p99_us, r.load_hist_p50_us, r.load_hist_p99_us);
+  out += line;
+  std::snprintf(line, sizeof line,
+                "lookups: %llu keys (%llu found) in jobs of %u, %.0f keys/s, %.2f us CPU per key\n",
+                static_cast<unsigned long long>(r.lookups.keys), static_cast<unsigned long long>(r.lookups.hits),
+                kBenchLookupBatch, r.lookups.keys_per_s(),
+                r.lookups.keys > 0 ? r.lookups.cpu_s * 1e6 / static_cast<double>(r.lookups.keys) : 0.0);
   out += line;
   if (r.mixed) {
     const BenchFsMixed& m = *r.mixed;

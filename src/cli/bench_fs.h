@@ -68,6 +68,9 @@ struct BenchFsMixed {
   }
 };
 
+// Keys per lookup job in the lookup phase (a request's chunks, roughly).
+inline constexpr uint32_t kBenchLookupBatch = 64;
+
 struct BenchFsResult {
   std::string backend;
   bool o_direct = false;
@@ -87,6 +90,14 @@ struct BenchFsResult {
   uint64_t rows_verified = 0, rows_corrupt = 0, rows_missing = 0, load_errors = 0;
   std::string first_error;
   std::optional<BenchFsMixed> mixed;
+  // Existence lookups of every stored row after the load phase (warm
+  // dentries: statx through the ring), jobs of kBenchLookupBatch keys,
+  // queue_depth jobs in flight.
+  struct Lookups {
+    uint64_t keys = 0, hits = 0;
+    double wall_s = 0, cpu_s = 0;
+    double keys_per_s() const { return wall_s > 0 ? static_cast<double>(keys) / wall_s : 0; }
+  } lookups;
   bool kept = false;
   // False when any row failed to store, load or verify (the command exits 1).
   bool ok() const {
@@ -103,7 +114,8 @@ Result<BenchFsResult> RunBenchFs(const BenchFsOptions& options);
 // {"store": {gbps, rows_per_s, p50_us, p99_us, cpu_s_per_gb}, "load": {...},
 //  ["mixed": {load_p50_us, load_p99_us, unloaded_load_p99_us, ratio_p99}],
 //  backend, o_direct, row_bytes, rows, queue_depth, page_cache_dropped,
-//  rows_verified, rows_corrupt, ..., "details": {...}}
+//  rows_verified, rows_corrupt, ..., "lookup": {keys, hits, keys_per_s, ...},
+//  "details": {...}}
 nlohmann::json BenchFsJson(const BenchFsResult& result);
 // A small table for people.
 std::string FormatBenchFs(const BenchFsResult& result);
