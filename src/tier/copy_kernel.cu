@@ -4,7 +4,6 @@
 #include "tier/copy_kernel.h"
 
 #include <algorithm>
-#include <cstring>
 #include <vector>
 
 namespace kvtier::internal {
@@ -12,8 +11,8 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr uint32_t kCopiesPerLaunch = 1600;  // 32,000 bytes of descriptors
-// Larger segments are cut so that a few big pages still spread over every
-// thread block.
+// Larger segments are cut (a warp copies one piece) so that a few big pages
+// still spread over every warp.
 constexpr uint64_t kPieceBytesMax = uint64_t{16} << 10;
 
 struct LaunchBatch {
