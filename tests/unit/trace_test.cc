@@ -14,7 +14,9 @@
 // grow turn by turn to final prompts of 8K-64K tokens, "chat" keeps every
 // prompt at or below 2048 tokens, and bad options are kInvalidArgument; and
 // LoadTraceFile names the path in its errors. Random inputs come from
-// TestSeed (printed; replay with KVTIER_TEST_SEED=<seed>).
+// TestSeed (printed; replay with KVTIER_TEST_SEED=<seed>). Two tests expose
+// known bugs and skip until they are fixed: -0 refused where an integer >= 0
+// is expected, and TraceToJsonl writing lines longer than the parser reads.
 #include "replay/trace.h"
 
 #include <gtest/gtest.h>
@@ -409,6 +411,21 @@ TEST(TraceParseErrors, FirstErrorWins) {
             "trace line 2: key 'session': required");
 }
 
+// JSON's -0 is the integer 0 (arrival_s accepts it), so an id, a length or
+// an output count written as -0 is 0. Today they are refused, with a message
+// that contradicts itself ("expected an integer in [0, 1048576], got 0").
+TEST(TraceParseErrors, MinusZeroIsZero) {
+  GTEST_SKIP() << "bug: -0 is refused as a token id, a segment len and output_tokens "
+                  "(nlohmann parses it as a signed integer and the checks accept only unsigned ones)";
+  ASSERT_OK_AND_ASSIGN(
+      const Trace trace,
+      ParseTraceJsonl("{\"arrival_s\": -0, \"session\": \"s\", \"segments\": [{\"ref\": \"a\", \"len\": -0}, "
+                      "{\"tokens\": [-0, 1]}], \"output_tokens\": -0}"));
+  ASSERT_EQ(trace.requests.size(), 1u);
+  EXPECT_EQ(trace.requests[0].tokens, (std::vector<int64_t>{0, 1}));
+  EXPECT_EQ(trace.requests[0].output_tokens, 0u);
+}
+
 // ---- parsing: limits, each at its boundary -----------------------------------
 
 TEST(TraceLimits, LiteralTokensPerRequest) {
@@ -649,6 +666,22 @@ TEST(TraceRoundTrip, NameCannotInjectALine) {
   EXPECT_EQ(std::count(written.begin(), written.end(), '\n'), 1) << written;
   ASSERT_OK_AND_ASSIGN(const Trace back, ParseTraceJsonl(written));
   EXPECT_TRUE(back.requests.empty());
+}
+
+// The writer expands segments into literal ids (up to 6 bytes each), so a
+// line the parser accepted can come back longer than the 32 MiB line limit:
+// here a 28 MiB session name and one segment of 1,048,576 tokens. trace.h
+// promises that any trace the parser produces round-trips.
+TEST(TraceRoundTrip, ExpandedSegmentsStayUnderTheLineLimit) {
+  GTEST_SKIP() << "bug: TraceToJsonl can write a line longer than the parser's 32 MiB line limit "
+                  "(a ~29 MiB accepted line with a 1M-token segment becomes ~35 MiB)";
+  const std::string line = "{\"arrival_s\": 0, \"session\": \"" + std::string(size_t{28} << 20, 'x') +
+                           "\", \"segments\": [{\"ref\": \"a\", \"len\": 1048576}]}";
+  ASSERT_LT(line.size(), size_t{32} << 20);
+  ASSERT_OK_AND_ASSIGN(const Trace trace, ParseTraceJsonl(line));
+  const std::string written = TraceToJsonl(trace);
+  ASSERT_OK_AND_ASSIGN(const Trace back, ParseTraceJsonl(written));
+  EXPECT_TRUE(SameRequests(trace.requests, back.requests));
 }
 
 // ---- synthetic traces --------------------------------------------------------
