@@ -37,7 +37,7 @@ cudaError_t BatchMemcpy(void* const* dsts, const void* const* srcs, const size_t
 // never interleave on the buffer.
 class StagedCopier {
  public:
-  explicit StagedCopier(int ordinal) : ordinal_(ordinal) {}
+  StagedCopier() = default;
   ~StagedCopier();
   StagedCopier(const StagedCopier&) = delete;
   StagedCopier& operator=(const StagedCopier&) = delete;
@@ -47,7 +47,7 @@ class StagedCopier {
   bool Accepts(std::span<const CopySegment> segments) const;
   // True once the buffer could not be allocated or a kernel not launched.
   bool failed() const { return failed_.load(std::memory_order_relaxed); }
-  // Queues the batch on `stream` (the caller's current device is ordinal_).
+  // Queues the batch on `stream`; the caller's current device is the stream's.
   // On an error, *what names the call; copies queued before it still run.
   cudaError_t Issue(bool to_host, std::span<const CopySegment> segments, cudaStream_t stream, std::string* what);
 
@@ -59,7 +59,6 @@ class StagedCopier {
   };
   cudaError_t Round(bool to_host, std::span<const CopySegment> segments, cudaStream_t stream, std::string* what);
 
-  const int ordinal_;
   std::mutex mu_;
   uint8_t* buffer_ = nullptr;  // cudaMalloc'd on first use
   std::atomic<bool> failed_{false};  // the allocation or a launch failed: never again

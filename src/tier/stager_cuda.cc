@@ -155,7 +155,7 @@ Status CudaCopierImpl::Init(const CudaCopierOptions& options) {
     KVTIER_RETURN_IF_ERROR(CheckDevicePresent(ordinal));
     auto dev = std::make_unique<DeviceStreams>();
     dev->ordinal = ordinal;
-    for (auto& staged : dev->staged) staged = std::make_unique<StagedCopier>(ordinal);
+    for (auto& staged : dev->staged) staged = std::make_unique<StagedCopier>();
     ScopedDevice scope(ordinal);
     if (scope.status() != cudaSuccess) return CudaIoError(ordinal, "cudaSetDevice", scope.status());
     for (cudaStream_t& s : dev->stream) {
