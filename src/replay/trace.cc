@@ -98,9 +98,15 @@ struct TokenBudget {
   }
 };
 
+// A non-negative JSON integer: nlohmann keeps -0 as a signed integer, and
+// JSON's -0 is 0.
+bool NonNegativeInteger(const Json& value) {
+  return value.is_number_unsigned() || (value.is_number_integer() && value.get<int64_t>() == 0);
+}
+
 Status ReadCount(const Json& value, size_t line, std::string_view key, uint64_t max,
                  uint64_t* out) {
-  if (!value.is_number_unsigned() || value.get<uint64_t>() > max) {
+  if (!NonNegativeInteger(value) || value.get<uint64_t>() > max) {
     return KeyError(line, key, "expected an integer in [0, " + std::to_string(max) + "], got " +
                                    Describe(value));
   }
@@ -117,7 +123,7 @@ Status ReadTokens(const Json& value, size_t line, const std::string& key, TokenB
   constexpr uint64_t kIdMax = std::numeric_limits<int64_t>::max();
   for (size_t i = 0; i < value.size(); ++i) {
     const Json& id = value[i];
-    if (!id.is_number_unsigned() || id.get<uint64_t>() > kIdMax) {
+    if (!NonNegativeInteger(id) || id.get<uint64_t>() > kIdMax) {
       return KeyError(line, key + "[" + std::to_string(i) + "]",
                       "expected a non-negative integer token id, got " + Describe(id));
     }
@@ -186,12 +192,18 @@ Status ReadPrompt(const Json& obj, size_t line, TokenBudget* budget, std::vector
   return Status::Ok();
 }
 
+Status CheckStringLength(const Json& value, size_t line, const char* key) {
+  if (value.get_ref<const std::string&>().size() <= kTraceStringBytesMax) return Status::Ok();
+  return KeyError(line, key, "longer than " + std::to_string(kTraceStringBytesMax) + " bytes");
+}
+
 // Reads an optional string key; null counts as absent (Python's None).
 Status ReadOptionalString(const Json& obj, size_t line, const char* key,
                           std::optional<std::string>* out) {
   const auto it = obj.find(key);
   if (it == obj.end() || it->is_null()) return Status::Ok();
   if (!it->is_string()) return KeyError(line, key, "expected a string, got " + Describe(*it));
+  KVTIER_RETURN_IF_ERROR(CheckStringLength(*it, line, key));
   *out = it->get<std::string>();
   return Status::Ok();
 }
@@ -232,6 +244,7 @@ Status ReadSessionAndTenant(const Json& obj, size_t line, TraceRequest* request)
   if (!session->is_string() || session->get_ref<const std::string&>().empty()) {
     return KeyError(line, "session", "expected a non-empty string, got " + Describe(*session));
   }
+  KVTIER_RETURN_IF_ERROR(CheckStringLength(*session, line, "session"));
   request->session = session->get<std::string>();
   std::optional<std::string> tenant;
   KVTIER_RETURN_IF_ERROR(ReadOptionalString(obj, line, "tenant", &tenant));

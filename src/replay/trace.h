@@ -38,6 +38,10 @@ struct Trace {
 // produces round-trips through TraceToJsonl / ParseTraceJsonl.
 inline constexpr uint64_t kTraceRequestTokensMax = uint64_t{1} << 20;  // 1,048,576
 inline constexpr uint64_t kTraceTokensMax = uint64_t{1} << 24;         // 16,777,216
+// Bytes of each string (session, tenant, lora_name, cache_salt): with it, the
+// longest request TraceToJsonl can write (1M ids of 19 digits, four strings
+// escaped as \u00XX) stays far under the parser's 32 MiB line limit.
+inline constexpr size_t kTraceStringBytesMax = 4096;
 
 // Parses JSONL; kInvalidArgument naming the line (1-based) and the key.
 Result<Trace> ParseTraceJsonl(std::string_view text, std::string name = "trace");
