@@ -120,6 +120,8 @@ class Worker {
     size_t gpu_hit = 0;             // leading blocks the GPU cache had
   };
   Result<std::vector<BlockHash>> Hash(const TraceRequest& request) const;
+  // Larger than the GPU pool (or empty): never served.
+  bool Skipped(const TraceRequest& request) const;
   Result<Chunks> Prepare(const TraceRequest& request);
   void CountRepeated(const Chunks& c, size_t served_blocks, PhaseReport* report) const;
   void CountFirstTouch(const Chunks& c, size_t first_chunk, const PrefixLookup& lookup, size_t served_blocks,
@@ -130,7 +132,8 @@ class Worker {
   Status StoreNew(uint64_t id, const Chunks& c, size_t first_chunk);
   void Account(const TraceRequest& request, const Chunks& c, size_t served_blocks, double load_s, int phase,
                PhaseReport* report) const;
-  void CountTiers(const Chunks& c, size_t first_chunk, const PrefixLookup& lookup, PhaseReport* report);
+  void CountTiers(const Chunks& c, size_t first_chunk, const PrefixLookup& lookup, size_t loaded,
+                  PhaseReport* report);
 
   const ReplayOptions& o_;
   BlockHasher hasher_;
@@ -157,6 +160,7 @@ Result<std::vector<BlockHash>> Worker::Hash(const TraceRequest& request) const {
 Status Worker::SeeEarlier(const Trace& trace, size_t index, bool after_restart) {
   const size_t half = trace.requests.size() / 2;  // the restart point (Select)
   for (; seen_ < index; ++seen_) {
+    if (Skipped(trace.requests[seen_])) continue;  // never served: its blocks exist nowhere
     KVTIER_ASSIGN_OR_RETURN(const std::vector<BlockHash> hashes, Hash(trace.requests[seen_]));
     earlier_.insert(hashes.begin(), hashes.end());
     if (after_restart && seen_ < half) before_.insert(hashes.begin(), hashes.end());
@@ -219,15 +223,16 @@ Result<TransferResult> Worker::Wait(uint64_t job_id) {
   return Status(StatusCode::kTimedOut, "replay: a transfer did not finish in time");
 }
 
-// Per chunk after the GPU-cached prefix: the tier that served it, or a miss
-// of every tier (misses count every chunk that was not served, not only the
-// one that ended the lookup).
-void Worker::CountTiers(const Chunks& c, size_t first_chunk, const PrefixLookup& lookup, PhaseReport* report) {
+// Per chunk after the GPU-cached prefix: the tier that served it (a lookup
+// hit that also loaded), or a miss of every tier (misses count every chunk
+// that was not served, not only the one that ended the lookup).
+void Worker::CountTiers(const Chunks& c, size_t first_chunk, const PrefixLookup& lookup, size_t loaded,
+                        PhaseReport* report) {
   const size_t chunks = c.hashes.size() / bpc_;
   const uint64_t row_bytes = store_->row_bytes();
   for (size_t i = first_chunk; i < chunks; ++i) {
     const size_t k = i - first_chunk;
-    const int source = k < lookup.hit_chunks ? lookup.source_tier[k] : -1;
+    const int source = k < loaded ? lookup.source_tier[k] : -1;
     for (size_t t = 0; t <= store_->secondary_tier_count(); ++t) {
       TierCounts& counts = report->tiers[t == 0 ? "cpu" : "fs" + std::to_string(t - 1)];
       if (source == static_cast<int>(t)) {
@@ -292,9 +297,13 @@ void Worker::Account(const TraceRequest& request, const Chunks& c, size_t served
                                        load_s * 1e3, phase == 2 ? 1 : 0});
 }
 
-Status Worker::Serve(const TraceRequest& request, uint64_t id, int phase, PhaseReport* report) {
+bool Worker::Skipped(const TraceRequest& request) const {
   const uint64_t blocks_needed = (request.tokens.size() + o_.gpu_block_tokens - 1) / o_.gpu_block_tokens;
-  if (request.tokens.empty() || blocks_needed > o_.gpu_blocks) {
+  return request.tokens.empty() || blocks_needed > o_.gpu_blocks;
+}
+
+Status Worker::Serve(const TraceRequest& request, uint64_t id, int phase, PhaseReport* report) {
+  if (Skipped(request)) {
     ++report->requests_skipped;
     return Status::Ok();
   }
@@ -310,7 +319,7 @@ Status Worker::Serve(const TraceRequest& request, uint64_t id, int phase, PhaseR
   double load_s = 0;
   size_t loaded = 0;
   if (lookup.hit_chunks > 0) KVTIER_RETURN_IF_ERROR(LoadHits(id, c, first_chunk, lookup, report, &load_s, &loaded));
-  CountTiers(c, first_chunk, lookup, report);
+  CountTiers(c, first_chunk, lookup, loaded, report);
   // "Compute" what no cache served: its content follows from its hash.
   const size_t served = std::max(c.gpu_hit, (first_chunk + loaded) * bpc_);
   for (size_t b = served; b < c.hashes.size(); ++b) {
