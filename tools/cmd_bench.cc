@@ -88,6 +88,10 @@ void RegisterBenchFs(CLI::App* bench, CliContext* ctx) {
   cmd->add_option("--io-timeout-ms", o.io_timeout_ms,
                   "Deadline of every I/O (0: none, no linked timeouts)")
       ->capture_default_str();
+  cmd->add_option("--stores-while-loading", o.stores_while_loading_max,
+                  "Stores running at once while loads are active (the tier's stores_while_loading_max; 0: no cap)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   cmd->callback([flags, ctx] { ctx->exit_code = RunBenchFsCommand(*flags); });
 }
 

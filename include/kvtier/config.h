@@ -138,6 +138,9 @@ struct FsTierOptions {
   IoBackendKind io_backend = IoBackendKind::kAuto;
   // `o_direct`: use O_DIRECT when the startup probe allows it; default true.
   bool o_direct = true;
+  // `stores_while_loading_max`: store operations running at once while loads
+  // are active (read priority at the disk); 0: no cap; default 2.
+  int stores_while_loading_max = 2;
 
   bool operator==(const FsTierOptions&) const = default;
 };

@@ -382,6 +382,7 @@ Result<BenchFsResult> RunBenchFs(const BenchFsOptions& o) {
   topt.backend = o.backend;
   topt.o_direct = o.o_direct;
   topt.io_timeout_ms = o.io_timeout_ms;
+  topt.stores_while_loading_max = o.stores_while_loading_max;
   // Enough queued store bytes for the stream of --mixed: nothing is dropped.
   topt.store_queue_bytes_max = std::max<uint64_t>(
       topt.store_queue_bytes_max,
@@ -409,6 +410,7 @@ Result<BenchFsResult> RunBenchFs(const BenchFsOptions& o) {
   r.mixed_load_depth = o.mixed_load_depth;
   r.mixed_store_depth = stream_depth;
   r.io_timeout_ms = o.io_timeout_ms;
+  r.stores_while_loading_max = o.stores_while_loading_max;
 
   const int old_slack = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
   prctl(PR_SET_TIMERSLACK, 1000, 0, 0, 0);  // 1 µs: poll sleeps as short as asked
@@ -551,6 +553,7 @@ nlohmann::json BenchFsJson(const BenchFsResult& r) {
   j["queue_depth"] = r.queue_depth;
   j["batch"] = r.batch;
   j["io_timeout_ms"] = r.io_timeout_ms;
+  j["stores_while_loading_max"] = r.stores_while_loading_max;
   j["page_cache_dropped"] = r.page_cache_dropped;
   if (!r.page_cache_dropped) j["page_cache_note"] = r.page_cache_note;
   j["rows_stored"] = r.rows_stored;
@@ -628,10 +631,10 @@ std::string FormatBenchFs(const BenchFsResult& r) {
   if (r.mixed) {
     const BenchFsMixed& m = *r.mixed;
     std::snprintf(line, sizeof line,
-                  "mixed: load p50 %.1f / p99 %.1f us under a %.3f GB/s store stream; unloaded p50 "
-                  "%.1f / p99 %.1f us; "
-                  "p99 ratio %.2f\n",
+                  "mixed: load p50 %.1f / p99 %.1f us under a %.3f GB/s store stream (stores while "
+                  "loading: %s); unloaded p50 %.1f / p99 %.1f us; p99 ratio %.2f\n",
                   m.loaded_load.p50_us, m.loaded_load.p99_us, m.store_stream.gbps(),
+                  r.stores_while_loading_max == 0 ? "no cap" : std::to_string(r.stores_while_loading_max).c_str(),
                   m.unloaded_load.p50_us, m.unloaded_load.p99_us, m.ratio_p99());
     out += line;
     if (m.stream_exhausted)

@@ -56,6 +56,7 @@ struct BenchFsOptions {
   uint64_t mixed_rows = 1000;      // timed loads per mixed sub-phase (at most rows)
   int mixed_store_depth = 0;       // store rows outstanding in the stream; 0: 2 x queue_depth
   uint32_t io_timeout_ms = 30000;  // FsTierOpenOptions::io_timeout_ms (0: no linked timeouts)
+  int stores_while_loading_max = FsTierOpenOptions{}.stores_while_loading_max;  // the tier's default
 };
 
 struct BenchFsMixed {
@@ -80,6 +81,7 @@ struct BenchFsResult {
   uint64_t row_bytes = 0, rows = 0;
   int queue_depth = 0, batch = 1, poll_us = 0, mixed_load_depth = 0, mixed_store_depth = 0;
   uint32_t io_timeout_ms = 0;
+  int stores_while_loading_max = 0;
   bool page_cache_dropped = false;
   uint64_t fixed_buffer_ios = 0;  // reads and writes into the registered slot arena
   std::string page_cache_note;  // why not, when not dropped

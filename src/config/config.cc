@@ -272,6 +272,7 @@ constexpr KeySpec<FsTierOptions> kFsTierKeys[] = {
     {"locality", kVllm, kOptional, &ParseLocality, &EmitLocality},
     {"backpressure", kVllm, kOptional, nullptr, &EmitTierBackpressure},
     IntegerKey<&FsTierOptions::io_timeout_ms, kNonNegative>("io_timeout_ms", kKvtier),
+    IntegerKey<&FsTierOptions::stores_while_loading_max, kNonNegative>("stores_while_loading_max", kKvtier),
     EnumKey<&FsTierOptions::durability, kDurabilityNames>("durability", kKvtier),
     IntegerKey<&FsTierOptions::store_queue_bytes_max, kPositive>("store_queue_bytes_max", kKvtier),
     EnumKey<&FsTierOptions::io_backend, kIoBackendNames>("io_backend", kKvtier),

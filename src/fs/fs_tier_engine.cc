@@ -34,7 +34,7 @@ class FsTierImpl final : public FsTier {
              std::unique_ptr<IoBackend> backend, std::unique_ptr<Lease> lease)
       : options_(o), ns_(std::move(ns)), shared_(std::move(shared)), backend_(std::move(backend)),
         lease_(std::move(lease)),
-        scheduler_(SchedulerLimits{o.n_read_threads, o.n_write_threads, 64}), detector_(o.backpressure) {
+        scheduler_(Limits(o)), detector_(o.backpressure) {
     engine_ = std::thread([this] { Run(); });
   }
   ~FsTierImpl() override {
@@ -104,6 +104,14 @@ class FsTierImpl final : public FsTier {
   }
 
  private:
+  static SchedulerLimits Limits(const FsTierOpenOptions& o) {
+    SchedulerLimits limits;
+    limits.reads_in_flight_max = o.n_read_threads;
+    limits.writes_in_flight_max = o.n_write_threads;
+    limits.stores_while_reading_max = o.stores_while_loading_max;
+    return limits;
+  }
+
   template <class Rows>
   Status CheckRows(size_t keys, const Rows& rows) const {
     if (rows.size() != keys) return InvalidArgument("fs tier: one row buffer per key is required");
@@ -230,7 +238,7 @@ class FsTierImpl final : public FsTier {
     std::vector<std::unique_ptr<BlockOp>> finished;
     while (DrainInbox()) {
       requests.clear();
-      scheduler_.Emit(&requests);
+      scheduler_.Emit(&requests, MonotonicNowNs());
       // A backend completes every request it was given, failures included
       // (as -errno), so nothing is failed here: doing so could report a
       // request as done while the kernel still works on its buffer.

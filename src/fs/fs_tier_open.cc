@@ -127,6 +127,9 @@ Status ValidateOptions(const FsTierOpenOptions& o) {
   if (o.n_read_threads < 1 || o.n_write_threads < 1) {
     return InvalidArgument("fs tier: n_read_threads and n_write_threads must be >= 1");
   }
+  if (o.stores_while_loading_max < 0) {
+    return InvalidArgument("fs tier: stores_while_loading_max must be >= 0 (0: no cap)");
+  }
   return Status::Ok();
 }
 

@@ -14,12 +14,13 @@ void IoScheduler::Advance(uint64_t old_tag, Running* run, std::vector<IoRequest>
   IoRequest req;
   if (!run->op->NextRequest(&req)) {
     (run->slot == IoClass::kRead ? reads_running_ : writes_running_)--;
+    (run->cls == IoClass::kRead ? loads_running_ : stores_running_)--;
     finished_.push_back(std::move(run->op));
     running_.erase(old_tag);
     return;
   }
   req.tag = next_tag_++;
-  Running moved{std::move(run->op), run->slot, req, 0};
+  Running moved{std::move(run->op), run->slot, run->cls, req, 0};
   running_.erase(old_tag);
   running_.emplace(req.tag, std::move(moved));
   out->push_back(req);
@@ -32,20 +33,42 @@ bool IoScheduler::StartOne(IoClass slot, std::vector<IoRequest>* out) {
   // never takes stores, so a load arriving during a store backlog starts at
   // once instead of queueing behind stores in the kernel.
   const bool may_steal = slot == IoClass::kWrite || reads_running_ < limits_.reads_in_flight_max - ReadReserve();
-  auto& queue = !own.empty() ? own : may_steal ? other : own;
-  if (queue.empty()) return false;
+  // Under read priority a store waits even for a free slot of its own.
+  const bool own_ok = !own.empty() && (slot == IoClass::kRead || StoreMayStart());
+  const bool other_ok = may_steal && !other.empty() && (slot == IoClass::kWrite || StoreMayStart());
+  if (!own_ok && !other_ok) return false;
+  auto& queue = own_ok ? own : other;
+  const IoClass cls = &queue == &read_queue_ ? IoClass::kRead : IoClass::kWrite;
   std::unique_ptr<BlockOp> op = std::move(queue.front());
   queue.pop_front();
   (slot == IoClass::kRead ? reads_running_ : writes_running_)++;
+  (cls == IoClass::kRead ? loads_running_ : stores_running_)++;
   const uint64_t placeholder = next_tag_++;
-  Running& run = running_.emplace(placeholder, Running{std::move(op), slot, {}, 0}).first->second;
+  Running& run = running_.emplace(placeholder, Running{std::move(op), slot, cls, {}, 0}).first->second;
   Advance(placeholder, &run, out);
   return true;
 }
 
-void IoScheduler::Emit(std::vector<IoRequest>* out) {
+bool IoScheduler::StoreMayStart() const {
+  return !reading_ || limits_.stores_while_reading_max <= 0 || stores_running_ < limits_.stores_while_reading_max;
+}
+
+// Loads count as active while any runs or waits, and for read_linger_ns
+// after: a caller that submits its next load a moment after the last one
+// finished must not find every write slot refilled with stores.
+void IoScheduler::NoteReads(uint64_t now_ns) {
+  if (loads_running_ > 0 || !read_queue_.empty()) {
+    reading_ = true;
+    last_read_ns_ = now_ns;
+  } else if (reading_ && now_ns >= last_read_ns_ + limits_.read_linger_ns) {
+    reading_ = false;
+  }
+}
+
+void IoScheduler::Emit(std::vector<IoRequest>* out, uint64_t now_ns) {
   out->insert(out->end(), reissue_.begin(), reissue_.end());
   reissue_.clear();
+  NoteReads(now_ns);
   // Read slots first: a load waiting behind a store backlog starts here.
   while (reads_running_ < limits_.reads_in_flight_max && StartOne(IoClass::kRead, out)) {
   }

@@ -9,6 +9,12 @@
 //    quarter of the read slots (at least one) never take stores: a load that
 //    arrives during a store backlog starts at once, and idle capacity on
 //    either side is still used.
+//  * Read priority at the disk: while loads run or wait (and for a short
+//    linger after the last one, so a caller's gap between two loads does not
+//    reopen the gate), at most `stores_while_reading_max` stores run at once,
+//    whatever slots are free. A saturating store stream would otherwise keep
+//    every write slot busy and a load would queue in the device behind all
+//    of their writes; running stores are never interrupted.
 //  * Retryable results (-EINTR, -EAGAIN, and -ESTALE from a path lookup on a
 //    network filesystem) re-issue the same request; the op state machines
 //    handle short transfers and everything else.
@@ -42,6 +48,8 @@ struct SchedulerLimits {
   int reads_in_flight_max = 16;   // concurrent read-class ops
   int writes_in_flight_max = 16;  // concurrent write-class ops
   int retries_max = 64;           // EINTR/EAGAIN re-issues per request before giving up
+  int stores_while_reading_max = 0;   // store ops at once while loads are active; 0: no cap
+  uint64_t read_linger_ns = 10'000'000;  // loads count as active this long after the last one
 };
 
 class IoScheduler {
@@ -50,7 +58,8 @@ class IoScheduler {
 
   void Enqueue(std::unique_ptr<BlockOp> op, IoClass cls);
   // Appends the requests to issue now (starting queued ops within budget).
-  void Emit(std::vector<IoRequest>* out);
+  // `now_ns` (CLOCK_MONOTONIC) times the read-priority linger.
+  void Emit(std::vector<IoRequest>* out, uint64_t now_ns);
   // Feeds a completion back; unknown tags are ignored.
   void Complete(const IoCompletion& completion);
   // Moves finished ops out.
@@ -59,16 +68,21 @@ class IoScheduler {
   bool idle() const { return running_.empty() && read_queue_.empty() && write_queue_.empty(); }
   size_t queued(IoClass cls) const { return cls == IoClass::kRead ? read_queue_.size() : write_queue_.size(); }
   size_t in_flight() const { return running_.size(); }
+  // Store ops running, in either class's slots.
+  int stores_running() const { return stores_running_; }
 
  private:
   struct Running {
     std::unique_ptr<BlockOp> op;
     IoClass slot;        // whose budget it uses
+    IoClass cls;         // the queue it came from (kWrite: a store)
     IoRequest pending;   // the request in flight
     int retries = 0;
   };
   bool StartOne(IoClass slot, std::vector<IoRequest>* out);
   int ReadReserve() const { return std::max(1, limits_.reads_in_flight_max / 4); }
+  bool StoreMayStart() const;
+  void NoteReads(uint64_t now_ns);
   void Advance(uint64_t tag, Running* run, std::vector<IoRequest>* out);
 
   SchedulerLimits limits_;
@@ -76,7 +90,10 @@ class IoScheduler {
   std::unordered_map<uint64_t, Running> running_;  // by tag of the request in flight
   std::vector<IoRequest> reissue_;                 // requests produced by Complete()
   std::vector<std::unique_ptr<BlockOp>> finished_;
-  int reads_running_ = 0, writes_running_ = 0;
+  int reads_running_ = 0, writes_running_ = 0;  // by slot
+  int stores_running_ = 0, loads_running_ = 0;   // by queue of origin
+  bool reading_ = false;           // loads active now or within the linger
+  uint64_t last_read_ns_ = 0;      // when loads were last seen active
   uint64_t next_tag_ = 1;
 };
 

@@ -138,6 +138,7 @@ Status TieredStoreImpl::OpenSecondaryTiers() {
     open.row_bytes = row_bytes_;
     open.n_read_threads = fs.n_read_threads;
     open.n_write_threads = fs.n_write_threads;
+    open.stores_while_loading_max = fs.stores_while_loading_max;
     open.durability = fs.durability;
     open.io_timeout_ms = fs.io_timeout_ms;
     open.store_queue_bytes_max = fs.store_queue_bytes_max;

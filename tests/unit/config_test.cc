@@ -573,7 +573,8 @@ TEST(ConfigTest, LoadFileErrors) {
 TEST(ConfigKvtierKeys, FsTierKeysParseRoundTripAndValidate) {
   const std::string text = R"({"spec_name": "TieringOffloadingSpec", "cpu_bytes_to_use": 4096,
     "secondary_tiers": [{"type": "fs", "root_dir": "/r", "io_timeout_ms": 0, "durability": "file",
-                         "store_queue_bytes_max": 8192, "io_backend": "uring", "o_direct": false}]})";
+                         "store_queue_bytes_max": 8192, "io_backend": "uring", "o_direct": false,
+                         "stores_while_loading_max": 0}]})";
   ASSERT_OK_AND_ASSIGN(OffloadConfig c, ParseOffloadConfig(text, EngineContext{}));
   const FsTierOptions& fs = c.secondary_tiers.at(0).fs;
   EXPECT_EQ(fs.io_timeout_ms, 0u);
@@ -581,6 +582,7 @@ TEST(ConfigKvtierKeys, FsTierKeysParseRoundTripAndValidate) {
   EXPECT_EQ(fs.store_queue_bytes_max, 8192u);
   EXPECT_EQ(fs.io_backend, IoBackendKind::kUring);
   EXPECT_FALSE(fs.o_direct);
+  EXPECT_EQ(fs.stores_while_loading_max, 0);
   ASSERT_OK_AND_ASSIGN(OffloadConfig again, ParseOffloadConfig(OffloadConfigToJson(c), EngineContext{}));
   EXPECT_EQ(again, c);
   auto bad = ParseOffloadConfig(R"({"spec_name": "TieringOffloadingSpec", "cpu_bytes_to_use": 1,
@@ -588,7 +590,13 @@ TEST(ConfigKvtierKeys, FsTierKeysParseRoundTripAndValidate) {
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("secondary_tiers[0].store_queue_bytes_max"), std::string::npos)
       << bad.status().ToString();
+  auto negative = ParseOffloadConfig(R"({"spec_name": "TieringOffloadingSpec", "cpu_bytes_to_use": 1,
+    "secondary_tiers": [{"type": "fs", "root_dir": "/r", "stores_while_loading_max": -1}]})", EngineContext{});
+  ASSERT_FALSE(negative.ok());
+  EXPECT_NE(negative.status().message().find("secondary_tiers[0].stores_while_loading_max"), std::string::npos)
+      << negative.status().ToString();
   FsTierOptions defaults;
+  EXPECT_EQ(defaults.stores_while_loading_max, 2);
   EXPECT_EQ(defaults.io_timeout_ms, 30000u);
   EXPECT_EQ(defaults.durability, Durability::kNone);
 }

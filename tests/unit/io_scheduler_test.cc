@@ -2,7 +2,9 @@
 // own budget; a read slot takes a load ahead of any store backlog, so loads
 // overtake stores; idle slots steal from the other queue; -EAGAIN/-EINTR
 // re-issue the same request (bounded); completions in any order reach the
-// right op; finished ops free their slots.
+// right op; finished ops free their slots; while loads are active (and for
+// the linger after), stores are capped at stores_while_reading_max whatever
+// slots are free, and the cap lifts once the linger has passed.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -41,7 +43,7 @@ TEST(IoScheduler, LoadsOvertakeAStoreBacklog) {
   for (int i = 0; i < 10; ++i) s.Enqueue(std::make_unique<CountingOp>(100 + i, 1, &started), IoClass::kWrite);
   s.Enqueue(std::make_unique<CountingOp>(1, 1, &started), IoClass::kRead);
   std::vector<IoRequest> reqs;
-  s.Emit(&reqs);
+  s.Emit(&reqs, 0);
   ASSERT_EQ(reqs.size(), 3u);  // one read slot + two write slots
   EXPECT_EQ(started.front(), 1) << "the load must start first, ahead of ten queued stores";
   EXPECT_EQ(s.queued(IoClass::kWrite), 8u);
@@ -52,16 +54,77 @@ TEST(IoScheduler, IdleSlotsStealFromTheOtherQueueKeepingAReadReserve) {
   IoScheduler s({8, 2, 8});
   for (int i = 0; i < 20; ++i) s.Enqueue(std::make_unique<CountingOp>(i, 1, &started), IoClass::kWrite);
   std::vector<IoRequest> reqs;
-  s.Emit(&reqs);
+  s.Emit(&reqs, 0);
   EXPECT_EQ(reqs.size(), 8u) << "2 write slots + 6 idle read slots serve stores; 2 of 8 read slots stay free";
   s.Enqueue(std::make_unique<CountingOp>(99, 1, &started), IoClass::kRead);
-  s.Emit(&reqs);
+  s.Emit(&reqs, 0);
   EXPECT_EQ(started.back(), 99) << "the reserve starts a load at once";
   IoScheduler w({2, 2, 8});  // write slots steal loads freely
   for (int i = 0; i < 6; ++i) w.Enqueue(std::make_unique<CountingOp>(i, 1, &started), IoClass::kRead);
   std::vector<IoRequest> wreqs;
-  w.Emit(&wreqs);
+  w.Emit(&wreqs, 0);
   EXPECT_EQ(wreqs.size(), 4u);
+}
+
+// Completes every in-flight request of `reqs` whose op id is in [lo, hi) and
+// drops them from `reqs`.
+void CompleteIds(IoScheduler* s, std::vector<IoRequest>* reqs, uint64_t lo, uint64_t hi) {
+  std::vector<IoRequest> keep;
+  for (const IoRequest& r : *reqs) {
+    if (r.offset >= lo && r.offset < hi) {
+      s->Complete({r.tag, 0});
+    } else {
+      keep.push_back(r);
+    }
+  }
+  *reqs = std::move(keep);
+}
+
+TEST(IoScheduler, LoadsCapStoresUntilTheLingerHasPassed) {
+  std::vector<int> started;
+  SchedulerLimits limits{/*reads*/ 4, /*writes*/ 8, 8};
+  limits.stores_while_reading_max = 2;
+  limits.read_linger_ns = 1000;
+  IoScheduler s(limits);
+  for (int i = 0; i < 20; ++i) s.Enqueue(std::make_unique<CountingOp>(100 + i, 1, &started), IoClass::kWrite);
+  s.Enqueue(std::make_unique<CountingOp>(1, 1, &started), IoClass::kRead);
+  std::vector<IoRequest> reqs;
+  s.Emit(&reqs, /*now_ns=*/10'000);
+  EXPECT_EQ(reqs.size(), 3u) << "one load and two stores, though 8 write slots and 3 read slots are free";
+  EXPECT_EQ(s.stores_running(), 2);
+  CompleteIds(&s, &reqs, 100, 200);  // the two stores finish; the load still runs
+  s.Emit(&reqs, 10'500);
+  EXPECT_EQ(s.stores_running(), 2) << "two more stores, no more";
+  CompleteIds(&s, &reqs, 1, 2);  // the load finishes
+  CompleteIds(&s, &reqs, 100, 200);
+  s.Emit(&reqs, 10'900);
+  EXPECT_EQ(s.stores_running(), 2) << "inside the linger after the last load the cap holds";
+  CompleteIds(&s, &reqs, 100, 200);
+  s.Emit(&reqs, 20'000);
+  EXPECT_EQ(s.stores_running(), 8 + 3) << "past the linger stores take every write slot and the stealable read slots";
+}
+
+TEST(IoScheduler, WithoutACapStoresKeepTheirSlotsBesideLoads) {
+  std::vector<int> started;
+  IoScheduler s({/*reads*/ 4, /*writes*/ 8, 8});  // stores_while_reading_max 0: no cap
+  for (int i = 0; i < 20; ++i) s.Enqueue(std::make_unique<CountingOp>(100 + i, 1, &started), IoClass::kWrite);
+  s.Enqueue(std::make_unique<CountingOp>(1, 1, &started), IoClass::kRead);
+  std::vector<IoRequest> reqs;
+  s.Emit(&reqs, 0);
+  EXPECT_EQ(s.stores_running(), 8 + 2) << "8 write slots and the read slots outside the reserve";
+}
+
+TEST(IoScheduler, ACappedWriteSlotStillServesLoads) {
+  std::vector<int> started;
+  SchedulerLimits limits{/*reads*/ 1, /*writes*/ 4, 8};
+  limits.stores_while_reading_max = 1;
+  IoScheduler s(limits);
+  for (int i = 0; i < 4; ++i) s.Enqueue(std::make_unique<CountingOp>(100 + i, 1, &started), IoClass::kWrite);
+  for (int i = 0; i < 4; ++i) s.Enqueue(std::make_unique<CountingOp>(1 + i, 1, &started), IoClass::kRead);
+  std::vector<IoRequest> reqs;
+  s.Emit(&reqs, 0);
+  EXPECT_EQ(s.stores_running(), 1);
+  EXPECT_EQ(reqs.size(), 5u) << "1 read slot + 4 write slots: one store, and loads stolen by the other write slots";
 }
 
 TEST(IoScheduler, RetryableErrorsReissueTheSameRequest) {
@@ -71,11 +134,11 @@ TEST(IoScheduler, RetryableErrorsReissueTheSameRequest) {
   CountingOp* raw = op.get();
   s.Enqueue(std::move(op), IoClass::kRead);
   std::vector<IoRequest> reqs;
-  s.Emit(&reqs);
+  s.Emit(&reqs, 0);
   ASSERT_EQ(reqs.size(), 1u);
   for (int64_t err : {-EAGAIN, -EINTR, -EAGAIN}) {
     s.Complete({reqs.back().tag, err});
-    s.Emit(&reqs);
+    s.Emit(&reqs, 0);
     EXPECT_EQ(reqs.back().offset, 7u);
   }
   EXPECT_TRUE(raw->results.empty()) << "retried errors never reach the op";
@@ -95,7 +158,7 @@ TEST(IoScheduler, StalePathLookupsAreRetriedButStaleFdsAreNot) {
   CountingOp* raw = op.get();
   s.Enqueue(std::move(op), IoClass::kRead);
   std::vector<IoRequest> reqs;
-  s.Emit(&reqs);
+  s.Emit(&reqs, 0);
   ASSERT_EQ(reqs.size(), 1u);
   // CountingOp's statx has no path: an fd-based ESTALE reaches the op.
   s.Complete({reqs[0].tag, -ESTALE});
@@ -115,9 +178,9 @@ TEST(IoScheduler, StalePathLookupsAreRetriedButStaleFdsAreNot) {
   CountingOp* path_raw = path_op.get();
   p.Enqueue(std::move(path_op), IoClass::kRead);
   std::vector<IoRequest> preqs;
-  p.Emit(&preqs);
+  p.Emit(&preqs, 0);
   p.Complete({preqs.back().tag, -ESTALE});
-  p.Emit(&preqs);
+  p.Emit(&preqs, 0);
   ASSERT_EQ(preqs.size(), 2u) << "the path lookup is issued again";
   EXPECT_TRUE(path_raw->results.empty());
   p.Complete({preqs.back().tag, 0});
@@ -138,7 +201,7 @@ TEST(IoScheduler, ShuffledCompletionsReachTheirOps) {
   std::vector<IoRequest> pending;
   std::vector<std::unique_ptr<BlockOp>> done;  // keeps finished ops alive for the checks below
   while (!s.idle()) {
-    s.Emit(&pending);
+    s.Emit(&pending, 0);
     ASSERT_LE(s.in_flight(), 8u);
     std::shuffle(pending.begin(), pending.end(), rng);
     IoRequest r = pending.back();
