@@ -6,23 +6,29 @@
 #       at open (create_on_open=1), iodepth QD; a write phase, then a read phase;
 #   (b) vllm_baseline: QD plain threads doing vLLM's per-block syscalls
 #       (access, mkdir -p, open O_EXCL, write, close, rename / open, read, close);
+#   (b') vllm_baseline --crc: the same plus the integrity work kvtier always
+#       does (CRC32C into the xattr on store, checked on load), so that one
+#       ratio compares the two engines doing the same work;
 #   (c) kvtier bench fs --mixed: the io_uring fs tier, queue depth QD;
-# dropping the page cache between phases when allowed (root), then prints one
-# table: GB/s per direction, kvtier/fio and kvtier/baseline, GB per
-# CPU-second of kvtier against the baseline, and the mixed-load p99 ratio,
-# beside the issue's targets (>= 90 % of fio, >= 1.5x the baseline's GB per
-# CPU-second, load p99 under stores <= 2x unloaded).
+# dropping the page cache between phases when allowed (root). (b), (b') and
+# (c) run REPEAT times, interleaved (CPU figures on a shared VM vary by 2x
+# from run to run), and the table shows each figure's median: GB/s per
+# direction, kvtier/fio and kvtier/baseline, GB per CPU-second of kvtier
+# against both baselines, the CRC32C share of each, and the mixed-load p99
+# ratio, beside the issue's targets (>= 90 % of fio, >= 1.5x the baseline's
+# GB per CPU-second, load p99 under stores <= 2x unloaded).
 #
-# Defaults: 4000 rows of 1 MiB (about 4.2 GB per tool; everything is kept
-# until the end, so about 21 GB of free space), QD 32: about a minute on a
-# 2-core VM with a ~1 GB/s disk.
+# Defaults: 4000 rows of 1 MiB, REPEAT=3 (about 4.2 GB per tool and round;
+# everything is kept until the end, so about 70 GB of free space: lower ROWS
+# or REPEAT where there is less), QD 32: a few minutes on a 2-core VM with a
+# ~1-2 GB/s disk.
 # Binaries: $KVTIER_BUILD_DIR/bin (default: <repo>/build/bin).
 # KEEP_RAW=1 keeps the raw JSON of every tool next to DIR's work directory.
 set -euo pipefail
 
 usage() {
   echo "usage: $0 DIR [ROWS=4000] [ROW_BYTES=1048576] [QD=32]" >&2
-  echo "  env: KVTIER_BUILD_DIR (default <repo>/build), KEEP_RAW=1" >&2
+  echo "  env: KVTIER_BUILD_DIR (default <repo>/build), KEEP_RAW=1, REPEAT=3" >&2
   exit 2
 }
 [[ $# -ge 1 && $# -le 4 ]] || usage
@@ -31,7 +37,8 @@ DIR=$1
 ROWS=${2:-4000}
 ROW_BYTES=${3:-1048576}
 QD=${4:-32}
-for v in "$ROWS" "$ROW_BYTES" "$QD"; do
+REPEAT=${REPEAT:-3}
+for v in "$ROWS" "$ROW_BYTES" "$QD" "$REPEAT"; do
   [[ "$v" =~ ^[0-9]+$ && "$v" -gt 0 ]] || { echo "fio_compare: '$v' is not a positive integer" >&2; usage; }
 done
 if (( ROW_BYTES % 4096 != 0 )); then
@@ -66,10 +73,10 @@ trap cleanup EXIT
 # loads being min(1000, ROWS - ROWS/2).)
 loads=$(( ROWS - ROWS / 2 < 1000 ? ROWS - ROWS / 2 : 1000 ))
 stream=$(( ROWS > 8 * loads ? ROWS : 8 * loads ))
-need=$(( (4 * ROWS + stream) * ROW_BYTES / 1024 * 105 / 100 ))
+need=$(( (2 * ROWS + REPEAT * (3 * ROWS + stream)) * ROW_BYTES / 1024 * 105 / 100 ))
 avail=$(df -Pk "$WORK" | awk 'NR==2 {print $4}')
 if (( avail < need )); then
-  echo "fio_compare: about $(( need / 1024 / 1024 )) GiB needed under $DIR, $(( avail / 1024 / 1024 )) GiB free (lower ROWS)" >&2
+  echo "fio_compare: about $(( need / 1024 / 1024 )) GiB needed under $DIR, $(( avail / 1024 / 1024 )) GiB free (lower ROWS or REPEAT)" >&2
   exit 1
 fi
 
@@ -114,30 +121,70 @@ if (( HAVE_FIO )); then
   drop_caches
 fi
 
-# ---- (b) the vLLM syscall thread-pool baseline --------------------------------
-echo "  vllm_baseline ($QD threads)..." >&2
-"$BASELINE" --root "$WORK" --row-bytes "$ROW_BYTES" --rows "$ROWS" --threads "$QD" --json --keep \
-  > "$RAW/baseline.json"
-drop_caches
-
-# ---- (c) kvtier -----------------------------------------------------------------
-echo "  kvtier bench fs --mixed..." >&2
-"$KVTIER" bench fs --root "$WORK" --row-bytes "$ROW_BYTES" --rows "$ROWS" --queue-depth "$QD" --mixed --json --keep \
-  > "$RAW/kvtier.json"
+# ---- (b), (b') the vLLM syscall thread-pool baselines, (c) kvtier, interleaved ----
+# Each round writes under its own directories (the tools name their namespaces
+# alike and would otherwise remove the previous round's files first).
+for ((round = 1; round <= REPEAT; round++)); do
+  mkdir -p "$WORK/r$round/base" "$WORK/r$round/crc" "$WORK/r$round/kvtier"
+  echo "  round $round/$REPEAT: vllm_baseline ($QD threads)..." >&2
+  "$BASELINE" --root "$WORK/r$round/base" --row-bytes "$ROW_BYTES" --rows "$ROWS" --threads "$QD" --json --keep \
+    > "$RAW/baseline.$round.json"
+  drop_caches
+  echo "  round $round/$REPEAT: vllm_baseline --crc ($QD threads)..." >&2
+  "$BASELINE" --root "$WORK/r$round/crc" --row-bytes "$ROW_BYTES" --rows "$ROWS" --threads "$QD" --crc --json \
+    --keep > "$RAW/baseline_crc.$round.json"
+  drop_caches
+  echo "  round $round/$REPEAT: kvtier bench fs --mixed..." >&2
+  "$KVTIER" bench fs --root "$WORK/r$round/kvtier" --row-bytes "$ROW_BYTES" --rows "$ROWS" --queue-depth "$QD" \
+    --mixed --json --keep > "$RAW/kvtier.$round.json"
+  drop_caches
+done
 
 echo "  removing the files..." >&2
 rm -rf "$WORK"/*
 elapsed=$(( $(date +%s) - start ))
 
-python3 - "$RAW" "$HAVE_FIO" "$ROWS" "$ROW_BYTES" "$QD" "$DROP_NOTE" "$elapsed" "$DIR" <<'PY'
-import json, os, sys
+python3 - "$RAW" "$HAVE_FIO" "$ROWS" "$ROW_BYTES" "$QD" "$DROP_NOTE" "$elapsed" "$DIR" "$REPEAT" <<'PY'
+import copy, json, os, statistics, sys
 
-raw, have_fio, rows, row_bytes, qd, drop_note, elapsed, root = sys.argv[1:9]
+raw, have_fio, rows, row_bytes, qd, drop_note, elapsed, root, repeat = sys.argv[1:10]
 have_fio = have_fio == "1"
+repeat = int(repeat)
 
 def load(name):
     with open(os.path.join(raw, name)) as f:
         return json.load(f)
+
+# The median of every number the table uses, over the rounds; row counts are
+# the worst round's (fewest verified, most corrupt).
+MEDIAN_PATHS = [(d, k) for d in ("store", "load") for k in ("gbps", "p50_us", "p99_us", "cpu_s_per_gb")] + \
+    [("details", d, "checksum_s_per_gb") for d in ("store", "load")] + \
+    [("mixed", k) for k in ("ratio_p99", "load_p99_us", "unloaded_load_p99_us", "load_p50_us")] + \
+    [("details", "mixed", "store_stream_gbps")]
+
+def get(d, path):
+    for k in path:
+        if not isinstance(d, dict) or k not in d:
+            return None
+        d = d[k]
+    return d
+
+def median_of(prefix):
+    runs = [load(f"{prefix}.{i}.json") for i in range(1, repeat + 1)]
+    out = copy.deepcopy(runs[0])
+    for path in MEDIAN_PATHS:
+        vals = [get(r, path) for r in runs]
+        if any(v is None for v in vals):
+            continue
+        node = out
+        for k in path[:-1]:
+            node = node[k]
+        node[path[-1]] = statistics.median(vals)
+    out["rows_verified"] = min(r["rows_verified"] for r in runs)
+    out["rows_corrupt"] = sum(r["rows_corrupt"] for r in runs)
+    out["cpu_spread"] = {d: (min(r[d]["cpu_s_per_gb"] for r in runs), max(r[d]["cpu_s_per_gb"] for r in runs))
+                         for d in ("store", "load")}
+    return out
 
 def fio_dir(path, kind):
     job = load(path)["jobs"][0]
@@ -155,9 +202,11 @@ tools = []
 if have_fio:
     tools.append(("fio io_uring O_DIRECT", {"store": fio_dir("fio_write.json", "write"),
                                              "load": fio_dir("fio_read.json", "read")}))
-base = load("baseline.json")
-kv = load("kvtier.json")
+base = median_of("baseline")
+base_crc = median_of("baseline_crc")
+kv = median_of("kvtier")
 tools.append((f"vLLM baseline ({base['threads']} thr)", base))
+tools.append((f"vLLM+CRC32C baseline", base_crc))
 tools.append((f"kvtier {kv['backend']}{' O_DIRECT' if kv['o_direct'] else ''}", kv))
 
 def gb_per_cpu_s(d):
@@ -167,7 +216,7 @@ def ratio(a, b):
     return a / b if b else float("nan")
 
 print(f"fs benchmark under {root}: {rows} files x {int(row_bytes) / 2**20:g} MiB, queue depth {qd}; "
-      f"{drop_note}; {elapsed} s")
+      f"{drop_note}; {elapsed} s; baselines and kvtier: median of {repeat} interleaved rounds")
 print()
 hdr = f"{'':26} {'store GB/s':>10} {'load GB/s':>10} {'store p99 us':>13} {'load p99 us':>12} {'store GB/CPU-s':>15} {'load GB/CPU-s':>14}"
 print(hdr)
@@ -184,6 +233,18 @@ if have_fio:
 print(f"{'kvtier / baseline  GB/s':40} store {ratio(ks['gbps'], bs['gbps']):5.2f}   load {ratio(kl['gbps'], bl['gbps']):5.2f}")
 print(f"{'kvtier / baseline  GB per CPU-second':40} store {ratio(gb_per_cpu_s(ks), gb_per_cpu_s(bs)):5.2f}   "
       f"load {ratio(gb_per_cpu_s(kl), gb_per_cpu_s(bl)):5.2f}   (target >= 1.5)")
+cs, cl = base_crc["store"], base_crc["load"]
+print(f"{'kvtier / baseline+CRC32C  GB per CPU-s':40} store {ratio(gb_per_cpu_s(ks), gb_per_cpu_s(cs)):5.2f}   "
+      f"load {ratio(gb_per_cpu_s(kl), gb_per_cpu_s(cl)):5.2f}   (the same work on both sides)")
+def crc_share(d, name):
+    return d["details"][name]["checksum_s_per_gb"]
+print(f"{'CRC32C CPU s/GB (kvtier, baseline+CRC)':40} store {crc_share(kv, 'store'):.4f} / {crc_share(base_crc, 'store'):.4f}   "
+      f"load {crc_share(kv, 'load'):.4f} / {crc_share(base_crc, 'load'):.4f}   (one pass over each row)")
+if repeat > 1:
+    spread = "; ".join(f"{name} store {d['cpu_spread']['store'][0]:.3f}-{d['cpu_spread']['store'][1]:.3f}, "
+                       f"load {d['cpu_spread']['load'][0]:.3f}-{d['cpu_spread']['load'][1]:.3f}"
+                       for name, d in (("baseline", base), ("+CRC32C", base_crc), ("kvtier", kv)))
+    print(f"{'CPU s/GB range over the rounds':40} {spread}")
 fio_ratio = None
 if have_fio:
     def reader_clat(path):

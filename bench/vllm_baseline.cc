@@ -7,6 +7,11 @@
 //          -> open(tmp, O_CREAT|O_EXCL|O_WRONLY|O_TRUNC[|O_DIRECT], 0644)
 //          -> write(full row) -> close -> rename(tmp, dest)   [unlink(tmp) on failure]
 //   load:  open(path, O_RDONLY[|O_DIRECT]) -> read(full row) -> close
+// With --crc, also the integrity that kvtier always does (and vLLM PR #57912
+// proposes): CRC32C of the row into the xattr user.vllm.kv_crc32c before the
+// close / fgetxattr after the open, the row's CRC32C checked after the read
+// (a mismatch unlinks the file). The ratio against this baseline compares
+// the two engines doing the same work.
 // The temp suffix is drawn once per thread, as vLLM does; O_DIRECT is used
 // after vLLM's start-up probe. Files use kvtier's (= vLLM's) hash-sharded
 // layout under --root, in their own namespace, with the same keys and row
@@ -17,9 +22,11 @@
 // queueing: a thread takes a row only when it is free).
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
@@ -34,6 +41,7 @@
 
 #include "cli/bench_common.h"
 #include "kvtier/layout.h"
+#include "util/crc32c.h"
 
 namespace kvtier::internal {
 namespace {
@@ -45,6 +53,7 @@ struct Flags {
   int threads = 32;
   uint64_t seed = 1;
   bool no_direct = false;
+  bool crc = false;
   bool json = false;
   bool keep = false;
 };
@@ -54,6 +63,7 @@ struct PhaseStats {
   uint64_t ok = 0, skipped = 0, errors = 0, corrupt = 0, missing = 0;
   double harness_cpu_s = 0;
   double thread_cpu_s = 0;  // the pool threads' own CPU clocks
+  uint64_t checksum_ns = 0;  // --crc: time spent computing CRC32C
   std::string first_error;
 };
 
@@ -160,8 +170,10 @@ class Baseline {
           }
         }
         mine.thread_cpu_s = ThreadCpuSeconds();  // a fresh thread: its whole life
+        mine.checksum_ns = checksum_ns_;          // likewise
         std::lock_guard lock(mu);
         stats->thread_cpu_s += mine.thread_cpu_s;
+        stats->checksum_ns += mine.checksum_ns;
         stats->latencies_ns.insert(stats->latencies_ns.end(), mine.latencies_ns.begin(),
                                    mine.latencies_ns.end());
         stats->ok += mine.ok;
@@ -187,6 +199,7 @@ class Baseline {
     f.wall_s = static_cast<double>(t1 - t0) * 1e-9;
     f.harness_cpu_s = stats->harness_cpu_s;
     f.cpu_s = std::max(0.0, cpu1 - cpu0 - stats->harness_cpu_s);
+    f.checksum_s = static_cast<double>(stats->checksum_ns) * 1e-9;
     f.p50_us = PercentileUs(stats->latencies_ns, 50);
     f.p99_us = PercentileUs(stats->latencies_ns, 99);
     return f;
@@ -206,6 +219,19 @@ class Baseline {
     return gen() & ((uint64_t{1} << 63) - 1);
   }
 
+  static constexpr const char* kCrcXattr = "user.vllm.kv_crc32c";
+  // Crc32c, timed as kvtier times its own (FsTierMetrics::checksum_ns).
+  static uint32_t TimedCrc(std::span<const uint8_t> row) {
+    const uint64_t t0 = BenchNowNs();
+    const uint32_t crc = Crc32c(row);
+    checksum_ns_ += BenchNowNs() - t0;
+    return crc;
+  }
+  static std::array<uint8_t, 4> BigEndian(uint32_t v) {
+    return {static_cast<uint8_t>(v >> 24), static_cast<uint8_t>(v >> 16), static_cast<uint8_t>(v >> 8),
+            static_cast<uint8_t>(v)};
+  }
+
   // 0 stored, 1 skipped (exists), -errno on failure (vLLM's steps 2-7).
   int StoreBlock(const std::string& dest, const std::string& tmp, AlignedBuffer& buf) const {
     if (access(dest.c_str(), F_OK) == 0) return 1;
@@ -218,6 +244,10 @@ class Baseline {
     if (fd < 0) return -errno;
     const ssize_t w = write(fd, buf.data(), f_.row_bytes);
     int err = w < 0 ? errno : (static_cast<uint64_t>(w) != f_.row_bytes ? EIO : 0);
+    if (err == 0 && f_.crc) {
+      const std::array<uint8_t, 4> be = BigEndian(TimedCrc(buf.span()));
+      if (fsetxattr(fd, kCrcXattr, be.data(), be.size(), 0) != 0) err = errno;
+    }
     if (close(fd) != 0 && err == 0) err = errno;
     if (err == 0 && rename(tmp.c_str(), dest.c_str()) != 0) err = errno;
     if (err != 0) {
@@ -231,23 +261,28 @@ class Baseline {
   int LoadBlock(const std::string& path, AlignedBuffer* buf) const {
     const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | (o_direct_ ? O_DIRECT : 0));
     if (fd < 0) return -errno;
+    std::array<uint8_t, 4> want{};
+    const bool has_crc = f_.crc && fgetxattr(fd, kCrcXattr, want.data(), want.size()) == 4;
     const ssize_t r = read(fd, buf->data(), f_.row_bytes);
     const int err = r < 0 ? errno : 0;
     close(fd);
     if (err != 0) return -err;
-    if (static_cast<uint64_t>(r) < f_.row_bytes) {
+    if (static_cast<uint64_t>(r) < f_.row_bytes || (has_crc && BigEndian(TimedCrc(buf->span())) != want)) {
       unlink(path.c_str());
       return -EIO;
     }
     return 0;
   }
 
+  static thread_local uint64_t checksum_ns_;
   const Flags& f_;
   Namespace ns_;
   BenchRows rows_;
   std::string block_dir_;
   bool o_direct_ = false;
 };
+
+thread_local uint64_t Baseline::checksum_ns_ = 0;
 
 int Main(const Flags& f) {
   Status args = CheckBenchArgs(f.root, f.row_bytes, f.rows, f.threads);
@@ -286,7 +321,8 @@ int Main(const Flags& f) {
     nlohmann::json j;
     j["store"] = FiguresJson(store);
     j["load"] = FiguresJson(load);
-    j["backend"] = "vllm-syscall-threads";
+    j["backend"] = f.crc ? "vllm-syscall-threads+crc32c" : "vllm-syscall-threads";
+    j["crc"] = f.crc;
     j["threads"] = f.threads;
     j["o_direct"] = b.o_direct();
     j["row_bytes"] = f.row_bytes;
@@ -310,9 +346,9 @@ int Main(const Flags& f) {
         {"units", "GB = 1e9 bytes"}};
     std::cout << j.dump(2) << "\n";
   } else {
-    std::printf("vllm_baseline: %llu rows x %s under %s, %d threads, O_DIRECT %s\n",
+    std::printf("vllm_baseline: %llu rows x %s under %s, %d threads, O_DIRECT %s, CRC32C %s\n",
                 static_cast<unsigned long long>(f.rows), HumanBytes(f.row_bytes).c_str(),
-                f.root.c_str(), f.threads, b.o_direct() ? "on" : "off");
+                f.root.c_str(), f.threads, b.o_direct() ? "on" : "off", f.crc ? "on" : "off");
     std::printf("%s\n\n", dropped ? "page cache dropped before the load phase" : why.c_str());
     std::fputs(FormatFiguresTable(store, load).c_str(), stdout);
     std::fputs(("\n" + FormatRowCounts({store_stats.ok, store_stats.skipped, store_stats.errors, load_stats.ok,
@@ -344,6 +380,7 @@ int main(int argc, char** argv) {
   app.add_option("--seed", f.seed, "Seed of the keys and the row content (as kvtier bench fs)")
       ->capture_default_str();
   app.add_flag("--no-direct", f.no_direct, "Buffered I/O (no O_DIRECT)");
+  app.add_flag("--crc", f.crc, "Also kvtier's integrity work: CRC32C xattr on store, checked on load");
   app.add_flag("--json", f.json, "Machine-readable output");
   app.add_flag("--keep", f.keep, "Leave the files in place");
   try {

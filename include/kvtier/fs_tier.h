@@ -115,6 +115,7 @@ struct FsTierMetrics {
   uint64_t backpressure_active = 0;  // 1 while stores are being dropped for latency
   double store_latency_ema_s_per_mib = 0;
   uint64_t fixed_buffer_ios = 0;  // reads and writes into registered memory
+  uint64_t checksum_ns = 0;       // time spent computing CRC32C, stores and loads
   // Latency histograms per direction: bucket i counts operations that took
   // < 2^i microseconds (the last bucket is everything slower).
   static constexpr int kLatencyBuckets = 24;

@@ -203,6 +203,8 @@ nlohmann::json FiguresDetailJson(const DirectionFigures& f) {
           {"harness_cpu_s", Round(f.harness_cpu_s, 4)},
           {"poll_wait_cpu_s", Round(f.poll_wait_cpu_s, 4)},
           {"context_switches", f.context_switches},
+          {"checksum_s", Round(f.checksum_s, 4)},
+          {"checksum_s_per_gb", Round(f.checksum_s_per_gb(), 4)},
           {"cpu_breakdown_s",
            {{"caller_thread", Round(f.caller_thread_cpu_s, 4)},
             {"io_wq_workers", Round(f.io_wq_cpu_s, 4)},

@@ -111,16 +111,19 @@ struct DirectionFigures {
   double io_wq_cpu_s = 0;          // io_uring's iou-wrk-* workers
   double other_threads_cpu_s = 0;  // everything else (engine, pool threads)
   uint64_t context_switches = 0;   // voluntary + involuntary, whole process
+  double checksum_s = 0;  // of cpu_s, time spent computing CRC32C (integrity: one pass over each row)
   double p50_us = 0, p99_us = 0;
 
   double gbps() const { return wall_s > 0 ? bytes / wall_s / 1e9 : 0; }
   double rows_per_s() const { return wall_s > 0 ? rows / wall_s : 0; }
   double cpu_s_per_gb() const { return bytes > 0 ? cpu_s / (bytes / 1e9) : 0; }
+  double checksum_s_per_gb() const { return bytes > 0 ? checksum_s / (bytes / 1e9) : 0; }
 };
 
 // Exactly {"gbps", "rows_per_s", "p50_us", "p99_us", "cpu_s_per_gb"}.
 nlohmann::json FiguresJson(const DirectionFigures& f);
-// wall_s, cpu_s, harness_cpu_s, rows, bytes: the raw inputs of the figures.
+// wall_s, cpu_s, harness_cpu_s, rows, bytes: the raw inputs of the figures;
+// checksum_s and checksum_s_per_gb: the CRC32C share of cpu_s.
 nlohmann::json FiguresDetailJson(const DirectionFigures& f);
 // Rounds to `digits` decimals (keeps the JSON readable).
 double Round(double v, int digits);

@@ -305,9 +305,10 @@ Status RunLookups(FsTier* tier, const BenchRows& rows, uint64_t count, int depth
   return Status::Ok();
 }
 
-Status RunPhase(Pump* pump, const std::vector<Lane*>& lanes, Lane* measured, DirectionFigures* out,
-                uint64_t row_bytes) {
+Status RunPhase(FsTier* tier, Pump* pump, const std::vector<Lane*>& lanes, Lane* measured,
+                DirectionFigures* out, uint64_t row_bytes) {
   pump->TakePollWaitCpu();
+  const uint64_t checksum0 = tier->Metrics().checksum_ns;
   const ThreadCpuSnapshot threads0 = SnapshotThreadCpu();
   const uint64_t switches0 = ProcessContextSwitches();
   const double cpu0 = ProcessCpuSeconds();
@@ -323,6 +324,7 @@ Status RunPhase(Pump* pump, const std::vector<Lane*>& lanes, Lane* measured, Dir
   out->harness_cpu_s = harness;
   SetThreadCpuBreakdown(threads0, threads1, out);
   out->context_switches = switches1 - switches0;
+  out->checksum_s = static_cast<double>(tier->Metrics().checksum_ns - checksum0) * 1e-9;
   return Status::Ok();
 }
 
@@ -427,7 +429,7 @@ Result<BenchFsResult> RunBenchFs(const BenchFsOptions& o) {
     store.count = o.rows;
     arena.Reset();
     store.Allocate(&arena, o.batch);
-    KVTIER_RETURN_IF_ERROR(RunPhase(&pump, {&store}, &store, &r.store, o.row_bytes));
+    KVTIER_RETURN_IF_ERROR(RunPhase(tier.get(), &pump, {&store}, &store, &r.store, o.row_bytes));
     FsTierMetrics m1 = tier->Metrics();
     uint64_t hist[FsTierMetrics::kLatencyBuckets];
     HistogramDelta(m1.store_latency_us, m0.store_latency_us, hist);
@@ -448,7 +450,7 @@ Result<BenchFsResult> RunBenchFs(const BenchFsOptions& o) {
     load.count = o.rows;
     arena.Reset();
     load.Allocate(&arena, o.batch);
-    KVTIER_RETURN_IF_ERROR(RunPhase(&pump, {&load}, &load, &r.load, o.row_bytes));
+    KVTIER_RETURN_IF_ERROR(RunPhase(tier.get(), &pump, {&load}, &load, &r.load, o.row_bytes));
     FsTierMetrics m2 = tier->Metrics();
     HistogramDelta(m2.load_latency_us, m1.load_latency_us, hist);
     r.load_hist_p50_us = HistogramPercentileUs(hist, 50);
@@ -475,7 +477,7 @@ Result<BenchFsResult> RunBenchFs(const BenchFsOptions& o) {
     alone.count = n;
     arena.Reset();
     alone.Allocate(&arena, o.batch);
-    KVTIER_RETURN_IF_ERROR(RunPhase(&pump, {&alone}, &alone, &mixed.unloaded_load, o.row_bytes));
+    KVTIER_RETURN_IF_ERROR(RunPhase(tier.get(), &pump, {&alone}, &alone, &mixed.unloaded_load, o.row_bytes));
 
     DropPageCache(&ignored);
     Lane stream;
@@ -495,7 +497,7 @@ Result<BenchFsResult> RunBenchFs(const BenchFsOptions& o) {
     under.gate_rows = static_cast<uint64_t>(o.queue_depth);
     under.Allocate(&arena, o.batch);
     KVTIER_RETURN_IF_ERROR(
-        RunPhase(&pump, {&stream, &under}, &under, &mixed.loaded_load, o.row_bytes));
+        RunPhase(tier.get(), &pump, {&stream, &under}, &under, &mixed.loaded_load, o.row_bytes));
     mixed.store_stream = stream.Figures(o.row_bytes);
     // Loads that ran after the stream ran out were not measured under load.
     mixed.stream_exhausted =
@@ -613,6 +615,10 @@ std::string FormatBenchFs(const BenchFsResult& r) {
                               : r.page_cache_note + "\n";
   out += "\n";
   out += FormatFiguresTable(r.store, r.load);
+  std::snprintf(line, sizeof line,
+                "of which CRC32C (integrity: one pass over each row): store %.4f, load %.4f CPU s/GB\n",
+                r.store.checksum_s_per_gb(), r.load.checksum_s_per_gb());
+  out += line;
   out += "\n";
   out += FormatRowCounts({r.rows_stored, r.rows_skipped, r.store_errors, r.rows_verified, r.rows_corrupt,
                           r.rows_missing, r.load_errors},

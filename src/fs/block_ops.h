@@ -23,7 +23,13 @@ struct TierShared {
   std::atomic<bool> xattrs_ok{true};  // cleared (and logged once) on EOPNOTSUPP
   std::atomic<uint64_t> tmp_counter{0};
   uint64_t tmp_base = 0;  // random; temp names are <dest>_<(base + n) mod 2^63>.tmp
+  std::atomic<uint64_t> checksum_ns{0};  // time spent computing CRC32C (both directions)
 };
+
+// Crc32c(row), its time added to shared->checksum_ns: integrity costs one
+// pass over the row, and operators (and the benchmark) see how much of the
+// tier's CPU that is.
+uint32_t TimedCrc32c(TierShared* shared, std::span<const uint8_t> row);
 
 class FsBlockOp : public BlockOp {
  public:

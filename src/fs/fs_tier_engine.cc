@@ -90,10 +90,11 @@ class FsTierImpl final : public FsTier {
   FsTierMetrics Metrics() const override {
     FsTierMetrics m = metrics_.Snapshot();
     m.fixed_buffer_ios = backend_->fixed_buffer_ios();
+    m.checksum_ns = shared_->checksum_ns.load(std::memory_order_relaxed);
     return m;
   }
   std::string PrometheusText(std::string_view tier_name) const override {
-    return FormatPrometheus(metrics_.Snapshot(), tier_name);
+    return FormatPrometheus(Metrics(), tier_name);
   }
   const Namespace& ns() const override { return ns_; }
   std::string_view backend_name() const override { return backend_->name(); }

@@ -143,7 +143,7 @@ class LoadOp final : public FsBlockOp {
     if (has_crc_) {
       const uint32_t want = uint32_t{crc_be_[0]} << 24 | uint32_t{crc_be_[1]} << 16 |
                             uint32_t{crc_be_[2]} << 8 | crc_be_[3];
-      if (Crc32c(row_) != want) {
+      if (TimedCrc32c(shared_, row_) != want) {
         return Close(KeyOutcome::kCorrupt, Corruption(path_ + ": CRC32C mismatch"), /*unlink=*/true);
       }
     }

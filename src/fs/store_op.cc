@@ -125,7 +125,7 @@ class StoreOp final : public FsBlockOp {
     if (res != -ENOENT) return Finish(res, "statx " + dest_);
     // The checksum is computed here, on the engine thread, and only for rows
     // that will be written: submitting stays cheap for the caller.
-    const uint32_t crc = Crc32c(row_);
+    const uint32_t crc = TimedCrc32c(shared_, row_);
     for (int i = 0; i < 4; ++i) crc_be_[i] = static_cast<uint8_t>(crc >> (24 - 8 * i));  // big-endian
     Go(kOpen);
   }
@@ -227,6 +227,13 @@ class StoreOp final : public FsBlockOp {
 };
 
 }  // namespace
+
+uint32_t TimedCrc32c(TierShared* shared, std::span<const uint8_t> row) {
+  const uint64_t t0 = MonotonicNowNs();
+  const uint32_t crc = Crc32c(row);
+  shared->checksum_ns.fetch_add(MonotonicNowNs() - t0, std::memory_order_relaxed);
+  return crc;
+}
 
 bool DirectIoAligned(const void* buf, uint64_t len) {
   return reinterpret_cast<uintptr_t>(buf) % 4096 == 0 && len % 4096 == 0 && len > 0;

@@ -2,6 +2,7 @@
 #include "fs/tier_metrics.h"
 
 #include <bit>
+#include <cstdio>
 
 namespace kvtier::internal {
 namespace {
@@ -106,6 +107,10 @@ std::string FormatPrometheus(const FsTierMetrics& m, std::string_view tier_name)
     out += std::string("# TYPE ") + name + " gauge\n";
     Line(&out, name, labels, value);
   }
+  out += "# TYPE kvtier_fs_checksum_seconds_total counter\n";
+  char seconds[32];
+  std::snprintf(seconds, sizeof seconds, "%.6f", static_cast<double>(m.checksum_ns) * 1e-9);
+  out += "kvtier_fs_checksum_seconds_total{" + labels + "} " + seconds + "\n";
   Histogram(&out, "kvtier_fs_store_latency_seconds", labels, m.store_latency_us);
   Histogram(&out, "kvtier_fs_load_latency_seconds", labels, m.load_latency_us);
   return out;

@@ -197,6 +197,10 @@ TEST_P(FsTierTest, PrometheusTextNamesEveryCounter) {
   std::string text = tier_->PrometheusText("fs0");
   EXPECT_NE(text.find("kvtier_fs_rows_stored_total{tier=\"fs0\"} 2"), std::string::npos) << text;
   EXPECT_NE(text.find("kvtier_fs_store_latency_seconds_count{tier=\"fs0\"} 2"), std::string::npos) << text;
+  EXPECT_NE(text.find("kvtier_fs_checksum_seconds_total{tier=\"fs0\"} "), std::string::npos) << text;
+  if (tier_->xattrs_supported()) {
+    EXPECT_GT(tier_->Metrics().checksum_ns, 0u) << "two stored rows were checksummed";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, FsTierTest,
