@@ -364,6 +364,10 @@ def fs_engine(t):
     for i, d in enumerate(("store", "load")):
         add("%s GB per CPU-s, kvtier / baseline" % d, kv[d + "_gb_cpu"], "GB/CPU-s", r[i],
             "baseline: %.2f GB/CPU-s (target >= 1.5)" % base[d + "_gb_cpu"])
+    r = ratio_line("kvtier / baseline+CRC32C  GB per CPU-s")
+    for i, d in enumerate(("store", "load")):
+        add("%s GB per CPU-s, kvtier / baseline+CRC32C" % d, kv[d + "_gb_cpu"], "GB/CPU-s", r[i],
+            "the baseline doing kvtier's integrity work too (vllm_baseline --crc)")
     m = re.search(r"kvtier load p99 under stores / unloaded\s+" + NUM + r"\s+\(([\d.]+) us vs ([\d.]+) us", t)
     if m:
         add("load p99 under stores", f(m.group(2)) / 1e3, "ms", f(m.group(1)),

@@ -4,7 +4,8 @@
 // on write fails the store cleanly with no temp file left; EIO on read fails
 // the load without touching the file; an expired deadline (-ECANCELED) fails
 // the key, never hangs it; slow and shuffled completions change nothing;
-// durability modes issue their syncs; backpressure drops stores, not loads.
+// durability modes issue their syncs; backpressure drops stores, not loads;
+// while loads run, no more than stores_while_loading_max stores do.
 // Seeded.
 #include <gtest/gtest.h>
 
@@ -185,6 +186,55 @@ TEST_F(FaultTest, BackpressureDropsStoresButNeverLoads) {
   EXPECT_EQ(loaded.keys[1].outcome, KeyOutcome::kMiss);
   EXPECT_EQ(back[0], rows[0]);
   EXPECT_EQ(tier->Metrics().rows_dropped, 4u);
+}
+
+// The most stores running at once (started by their statx of the
+// destination, finished by their rename) before the last load's read, from
+// the backend's execution log.
+int StoresAtOnceWhileLoading(const std::vector<internal::IoRequest>& log) {
+  size_t last_read = 0;
+  for (size_t i = 0; i < log.size(); ++i) {
+    if (log[i].op == internal::IoOp::kRead) last_read = i;
+  }
+  int running = 0, most = 0;
+  for (size_t i = 0; i < last_read; ++i) {
+    if (log[i].op == internal::IoOp::kStatx && log[i].path != nullptr) ++running;  // loads stat their fd
+    if (log[i].op == internal::IoOp::kRename) --running;
+    most = std::max(most, running);
+  }
+  return most;
+}
+
+TEST_F(FaultTest, LoadsCapTheStoresRunningBesideThem) {
+  for (int cap : {1, 0}) {
+    SCOPED_TRACE("stores_while_loading_max " + std::to_string(cap));
+    testing::TempDir root;
+    FsTierOpenOptions o;
+    o.root_dir = root.path().string();
+    o.stores_while_loading_max = cap;
+    testing::FaultPlan plan;
+    plan.slow_one_in = 2;
+    auto tier = Open(plan, o);
+    auto keys = Keys(40);
+    auto rows = Rows(40);
+    std::vector<OffloadKey> first(keys.begin(), keys.begin() + 10), rest(keys.begin() + 10, keys.end());
+    std::vector<std::vector<uint8_t>> first_rows(rows.begin(), rows.begin() + 10), rest_rows(rows.begin() + 10, rows.end());
+    ASSERT_EQ(Wait(tier.get(), tier->SubmitStore(first, Const(first_rows)).value()).OkPrefix(), 10u);
+    const size_t before = fake_->log().size();
+    std::vector<std::vector<uint8_t>> back(10, std::vector<uint8_t>(kRow));
+    const uint64_t load = tier->SubmitLoad(first, Mut(back)).value();
+    const uint64_t store = tier->SubmitStore(rest, Const(rest_rows)).value();
+    EXPECT_EQ(Wait(tier.get(), load).OkPrefix(), 10u);
+    EXPECT_EQ(Wait(tier.get(), store).OkPrefix(), 30u);
+    EXPECT_EQ(back, first_rows);
+    const std::vector<internal::IoRequest> all = fake_->log();
+    const int most = StoresAtOnceWhileLoading({all.begin() + static_cast<long>(before), all.end()});
+    if (cap > 0) {
+      EXPECT_LE(most, cap) << "stores beyond the cap ran while loads were active";
+    } else {
+      EXPECT_GT(most, 1) << "without a cap stores use their write slots beside loads (else this test proves nothing)";
+    }
+  }
 }
 
 }  // namespace
