@@ -205,6 +205,9 @@ class LoadOp final : public FsBlockOp {
 class LookupOp final : public FsBlockOp {
  public:
   LookupOp(TierShared* shared, std::string path) : shared_(shared), path_(std::move(path)) {}
+  // A statx reads no block data: lookups, which a serving engine issues
+  // every step, must not hold stores back as loads do.
+  bool ReadsData() const override { return false; }
   bool NextRequest(IoRequest* req) override {
     if (done_) return false;
     *req = IoRequest{};

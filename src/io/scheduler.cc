@@ -6,6 +6,7 @@
 namespace kvtier::internal {
 
 void IoScheduler::Enqueue(std::unique_ptr<BlockOp> op, IoClass cls) {
+  if (cls == IoClass::kRead && op->ReadsData()) ++loads_queued_;
   (cls == IoClass::kRead ? read_queue_ : write_queue_).push_back(std::move(op));
 }
 
@@ -14,13 +15,14 @@ void IoScheduler::Advance(uint64_t old_tag, Running* run, std::vector<IoRequest>
   IoRequest req;
   if (!run->op->NextRequest(&req)) {
     (run->slot == IoClass::kRead ? reads_running_ : writes_running_)--;
-    (run->cls == IoClass::kRead ? loads_running_ : stores_running_)--;
+    if (run->cls == IoClass::kWrite) --stores_running_;
+    if (run->load) --loads_running_;
     finished_.push_back(std::move(run->op));
     running_.erase(old_tag);
     return;
   }
   req.tag = next_tag_++;
-  Running moved{std::move(run->op), run->slot, run->cls, req, 0};
+  Running moved{std::move(run->op), run->slot, run->cls, run->load, req, 0};
   running_.erase(old_tag);
   running_.emplace(req.tag, std::move(moved));
   out->push_back(req);
@@ -42,9 +44,14 @@ bool IoScheduler::StartOne(IoClass slot, std::vector<IoRequest>* out) {
   std::unique_ptr<BlockOp> op = std::move(queue.front());
   queue.pop_front();
   (slot == IoClass::kRead ? reads_running_ : writes_running_)++;
-  (cls == IoClass::kRead ? loads_running_ : stores_running_)++;
+  const bool load = cls == IoClass::kRead && op->ReadsData();
+  if (cls == IoClass::kWrite) ++stores_running_;
+  if (load) {
+    ++loads_running_;
+    --loads_queued_;
+  }
   const uint64_t placeholder = next_tag_++;
-  Running& run = running_.emplace(placeholder, Running{std::move(op), slot, cls, {}, 0}).first->second;
+  Running& run = running_.emplace(placeholder, Running{std::move(op), slot, cls, load, {}, 0}).first->second;
   Advance(placeholder, &run, out);
   return true;
 }
@@ -57,7 +64,7 @@ bool IoScheduler::StoreMayStart() const {
 // after: a caller that submits its next load a moment after the last one
 // finished must not find every write slot refilled with stores.
 void IoScheduler::NoteReads(uint64_t now_ns) {
-  if (loads_running_ > 0 || !read_queue_.empty()) {
+  if (loads_running_ > 0 || loads_queued_ > 0) {
     reading_ = true;
     last_read_ns_ = now_ns;
   } else if (reading_ && now_ns >= last_read_ns_ + limits_.read_linger_ns) {

@@ -9,7 +9,8 @@
 //    quarter of the read slots (at least one) never take stores: a load that
 //    arrives during a store backlog starts at once, and idle capacity on
 //    either side is still used.
-//  * Read priority at the disk: while loads run or wait (and for a short
+//  * Read priority at the disk: while loads (read-class ops that move data;
+//    existence lookups do not count) run or wait (and for a short
 //    linger after the last one, so a caller's gap between two loads does not
 //    reopen the gate), at most `stores_while_reading_max` stores run at once,
 //    whatever slots are free. A saturating store stream would otherwise keep
@@ -42,6 +43,9 @@ class BlockOp {
   virtual bool NextRequest(IoRequest* req) = 0;
   // The result of the request last returned by NextRequest.
   virtual void OnCompletion(int64_t res) = 0;
+  // For read-class ops: whether the op reads block data from the disk (a
+  // load), which holds stores back; a metadata-only lookup does not.
+  virtual bool ReadsData() const { return true; }
 };
 
 struct SchedulerLimits {
@@ -76,6 +80,7 @@ class IoScheduler {
     std::unique_ptr<BlockOp> op;
     IoClass slot;        // whose budget it uses
     IoClass cls;         // the queue it came from (kWrite: a store)
+    bool load;           // a read-class op that ReadsData()
     IoRequest pending;   // the request in flight
     int retries = 0;
   };
@@ -91,7 +96,8 @@ class IoScheduler {
   std::vector<IoRequest> reissue_;                 // requests produced by Complete()
   std::vector<std::unique_ptr<BlockOp>> finished_;
   int reads_running_ = 0, writes_running_ = 0;  // by slot
-  int stores_running_ = 0, loads_running_ = 0;   // by queue of origin
+  int stores_running_ = 0;     // write-class ops, in any slot
+  int loads_running_ = 0, loads_queued_ = 0;  // read-class ops that ReadsData()
   bool reading_ = false;           // loads active now or within the linger
   uint64_t last_read_ns_ = 0;      // when loads were last seen active
   uint64_t next_tag_ = 1;

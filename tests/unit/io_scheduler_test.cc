@@ -104,6 +104,23 @@ TEST(IoScheduler, LoadsCapStoresUntilTheLingerHasPassed) {
   EXPECT_EQ(s.stores_running(), 8 + 3) << "past the linger stores take every write slot and the stealable read slots";
 }
 
+TEST(IoScheduler, LookupsDoNotHoldStoresBack) {
+  class LookupLikeOp : public CountingOp {
+   public:
+    using CountingOp::CountingOp;
+    bool ReadsData() const override { return false; }
+  };
+  std::vector<int> started;
+  SchedulerLimits limits{/*reads*/ 4, /*writes*/ 8, 8};
+  limits.stores_while_reading_max = 2;
+  IoScheduler s(limits);
+  for (int i = 0; i < 20; ++i) s.Enqueue(std::make_unique<CountingOp>(100 + i, 1, &started), IoClass::kWrite);
+  for (int i = 0; i < 4; ++i) s.Enqueue(std::make_unique<LookupLikeOp>(1 + i, 1, &started), IoClass::kRead);
+  std::vector<IoRequest> reqs;
+  s.Emit(&reqs, 0);
+  EXPECT_EQ(s.stores_running(), 8) << "four lookups take the read slots; stores keep all 8 write slots";
+}
+
 TEST(IoScheduler, WithoutACapStoresKeepTheirSlotsBesideLoads) {
   std::vector<int> started;
   IoScheduler s({/*reads*/ 4, /*writes*/ 8, 8});  // stores_while_reading_max 0: no cap
