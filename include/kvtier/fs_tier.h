@@ -58,10 +58,11 @@ struct FsTierOpenOptions {
   int n_read_threads = 16;       // concurrent load/lookup block operations
   int n_write_threads = 16;      // concurrent store block operations
   // Read priority at the disk: while loads are running or queued (and for
-  // 10 ms after the last), at most this many stores run at once, so a load
-  // never queues in the device behind a full set of store writes. Running
-  // stores finish; new ones wait (and, past store_queue_bytes_max, are
-  // dropped). 0: no cap (stores keep all n_write_threads slots).
+  // 10 ms after the last; lookups do not count), at most this many stores
+  // run at once, so a load never queues in the device behind a full set of
+  // store writes. Running stores finish; new ones wait (and, past
+  // store_queue_bytes_max, are dropped). 0: no cap (stores keep all
+  // n_write_threads slots).
   int stores_while_loading_max = 2;
   Durability durability = Durability::kNone;
   uint32_t io_timeout_ms = 30000;  // deadline of every I/O; 0: none
