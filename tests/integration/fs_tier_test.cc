@@ -277,6 +277,14 @@ TEST(FsTierOpen, BadOptionsAndUnwritableRootsAreClearErrors) {
   o.ns = Spec();
   o.row_bytes = kRow;
   EXPECT_EQ(FsTier::Open(o).status().code(), StatusCode::kInvalidArgument);  // no root
+  testing::TempDir root;
+  o.root_dir = root.path().string();
+  o.stores_while_loading_max = -1;
+  auto negative = FsTier::Open(o);
+  EXPECT_EQ(negative.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(negative.status().message().find("stores_while_loading_max"), std::string::npos)
+      << negative.status().ToString();
+  o.stores_while_loading_max = 0;
   o.root_dir = "/dev/null/invalid_path";
   auto bad = FsTier::Open(o);
   EXPECT_FALSE(bad.ok());

@@ -80,14 +80,28 @@ void CompleteIds(IoScheduler* s, std::vector<IoRequest>* reqs, uint64_t lo, uint
   *reqs = std::move(keep);
 }
 
+// A scheduler with `stores` queued stores (ids 100...) and `reads` queued
+// read-class ops (ids 1...) of type ReadOp, each one request long.
+template <class ReadOp = CountingOp>
+std::unique_ptr<IoScheduler> Backlog(SchedulerLimits limits, int stores, int reads, std::vector<int>* started) {
+  auto s = std::make_unique<IoScheduler>(limits);
+  for (int i = 0; i < stores; ++i) s->Enqueue(std::make_unique<CountingOp>(100 + i, 1, started), IoClass::kWrite);
+  for (int i = 0; i < reads; ++i) s->Enqueue(std::make_unique<ReadOp>(1 + i, 1, started), IoClass::kRead);
+  return s;
+}
+
+SchedulerLimits Capped(int reads, int writes, int cap) {
+  SchedulerLimits limits{reads, writes, 8};
+  limits.stores_while_reading_max = cap;
+  return limits;
+}
+
 TEST(IoScheduler, LoadsCapStoresUntilTheLingerHasPassed) {
   std::vector<int> started;
-  SchedulerLimits limits{/*reads*/ 4, /*writes*/ 8, 8};
-  limits.stores_while_reading_max = 2;
+  SchedulerLimits limits = Capped(/*reads*/ 4, /*writes*/ 8, /*cap*/ 2);
   limits.read_linger_ns = 1000;
-  IoScheduler s(limits);
-  for (int i = 0; i < 20; ++i) s.Enqueue(std::make_unique<CountingOp>(100 + i, 1, &started), IoClass::kWrite);
-  s.Enqueue(std::make_unique<CountingOp>(1, 1, &started), IoClass::kRead);
+  const std::unique_ptr<IoScheduler> owned = Backlog(limits, 20, 1, &started);
+  IoScheduler& s = *owned;
   std::vector<IoRequest> reqs;
   s.Emit(&reqs, /*now_ns=*/10'000);
   EXPECT_EQ(reqs.size(), 3u) << "one load and two stores, though 8 write slots and 3 read slots are free";
@@ -111,11 +125,8 @@ TEST(IoScheduler, LookupsDoNotHoldStoresBack) {
     bool ReadsData() const override { return false; }
   };
   std::vector<int> started;
-  SchedulerLimits limits{/*reads*/ 4, /*writes*/ 8, 8};
-  limits.stores_while_reading_max = 2;
-  IoScheduler s(limits);
-  for (int i = 0; i < 20; ++i) s.Enqueue(std::make_unique<CountingOp>(100 + i, 1, &started), IoClass::kWrite);
-  for (int i = 0; i < 4; ++i) s.Enqueue(std::make_unique<LookupLikeOp>(1 + i, 1, &started), IoClass::kRead);
+  const std::unique_ptr<IoScheduler> owned = Backlog<LookupLikeOp>(Capped(/*reads*/ 4, /*writes*/ 8, /*cap*/ 2), 20, 4, &started);
+  IoScheduler& s = *owned;
   std::vector<IoRequest> reqs;
   s.Emit(&reqs, 0);
   EXPECT_EQ(s.stores_running(), 8) << "four lookups take the read slots; stores keep all 8 write slots";
@@ -123,9 +134,8 @@ TEST(IoScheduler, LookupsDoNotHoldStoresBack) {
 
 TEST(IoScheduler, WithoutACapStoresKeepTheirSlotsBesideLoads) {
   std::vector<int> started;
-  IoScheduler s({/*reads*/ 4, /*writes*/ 8, 8});  // stores_while_reading_max 0: no cap
-  for (int i = 0; i < 20; ++i) s.Enqueue(std::make_unique<CountingOp>(100 + i, 1, &started), IoClass::kWrite);
-  s.Enqueue(std::make_unique<CountingOp>(1, 1, &started), IoClass::kRead);
+  const std::unique_ptr<IoScheduler> owned = Backlog(Capped(/*reads*/ 4, /*writes*/ 8, /*cap: none*/ 0), 20, 1, &started);
+  IoScheduler& s = *owned;
   std::vector<IoRequest> reqs;
   s.Emit(&reqs, 0);
   EXPECT_EQ(s.stores_running(), 8 + 2) << "8 write slots and the read slots outside the reserve";
@@ -133,11 +143,8 @@ TEST(IoScheduler, WithoutACapStoresKeepTheirSlotsBesideLoads) {
 
 TEST(IoScheduler, ACappedWriteSlotStillServesLoads) {
   std::vector<int> started;
-  SchedulerLimits limits{/*reads*/ 1, /*writes*/ 4, 8};
-  limits.stores_while_reading_max = 1;
-  IoScheduler s(limits);
-  for (int i = 0; i < 4; ++i) s.Enqueue(std::make_unique<CountingOp>(100 + i, 1, &started), IoClass::kWrite);
-  for (int i = 0; i < 4; ++i) s.Enqueue(std::make_unique<CountingOp>(1 + i, 1, &started), IoClass::kRead);
+  const std::unique_ptr<IoScheduler> owned = Backlog(Capped(/*reads*/ 1, /*writes*/ 4, /*cap*/ 1), 4, 4, &started);
+  IoScheduler& s = *owned;
   std::vector<IoRequest> reqs;
   s.Emit(&reqs, 0);
   EXPECT_EQ(s.stores_running(), 1);
