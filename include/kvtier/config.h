@@ -218,6 +218,21 @@ Result<OffloadConfig> ParseOffloadConfig(std::string_view json_text, const Engin
 // are prefixed with "config file <path>: ".
 Result<OffloadConfig> LoadOffloadConfigFile(const std::string& path, const EngineContext& engine);
 
+// Parses the keys of one fs tier as an out-of-tree vLLM secondary tier
+// receives them (`secondary_tiers[i]` without `type` and `module_path`, which
+// vLLM's SecondaryTierFactory consumes): vLLM's fs-tier keys and kvtier's own,
+// with the same rules and error messages (paths without the
+// "secondary_tiers[i]." prefix) as ParseOffloadConfig. A `backpressure` object
+// gets the tier's locality defaults. kInvalidArgument for malformed JSON, a
+// non-object, unknown keys, `type` or `module_path`, and broken rules.
+Result<FsTierOptions> ParseFsTierConfig(std::string_view json_text);
+
+// The FsTier options that an fs tier's config sets (root_dir, threads,
+// deadlines, durability, queues, backpressure, backend, O_DIRECT). The
+// caller fills what the config does not hold: ns, row_bytes,
+// registered_memory and on_job_finished.
+FsTierOpenOptions FsTierOpenOptionsFromConfig(const FsTierOptions& tier);
+
 // The normalized JSON of `config` (two-space indent, every key written, derived
 // values as `block_size` when it was given, else `blocks_per_chunk`; each
 // tier's effective backpressure written in the tier). For any config returned

@@ -197,6 +197,21 @@ Result<OffloadConfig> ParseOffloadConfig(std::string_view json_text, const Engin
   return config;
 }
 
+Result<FsTierOptions> ParseFsTierConfig(std::string_view json_text) {
+  KVTIER_ASSIGN_OR_RETURN(Json tier, internal::ParseJsonObjectText(json_text, kOffloadConfigDepthMax));
+  for (const char* consumed : {"type", "module_path"}) {
+    if (tier.contains(consumed)) {
+      return KeyError(consumed, "is consumed by vLLM's SecondaryTierFactory and never reaches the tier; "
+                                "remove it from the tier's keys");
+    }
+  }
+  tier["type"] = TierTypeToString(TierType::kFs);
+  FsTierOptions out;
+  KVTIER_RETURN_IF_ERROR(internal::ApplyFsTierKeys(tier, "", out));
+  KVTIER_ASSIGN_OR_RETURN(out.backpressure, ResolveTierBackpressure(tier, "", out.locality, nullptr));
+  return out;
+}
+
 Result<OffloadConfig> LoadOffloadConfigFile(const std::string& path, const EngineContext& engine) {
   KVTIER_ASSIGN_OR_RETURN(const std::string text, ReadConfigFile(path));
   Result<OffloadConfig> config = ParseOffloadConfig(text, engine);

@@ -6,11 +6,14 @@
 #include <sys/xattr.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <random>
+#include <span>
+#include <vector>
 
 #include "fs/fs_tier_internal.h"
 #include "util/log.h"
@@ -42,6 +45,24 @@ Status MkdirAll(const std::string& path, bool durable) {
   if (stat(path.c_str(), &st) != 0) return ErrnoToStatus(errno, "stat " + path);
   if (!S_ISDIR(st.st_mode)) return Status(StatusCode::kInvalidArgument, path + " is not a directory");
   return Status::Ok();
+}
+
+// Each span in whole rows of at most 1 GiB (the kernel's limit on one
+// registered buffer), so that no row straddles two buffers and every row that
+// starts at a multiple of row_bytes from its span's start can use fixed-buffer
+// I/O. Rows above 1 GiB: none (plain I/O).
+std::vector<std::span<uint8_t>> RowAlignedBuffers(const std::vector<std::span<uint8_t>>& spans,
+                                                  uint64_t row_bytes) {
+  constexpr uint64_t kBufferBytesMax = uint64_t{1} << 30;
+  const uint64_t piece = row_bytes == 0 ? 0 : kBufferBytesMax / row_bytes * row_bytes;
+  std::vector<std::span<uint8_t>> out;
+  if (piece == 0) return out;
+  for (std::span<uint8_t> span : spans) {
+    for (uint64_t at = 0; at < span.size(); at += piece) {
+      out.push_back(span.subspan(at, std::min<uint64_t>(piece, span.size() - at)));
+    }
+  }
+  return out;
 }
 
 Status WriteAll(int fd, const void* data, size_t n, const std::string& what) {
@@ -161,7 +182,7 @@ Result<std::unique_ptr<FsTier>> OpenFsTierWithBackend(const FsTierOpenOptions& o
     KVTIER_ASSIGN_OR_RETURN(backend, MakeBackend(o));
   }
   if (!o.registered_memory.empty()) {
-    Status s = backend->RegisterBuffers(o.registered_memory);
+    Status s = backend->RegisterBuffers(RowAlignedBuffers(o.registered_memory, o.row_bytes));
     if (!s.ok() && backend->name() == "io_uring") {
       LogWarning("row memory not registered with io_uring (" + s.ToString() +
                  "; raise RLIMIT_MEMLOCK): I/O maps pages per request");

@@ -68,31 +68,6 @@ GpuCopyMode ToGpuCopyMode(GpuCopy copy) {
   return GpuCopyMode::kAuto;
 }
 
-StoreBackpressure ToStoreBackpressure(const std::optional<BackpressureOptions>& options) {
-  StoreBackpressure out;
-  if (!options) return out;
-  out.enabled = true;
-  out.high_water_s_per_mib = options->high_water_s_per_mib;
-  out.low_water_s_per_mib = options->low_water_s_per_mib;
-  out.ema_alpha = options->ema_alpha;
-  out.warmup_completions = options->warmup_completions;
-  return out;
-}
-
-// The region in whole rows of at most 1 GiB each (the kernel's limit on one
-// registered buffer), so that no row straddles two buffers and every row is
-// eligible for fixed-buffer I/O.
-std::vector<std::span<uint8_t>> RegistrationSpans(std::span<uint8_t> region, uint64_t row_bytes) {
-  constexpr uint64_t kBufferBytesMax = uint64_t{1} << 30;
-  const uint64_t span_bytes = kBufferBytesMax / row_bytes * row_bytes;
-  std::vector<std::span<uint8_t>> spans;
-  if (span_bytes == 0) return spans;  // rows above 1 GiB: plain I/O
-  for (uint64_t at = 0; at < region.size(); at += span_bytes) {
-    spans.push_back(region.subspan(at, std::min<uint64_t>(span_bytes, region.size() - at)));
-  }
-  return spans;
-}
-
 }  // namespace
 
 TieredStoreImpl::TieredStoreImpl(const TieredStoreOptions& options, const OffloadConfig& config)
@@ -132,20 +107,10 @@ Status TieredStoreImpl::OpenSecondaryTiers() {
   ns.blocks_per_file = config_.blocks_per_chunk;
   for (size_t i = 0; i < config_.secondary_tiers.size(); ++i) {
     const FsTierOptions& fs = config_.secondary_tiers[i].fs;
-    FsTierOpenOptions open;
-    open.root_dir = fs.root_dir;
+    FsTierOpenOptions open = FsTierOpenOptionsFromConfig(fs);
     open.ns = ns;
     open.row_bytes = row_bytes_;
-    open.n_read_threads = fs.n_read_threads;
-    open.n_write_threads = fs.n_write_threads;
-    open.stores_while_loading_max = fs.stores_while_loading_max;
-    open.durability = fs.durability;
-    open.io_timeout_ms = fs.io_timeout_ms;
-    open.store_queue_bytes_max = fs.store_queue_bytes_max;
-    open.backpressure = ToStoreBackpressure(fs.backpressure);
-    open.backend = fs.io_backend;
-    open.o_direct = fs.o_direct;
-    open.registered_memory = RegistrationSpans(region_->bytes(), row_bytes_);
+    open.registered_memory = {region_->bytes()};
     open.on_job_finished = [this] { Wake(); };
     Result<std::unique_ptr<FsTier>> tier = FsTier::Open(open);
     if (!tier.ok()) {

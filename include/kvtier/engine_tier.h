@@ -1,0 +1,101 @@
+// EngineTier: an FsTier driven by an inference engine's per-step
+// secondary-tier contract (vLLM's SecondaryTierManager, as called by its
+// TieringOffloadingManager: vllm-upstream-2026-11.md §2.3).
+//
+// The engine owns one region of host rows (vLLM's primary CPU tier: row i at
+// rows.data() + i * row_bytes) and names rows by slot index; jobs carry the
+// engine's own ids. Every call returns at once, never waiting for I/O:
+//
+//  * Lookup(key, request) answers from a verdict cache: kHit / kMiss once the
+//    key's existence check has finished, kRetry before that (the key joins
+//    this step's batch). FlushLookups() at the end of the step submits the
+//    batch as one asynchronous lookup job. A key is checked once while any
+//    request that asked for it lives (FinishRequest drops the request's
+//    interest); a failed load marks its failed keys kMiss, and a successful
+//    store marks its keys kHit, so a request never asks forever.
+//  * SubmitStore / SubmitLoad move rows by slot between the region and the
+//    block files (zero-copy: the region is registered with the ring).
+//  * PollFinished hands back exactly one EngineJobResult per submitted job,
+//    in completion order; loads report which keys succeeded (partial success).
+//  * Drain() waits until every submitted job has a result.
+//
+// Thread safety: every method may be called from any thread (one mutex guards
+// the caches; it is never held while the tier does I/O).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "kvtier/fs_tier.h"
+#include "kvtier/hashing.h"
+#include "kvtier/result.h"
+
+namespace kvtier {
+
+struct EngineTierOptions {
+  // The fs tier. row_bytes is the engine's row stride (padding included);
+  // registered_memory is set to `rows` by Open.
+  FsTierOpenOptions fs;
+  // The engine's rows (not owned; must outlive the tier, or at least its
+  // Shutdown). Its size is a whole number of rows.
+  std::span<uint8_t> rows;
+};
+
+enum class LookupVerdict : uint8_t { kMiss = 0, kHit = 1, kRetry = 2 };
+
+struct EngineJobResult {
+  int64_t job_id = 0;
+  bool is_load = false;
+  bool success = false;           // every key stored (or already present) / loaded
+  std::vector<uint32_t> ok_keys;  // loads that failed in part: indices of the keys that loaded
+  uint64_t bytes = 0;             // bytes moved (rows written or read)
+  double transfer_time_s = 0;     // from submission to the last key's completion
+};
+
+struct EngineTierStats {
+  uint64_t lookups_pending = 0;  // keys checked but not yet decided
+  uint64_t lookup_cache_keys = 0;
+  uint64_t jobs_in_flight = 0;
+};
+
+class EngineTier {
+ public:
+  // kInvalidArgument for an empty region or one that is not whole rows; else
+  // FsTier::Open's errors.
+  static Result<std::unique_ptr<EngineTier>> Open(EngineTierOptions options);
+  virtual ~EngineTier() = default;  // Shutdown()s
+
+  virtual LookupVerdict Lookup(const OffloadKey& key, std::string_view request_id) = 0;
+  // Submits the keys that Lookup() met since the last flush as one batch.
+  virtual Status FlushLookups() = 0;
+  // Drops `request_id`'s interest in the keys it looked up; keys no live
+  // request asked for leave the cache.
+  virtual void FinishRequest(std::string_view request_id) = 0;
+
+  // kInvalidArgument (nothing submitted) for keys and slots of different
+  // lengths, a slot outside the region, or a job id already in flight; a
+  // job that the tier refuses as a whole (shut down) still gets a failed result.
+  virtual Status SubmitStore(int64_t job_id, std::span<const OffloadKey> keys,
+                             std::span<const int64_t> slots) = 0;
+  virtual Status SubmitLoad(int64_t job_id, std::span<const OffloadKey> keys,
+                            std::span<const int64_t> slots) = 0;
+  // Appends the jobs finished since the last call; never blocks.
+  virtual size_t PollFinished(std::vector<EngineJobResult>* out) = 0;
+  // True while a job or a lookup batch has no result yet, or results wait
+  // to be polled.
+  virtual bool HasPendingWork() = 0;
+  // Blocks until every submitted job has a result (to be polled);
+  // kTimedOut after timeout_ms (0: no limit).
+  virtual Status Drain(uint32_t timeout_ms) = 0;
+  // Drains, then stops the tier: no I/O touches the rows afterwards, and
+  // every later call fails with kUnavailable (Lookup answers kMiss).
+  virtual void Shutdown() = 0;
+
+  virtual EngineTierStats Stats() = 0;
+  virtual FsTier& fs() = 0;
+};
+
+}  // namespace kvtier
