@@ -1,0 +1,238 @@
+"""Type stubs of kvtier's extension module (python/src/*.cc)."""
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from typing_extensions import Buffer
+
+class KvtierError(Exception):
+    """An error from kvtier: ``code`` is kvtier's status name (``invalid_argument``, ``not_found``,
+    ``corruption``, ``io_error``, ``no_space``, ``busy``, ``rejected``, ``unavailable``,
+    ``permission_denied``, ``timed_out``, ``internal``), ``errno`` the OS error (0 when none)."""
+
+    code: str
+    errno: int
+    message: str
+
+# ---- hashing and layout ------------------------------------------------------------------------
+
+def block_hashes(
+    tokens: Sequence[int],
+    *,
+    algo: str = "sha256",
+    block_size: int = 16,
+    seed: str | None = None,
+    lora_name: str | None = None,
+    cache_salt: str | None = None,
+    mm_features: Sequence[tuple[str, int, int]] = (),
+) -> list[bytes]:
+    """vLLM's chained block hashes of every full block of ``tokens`` (``algo``: sha256,
+    sha256_cbor, xxhash, xxhash_cbor). ``seed`` is NONE_HASH's seed; None resolves it as vLLM
+    does ($PYTHONHASHSEED, else "vllm-none-hash" for sha256, else random with a warning).
+    ``mm_features``: (identifier, offset, length) per multimodal item, sorted by offset."""
+
+def none_hash(algo: str = "sha256", seed: str | None = None) -> bytes:
+    """NONE_HASH, the chain's seed hash, resolved as in :func:`block_hashes`."""
+
+def chunk_keys(
+    block_hashes: Sequence[bytes],
+    *,
+    tokens_per_block: int = 16,
+    blocks_per_chunk: int = 1,
+    tokens_per_hash: int = 16,
+    group_idx: int = 0,
+) -> list[bytes]:
+    """vLLM's offload keys, one per complete chunk: the chunk's last block hash followed by
+    ``group_idx`` as 4 big-endian bytes."""
+
+def make_key(block_hash: bytes, group_idx: int = 0) -> bytes:
+    """vLLM's OffloadKey: ``block_hash`` (1-32 bytes) followed by ``group_idx`` (4 bytes, big-endian)."""
+
+class Namespace:
+    """A vLLM fs-tier namespace (vLLM's FileMapper fields): the directory ``<model>_<digest>``,
+    the exact bytes of its ``config.json`` and the path of each block file."""
+
+    def __init__(
+        self,
+        model_name: str,
+        *,
+        tokens_per_hash: int = 16,
+        blocks_per_file: int = 1,
+        tp_size: int = 1,
+        pp_size: int = 1,
+        pcp_size: int = 1,
+        dcp_size: int = 1,
+        rank: int = 0,
+        dtype: str = "bfloat16",
+        kv_cache_groups: Iterable[Mapping[str, Any]] | None = None,
+        inference_engine: str = "vllm",
+        parallel_agnostic: bool = True,
+        replicated_layout: bool = False,
+        canonical_format: str | None = None,
+        storage_format: str | None = None,
+    ) -> None:
+        """``kv_cache_groups``: [{"tokens_per_block": int, "layer_names": [str, ...]}, ...].
+        Raises KvtierError(invalid_argument) for an empty model name or a size out of range."""
+    @property
+    def digest(self) -> str: """12 lowercase hex characters."""
+    @property
+    def dir_name(self) -> str: """``<model with '/' -> '_'>_<digest>``."""
+    @property
+    def block_dir_name(self) -> str: """``<dir_name>_r<rank>``."""
+    @property
+    def canonical_json(self) -> str: """The bytes that are hashed into the digest."""
+    @property
+    def config_json(self) -> str: """The exact bytes of ``config.json``."""
+    @property
+    def config_path(self) -> str: """``<dir_name>/config.json``, relative to the root."""
+    @property
+    def rank(self) -> int: ...
+    @property
+    def blocks_per_file(self) -> int: ...
+    @property
+    def tokens_per_hash(self) -> int: ...
+    def block_path(self, key: bytes) -> str:
+        """``<dir>_r<rank>/<hhh>/<hh>_g<group>/<hash hex>.bin``, relative to the root."""
+
+# ---- tiers -------------------------------------------------------------------------------------
+
+class JobResult:
+    """One finished :class:`FsTier` job."""
+
+    job_id: int
+    kind: str  # "store", "load" or "lookup"
+    outcomes: list[str]  # per key: ok, skipped_exists, miss, corrupt, dropped, error
+    errors: list[str]  # per key: the error text, "" when none
+    ok_prefix: int  # leading keys that are "ok" (for loads: the prefix that can be used)
+
+class FsTier:
+    """A filesystem tier of vLLM-compatible block files driven by kvtier's io_uring engine.
+
+    ``config`` is one fs tier's keys as a dict or JSON text (``root_dir`` required; vLLM's keys
+    and kvtier's own, docs/config.md). Jobs return at once; buffers (memoryview, bytearray,
+    numpy arrays, CPU torch tensors; C-contiguous, ``row_bytes`` each) are used in place and
+    held until the job is returned by :meth:`poll` / :meth:`wait`. Stores write a temp file,
+    set the CRC32C xattr and rename; loads return a block only if its size and CRC32C match.
+    """
+
+    def __init__(self, namespace: Namespace, row_bytes: int, config: Mapping[str, Any] | str) -> None: ...
+    def submit_store(self, keys: Iterable[bytes], rows: Sequence[Buffer]) -> int: ...
+    def submit_load(self, keys: Iterable[bytes], rows: Sequence[Buffer]) -> int: ...
+    def submit_lookup(self, keys: Iterable[bytes]) -> int: ...
+    def poll(self) -> list[JobResult]:
+        """Jobs finished since the last call; never blocks."""
+    def wait(self, timeout_ms: int = 1000) -> list[JobResult]:
+        """Waits (GIL released) until a job finishes or ``timeout_ms`` passes, then polls."""
+    def wait_idle(self, timeout_ms: int = 30000) -> None:
+        """Waits (GIL released) until no job runs; KvtierError(timed_out) after ``timeout_ms``."""
+    def close(self) -> None:
+        """Waits for running jobs, stops the engine and releases every held buffer."""
+    def metrics(self) -> dict[str, int | float]: ...
+    def prometheus_text(self, tier_name: str = "fs0") -> str: ...
+    def block_path(self, key: bytes) -> str: """The absolute path of a key's block file."""
+    @property
+    def backend(self) -> str: """"io_uring" or "syscall"."""
+    @property
+    def o_direct(self) -> bool: ...
+    @property
+    def xattrs_supported(self) -> bool: ...
+    def __enter__(self) -> FsTier: ...
+    def __exit__(self, *exc: object) -> None: ...
+
+class EngineTier:
+    """An :class:`FsTier` driven by an engine's per-step secondary-tier contract over one region
+    of rows (``rows``: a writable C-contiguous buffer of whole ``row_bytes`` rows, held until
+    :meth:`shutdown`). Lookups answer from a verdict cache (0 miss, 1 hit, 2 retry) and are
+    checked in one batch per :meth:`flush_lookups`; jobs carry the engine's ids and name rows
+    by slot; every job yields exactly one result from :meth:`poll_finished`."""
+
+    def __init__(self, namespace: Namespace, rows: Buffer, row_bytes: int,
+                 config: Mapping[str, Any] | str) -> None: ...
+    def lookup(self, key: bytes, request_id: str) -> int: ...
+    def flush_lookups(self) -> None: ...
+    def finish_request(self, request_id: str) -> None: ...
+    def submit_store(self, job_id: int, keys: Iterable[bytes], slots: Any) -> None: ...
+    def submit_load(self, job_id: int, keys: Iterable[bytes], slots: Any) -> None: ...
+    def poll_finished(self) -> list[tuple[int, bool, bool, list[int], int, float]]:
+        """(job_id, is_load, success, indices of the keys that loaded when a load failed in
+        part, bytes moved, seconds from submission to completion) per finished job."""
+    def has_pending_work(self) -> bool: ...
+    def drain(self, timeout_ms: int = 0) -> None:
+        """Waits (GIL released) until every job has a result; 0: no limit."""
+    def shutdown(self) -> None:
+        """Drains, stops all I/O into the rows, and releases the rows' buffer."""
+    def stats(self) -> dict[str, int]: ...
+    def metrics(self) -> dict[str, int | float]: ...
+    def prometheus_text(self, tier_name: str = "fs0") -> str: ...
+    def block_path(self, key: bytes) -> str: ...
+    @property
+    def backend(self) -> str: ...
+    @property
+    def o_direct(self) -> bool: ...
+
+# ---- operators' tools --------------------------------------------------------------------------
+
+class NamespaceUsage:
+    dir: str
+    model: str
+    digest: str
+    has_config: bool
+    tokens_per_hash: int
+    blocks_per_file: int
+    tp_size: int
+    groups: int
+    dtype: str
+    ranks: list[int]
+    blocks: int
+    bytes: int
+    tmp_files: int
+    newest_activity: int
+    oldest_activity: int
+    live_leases: int
+
+class DuReport:
+    namespaces: list[NamespaceUsage]
+    total_bytes: int
+    total_blocks: int
+    files_scanned: int
+
+class Finding:
+    kind: str
+    path: str
+    rule: str
+    action: str
+    detail: str
+
+class FsckReport:
+    findings: list[Finding]
+    files_scanned: int
+    blocks_checked: int
+    blocks_verified: int
+    exit_code: int  # 0 clean, 1 repaired, 4 problems left (e2fsck's convention)
+
+class Reclaimed:
+    path: str
+    bytes: int
+    reason: str
+
+class GcReport:
+    dry_run: bool
+    reclaimed: list[Reclaimed]
+    bytes_reclaimed: int
+    files_scanned: int
+
+def du(root: str, *, jobs: int = 4, force: bool = False, tmp_grace_s: int = 3600) -> DuReport:
+    """Usage per namespace (``kvtier du``); never follows symlinks."""
+
+def fsck(root: str, *, repair: bool = False, verify_data: bool = False, row_bytes: int = 0, jobs: int = 4,
+         force: bool = False, tmp_grace_s: int = 3600) -> FsckReport:
+    """Findings that cite layout-spec/FORMAT.md rules (``kvtier fsck``); changes nothing without ``repair``."""
+
+def gc(root: str, *, older_than_s: int | None = None, max_bytes: int | None = None,
+       low_water_bytes: int | None = None, keep: Sequence[str] = (), dry_run: bool = False,
+       lease_ttl_s: int = 60, jobs: int = 4, force: bool = False, tmp_grace_s: int = 3600) -> GcReport:
+    """Reclaims idle namespaces, capacity, stale temp and corrupt files (``kvtier gc``)."""
+
+def config_check(config_json: str, *, gpu_block_size: int = 16) -> str:
+    """Validates a ``kv_connector_extra_config`` JSON and returns the effective config (defaults
+    filled in); KvtierError(invalid_argument) naming the key otherwise."""

@@ -1,0 +1,244 @@
+"""kvtier.vllm: ``KvtierFsTier``, kvtier's fs tier as an out-of-tree vLLM secondary tier.
+
+Add to vLLM's ``kv_connector_extra_config`` (``spec_name: "TieringOffloadingSpec"``)::
+
+    "secondary_tiers": [{"type": "KvtierFsTier", "module_path": "kvtier.vllm", "root_dir": "/mnt/pvc"}]
+
+vLLM's ``SecondaryTierFactory`` imports this module and builds the class with the tier's other
+keys: vLLM's fs-tier keys (``root_dir``, ``n_read_threads``, ``n_write_threads``,
+``enable_kv_events``, ``locality``, ``backpressure``) and kvtier's own (docs/config.md); an
+unknown key or a broken rule raises ``kvtier.KvtierError`` naming the key. Blocks, paths and
+``config.json`` are vLLM's, so vLLM's own ``"type": "fs"`` tier on the same root reads what this
+tier writes, and the reverse.
+
+All the work is in kvtier's C++ ``EngineTier``: the io_uring engine moves rows straight between
+the block files and vLLM's primary rows (registered with the ring once), lookups are answered
+from a verdict cache and checked in one asynchronous batch per scheduler step, and every job
+yields exactly one ``JobResult``. This module only translates vLLM's types. It works with the
+interface at vLLM commit 7cfb97e33791 and with later upstream (``backpressure_detector``
+argument, ``TransferJob.chunk_ids``, ``JobResult.transfer_bytes``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from collections.abc import Collection, Iterable
+from typing import TYPE_CHECKING, Any, ClassVar
+
+try:
+    import vllm.v1.kv_offload.tiering.base  # noqa: F401
+except ImportError as exc:  # kvtier itself does not need vLLM; this module is vLLM's plug-in
+    raise ImportError(
+        "kvtier.vllm is a secondary tier for vLLM's TieringOffloadingSpec and needs vLLM "
+        f"(vllm.v1.kv_offload.tiering) importable in this interpreter: {exc}"
+    ) from exc
+
+from vllm.v1.kv_offload.base import (
+    Locality,
+    LookupResult,
+    Medium,
+    OffloadingCounterMetadata,
+    OffloadingEvent,
+    OffloadingGaugeMetadata,
+    OffloadingMetricMetadata,
+    OffloadKey,
+    ReqContext,
+    RequestOffloadingContext,
+    ScheduleEndContext,
+)
+from vllm.v1.kv_offload.tiering.base import JobResult, SecondaryTierManager, TransferJob
+
+import kvtier
+
+if TYPE_CHECKING:
+    from vllm.distributed.kv_transfer.kv_connector.v1.offloading.metrics import OffloadingConnectorStats
+    from vllm.v1.kv_offload.base import OffloadingSpec
+
+__all__ = ["KvtierFsTier"]
+
+# EngineTier.lookup's answers, by value (0 miss, 1 hit, 2 retry).
+_VERDICTS = (LookupResult.MISS, LookupResult.HIT, LookupResult.RETRY)
+# Interface drift (vllm-upstream-2026-11.md §2.4), decided once at import.
+_BASE_TAKES_DETECTOR = "backpressure_detector" in inspect.signature(SecondaryTierManager.__init__).parameters
+_RESULT_HAS_BYTES = "transfer_bytes" in {f.name for f in dataclasses.fields(JobResult)}
+
+_COUNTERS = {  # metric name -> (FsTier metrics() field, scale, documentation)
+    "kvtier:fs_rows_corrupt": ("rows_corrupt", 1, "Block files kvtier refused (wrong size or CRC32C) and removed."),
+    "kvtier:fs_rows_dropped": ("rows_dropped", 1, "Stores kvtier dropped under backpressure or a full queue."),
+    "kvtier:fs_store_errors": ("store_errors", 1, "Stores that failed with an I/O error or deadline."),
+    "kvtier:fs_load_errors": ("load_errors", 1, "Loads that failed with an I/O error or deadline."),
+    "kvtier:fs_lookup_errors": ("lookup_errors", 1, "Existence checks that failed with an I/O error."),
+    "kvtier:fs_checksum_seconds": ("checksum_ns", 1e-9, "CPU seconds spent on CRC32C, stores and loads."),
+}
+_GAUGES = {
+    "kvtier:fs_read_queue_depth": ("read_queue_depth", "Loads and lookups queued in kvtier's engine."),
+    "kvtier:fs_write_queue_depth": ("write_queue_depth", "Stores queued in kvtier's engine."),
+    "kvtier:fs_backpressure_active": ("backpressure_active", "1 while kvtier drops stores for latency."),
+}
+_LABELS = ("tier",)
+
+
+def _namespace(spec: OffloadingSpec) -> kvtier.Namespace:
+    """The namespace vLLM's fs tier uses for this spec (FileMapper.from_offloading_spec with
+    blocks_per_file = blocks_per_chunk and parallel_agnostic requested)."""
+    config = spec.config
+    parallel = config.parallel
+    canonical = None
+    if config.canonical_layout:
+        from vllm.distributed.kv_transfer.kv_connector.v1.offloading.canonical_mapping import canonical_format_id
+
+        canonical = canonical_format_id()
+    return kvtier.Namespace(
+        config.model.name,
+        tokens_per_hash=config.cache.tokens_per_hash,
+        blocks_per_file=spec.blocks_per_chunk,
+        tp_size=parallel.tp_size,
+        pp_size=parallel.pp_size,
+        pcp_size=parallel.pcp_size,
+        dcp_size=parallel.dcp_size,
+        rank=parallel.rank,
+        dtype=str(config.model.dtype),
+        kv_cache_groups=[
+            {"tokens_per_block": g.tokens_per_block, "layer_names": list(g.layer_names)} for g in config.groups
+        ],
+        parallel_agnostic=bool(parallel.is_parallelism_agnostic or config.replicated_layout),
+        replicated_layout=bool(config.replicated_layout),
+        canonical_format=canonical,
+    )
+
+
+class KvtierFsTier(SecondaryTierManager):
+    """vLLM secondary tier on kvtier's io_uring fs tier (see the module docstring)."""
+
+    medium: ClassVar[Medium] = Medium.STORAGE
+
+    def __init__(
+        self,
+        offloading_spec: OffloadingSpec,
+        primary_kv_view: memoryview,
+        tier_type: str,
+        backpressure_detector: Any = None,
+        **tier_keys: Any,
+    ) -> None:
+        if _BASE_TAKES_DETECTOR:
+            super().__init__(offloading_spec, primary_kv_view, tier_type, backpressure_detector=backpressure_detector)
+        else:
+            super().__init__(offloading_spec, primary_kv_view, tier_type)
+        self.backpressure_detector = backpressure_detector
+        locality = tier_keys.get("locality")
+        self.locality = Locality(locality) if locality is not None else None
+        self.root_dir = tier_keys.get("root_dir")
+        assert primary_kv_view.strides is not None, "primary_kv_view.strides cannot be None"
+        self._row_bytes: int = primary_kv_view.strides[0]
+        self._tier = kvtier.EngineTier(_namespace(offloading_spec), primary_kv_view, self._row_bytes, tier_keys)
+        self._label = (f"{tier_type}:{self.root_dir}",)
+        self._events: list[OffloadingEvent] | None = None
+        if tier_keys.get("enable_kv_events") and offloading_spec.kv_events_config.enable_kv_cache_events:
+            self._events = []
+        self._store_keys: dict[int, list[OffloadKey]] = {}  # only while events are on
+        self._load_keys: dict[int, list[OffloadKey]] = {}  # to name the keys of a partial load
+        self._last_metrics = self._tier.metrics()
+
+    # ---- per-step contract ----------------------------------------------------------------------
+
+    def on_new_request(self, req_context: ReqContext) -> RequestOffloadingContext:
+        return RequestOffloadingContext()
+
+    def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
+        return _VERDICTS[self._tier.lookup(key, req_context.req_id)]
+
+    def on_schedule_end(self, context: ScheduleEndContext) -> None:
+        self._tier.flush_lookups()
+
+    def on_request_finished(self, req_context: ReqContext) -> None:
+        self._tier.finish_request(req_context.req_id)
+
+    def submit_store(self, job_metadata: TransferJob) -> None:
+        keys = list(job_metadata.keys)
+        if self._events is not None:
+            self._store_keys[job_metadata.job_id] = keys
+        self._tier.submit_store(job_metadata.job_id, keys, _chunk_ids(job_metadata))
+
+    def submit_load(self, job_metadata: TransferJob) -> None:
+        keys = list(job_metadata.keys)
+        self._load_keys[job_metadata.job_id] = keys
+        self._tier.submit_load(job_metadata.job_id, keys, _chunk_ids(job_metadata))
+
+    def get_finished_jobs(self) -> Iterable[JobResult]:
+        results = []
+        for job_id, is_load, success, ok_indices, nbytes, seconds in self._tier.poll_finished():
+            successful = None
+            if is_load:
+                keys = self._load_keys.pop(job_id)
+                if not success and ok_indices:
+                    successful = tuple(keys[i] for i in ok_indices)
+            else:
+                self._note_stored(job_id, success)
+            result = JobResult(job_id=job_id, success=success, successful_keys=successful, transfer_time=seconds)
+            if _RESULT_HAS_BYTES:
+                result.transfer_bytes = nbytes
+            results.append(result)
+        return results
+
+    def has_pending_work(self) -> bool:
+        return self._tier.has_pending_work()
+
+    def drain_jobs(self) -> None:
+        self._tier.drain(0)
+
+    def take_events(self) -> Iterable[OffloadingEvent]:
+        if self._events:
+            events, self._events = self._events, []
+            yield from events
+
+    def touch(self, keys: Collection[OffloadKey], req_context: ReqContext) -> None:
+        return  # the fs tier keeps no eviction order (gc reclaims by age and capacity)
+
+    def shutdown(self) -> None:
+        """Drains, stops all I/O into the primary rows and releases them, so vLLM can unmap."""
+        self._tier.shutdown()
+
+    # ---- metrics --------------------------------------------------------------------------------
+
+    @classmethod
+    def build_metric_definitions(cls, extra_config: dict[str, Any]) -> dict[str, OffloadingMetricMetadata]:
+        metrics: dict[str, OffloadingMetricMetadata] = {
+            name: OffloadingCounterMetadata(documentation=doc, labelnames=_LABELS)
+            for name, (_, _, doc) in _COUNTERS.items()
+        }
+        metrics.update(
+            {name: OffloadingGaugeMetadata(documentation=doc, labelnames=_LABELS) for name, (_, doc) in _GAUGES.items()}
+        )
+        return metrics
+
+    def get_stats(self) -> OffloadingConnectorStats | None:
+        from vllm.distributed.kv_transfer.kv_connector.v1.offloading.metrics import OffloadingConnectorStats
+
+        now = self._tier.metrics()
+        stats = OffloadingConnectorStats()
+        for name, (field, scale, _) in _COUNTERS.items():
+            delta = now[field] - self._last_metrics[field]
+            if delta:
+                stats.increase_counter(name, delta * scale, self._label)
+        for name, (field, _) in _GAUGES.items():
+            stats.set_gauge(name, now[field], self._label)
+        self._last_metrics = now
+        return stats
+
+    def prometheus_text(self) -> str:
+        """kvtier's own full metric set (docs/metrics.md) in Prometheus text format."""
+        return self._tier.prometheus_text("fs0")
+
+    # ---- helpers --------------------------------------------------------------------------------
+
+    def _note_stored(self, job_id: int, success: bool) -> None:
+        keys = self._store_keys.pop(job_id, None)
+        if self._events is not None and success and keys:
+            self._events.append(OffloadingEvent(keys=keys, medium=self.medium, removed=False, locality=self.locality))
+
+
+def _chunk_ids(job: TransferJob) -> Any:
+    """The primary slots of a job: ``chunk_ids`` on newer vLLM, ``block_ids`` at 7cfb97e."""
+    ids = getattr(job, "chunk_ids", None)
+    return job.block_ids if ids is None else ids

@@ -1,0 +1,61 @@
+// Shared glue of the kvtier Python module: kvtier.KvtierError from a Status,
+// OffloadKey <-> bytes (vLLM's OffloadKey: block hash || group index as a
+// 4-byte big-endian integer), and zero-copy access to caller buffers.
+#pragma once
+
+#include <Python.h>
+#include <pybind11/pybind11.h>
+
+#include <string_view>
+#include <vector>
+
+#include "kvtier/hashing.h"
+#include "kvtier/result.h"
+#include "kvtier/status.h"
+
+namespace kvtier::py {
+
+namespace pb = pybind11;
+
+// Creates kvtier.KvtierError (an Exception with .code, .errno and .message).
+void RegisterError(pb::module_& m);
+// Raises kvtier.KvtierError carrying `status` (code name, errno, message).
+[[noreturn]] void ThrowStatus(const Status& status);
+inline void ThrowIfError(const Status& status) {
+  if (!status.ok()) ThrowStatus(status);
+}
+template <class T>
+T Unwrap(Result<T> result) {
+  if (!result.ok()) ThrowStatus(result.status());
+  return std::move(result).value();
+}
+
+// vLLM's OffloadKey bytes: 1..32 bytes of block hash, then the group index.
+OffloadKey KeyFromBytes(std::string_view bytes);
+pb::bytes KeyToBytes(const OffloadKey& key);
+std::vector<OffloadKey> KeysFromList(const pb::iterable& keys);
+
+// A held buffer export (PEP 3118) of a C-contiguous byte buffer: memoryview,
+// bytearray, numpy array, or a CPU torch tensor (through its zero-copy numpy
+// view). Release() (or destruction) needs the GIL.
+class HeldBuffer {
+ public:
+  HeldBuffer() = default;
+  HeldBuffer(const pb::handle& obj, bool writable);
+  HeldBuffer(HeldBuffer&& other) noexcept;
+  HeldBuffer& operator=(HeldBuffer&& other) noexcept;
+  HeldBuffer(const HeldBuffer&) = delete;
+  HeldBuffer& operator=(const HeldBuffer&) = delete;
+  ~HeldBuffer() { Release(); }
+
+  void Release();
+  uint8_t* data() const { return static_cast<uint8_t*>(view_.buf); }
+  size_t size() const { return held_ ? static_cast<size_t>(view_.len) : 0; }
+
+ private:
+  Py_buffer view_{};
+  bool held_ = false;
+  pb::object owner_;  // the numpy view of a torch tensor, kept alive with the export
+};
+
+}  // namespace kvtier::py

@@ -1,0 +1,234 @@
+"""kvtier.vllm.KvtierFsTier under vLLM's own code (../shared/vllm: factory, tiering manager,
+CPU primary and fs tier, verbatim at 7cfb97e33791).
+
+Proves: vLLM's SecondaryTierFactory builds the tier from `module_path`; vLLM's selftest script
+passes with it; blocks stored through KvtierFsTier are found and loaded byte-exact by vLLM's own
+"fs" tier on the same root, and the reverse, with the same namespace and files; a corrupt block
+is never promoted and the prefix before it is kept (partial success); unknown keys are refused;
+the newer upstream interface (backpressure_detector, chunk_ids, transfer_bytes) works; drain_jobs
+leaves every job with exactly one result; kvtier's metrics reach vLLM's stats.
+Skips (one line saying why) where ../shared/vllm is absent.
+"""
+
+import dataclasses
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import kvtier
+
+SALT = uuid.uuid4().hex[:8]
+
+
+@pytest.fixture(scope="module")
+def h(vllm_tree):
+    import vllm_harness
+
+    return vllm_harness
+
+
+def prompts(h, n, salt=SALT):
+    return [h.chunk_keys(i, salt) for i in range(n)]
+
+
+def block_files(root):
+    return sorted(str(p.relative_to(root)) for p in Path(root).rglob("*.bin"))
+
+
+def test_factory_resolves_module_path(h, tmp_path):
+    from vllm.v1.kv_offload.tiering.factory import SecondaryTierFactory
+
+    cfg = h.kvtier_tier(tmp_path)
+    assert SecondaryTierFactory.get_tier_class(cfg) is kvtier.vllm.KvtierFsTier
+    defs = kvtier.vllm.KvtierFsTier.build_metric_definitions(cfg)  # before any instance, as the API server
+    assert "kvtier:fs_rows_corrupt" in defs
+    eng = h.Engine([cfg])
+    try:
+        assert isinstance(eng.tiers[0], kvtier.vllm.KvtierFsTier)
+        assert eng.tiers[0]._tier.backend in ("io_uring", "syscall")
+    finally:
+        eng.shutdown()
+
+
+@pytest.mark.parametrize("tier", ["KvtierFsTier", "fs"])
+def test_vllm_selftest_script(vllm_tree, tmp_path, tier):
+    script = Path(os.environ.get("KVTIER_SHARED_DIR", Path(__file__).resolve().parents[3] / "shared"))
+    script = script / "vllm" / "selftest_manager.py"
+    args = [sys.executable, str(script), str(tmp_path / "root"), "--tier-type", tier]
+    if tier == "KvtierFsTier":
+        args += ["--module-path", "kvtier.vllm"]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(vllm_tree)] + sys.path))
+    proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and "FAIL" not in proc.stdout, proc.stdout + proc.stderr
+    assert "10/10 checks pass" in proc.stdout, proc.stdout
+
+
+@pytest.mark.parametrize("writer,reader", [("kvtier", "vllm"), ("vllm", "kvtier")])
+def test_blocks_shared_both_ways(h, tmp_path, writer, reader):
+    make = {"kvtier": h.kvtier_tier, "vllm": h.vllm_tier}
+    ps = prompts(h, 3, f"{SALT}-{writer}")
+    w = h.Engine([make[writer](tmp_path)])
+    try:
+        w.store_prompts(ps)
+    finally:
+        w.shutdown()
+    files = block_files(tmp_path)
+    assert len(files) == 12
+    r = h.Engine([make[reader](tmp_path)])
+    try:
+        for keys in ps:
+            n, data = r.fetch(keys)
+            assert n == len(keys), f"{reader} found {n}/{len(keys)} chunks {writer} stored"
+            assert data == [h.content(k) for k in keys], "rows differ from the bytes stored"
+        assert block_files(tmp_path) == files, "the reader wrote or removed block files"
+        configs = list(Path(tmp_path).glob("*/config.json"))
+        assert len(configs) == 1, f"both tiers must use one namespace, found {configs}"
+    finally:
+        r.shutdown()
+
+
+def test_same_paths_as_vllm_file_mapper(h, tmp_path):
+    eng = h.Engine([h.kvtier_tier(tmp_path / "a"), h.vllm_tier(tmp_path / "b")])
+    try:
+        ours, theirs = eng.tiers
+        for key in prompts(h, 1)[0]:
+            rel = os.path.relpath(theirs.file_mapper.get_file_name(key), tmp_path / "b")
+            assert ours._tier.block_path(key) == str(tmp_path / "a" / rel)
+        ps = prompts(h, 2, SALT + "-paths")
+        eng.store_prompts(ps)
+        assert block_files(tmp_path / "a") == block_files(tmp_path / "b")
+        a = next((tmp_path / "a").glob("*/config.json")).read_bytes()
+        b = next((tmp_path / "b").glob("*/config.json")).read_bytes()
+        assert a == b
+    finally:
+        eng.shutdown()
+
+
+def test_corrupt_block_keeps_the_prefix(h, tmp_path):
+    ps = prompts(h, 3, SALT + "-corrupt")
+    eng = h.Engine([h.kvtier_tier(tmp_path)])
+    try:
+        eng.store_prompts(ps)  # 12 chunks through 8 rows: prompt 0 now lives only on disk
+        tier = eng.tiers[0]
+        bad = tier._tier.block_path(ps[0][2])
+        with open(bad, "r+b") as f:
+            f.seek(10)
+            f.write(b"\x00\xff")
+        n, data = eng.fetch(ps[0])
+        assert n == 2, f"expected the 2 chunks before the corrupt one, got {n}"
+        assert data == [h.content(k) for k in ps[0][:2]]
+        assert not os.path.exists(bad), "the corrupt block file is removed"
+        eng.idle()
+        stats = eng.m.get_stats()
+        corrupt = stats.data["data"].get("kvtier:fs_rows_corrupt", {})
+        assert sum(corrupt.values()) == 1, stats.data
+    finally:
+        eng.shutdown()
+
+
+def test_unknown_key_refused(h, tmp_path):
+    with pytest.raises(kvtier.KvtierError) as e:
+        h.Engine([h.kvtier_tier(tmp_path, n_read_thread=4)])
+    assert e.value.code == "invalid_argument" and "n_read_thread" in e.value.message
+
+
+def test_kvtier_keys_accepted(h, tmp_path):
+    eng = h.Engine([h.kvtier_tier(tmp_path, durability="file", io_timeout_ms=5000, stores_while_loading_max=1,
+                                  n_read_threads=4, n_write_threads=4, locality="LOCAL",
+                                  backpressure={"backpressure_cls": "EMABackpressureDetector"})])
+    try:
+        eng.store_prompts(prompts(h, 1, SALT + "-keys"))
+        assert len(block_files(tmp_path)) == 4
+    finally:
+        eng.shutdown()
+
+
+@dataclasses.dataclass
+class UpstreamJob:  # TransferJob after vLLM #52615: chunk_ids instead of block_ids
+    job_id: int
+    keys: list
+    chunk_ids: np.ndarray
+    is_promotion: bool
+    req_context: object
+    submit_time: float = 0.0
+
+
+def test_upstream_interface(h, tmp_path, monkeypatch):
+    from vllm.v1.kv_offload.base import ReqContext
+    from vllm.v1.kv_offload.tiering.base import JobResult
+
+    @dataclasses.dataclass
+    class NewJobResult(JobResult):  # JobResult after vLLM #50045
+        transfer_bytes: int | None = None
+
+    monkeypatch.setattr(kvtier.vllm, "JobResult", NewJobResult)
+    monkeypatch.setattr(kvtier.vllm, "_RESULT_HAS_BYTES", True)
+    eng = h.Engine([h.vllm_tier(tmp_path / "host")])
+    try:
+        tier = kvtier.vllm.KvtierFsTier(eng.spec, eng.view, "KvtierFsTier", backpressure_detector=None,
+                                        root_dir=str(tmp_path / "t"))
+        rows = np.asarray(eng.view)
+        keys = prompts(h, 1, SALT + "-up")[0]
+        for i, k in enumerate(keys):
+            rows[i] = np.frombuffer(h.content(k), dtype=np.int8)
+        ctx = ReqContext(req_id="up")
+        tier.submit_store(UpstreamJob(41, keys, np.arange(4), False, ctx))
+        tier.drain_jobs()
+        (res,) = tier.get_finished_jobs()
+        assert (res.job_id, res.success, res.transfer_bytes) == (41, True, 4 * h.ROW)
+        rows[4:8] = 0
+        tier.submit_load(UpstreamJob(42, keys, np.arange(4, 8), True, ctx))
+        tier.drain_jobs()
+        (res,) = tier.get_finished_jobs()
+        assert (res.job_id, res.success, res.transfer_bytes) == (42, True, 4 * h.ROW)
+        assert [rows[4 + i].tobytes() for i in range(4)] == [h.content(k) for k in keys]
+        del rows
+        tier.shutdown()
+    finally:
+        eng.shutdown()
+
+
+def test_drain_gives_every_job_one_result(h, tmp_path):
+    from vllm.v1.kv_offload.base import ReqContext
+    from vllm.v1.kv_offload.tiering.base import TransferJob
+
+    eng = h.Engine([h.vllm_tier(tmp_path / "host")])
+    try:
+        tier = kvtier.vllm.KvtierFsTier(eng.spec, eng.view, "KvtierFsTier", root_dir=str(tmp_path / "t"))
+        ctx = ReqContext(req_id="drain")
+        ids = list(range(100, 140))
+        for j in ids:
+            keys = prompts(h, 1, f"{SALT}-drain-{j}")[0][:2]
+            tier.submit_store(TransferJob(j, keys, np.array([j % 8, (j + 1) % 8]), False, ctx))
+        tier.drain_jobs()
+        got = [r.job_id for r in tier.get_finished_jobs()]
+        assert sorted(got) == ids and tier.get_finished_jobs() == []
+        assert not tier.has_pending_work()
+        tier.shutdown()
+    finally:
+        eng.shutdown()
+
+
+def test_restart_finds_blocks(h, tmp_path):
+    ps = prompts(h, 2, SALT + "-restart")
+    first = h.Engine([h.kvtier_tier(tmp_path)])
+    try:
+        first.store_prompts(ps)
+    finally:
+        first.shutdown()
+    second = h.Engine([h.kvtier_tier(tmp_path)])
+    try:
+        for keys in ps:
+            n, data = second.fetch(keys)
+            assert n == 4 and data == [h.content(k) for k in keys]
+        t0 = time.monotonic()
+        second.idle()
+        assert time.monotonic() - t0 < 30
+    finally:
+        second.shutdown()
