@@ -92,6 +92,7 @@ void RegisterBenchFs(CLI::App* bench, CliContext* ctx) {
                   "Stores running at once while loads are active (the tier's stores_while_loading_max; 0: no cap)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  AddKvGroupFlags(cmd, &o.kv_groups);
   cmd->callback([flags, ctx] { ctx->exit_code = RunBenchFsCommand(*flags); });
 }
 
@@ -171,6 +172,7 @@ void RegisterBenchTiers(CLI::App* bench, CliContext* ctx) {
                   "device 0 when a GPU is present, else the stand-in)");
   cmd->add_option("--model", o.model,
                   "Model name of the fs namespace (default: kvtier-bench/tiers-<row bytes>)");
+  AddKvGroupFlags(cmd, &o.kv_groups);
   cmd->add_flag("--json", flags->json, "Machine-readable output");
   cmd->add_flag("--keep", o.keep, "Leave the benchmark's files in place");
   // The load phase re-executes this binary with --phase load; not for users.

@@ -36,6 +36,9 @@ struct HashFlags {
   std::optional<std::string> salt;
   bool json = false;
   bool explain = false;
+  // Whether --hash-block-size / --blocks-per-chunk were given (not defaults).
+  bool hash_block_size_given = false;
+  bool blocks_per_chunk_given = false;
 };
 
 Result<std::string> ReadAll(const std::string& path) {
@@ -97,6 +100,31 @@ Result<std::optional<NamespaceSpec>> NamespaceFromFlags(const HashFlags& f) {
   return std::optional<NamespaceSpec>(std::move(spec));
 }
 
+// A namespace read from a config.json fixes the hash granularity
+// (tokens_per_hash) and the chunk size (blocks_per_file): vLLM wrote the
+// files under exactly those. A flag that says otherwise is an error naming
+// both values; one that agrees is accepted.
+Status TakeChunkingFromNamespace(const HashFlags& f, const NamespaceSpec& ns, HashQuery* q) {
+  const std::string file = "--namespace-config " + f.namespace_config;
+  if (ns.tokens_per_hash < 1 || ns.tokens_per_hash > UINT32_MAX) {
+    return InvalidArgument(file + ": tokens_per_hash " + std::to_string(ns.tokens_per_hash) + " is out of range");
+  }
+  if (ns.blocks_per_file < 1 || ns.blocks_per_file > UINT32_MAX) {
+    return InvalidArgument(file + ": blocks_per_file " + std::to_string(ns.blocks_per_file) + " is out of range");
+  }
+  if (f.hash_block_size_given && f.hash_block_size != ns.tokens_per_hash) {
+    return InvalidArgument("--hash-block-size " + std::to_string(f.hash_block_size) + " contradicts tokens_per_hash " +
+                           std::to_string(ns.tokens_per_hash) + " in " + file + " (drop the flag: the file decides)");
+  }
+  if (f.blocks_per_chunk_given && f.blocks_per_chunk != ns.blocks_per_file) {
+    return InvalidArgument("--blocks-per-chunk " + std::to_string(f.blocks_per_chunk) + " contradicts blocks_per_file " +
+                           std::to_string(ns.blocks_per_file) + " in " + file + " (drop the flag: the file decides)");
+  }
+  q->hash_block_size = static_cast<uint32_t>(ns.tokens_per_hash);
+  q->blocks_per_chunk = static_cast<uint32_t>(ns.blocks_per_file);
+  return Status::Ok();
+}
+
 Result<HashQuery> QueryFromFlags(const HashFlags& f) {
   if (!f.input.empty()) {
     KVTIER_ASSIGN_OR_RETURN(std::string text, ReadAll(f.input));
@@ -118,6 +146,7 @@ Result<HashQuery> QueryFromFlags(const HashFlags& f) {
   q.extras.cache_salt = f.salt;
   KVTIER_ASSIGN_OR_RETURN(q.ns, NamespaceFromFlags(f));
   q.blocks_per_chunk = f.blocks_per_chunk;
+  if (!f.namespace_config.empty()) KVTIER_RETURN_IF_ERROR(TakeChunkingFromNamespace(f, *q.ns, &q));
   q.group_idx = f.group;
   q.root_dir = f.root;
   q.explain = f.explain;
@@ -154,12 +183,18 @@ void RegisterHashCommand(CLI::App* app, CliContext* ctx) {
   cmd->add_flag("--no-seed", flags->no_seed, "Act as if PYTHONHASHSEED were unset");
   cmd->add_option("--tokens", flags->tokens, "Comma-separated token ids");
   cmd->add_option("--tokens-file", flags->tokens_file, "A JSON list of token ids ('-' for stdin)");
-  cmd->add_option("--hash-block-size", flags->hash_block_size, "Tokens per hash (vLLM tokens_per_hash)")->capture_default_str();
+  cmd->add_option("--hash-block-size", flags->hash_block_size,
+                  "Tokens per hash (vLLM tokens_per_hash; with --namespace-config the file's, and a different "
+                  "value is an error)")
+      ->capture_default_str();
   cmd->add_option("--model", flags->model, "Model name as the engine was given it (enables paths)");
   cmd->add_option("--dtype", flags->dtype, "KV cache dtype")->capture_default_str();
   cmd->add_option("--num-layers", flags->num_layers, "Attention layers in the single KV group")->capture_default_str();
   cmd->add_option("--layer-name-template", flags->layer_template, "Layer name; {} is the index")->capture_default_str();
-  cmd->add_option("--blocks-per-chunk", flags->blocks_per_chunk, "GPU blocks per offloaded chunk")->capture_default_str();
+  cmd->add_option("--blocks-per-chunk", flags->blocks_per_chunk,
+                  "GPU blocks per offloaded chunk (with --namespace-config the file's blocks_per_file, and a "
+                  "different value is an error)")
+      ->capture_default_str();
   cmd->add_option("--group", flags->group, "KV-cache group index")->capture_default_str();
   cmd->add_option("--tp", flags->tp, "Tensor-parallel size (with --not-parallel-agnostic)");
   cmd->add_option("--pp", flags->pp, "Pipeline-parallel size");
@@ -167,7 +202,9 @@ void RegisterHashCommand(CLI::App* app, CliContext* ctx) {
   cmd->add_option("--dcp", flags->dcp, "Decode context-parallel size");
   cmd->add_option("--rank", flags->rank, "Rank for the _r<rank> directory");
   cmd->add_flag("--not-parallel-agnostic", flags->not_agnostic, "The namespace records tp/pp/pcp/dcp and rank");
-  cmd->add_option("--namespace-config", flags->namespace_config, "Take the namespace from an existing config.json");
+  cmd->add_option("--namespace-config", flags->namespace_config,
+                  "Take the namespace from an existing config.json, with its tokens_per_hash, blocks_per_file "
+                  "and groups' tokens_per_block (one path per chunk)");
   cmd->add_option("--root", flags->root, "root_dir: print absolute paths and whether each file exists");
   cmd->add_option("--lora-name", flags->lora, "LoRA adapter name");
   cmd->add_option("--cache-salt", flags->salt, "Request cache_salt");
@@ -175,8 +212,16 @@ void RegisterHashCommand(CLI::App* app, CliContext* ctx) {
   cmd->add_flag("--explain", flags->explain, "Include each block's serialized input (with --json)");
   cmd->get_option("--tokens")->excludes(cmd->get_option("--tokens-file"));
   cmd->get_option("--input")->excludes(cmd->get_option("--tokens"))->excludes(cmd->get_option("--tokens-file"));
-  cmd->get_option("--model")->excludes(cmd->get_option("--namespace-config"));
-  cmd->callback([flags, ctx] { ctx->exit_code = RunHash(*flags); });
+  // The file defines the namespace: flags that would define another one are refused.
+  for (const char* name : {"--model", "--dtype", "--num-layers", "--layer-name-template", "--tp", "--pp", "--pcp",
+                           "--dcp", "--not-parallel-agnostic"}) {
+    cmd->get_option(name)->excludes(cmd->get_option("--namespace-config"));
+  }
+  cmd->callback([flags, ctx, cmd] {
+    flags->hash_block_size_given = cmd->get_option("--hash-block-size")->count() > 0;
+    flags->blocks_per_chunk_given = cmd->get_option("--blocks-per-chunk")->count() > 0;
+    ctx->exit_code = RunHash(*flags);
+  });
 }
 
 }  // namespace kvtier::internal

@@ -71,6 +71,7 @@ std::vector<std::string> WorkerArgv(const ReplayFlags& f, uint32_t instance, int
                                    std::to_string(o.prefill_tokens_per_s), "--model", o.model, "--device",
                                    std::to_string(ResolveDevice(o.device))};
   if (!f.config_path.empty()) argv.insert(argv.end(), {"--config", f.config_path});
+  for (std::string& arg : KvGroupArgs(o.kv_groups)) argv.push_back(std::move(arg));
   if (!f.trace_path.empty()) {
     argv.insert(argv.end(), {"--trace", f.trace_path});
   } else {
@@ -146,6 +147,8 @@ Status WritePlot(const std::string& path, const std::vector<PhaseReport>& phases
 
 int RunReplayCommand(ReplayFlags& f) {
   Status config = LoadConfig(&f);
+  // Bad --layers / --kv-groups: one message here, not one per instance.
+  if (config.ok()) config = KvGroupsFromFlags(f.options.kv_groups, f.options.gpu_block_tokens).status();
   Result<Trace> trace = config.ok() ? LoadTrace(f) : Result<Trace>(config);
   if (!trace.ok()) {
     std::fprintf(stderr, "kvtier replay: %s\n", trace.status().ToString().c_str());
@@ -198,6 +201,7 @@ void RegisterReplayCommand(CLI::App* app, CliContext* ctx) {
   cmd->add_option("--prefill-tokens-per-s", f->options.prefill_tokens_per_s, "Prefill speed for the TTFT estimate")
       ->capture_default_str();
   cmd->add_option("--model", f->options.model, "Model name (names the namespace)")->capture_default_str();
+  AddKvGroupFlags(cmd, &f->options.kv_groups);
   cmd->add_option("--device", f->options.device,
                   "CUDA device of the simulated GPU pool; -1: host memory (the host stand-in); default: "
                   "device 0 when a GPU is present, else the stand-in");

@@ -8,6 +8,8 @@ class App;
 
 namespace kvtier::internal {
 
+struct KvGroupFlags;
+
 struct CliContext {
   int exit_code = 0;
 };
@@ -22,5 +24,9 @@ void RegisterBenchCommand(CLI::App* app, CliContext* ctx);
 void RegisterOpsCommands(CLI::App* app, CliContext* ctx);
 // kvtier replay: a serving trace through the whole stack.
 void RegisterReplayCommand(CLI::App* app, CliContext* ctx);
+
+// --layers N and --kv-groups FILE.json (the model's KV-cache groups, which
+// name the fs namespace) on a command that writes one (src/cli/kv_groups.h).
+void AddKvGroupFlags(CLI::App* cmd, KvGroupFlags* flags);
 
 }  // namespace kvtier::internal

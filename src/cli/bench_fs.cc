@@ -338,6 +338,16 @@ void CollectErrors(const Lane& lane, BenchFsResult* r) {
   if (r->first_error.empty()) r->first_error = lane.first_error;
 }
 
+// The benchmark's own model name (one per row size) with the model's
+// KV-cache groups: the namespace vLLM would use for that model.
+Result<NamespaceSpec> BenchFsNamespaceSpec(const BenchFsOptions& o) {
+  NamespaceSpec spec;
+  spec.model_name = "kvtier-bench/fs-" + std::to_string(o.row_bytes);
+  KVTIER_ASSIGN_OR_RETURN(std::vector<KvCacheGroupSpec> groups, KvGroupsFromFlags(o.kv_groups, kVllmDefaultBlockTokens));
+  ApplyKvGroups(std::move(groups), &spec);
+  return spec;
+}
+
 }  // namespace
 
 Result<BenchFsResult> RunBenchFs(const BenchFsOptions& o) {
@@ -360,8 +370,7 @@ Result<BenchFsResult> RunBenchFs(const BenchFsOptions& o) {
               o.mixed ? stream_depth + std::max(o.mixed_load_depth, o.batch) + 2 * o.batch : 0));
   KVTIER_RETURN_IF_ERROR(CheckBufferMemory(o.row_bytes, buffered_rows));
 
-  NamespaceSpec spec;
-  spec.model_name = "kvtier-bench/fs-" + std::to_string(o.row_bytes);
+  KVTIER_ASSIGN_OR_RETURN(const NamespaceSpec spec, BenchFsNamespaceSpec(o));
   KVTIER_ASSIGN_OR_RETURN(Namespace ns, Namespace::Create(spec));
   RemoveNamespace(o.root, ns);  // an earlier run's files (--keep) would be skipped, not stored
   // The store stream of --mixed writes up to stream_rows more rows: enough to

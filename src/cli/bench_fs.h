@@ -4,7 +4,8 @@
 // What it does, in order:
 //  1. Opens an FsTier on --root in its own namespace (model
 //     "kvtier-bench/fs-<row_bytes>", so runs with different row sizes never
-//     collide), with n_read_threads = n_write_threads = queue depth. Files
+//     collide; the KV-cache groups of --layers / --kv-groups, one block per
+//     file, 16 tokens per block: vLLM's namespace for that model), with n_read_threads = n_write_threads = queue depth. Files
 //     left by an earlier run of the same row size are removed first.
 //  2. Store phase: rows 0..N-1 of seeded random content, one job per
 //     `batch` rows, keeping about queue-depth rows in flight; a slot buffer
@@ -35,6 +36,7 @@
 #include <string>
 
 #include "cli/bench_common.h"
+#include "cli/kv_groups.h"
 #include "kvtier/fs_tier.h"
 #include "kvtier/result.h"
 
@@ -57,6 +59,7 @@ struct BenchFsOptions {
   int mixed_store_depth = 0;       // store rows outstanding in the stream; 0: 2 x queue_depth
   uint32_t io_timeout_ms = 30000;  // FsTierOpenOptions::io_timeout_ms (0: no linked timeouts)
   int stores_while_loading_max = FsTierOpenOptions{}.stores_while_loading_max;  // the tier's default
+  KvGroupFlags kv_groups;          // the model's KV-cache groups (name the namespace)
 };
 
 struct BenchFsMixed {

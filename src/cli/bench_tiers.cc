@@ -9,6 +9,7 @@
 #include <optional>
 #include <thread>
 
+#include "cli/kv_groups.h"
 #include "cli/spawn.h"
 #include "kvtier/layout.h"
 #include "kvtier/tiered_store.h"
@@ -21,7 +22,7 @@ namespace {
 using nlohmann::json;
 
 // Any block size works with one block per chunk; 16 is vLLM's default.
-constexpr uint32_t kGpuBlockTokens = 16;
+constexpr uint32_t kGpuBlockTokens = kVllmDefaultBlockTokens;
 // Per job, per LookupWait and per WaitIdle: far beyond any healthy run.
 constexpr uint32_t kWaitMs = 60000;
 constexpr auto kPollInterval = std::chrono::microseconds(50);
@@ -36,11 +37,14 @@ std::string ModelName(const BenchTiersOptions& o) {
   return o.model.empty() ? "kvtier-bench/tiers-" + std::to_string(o.row_bytes) : o.model;
 }
 
-// What TieredStore derives for its fs tiers (blocks_per_file = blocks_per_chunk).
-NamespaceSpec BenchNamespaceSpec(const BenchTiersOptions& o) {
+// What TieredStore derives for its fs tiers (blocks_per_file = blocks_per_chunk)
+// for the model's KV-cache groups (--layers / --kv-groups).
+Result<NamespaceSpec> BenchNamespaceSpec(const BenchTiersOptions& o) {
   NamespaceSpec spec;
   spec.model_name = ModelName(o);
   spec.blocks_per_file = 1;
+  KVTIER_ASSIGN_OR_RETURN(std::vector<KvCacheGroupSpec> groups, KvGroupsFromFlags(o.kv_groups, kGpuBlockTokens));
+  ApplyKvGroups(std::move(groups), &spec);
   return spec;
 }
 
@@ -93,7 +97,7 @@ Status OpenStore(const BenchTiersOptions& o, Bench* b) {
   TieredStoreOptions options;
   options.config_json = config.dump();  // root is UTF-8 (checked): dump cannot throw
   options.engine.gpu_block_size_tokens = kGpuBlockTokens;
-  options.ns = BenchNamespaceSpec(o);
+  KVTIER_ASSIGN_OR_RETURN(options.ns, BenchNamespaceSpec(o));
   options.devices = {b->gpu->Registration()};
   KVTIER_ASSIGN_OR_RETURN(b->store, TieredStore::Open(options));
   if (b->store->row_bytes() != o.row_bytes || b->store->secondary_tier_count() != 1) {
@@ -391,7 +395,8 @@ void RemoveRowFiles(const BenchTiersOptions& o, const BenchDirs& d) {
 }
 
 Result<BenchDirs> InspectDirs(const BenchTiersOptions& o) {
-  Result<Namespace> created = Namespace::Create(BenchNamespaceSpec(o));
+  KVTIER_ASSIGN_OR_RETURN(const NamespaceSpec spec, BenchNamespaceSpec(o));
+  Result<Namespace> created = Namespace::Create(spec);
   if (!created.ok()) return created.status().WithContext("--model");
   const Namespace& ns = *created;
   BenchDirs d{ns, JoinRoot(o.root, ns.dir_name()), JoinRoot(o.root, ns.block_dir_name())};
@@ -437,6 +442,7 @@ Result<BenchTiersLoad> RunLoadChild(const BenchTiersOptions& o) {
                                     {"--seed=", o.seed}}) {
     argv.push_back(flag + std::to_string(value));
   }
+  for (std::string& arg : KvGroupArgs(o.kv_groups)) argv.push_back(std::move(arg));
   KVTIER_ASSIGN_OR_RETURN(const ChildOutput child, RunChild("/proc/self/exe", argv));
   Result<BenchTiersLoad> load = ParseBenchTiersLoad(child.out);
   if (!load.ok()) {

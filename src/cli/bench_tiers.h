@@ -8,7 +8,9 @@
 //       "blocks_per_chunk": 1, "secondary_tiers": [{"type": "fs",
 //       "root_dir": DIR}]}) over a HostKvCache with one tensor whose page is
 //     row_bytes, so one chunk = one block = one row. The fs namespace is the
-//     model "kvtier-bench/tiers-<row_bytes>" unless --model is given.
+//     model "kvtier-bench/tiers-<row_bytes>" unless --model is given, with
+//     the KV-cache groups of --layers / --kv-groups (kv_groups.h): the
+//     namespace vLLM writes for that model with one block per chunk.
 //  2. Store phase: N rows of seeded content, one request of `batch` chunks
 //     each (keys: BenchRows::Key(seed, row)); fill the GPU blocks, Store,
 //     wait for the copy, and let the rows write through to fs in the
@@ -42,6 +44,7 @@
 #include <vector>
 
 #include "cli/bench_common.h"
+#include "cli/kv_groups.h"
 #include "kvtier/result.h"
 
 namespace kvtier::internal {
@@ -56,6 +59,7 @@ struct BenchTiersOptions {
   uint64_t seed = 1;
   bool keep = false;
   std::string model;  // empty: "kvtier-bench/tiers-<row_bytes>"
+  KvGroupFlags kv_groups;  // the model's KV-cache groups (name the namespace)
 };
 
 // What the load phase (the fresh process) measured.

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "kvtier/hashing.h"
+#include "cli/kv_groups.h"
 #include "kvtier/result.h"
 #include "replay/plot.h"
 #include "replay/trace.h"
@@ -44,6 +45,10 @@ struct ReplayOptions {
   // Where the simulated GPU pool lives: a CUDA ordinal, -1 (host memory, the
   // host stand-in device) or -2 (a GPU when present, else the stand-in).
   int device = -2;
+  // The model's KV-cache groups (--layers / --kv-groups): with the model name,
+  // blocks_per_chunk and the block size they name the fs namespace, which is
+  // then the one vLLM writes for that model.
+  KvGroupFlags kv_groups;
 };
 
 struct TierCounts {

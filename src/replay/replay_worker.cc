@@ -351,7 +351,8 @@ Result<std::unique_ptr<Worker>> OpenWorker(const ReplayOptions& o) {
   KVTIER_ASSIGN_OR_RETURN(so.config_json, WithRoot(o.config_json, o.root));
   so.engine.gpu_block_size_tokens = o.gpu_block_tokens;
   so.ns.model_name = o.model;
-  so.ns.tokens_per_hash = o.gpu_block_tokens;
+  KVTIER_ASSIGN_OR_RETURN(std::vector<KvCacheGroupSpec> groups, KvGroupsFromFlags(o.kv_groups, o.gpu_block_tokens));
+  ApplyKvGroups(std::move(groups), &so.ns);  // tokens_per_hash: the GPU block size
   const char* seed_env = std::getenv("PYTHONHASHSEED");
   const NoneHashSeed seed = ResolveNoneHashSeed(
       o.hash_algo, seed_env ? std::optional<std::string_view>(seed_env) : std::nullopt);
