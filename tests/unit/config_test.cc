@@ -7,6 +7,11 @@
 // (malformed, empty, non-object, deeply nested, huge numbers) must fail
 // cleanly; and OffloadConfigToJson() output must parse back to an equal
 // config. The file loader is tested against real files in a TempDir.
+// ParseFsTierConfig() (one tier's keys, as an out-of-tree vLLM tier gets
+// them) is checked the same way: defaults, every key set off its default,
+// the keys vLLM consumes and unknown keys rejected by name; and
+// FsTierOpenOptionsFromConfig() must carry every configured field into the
+// FsTier's options (backpressure enabled exactly when configured).
 #include "kvtier/config.h"
 
 #include <gtest/gtest.h>
@@ -599,6 +604,179 @@ TEST(ConfigKvtierKeys, FsTierKeysParseRoundTripAndValidate) {
   EXPECT_EQ(defaults.stores_while_loading_max, 2);
   EXPECT_EQ(defaults.io_timeout_ms, 30000u);
   EXPECT_EQ(defaults.durability, Durability::kNone);
+}
+
+
+// ---- One fs tier's keys (ParseFsTierConfig) and its FsTier options -----------------
+
+// The result is kInvalidArgument and its message starts with
+// "config key '<key>': " (no "secondary_tiers[i]." prefix) and contains `rule`.
+AssertionResult IsTierKeyError(const Result<FsTierOptions>& result, std::string_view key,
+                               std::string_view rule) {
+  if (result.ok()) return AssertionFailure() << "parsed OK; expected an error for '" << key << "'";
+  return IsKeyError(Result<OffloadConfig>(result.status()), key, rule);
+}
+
+TEST(ConfigFsTier, MinimalTierTakesTheDocumentedDefaults) {
+  ASSERT_OK_AND_ASSIGN(FsTierOptions t, ParseFsTierConfig(R"({"root_dir": "/x"})"));
+  EXPECT_EQ(t.root_dir, "/x");
+  EXPECT_EQ(t.n_read_threads, 16);
+  EXPECT_EQ(t.n_write_threads, 16);
+  EXPECT_FALSE(t.enable_kv_events);
+  EXPECT_EQ(t.locality, Locality::kUnspecified);
+  EXPECT_FALSE(t.backpressure.has_value());
+  EXPECT_EQ(t.io_timeout_ms, 30000u);
+  EXPECT_EQ(t.durability, Durability::kNone);
+  EXPECT_EQ(t.store_queue_bytes_max, uint64_t{1} << 30);
+  EXPECT_EQ(t.io_backend, IoBackendKind::kAuto);
+  EXPECT_TRUE(t.o_direct);
+  EXPECT_EQ(t.stores_while_loading_max, 2);
+}
+
+// Every key set to a value other than its default, so a key that is read
+// into the wrong field (or not at all) fails the comparison.
+constexpr std::string_view kEveryFsTierKey = R"({
+    "root_dir": "/mnt/kv", "n_read_threads": 3, "n_write_threads": 5, "enable_kv_events": true,
+    "locality": "LOCAL",
+    "backpressure": {"backpressure_cls": "EMABackpressureDetector", "policy_cls": "DropStorePolicy",
+                     "high_water_s": 0.5, "low_water_s": 0.25, "alpha": 0.75, "warmup": 7},
+    "io_timeout_ms": 1234, "stores_while_loading_max": 9, "durability": "full",
+    "store_queue_bytes_max": 65536, "io_backend": "syscall", "o_direct": false})";
+
+FsTierOptions EveryFsTierKeyExpected() {
+  FsTierOptions t;
+  t.root_dir = "/mnt/kv";
+  t.n_read_threads = 3;
+  t.n_write_threads = 5;
+  t.enable_kv_events = true;
+  t.locality = Locality::kLocal;
+  t.backpressure = BackpressureOptions{BackpressureDetector::kEma, BackpressurePolicy::kDropStore, 0.5, 0.25,
+                                       0.75, 7};
+  t.io_timeout_ms = 1234;
+  t.stores_while_loading_max = 9;
+  t.durability = Durability::kFull;
+  t.store_queue_bytes_max = 65536;
+  t.io_backend = IoBackendKind::kSyscall;
+  t.o_direct = false;
+  return t;
+}
+
+TEST(ConfigFsTier, EveryVllmAndKvtierKeyReachesItsField) {
+  ASSERT_OK_AND_ASSIGN(FsTierOptions t, ParseFsTierConfig(kEveryFsTierKey));
+  const FsTierOptions want = EveryFsTierKeyExpected();
+  EXPECT_EQ(t, want);
+  // Field by field too, so a failure names the field.
+  EXPECT_EQ(t.n_read_threads, 3);
+  EXPECT_EQ(t.n_write_threads, 5);
+  EXPECT_EQ(t.io_timeout_ms, 1234u);
+  EXPECT_EQ(t.stores_while_loading_max, 9);
+  EXPECT_EQ(t.durability, Durability::kFull);
+  EXPECT_EQ(t.store_queue_bytes_max, 65536u);
+  EXPECT_EQ(t.io_backend, IoBackendKind::kSyscall);
+  EXPECT_FALSE(t.o_direct);
+  ASSERT_TRUE(t.backpressure.has_value());
+  EXPECT_EQ(t.backpressure->high_water_s_per_mib, 0.5);
+  EXPECT_EQ(t.backpressure->low_water_s_per_mib, 0.25);
+  EXPECT_EQ(t.backpressure->ema_alpha, 0.75);
+  EXPECT_EQ(t.backpressure->warmup_completions, 7u);
+}
+
+TEST(ConfigFsTier, TierParsesLikeTheSameTierInsideAFullConfig) {
+  std::string tier(kEveryFsTierKey);
+  tier.insert(tier.find('{') + 1, R"("type": "fs", )");
+  ASSERT_OK_AND_ASSIGN(OffloadConfig c, Parse(TieringWith(tier)));
+  ASSERT_OK_AND_ASSIGN(FsTierOptions alone, ParseFsTierConfig(kEveryFsTierKey));
+  EXPECT_EQ(c.secondary_tiers.at(0).fs, alone);
+}
+
+TEST(ConfigFsTier, BackpressureTakesTheLocalitysDefaults) {
+  constexpr std::string_view kBp = R"("backpressure": {"backpressure_cls": "EMABackpressureDetector"})";
+  ASSERT_OK_AND_ASSIGN(FsTierOptions remote,
+                       ParseFsTierConfig(R"({"root_dir": "/x", "locality": "REMOTE", )" + std::string(kBp) + "}"));
+  ASSERT_TRUE(remote.backpressure.has_value());
+  EXPECT_EQ(remote.backpressure->high_water_s_per_mib, 0.020);
+  EXPECT_EQ(remote.backpressure->low_water_s_per_mib, 0.005);
+  EXPECT_EQ(remote.backpressure->ema_alpha, 0.3);
+  EXPECT_EQ(remote.backpressure->warmup_completions, 3u);
+  EXPECT_EQ(remote.backpressure->policy, BackpressurePolicy::kDropStore);
+  ASSERT_OK_AND_ASSIGN(FsTierOptions local, ParseFsTierConfig(R"({"root_dir": "/x", )" + std::string(kBp) + "}"));
+  ASSERT_TRUE(local.backpressure.has_value());
+  EXPECT_EQ(local.backpressure->high_water_s_per_mib, 0.005);
+  EXPECT_EQ(local.backpressure->low_water_s_per_mib, 0.001);
+}
+
+TEST(ConfigFsTier, KeysThatVllmConsumesAreRejectedByName) {
+  EXPECT_TRUE(IsTierKeyError(ParseFsTierConfig(R"({"root_dir": "/x", "type": "fs"})"), "type",
+                             "SecondaryTierFactory"));
+  EXPECT_TRUE(IsTierKeyError(ParseFsTierConfig(R"({"root_dir": "/x", "module_path": "a.b.C"})"), "module_path",
+                             "SecondaryTierFactory"));
+}
+
+TEST(ConfigFsTier, UnknownKeysAndBrokenRulesNameTheKeyWithoutATierPrefix) {
+  EXPECT_TRUE(IsTierKeyError(ParseFsTierConfig(R"({"root_dir": "/x", "n_read_thread": 4})"), "n_read_thread",
+                             "unknown key"));
+  EXPECT_TRUE(IsTierKeyError(ParseFsTierConfig(R"({"n_read_threads": 4})"), "root_dir", "missing required key"));
+  EXPECT_TRUE(IsTierKeyError(ParseFsTierConfig(R"({"root_dir": "/x", "n_write_threads": 0})"), "n_write_threads",
+                             "expected a positive integer"));
+  EXPECT_TRUE(IsTierKeyError(ParseFsTierConfig(R"({"root_dir": "/x", "durability": "always"})"), "durability",
+                             "\"always\""));
+  EXPECT_TRUE(IsTierKeyError(
+      ParseFsTierConfig(R"({"root_dir": "/x", "backpressure": {"backpressure_cls": "EMABackpressureDetector",
+                                                             "low_water_s": 0.5, "high_water_s": 0.1}})"),
+      "backpressure.low_water_s", "must be below high_water_s"));
+}
+
+TEST(ConfigFsTier, MalformedTextAndNonObjectsAreRejected) {
+  for (std::string_view text : {R"({"root_dir": "/x",)", R"(["root_dir", "/x"])", "\"/x\"", "42", ""}) {
+    const Result<FsTierOptions> r = ParseFsTierConfig(text);
+    ASSERT_FALSE(r.ok()) << text;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << text << ": " << r.status().ToString();
+  }
+}
+
+TEST(ConfigFsTier, OpenOptionsCopyEveryConfiguredField) {
+  const FsTierOptions t = EveryFsTierKeyExpected();
+  const FsTierOpenOptions o = FsTierOpenOptionsFromConfig(t);
+  EXPECT_EQ(o.root_dir, "/mnt/kv");
+  EXPECT_EQ(o.n_read_threads, 3);
+  EXPECT_EQ(o.n_write_threads, 5);
+  EXPECT_EQ(o.stores_while_loading_max, 9);
+  EXPECT_EQ(o.durability, Durability::kFull);
+  EXPECT_EQ(o.io_timeout_ms, 1234u);
+  EXPECT_EQ(o.store_queue_bytes_max, 65536u);
+  EXPECT_EQ(o.backend, IoBackendKind::kSyscall);
+  EXPECT_FALSE(o.o_direct);
+  EXPECT_TRUE(o.backpressure.enabled);
+  EXPECT_EQ(o.backpressure.high_water_s_per_mib, 0.5);
+  EXPECT_EQ(o.backpressure.low_water_s_per_mib, 0.25);
+  EXPECT_EQ(o.backpressure.ema_alpha, 0.75);
+  EXPECT_EQ(o.backpressure.warmup_completions, 7u);
+  // What the config does not hold is left for the caller.
+  EXPECT_EQ(o.row_bytes, 0u);
+  EXPECT_TRUE(o.registered_memory.empty());
+  EXPECT_FALSE(static_cast<bool>(o.on_job_finished));
+}
+
+TEST(ConfigFsTier, OpenOptionsOfADefaultTierMatchTheTiersDefaults) {
+  ASSERT_OK_AND_ASSIGN(FsTierOptions t, ParseFsTierConfig(R"({"root_dir": "/x"})"));
+  const FsTierOpenOptions o = FsTierOpenOptionsFromConfig(t);
+  EXPECT_FALSE(o.backpressure.enabled);
+  EXPECT_EQ(o.n_read_threads, 16);
+  EXPECT_EQ(o.stores_while_loading_max, 2);
+  EXPECT_EQ(o.io_timeout_ms, 30000u);
+  EXPECT_EQ(o.durability, Durability::kNone);
+  EXPECT_EQ(o.backend, IoBackendKind::kAuto);
+  EXPECT_TRUE(o.o_direct);
+}
+
+TEST(ConfigFsTier, OpenOptionsFromAParsedRemoteTierEnableItsBackpressure) {
+  ASSERT_OK_AND_ASSIGN(FsTierOptions t, ParseFsTierConfig(R"({"root_dir": "/x", "locality": "REMOTE",
+      "backpressure": {"backpressure_cls": "EMABackpressureDetector", "warmup": 1}})"));
+  const FsTierOpenOptions o = FsTierOpenOptionsFromConfig(t);
+  EXPECT_TRUE(o.backpressure.enabled);
+  EXPECT_EQ(o.backpressure.high_water_s_per_mib, 0.020);
+  EXPECT_EQ(o.backpressure.low_water_s_per_mib, 0.005);
+  EXPECT_EQ(o.backpressure.warmup_completions, 1u);
 }
 
 }  // namespace
