@@ -232,3 +232,19 @@ def test_restart_finds_blocks(h, tmp_path):
         assert time.monotonic() - t0 < 30
     finally:
         second.shutdown()
+
+
+def test_kv_events_for_stored_blocks(h, tmp_path):
+    from vllm.v1.kv_offload.base import Locality, Medium
+
+    ps = prompts(h, 2, SALT + "-events")
+    eng = h.Engine([h.kvtier_tier(tmp_path, enable_kv_events=True, locality="REMOTE")])
+    try:
+        eng.store_prompts(ps)
+        events = [e for e in eng.m.take_events() if e.medium == Medium.STORAGE]
+        stored = sorted(k for e in events if not e.removed for k in e.keys)
+        assert stored == sorted(k for keys in ps for k in keys)
+        assert all(e.locality == Locality.REMOTE for e in events)
+        assert not [e for e in eng.m.take_events() if e.medium == Medium.STORAGE], "events are taken once"
+    finally:
+        eng.shutdown()
