@@ -92,9 +92,11 @@ class EngineTier {
   virtual Status Drain(uint32_t timeout_ms) = 0;
   // Drains, then stops the tier: no I/O touches the rows afterwards, and
   // every later call fails with kUnavailable (Lookup answers kMiss).
+  // Results not yet polled can still be polled, so no job loses its result.
   virtual void Shutdown() = 0;
 
   virtual EngineTierStats Stats() = 0;
+  // The underlying tier, for metrics and paths; valid until Shutdown().
   virtual FsTier& fs() = 0;
 };
 

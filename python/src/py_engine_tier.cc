@@ -104,7 +104,8 @@ void BindEngineTier(pb::module_& m) {
                            "An fs tier driven by an engine's per-step secondary-tier contract over one row region.")
       .def(pb::init<const Namespace&, const pb::object&, uint64_t, const pb::object&>(), pb::arg("namespace"),
            pb::arg("rows"), pb::arg("row_bytes"), pb::arg("config"))
-      .def("lookup", &PyEngineTier::Lookup, pb::arg("key"), pb::arg("request_id"))
+      .def("lookup", &PyEngineTier::Lookup, pb::arg("key"), pb::arg("request_id"),
+           "0 miss, 1 hit, 2 retry (checked in the next flush_lookups batch); never blocks.")
       .def("flush_lookups", [](PyEngineTier& t) { ThrowIfError(t.Live().FlushLookups()); })
       .def("finish_request", &PyEngineTier::FinishRequest, pb::arg("request_id"))
       .def("submit_store", [](PyEngineTier& t, int64_t id, const pb::iterable& keys, const Slots& slots) {
@@ -113,10 +114,12 @@ void BindEngineTier(pb::module_& m) {
       .def("submit_load", [](PyEngineTier& t, int64_t id, const pb::iterable& keys, const Slots& slots) {
              t.Submit(id, keys, slots, true);
            }, pb::arg("job_id"), pb::arg("keys"), pb::arg("slots"))
-      .def("poll_finished", &PyEngineTier::Poll)
+      .def("poll_finished", &PyEngineTier::Poll,
+           "[(job_id, is_load, success, ok_key_indices, bytes, seconds)] for jobs finished since the last call.")
       .def("has_pending_work", [](PyEngineTier& t) { return t.Live().HasPendingWork(); })
-      .def("drain", &PyEngineTier::Drain, pb::arg("timeout_ms") = 0)
-      .def("shutdown", &PyEngineTier::Shutdown)
+      .def("drain", &PyEngineTier::Drain, pb::arg("timeout_ms") = 0,
+           "Waits (GIL released) until every job has a result; 0: no limit.")
+      .def("shutdown", &PyEngineTier::Shutdown, "Drains, stops all I/O into the rows and releases their buffer.")
       .def("stats", [](PyEngineTier& t) {
         const EngineTierStats s = t.Live().Stats();
         pb::dict d;

@@ -188,13 +188,17 @@ void BindFsTier(pb::module_& m) {
   pb::class_<PyFsTier>(m, "FsTier", "A filesystem tier of vLLM-compatible block files (io_uring engine).")
       .def(pb::init<const Namespace&, uint64_t, const pb::object&>(), pb::arg("namespace"), pb::arg("row_bytes"),
            pb::arg("config"))
-      .def("submit_store", &PyFsTier::SubmitStore, pb::arg("keys"), pb::arg("rows"))
-      .def("submit_load", &PyFsTier::SubmitLoad, pb::arg("keys"), pb::arg("rows"))
-      .def("submit_lookup", &PyFsTier::SubmitLookup, pb::arg("keys"))
-      .def("poll", &PyFsTier::Poll)
-      .def("wait", &PyFsTier::Wait, pb::arg("timeout_ms") = 1000)
-      .def("wait_idle", &PyFsTier::WaitIdle, pb::arg("timeout_ms") = 30000)
-      .def("close", &PyFsTier::Close)
+      .def("submit_store", &PyFsTier::SubmitStore, pb::arg("keys"), pb::arg("rows"),
+           "Stores one row buffer per key (held until the job is polled); returns the job id.")
+      .def("submit_load", &PyFsTier::SubmitLoad, pb::arg("keys"), pb::arg("rows"),
+           "Loads each key into a writable row buffer; a corrupt block is never returned.")
+      .def("submit_lookup", &PyFsTier::SubmitLookup, pb::arg("keys"), "Checks which keys have a block file.")
+      .def("poll", &PyFsTier::Poll, "Jobs finished since the last call; never blocks.")
+      .def("wait", &PyFsTier::Wait, pb::arg("timeout_ms") = 1000,
+           "Waits (GIL released) until a job finishes or timeout_ms passes, then polls.")
+      .def("wait_idle", &PyFsTier::WaitIdle, pb::arg("timeout_ms") = 30000,
+           "Waits (GIL released) until no job runs; KvtierError(timed_out) after timeout_ms.")
+      .def("close", &PyFsTier::Close, "Waits for running jobs, stops the engine, releases buffers.")
       .def("metrics", [](PyFsTier& t) { return MetricsDict(t.Live().Metrics()); })
       .def("prometheus_text", [](PyFsTier& t, const std::string& name) { return t.Live().PrometheusText(name); },
            pb::arg("tier_name") = "fs0")

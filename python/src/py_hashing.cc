@@ -125,7 +125,7 @@ void BindNamespace(pb::module_& m) {
       .def_property_readonly("blocks_per_file", [](const Namespace& ns) { return ns.spec().blocks_per_file; })
       .def_property_readonly("tokens_per_hash", [](const Namespace& ns) { return ns.spec().tokens_per_hash; })
       .def("block_path", [](const Namespace& ns, pb::bytes key) { return ns.BlockRelPath(KeyFromBytes(key)); },
-           pb::arg("key"))
+           pb::arg("key"), "The block file of `key`, relative to the root.")
       .def("__repr__", [](const Namespace& ns) { return "<kvtier.Namespace " + ns.dir_name() + ">"; });
 }
 
@@ -135,19 +135,22 @@ void BindHashing(pb::module_& m) {
   m.def("block_hashes", &BlockHashes, pb::arg("tokens"), pb::kw_only(), pb::arg("algo") = "sha256",
         pb::arg("block_size") = 16, pb::arg("seed") = pb::none(), pb::arg("lora_name") = pb::none(),
         pb::arg("cache_salt") = pb::none(),
-        pb::arg("mm_features") = std::vector<std::tuple<std::string, int64_t, int64_t>>{});
+        pb::arg("mm_features") = std::vector<std::tuple<std::string, int64_t, int64_t>>{},
+        "vLLM's chained block hashes (bytes) of every full block of `tokens`.");
   m.def("none_hash",
         [](const std::string& algo, const std::optional<std::string>& seed) {
           return HashBytes(NoneHashFor(Unwrap(ParseHashAlgo(algo)), seed));
         },
-        pb::arg("algo") = "sha256", pb::arg("seed") = pb::none());
+        pb::arg("algo") = "sha256", pb::arg("seed") = pb::none(),
+        "NONE_HASH: the hash of the seed ($PYTHONHASHSEED or vLLM's default when seed is None).");
   m.def("chunk_keys", &ChunkKeys, pb::arg("block_hashes"), pb::kw_only(), pb::arg("tokens_per_block") = 16,
-        pb::arg("blocks_per_chunk") = 1, pb::arg("tokens_per_hash") = 16, pb::arg("group_idx") = 0);
+        pb::arg("blocks_per_chunk") = 1, pb::arg("tokens_per_hash") = 16, pb::arg("group_idx") = 0,
+        "vLLM's offload keys, one per complete chunk (its last block hash + group index).");
   m.def("make_key", [](pb::bytes block_hash, uint32_t group_idx) {
         std::string h = block_hash;
         return KeyToBytes({Unwrap(BlockHash::FromBytes({reinterpret_cast<const uint8_t*>(h.data()), h.size()})),
                            group_idx});
-      }, pb::arg("block_hash"), pb::arg("group_idx") = 0);
+      }, pb::arg("block_hash"), pb::arg("group_idx") = 0, "vLLM's OffloadKey: block hash + 4-byte big-endian group index.");
   BindNamespace(m);
 }
 

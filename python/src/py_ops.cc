@@ -102,15 +102,17 @@ void BindReports(pb::module_& m) {
 void BindOps(pb::module_& m) {
   BindReports(m);
   m.def("du", &PyDu, pb::arg("root"), pb::kw_only(), pb::arg("jobs") = 4, pb::arg("force") = false,
-        pb::arg("tmp_grace_s") = 3600);
+        pb::arg("tmp_grace_s") = 3600, "Usage per namespace (kvtier du); never follows symlinks.");
   m.def("fsck", &PyFsck, pb::arg("root"), pb::kw_only(), pb::arg("repair") = false,
         pb::arg("verify_data") = false, pb::arg("row_bytes") = 0, pb::arg("jobs") = 4, pb::arg("force") = false,
-        pb::arg("tmp_grace_s") = 3600);
+        pb::arg("tmp_grace_s") = 3600, "Findings citing FORMAT.md rules (kvtier fsck); repairs only with repair=True.");
   m.def("gc", &PyGc, pb::arg("root"), pb::kw_only(), pb::arg("older_than_s") = pb::none(),
         pb::arg("max_bytes") = pb::none(), pb::arg("low_water_bytes") = pb::none(),
         pb::arg("keep") = std::vector<std::string>{}, pb::arg("dry_run") = false, pb::arg("lease_ttl_s") = 60,
-        pb::arg("jobs") = 4, pb::arg("force") = false, pb::arg("tmp_grace_s") = 3600);
-  m.def("config_check", &ConfigCheck, pb::arg("config_json"), pb::kw_only(), pb::arg("gpu_block_size") = 16);
+        pb::arg("jobs") = 4, pb::arg("force") = false, pb::arg("tmp_grace_s") = 3600,
+        "Reclaims idle namespaces, capacity, stale temp and corrupt files (kvtier gc).");
+  m.def("config_check", &ConfigCheck, pb::arg("config_json"), pb::kw_only(), pb::arg("gpu_block_size") = 16,
+        "Validates kv_connector_extra_config JSON; returns the effective config as JSON.");
 }
 
 }  // namespace kvtier::py

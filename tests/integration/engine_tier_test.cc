@@ -74,7 +74,8 @@ std::map<int64_t, int> CountIds(const std::vector<EngineJobResult>& results) {
 class EngineTierTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    rng_.seed(testing::TestSeed());
+    seed_ = testing::TestSeed();
+    rng_.seed(seed_);
     region_.reset(static_cast<uint8_t*>(std::aligned_alloc(4096, kRows * kRow)));
     std::memset(region_.get(), 0, kRows * kRow);
     Result<std::unique_ptr<EngineTier>> tier = EngineTier::Open(Options(rows()));
@@ -157,7 +158,11 @@ class EngineTierTest : public ::testing::Test {
     return m.lookups_hit + m.lookups_miss;
   }
 
+  // For SCOPED_TRACE in tests whose rows or job shapes are random.
+  std::string SeedTrace() const { return "KVTIER_TEST_SEED=" + std::to_string(seed_); }
+
   testing::TempDir root_;
+  uint64_t seed_ = 0;
   std::mt19937_64 rng_;
   std::unique_ptr<uint8_t, FreeDeleter> region_;
   std::unique_ptr<EngineTier> tier_;
@@ -167,6 +172,7 @@ class EngineTierTest : public ::testing::Test {
 // ---- Lookups -------------------------------------------------------------------
 
 TEST_F(EngineTierTest, LookupRetriesUntilTheFlushedBatchLandsThenHitsOrMisses) {
+  SCOPED_TRACE(SeedTrace());
   const OffloadKey stored = Key(1), absent = Key(2);
   FillRandom(0);
   ASSERT_TRUE(Store(10, {stored}, {0}).success);
@@ -188,6 +194,7 @@ TEST_F(EngineTierTest, LookupRetriesUntilTheFlushedBatchLandsThenHitsOrMisses) {
 }
 
 TEST_F(EngineTierTest, VerdictsLiveWhileARequestThatAskedLives) {
+  SCOPED_TRACE(SeedTrace());
   const OffloadKey stored = Key(1), absent = Key(2);
   FillRandom(0);
   ASSERT_TRUE(Store(10, {stored}, {0}).success);
@@ -213,6 +220,7 @@ TEST_F(EngineTierTest, VerdictsLiveWhileARequestThatAskedLives) {
 }
 
 TEST_F(EngineTierTest, StoreTurnsACachedMissIntoAHit) {
+  SCOPED_TRACE(SeedTrace());
   const OffloadKey key = Key(5);
   EXPECT_EQ(tier_->Lookup(key, "r"), LookupVerdict::kRetry);
   ASSERT_OK(tier_->FlushLookups());
@@ -226,6 +234,7 @@ TEST_F(EngineTierTest, StoreTurnsACachedMissIntoAHit) {
 // ---- Stores and loads -------------------------------------------------------------
 
 TEST_F(EngineTierTest, StoreThenLoadBySlotIsByteExact) {
+  SCOPED_TRACE(SeedTrace());
   const std::vector<OffloadKey> keys = Keys(100, 4);
   for (int64_t s = 0; s < 4; ++s) FillRandom(s);
   const int64_t store_id = int64_t{1} << 40, load_id = -7;  // engine ids pass through as given
@@ -248,6 +257,7 @@ TEST_F(EngineTierTest, StoreThenLoadBySlotIsByteExact) {
 }
 
 TEST_F(EngineTierTest, PartialLoadReportsTheKeysThatLoadedAndMarksTheRestMissing) {
+  SCOPED_TRACE(SeedTrace());
   const std::vector<OffloadKey> keys = Keys(200, 4);
   for (int64_t s = 0; s < 4; ++s) FillRandom(s);
   ASSERT_TRUE(Store(1, keys, {0, 1, 2, 3}).success);
@@ -279,6 +289,7 @@ void FlipByte(const std::string& path) {
 }
 
 TEST_F(EngineTierTest, CorruptBlockIsNeverReportedAsLoaded) {
+  SCOPED_TRACE(SeedTrace());
   if (!tier_->fs().xattrs_supported()) GTEST_SKIP() << "no user xattrs here, so no CRC32C to catch a flipped byte";
   const std::vector<OffloadKey> keys = Keys(300, 3);
   for (int64_t s = 0; s < 3; ++s) FillRandom(s);
@@ -364,11 +375,14 @@ void ExpectOneSuccessfulResultEach(const std::vector<StoreJob>& jobs, const std:
   for (const EngineJobResult& r : results) {
     EXPECT_FALSE(r.is_load) << r.job_id;
     EXPECT_TRUE(r.success) << r.job_id;
-    if (n_keys.contains(r.job_id)) EXPECT_EQ(r.bytes, n_keys[r.job_id] * kRow) << r.job_id;
+    if (n_keys.contains(r.job_id)) {
+      EXPECT_EQ(r.bytes, n_keys[r.job_id] * kRow) << r.job_id;
+    }
   }
 }
 
 TEST_F(EngineTierTest, EveryJobGetsExactlyOneResultAfterDrain) {
+  SCOPED_TRACE(SeedTrace());
   for (int64_t s = 0; s < kRows; ++s) FillRandom(s);
   const std::vector<StoreJob> jobs = RandomStoreJobs(rng_, 200, -100, 1000);
   for (const StoreJob& j : jobs) ASSERT_OK(tier_->SubmitStore(j.id, j.keys, j.slots));
@@ -398,6 +412,7 @@ std::vector<EngineJobResult> PollUntil(EngineTier* tier, size_t want) {
 }
 
 TEST_F(EngineTierTest, ConcurrentSubmittersAndAPollerLoseAndDuplicateNothing) {
+  SCOPED_TRACE(SeedTrace());
   for (int64_t s = 0; s < kRows; ++s) FillRandom(s);
   std::vector<StoreJob> a = RandomStoreJobs(rng_, 100, 0, 5000);   // ids 0, 3, 6, ...
   std::vector<StoreJob> b = RandomStoreJobs(rng_, 100, 1, 10000);  // ids 1, 4, 7, ...
@@ -428,6 +443,7 @@ TEST_F(EngineTierTest, ConcurrentSubmittersAndAPollerLoseAndDuplicateNothing) {
 // ---- Shutdown -----------------------------------------------------------------------------
 
 TEST_F(EngineTierTest, ShutdownDrainsThenRefusesEverything) {
+  SCOPED_TRACE(SeedTrace());
   const std::vector<OffloadKey> keys = Keys(600, 2);
   FillRandom(0);
   FillRandom(1);
@@ -446,6 +462,7 @@ TEST_F(EngineTierTest, ShutdownDrainsThenRefusesEverything) {
 }
 
 TEST_F(EngineTierTest, NothingIsPolledAfterShutdownOnceResultsWereTaken) {
+  SCOPED_TRACE(SeedTrace());
   FillRandom(0);
   ASSERT_TRUE(Store(1, Keys(700, 1), {0}).success);
   tier_->Shutdown();

@@ -617,7 +617,7 @@ AssertionResult IsTierKeyError(const Result<FsTierOptions>& result, std::string_
   return IsKeyError(Result<OffloadConfig>(result.status()), key, rule);
 }
 
-TEST(ConfigFsTier, MinimalTierTakesTheDocumentedDefaults) {
+TEST(ConfigSingleTier, MinimalTierTakesTheDocumentedDefaults) {
   ASSERT_OK_AND_ASSIGN(FsTierOptions t, ParseFsTierConfig(R"({"root_dir": "/x"})"));
   EXPECT_EQ(t.root_dir, "/x");
   EXPECT_EQ(t.n_read_threads, 16);
@@ -661,7 +661,7 @@ FsTierOptions EveryFsTierKeyExpected() {
   return t;
 }
 
-TEST(ConfigFsTier, EveryVllmAndKvtierKeyReachesItsField) {
+TEST(ConfigSingleTier, EveryVllmAndKvtierKeyReachesItsField) {
   ASSERT_OK_AND_ASSIGN(FsTierOptions t, ParseFsTierConfig(kEveryFsTierKey));
   const FsTierOptions want = EveryFsTierKeyExpected();
   EXPECT_EQ(t, want);
@@ -681,7 +681,7 @@ TEST(ConfigFsTier, EveryVllmAndKvtierKeyReachesItsField) {
   EXPECT_EQ(t.backpressure->warmup_completions, 7u);
 }
 
-TEST(ConfigFsTier, TierParsesLikeTheSameTierInsideAFullConfig) {
+TEST(ConfigSingleTier, TierParsesLikeTheSameTierInsideAFullConfig) {
   std::string tier(kEveryFsTierKey);
   tier.insert(tier.find('{') + 1, R"("type": "fs", )");
   ASSERT_OK_AND_ASSIGN(OffloadConfig c, Parse(TieringWith(tier)));
@@ -689,7 +689,7 @@ TEST(ConfigFsTier, TierParsesLikeTheSameTierInsideAFullConfig) {
   EXPECT_EQ(c.secondary_tiers.at(0).fs, alone);
 }
 
-TEST(ConfigFsTier, BackpressureTakesTheLocalitysDefaults) {
+TEST(ConfigSingleTier, BackpressureTakesTheLocalitysDefaults) {
   constexpr std::string_view kBp = R"("backpressure": {"backpressure_cls": "EMABackpressureDetector"})";
   ASSERT_OK_AND_ASSIGN(FsTierOptions remote,
                        ParseFsTierConfig(R"({"root_dir": "/x", "locality": "REMOTE", )" + std::string(kBp) + "}"));
@@ -705,14 +705,14 @@ TEST(ConfigFsTier, BackpressureTakesTheLocalitysDefaults) {
   EXPECT_EQ(local.backpressure->low_water_s_per_mib, 0.001);
 }
 
-TEST(ConfigFsTier, KeysThatVllmConsumesAreRejectedByName) {
+TEST(ConfigSingleTier, KeysThatVllmConsumesAreRejectedByName) {
   EXPECT_TRUE(IsTierKeyError(ParseFsTierConfig(R"({"root_dir": "/x", "type": "fs"})"), "type",
                              "SecondaryTierFactory"));
   EXPECT_TRUE(IsTierKeyError(ParseFsTierConfig(R"({"root_dir": "/x", "module_path": "a.b.C"})"), "module_path",
                              "SecondaryTierFactory"));
 }
 
-TEST(ConfigFsTier, UnknownKeysAndBrokenRulesNameTheKeyWithoutATierPrefix) {
+TEST(ConfigSingleTier, UnknownKeysAndBrokenRulesNameTheKeyWithoutATierPrefix) {
   EXPECT_TRUE(IsTierKeyError(ParseFsTierConfig(R"({"root_dir": "/x", "n_read_thread": 4})"), "n_read_thread",
                              "unknown key"));
   EXPECT_TRUE(IsTierKeyError(ParseFsTierConfig(R"({"n_read_threads": 4})"), "root_dir", "missing required key"));
@@ -726,7 +726,7 @@ TEST(ConfigFsTier, UnknownKeysAndBrokenRulesNameTheKeyWithoutATierPrefix) {
       "backpressure.low_water_s", "must be below high_water_s"));
 }
 
-TEST(ConfigFsTier, MalformedTextAndNonObjectsAreRejected) {
+TEST(ConfigSingleTier, MalformedTextAndNonObjectsAreRejected) {
   for (std::string_view text : {R"({"root_dir": "/x",)", R"(["root_dir", "/x"])", "\"/x\"", "42", ""}) {
     const Result<FsTierOptions> r = ParseFsTierConfig(text);
     ASSERT_FALSE(r.ok()) << text;
@@ -734,7 +734,7 @@ TEST(ConfigFsTier, MalformedTextAndNonObjectsAreRejected) {
   }
 }
 
-TEST(ConfigFsTier, OpenOptionsCopyEveryConfiguredField) {
+TEST(ConfigSingleTier, OpenOptionsCopyEveryConfiguredField) {
   const FsTierOptions t = EveryFsTierKeyExpected();
   const FsTierOpenOptions o = FsTierOpenOptionsFromConfig(t);
   EXPECT_EQ(o.root_dir, "/mnt/kv");
@@ -757,7 +757,7 @@ TEST(ConfigFsTier, OpenOptionsCopyEveryConfiguredField) {
   EXPECT_FALSE(static_cast<bool>(o.on_job_finished));
 }
 
-TEST(ConfigFsTier, OpenOptionsOfADefaultTierMatchTheTiersDefaults) {
+TEST(ConfigSingleTier, OpenOptionsOfADefaultTierMatchTheTiersDefaults) {
   ASSERT_OK_AND_ASSIGN(FsTierOptions t, ParseFsTierConfig(R"({"root_dir": "/x"})"));
   const FsTierOpenOptions o = FsTierOpenOptionsFromConfig(t);
   EXPECT_FALSE(o.backpressure.enabled);
@@ -769,7 +769,7 @@ TEST(ConfigFsTier, OpenOptionsOfADefaultTierMatchTheTiersDefaults) {
   EXPECT_TRUE(o.o_direct);
 }
 
-TEST(ConfigFsTier, OpenOptionsFromAParsedRemoteTierEnableItsBackpressure) {
+TEST(ConfigSingleTier, OpenOptionsFromAParsedRemoteTierEnableItsBackpressure) {
   ASSERT_OK_AND_ASSIGN(FsTierOptions t, ParseFsTierConfig(R"({"root_dir": "/x", "locality": "REMOTE",
       "backpressure": {"backpressure_cls": "EMABackpressureDetector", "warmup": 1}})"));
   const FsTierOpenOptions o = FsTierOpenOptionsFromConfig(t);
