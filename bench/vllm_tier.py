@@ -7,7 +7,9 @@ makes, in engine steps of --step-ms: submit_store / submit_load (TransferJobs of
 chunks, at most --qd jobs in flight), get_finished_jobs and on_schedule_end once per step, and
 lookup until every key is decided. Per round and tier: store every row, drop the page cache,
 look every key up, load every row into the other half of the view and check it byte-exact.
-Rounds alternate the tiers; the figures are medians over --rounds.
+Rounds alternate the tiers and keep their trees until the end (a large delete slows the next
+creates on ext4); the figures are medians over --rounds. Needs free space for rounds x 2 x
+rows x row bytes.
 
 Printed per row size, for each tier: store and load GB/s, CPU seconds per GB (the whole
 process, tier threads included), scheduler-thread time per step (time spent inside the tier's
@@ -267,16 +269,21 @@ def main():
     for rb in (parse_size(s) for s in opts.row_bytes.split(",")):
         region = Region(opts.rows, rb)
         results = {name: [] for name in tiers}
+        roots = []
         try:
             for rnd in range(opts.rounds):
                 order = list(tiers) if rnd % 2 == 0 else list(reversed(tiers))
                 for name in order:
-                    root = work / f"{name}-{rb}-{rnd}"
-                    cfg = dict(tiers[name], root_dir=str(root))
+                    roots.append(work / f"{name}-{rb}-{rnd}")
+                    cfg = dict(tiers[name], root_dir=str(roots[-1]))
                     results[name].append(run_tier(name, cfg, region, opts, rnd, vllm))
-                    shutil.rmtree(root)
         finally:
             region.close()
+            # Trees are removed only after every round: on ext4, creating files
+            # right after a large delete is slower (recently_deleted scans), which
+            # would penalize whichever tier runs next.
+            for root in roots:
+                shutil.rmtree(root, ignore_errors=True)
         out["sizes"][rb] = {"runs": results, "summary": report(rb, results)}
     if opts.json:
         Path(opts.json).write_text(json.dumps(out, indent=2))

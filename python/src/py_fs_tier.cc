@@ -158,13 +158,9 @@ class PyFsTier {
       spans.emplace_back(held.back().data(), held.back().size());
     }
     const std::vector<std::span<const uint8_t>> src(spans.begin(), spans.end());
-    FsTier& tier = Live();
-    Result<uint64_t> job = Status(StatusCode::kInternal, "unset");
-    {
-      pb::gil_scoped_release release;
-      job = load ? tier.SubmitLoad(k, spans) : tier.SubmitStore(k, src);
-    }
-    const uint64_t id = Unwrap(std::move(job));
+    // Submitting only queues the job (no I/O), so the GIL stays held: no
+    // other Python thread can poll this job before its buffers are recorded.
+    const uint64_t id = Unwrap(load ? Live().SubmitLoad(k, spans) : Live().SubmitStore(k, src));
     held_[id] = std::move(held);
     return id;
   }
