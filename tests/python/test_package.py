@@ -102,6 +102,8 @@ def test_round_trip_every_buffer_kind(tier):
 
 def test_torch_tensors_zero_copy(tier):
     torch = pytest.importorskip("torch", reason="torch is not installed (Debian: python3-torch)")
+    if not all(hasattr(torch, f) for f in ("arange", "zeros", "equal")):
+        pytest.skip("only a stand-in for torch is importable (vLLM's harness stub), not torch")
     keys = keys_for(1, "torch")
     src = torch.arange(ROW, dtype=torch.int32).to(torch.uint8)
     assert run(tier, tier.submit_store(keys, [src])).outcomes == ["ok"]
