@@ -30,6 +30,14 @@ T Unwrap(Result<T> result) {
   return std::move(result).value();
 }
 
+// Runs `fn` (which must not touch Python objects) with the GIL released and
+// returns its result (a Status or Result<T>, checked by the caller with the GIL).
+template <class Fn>
+auto WithoutGil(Fn&& fn) {
+  pb::gil_scoped_release release;
+  return fn();
+}
+
 // vLLM's OffloadKey bytes: 1..32 bytes of block hash, then the group index.
 OffloadKey KeyFromBytes(std::string_view bytes);
 pb::bytes KeyToBytes(const OffloadKey& key);

@@ -23,12 +23,7 @@ class PyEngineTier {
   PyEngineTier(const Namespace& ns, const pb::object& rows, uint64_t row_bytes, const pb::object& config)
       : rows_(rows, true) {
     EngineTierOptions o{.fs = EngineOpenOptions(ns, row_bytes, config), .rows = {rows_.data(), rows_.size()}};
-    Result<std::unique_ptr<EngineTier>> tier = Status(StatusCode::kInternal, "unset");
-    {
-      pb::gil_scoped_release release;
-      tier = EngineTier::Open(std::move(o));
-    }
-    tier_ = Unwrap(std::move(tier));
+    tier_ = Unwrap(WithoutGil([&] { return EngineTier::Open(std::move(o)); }));
   }
   ~PyEngineTier() { Shutdown(); }
 
@@ -44,12 +39,7 @@ class PyEngineTier {
     std::vector<OffloadKey> k = KeysFromList(keys);
     std::span<const int64_t> s(slots.data(), static_cast<size_t>(slots.size()));
     EngineTier& tier = Live();
-    Status status;
-    {
-      pb::gil_scoped_release release;
-      status = load ? tier.SubmitLoad(job_id, k, s) : tier.SubmitStore(job_id, k, s);
-    }
-    ThrowIfError(status);
+    ThrowIfError(WithoutGil([&] { return load ? tier.SubmitLoad(job_id, k, s) : tier.SubmitStore(job_id, k, s); }));
   }
 
   // [(job_id, is_load, success, ok_key_indices, bytes, transfer_time_s), ...]
@@ -70,12 +60,7 @@ class PyEngineTier {
 
   void Drain(uint32_t timeout_ms) {
     EngineTier& tier = Live();
-    Status s;
-    {
-      pb::gil_scoped_release release;
-      s = tier.Drain(timeout_ms);
-    }
-    ThrowIfError(s);
+    ThrowIfError(WithoutGil([&] { return tier.Drain(timeout_ms); }));
   }
 
   void Shutdown() {

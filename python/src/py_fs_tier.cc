@@ -74,10 +74,7 @@ class PyFsTier {
       ++state->finished;
       state->cv.notify_all();
     };
-    pb::gil_scoped_release release;
-    Result<std::unique_ptr<FsTier>> tier = FsTier::Open(o);
-    pb::gil_scoped_acquire acquire;
-    tier_ = Unwrap(std::move(tier));
+    tier_ = Unwrap(WithoutGil([&] { return FsTier::Open(o); }));
   }
   ~PyFsTier() { Close(); }
 
@@ -118,12 +115,7 @@ class PyFsTier {
 
   void WaitIdle(uint32_t timeout_ms) {
     FsTier& tier = Live();
-    Status s;
-    {
-      pb::gil_scoped_release release;
-      s = tier.WaitIdle(timeout_ms);
-    }
-    ThrowIfError(s);
+    ThrowIfError(WithoutGil([&] { return tier.WaitIdle(timeout_ms); }));
   }
 
   void Close() {

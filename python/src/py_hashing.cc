@@ -44,14 +44,7 @@ pb::list BlockHashes(const std::vector<int64_t>& tokens, const std::string& algo
   extras.cache_salt = cache_salt;
   extras.mm_features = MmFeatures(mm_features);
   std::vector<BlockHash> hashes;
-  {
-    pb::gil_scoped_release release;
-    Status s = hasher.AppendBlockHashes(tokens, extras, &hashes);
-    if (!s.ok()) {
-      pb::gil_scoped_acquire acquire;
-      ThrowStatus(s);
-    }
-  }
+  ThrowIfError(WithoutGil([&] { return hasher.AppendBlockHashes(tokens, extras, &hashes); }));
   pb::list out;
   for (const BlockHash& h : hashes) out.append(HashBytes(h));
   return out;

@@ -20,12 +20,7 @@ void SetScan(Options& o, const std::string& root, int jobs, bool force, uint64_t
 
 template <class Report, class Options>
 Report RunTool(Result<Report> (*tool)(const Options&), const Options& o) {
-  Result<Report> r = Status(StatusCode::kInternal, "unset");
-  {
-    pb::gil_scoped_release release;
-    r = tool(o);
-  }
-  return Unwrap(std::move(r));
+  return Unwrap(WithoutGil([&] { return tool(o); }));
 }
 
 DuReport PyDu(const std::string& root, int jobs, bool force, uint64_t tmp_grace_s) {
