@@ -49,17 +49,19 @@ pb::bytes KeyToBytes(const OffloadKey& key) {
   return pb::bytes(reinterpret_cast<const char*>(b.data()), b.size());
 }
 
+OffloadKey KeyFromObject(pb::handle key) {
+  char* data = nullptr;
+  Py_ssize_t len = 0;
+  if (!PyBytes_Check(key.ptr()) || PyBytes_AsStringAndSize(key.ptr(), &data, &len) != 0) {
+    PyErr_Clear();
+    ThrowStatus(InvalidArgument("offload keys must be bytes (block hash + 4-byte group index)"));
+  }
+  return KeyFromBytes({data, static_cast<size_t>(len)});
+}
+
 std::vector<OffloadKey> KeysFromList(const pb::iterable& keys) {
   std::vector<OffloadKey> out;
-  for (pb::handle k : keys) {
-    char* data = nullptr;
-    Py_ssize_t len = 0;
-    if (!PyBytes_Check(k.ptr()) || PyBytes_AsStringAndSize(k.ptr(), &data, &len) != 0) {
-      PyErr_Clear();
-      ThrowStatus(InvalidArgument("offload keys must be bytes (block hash + 4-byte group index)"));
-    }
-    out.push_back(KeyFromBytes({data, static_cast<size_t>(len)}));
-  }
+  for (pb::handle k : keys) out.push_back(KeyFromObject(k));
   return out;
 }
 

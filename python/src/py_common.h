@@ -41,6 +41,8 @@ auto WithoutGil(Fn&& fn) {
 // vLLM's OffloadKey bytes: 1..32 bytes of block hash, then the group index.
 OffloadKey KeyFromBytes(std::string_view bytes);
 pb::bytes KeyToBytes(const OffloadKey& key);
+// A bytes object as a key; kvtier.KvtierError(invalid_argument) for anything else.
+OffloadKey KeyFromObject(pb::handle key);
 std::vector<OffloadKey> KeysFromList(const pb::iterable& keys);
 
 // A held buffer export (PEP 3118) of a C-contiguous byte buffer: memoryview,

@@ -27,12 +27,9 @@ class PyEngineTier {
   }
   ~PyEngineTier() { Shutdown(); }
 
-  int Lookup(pb::bytes key, const std::string& request_id) {
+  int Lookup(const pb::object& key, const std::string& request_id) {
     if (!tier_) return static_cast<int>(LookupVerdict::kMiss);
-    char* data = nullptr;
-    Py_ssize_t len = 0;
-    PyBytes_AsStringAndSize(key.ptr(), &data, &len);
-    return static_cast<int>(tier_->Lookup(KeyFromBytes({data, static_cast<size_t>(len)}), request_id));
+    return static_cast<int>(tier_->Lookup(KeyFromObject(key), request_id));
   }
 
   void Submit(int64_t job_id, const pb::iterable& keys, const Slots& slots, bool load) {

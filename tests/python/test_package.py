@@ -220,6 +220,9 @@ def test_engine_tier_contract(tmp_path, ns):
     view = memoryview(rows)
     et = kvtier.EngineTier(ns, view, ROW, {"root_dir": str(tmp_path)})
     keys = keys_for(4, "engine")
+    with pytest.raises(kvtier.KvtierError) as e:  # a key is bytes: hash + 4-byte group
+        et.lookup("not bytes", "r1")
+    assert e.value.code == "invalid_argument"
     assert [et.lookup(k, "r1") for k in keys] == [2] * 4  # retry until checked
     et.flush_lookups()
     deadline = time.monotonic() + 10
