@@ -60,7 +60,9 @@ void RegisterDu(CLI::App* app, CliContext* ctx) {
   du->callback([f, ctx] {
     ScanOptions o;
     if (!Fill(*f, "du", &o)) return void(ctx->exit_code = 2);
-    ctx->exit_code = Emit<DuReport>(Du(o), "du", f->json, o.progress != nullptr, &DuJson, &DuText);
+    Result<DuReport> r = Du(o);
+    const int rc = Emit<DuReport>(r, "du", f->json, o.progress != nullptr, &DuJson, &DuText);
+    ctx->exit_code = rc != 0 ? rc : r->ExitCode();  // 8: parts could not be read
   });
 }
 
@@ -129,7 +131,9 @@ void RegisterGc(CLI::App* app, CliContext* ctx) {
       std::fprintf(stderr, "kvtier gc: --low-water needs --max-bytes\n");
       return void(ctx->exit_code = 2);
     }
-    ctx->exit_code = Emit<GcReport>(Gc(o), "gc", f->json, o.progress != nullptr, &GcJson, &GcText);
+    Result<GcReport> r = Gc(o);
+    const int rc = Emit<GcReport>(r, "gc", f->json, o.progress != nullptr, &GcJson, &GcText);
+    ctx->exit_code = rc != 0 ? rc : r->ExitCode();  // 8: parts could not be read (gc kept what it could not judge)
   });
 }
 

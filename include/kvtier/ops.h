@@ -2,11 +2,28 @@
 // (findings that cite layout-spec/FORMAT.md rules, optional repair) and gc
 // (orphaned namespaces, capacity, temp files, corrupt files).
 //
-// Safe on a live shared volume: symlinks are never followed, only layout
-// files (blocks, temp files, probe files, config.json, leases and the empty
-// directories they leave) are ever deleted, files that appear or vanish
-// during the walk are tolerated, and a root that does not look like a
-// kvtier/vLLM root is refused unless `force`.
+// Safe on a live shared volume that others can write:
+// - the walk and every change go through directory file descriptors opened
+//   one component at a time with O_NOFOLLOW, so no symlink and no swapped
+//   directory can lead a scan, repair or gc outside `root`;
+// - only names that match the layout exactly (layout-spec/FORMAT.md: blocks,
+//   their temp files, probe files, config.json and its temp files, leases,
+//   the empty directories they leave, and non-files squatting on a block
+//   name) are ever removed, each only if it is still the inode scanned;
+//   everything else is a finding, never a deletion;
+// - non-regular files are never opened for data, and every read is bounded
+//   (config.json at kConfigBytesMax, block data in fixed-size chunks);
+// - files that appear or vanish during the walk are tolerated; parts that
+//   cannot be read are reported (and gc keeps what it cannot judge);
+// - a root that does not look like a kvtier/vLLM root is refused unless
+//   `force`.
+//
+// What gc counts as "used": a block's activity is max(mtime, atime). kvtier
+// sets atime explicitly on every load (FORMAT.md L75); other readers count
+// under the mount's atime policy. `fsck --verify-data` reads with O_NOATIME
+// so a verify pass never makes data look used (where the kernel refuses
+// O_NOATIME, i.e. a non-owner without CAP_FOWNER, the report counts the
+// blocks read without it).
 #pragma once
 
 #include <cstdint>
@@ -33,6 +50,15 @@ struct ScanOptions {
   std::function<void(const ScanProgress&)> progress;
 };
 
+// A part of the tree that could not be read (the report is incomplete).
+struct ScanProblem {
+  std::string path;    // relative to the root
+  std::string detail;  // the error, e.g. "open: Permission denied"
+};
+
+// config.json files larger than this are not read (a finding instead).
+inline constexpr uint64_t kConfigBytesMax = 1 << 20;
+
 struct NamespaceUsage {
   std::string dir;     // "<model>_<digest>"
   std::string model;   // model_name from config.json (or the directory's prefix)
@@ -46,11 +72,15 @@ struct NamespaceUsage {
   uint64_t blocks = 0, bytes = 0, tmp_files = 0;
   int64_t newest_activity = 0, oldest_activity = 0;  // unix seconds, max(atime, mtime) of blocks
   uint64_t live_leases = 0;
+  bool leases_known = true;  // false: the lease directory or a lease could not be read
 };
 
 struct DuReport {
   std::vector<NamespaceUsage> namespaces;  // sorted by dir
   uint64_t total_bytes = 0, total_blocks = 0, files_scanned = 0;
+  std::vector<ScanProblem> unreadable;  // the totals leave these out
+  // 0: complete; 8 (e2fsck's "operational error"): parts could not be read.
+  int ExitCode() const;
 };
 
 Result<DuReport> Du(const ScanOptions& options);
@@ -58,6 +88,8 @@ Result<DuReport> Du(const ScanOptions& options);
 enum class FindingKind {
   kConfigMissing, kConfigTorn, kConfigDigestMismatch, kBadName, kSizeMismatch, kCrcMismatch,
   kStaleTmp, kProbeLeftover, kStrayFile, kEmptyDir,
+  kUnreadable,  // a directory or file of the layout that could not be read
+  kNotRegular,  // a directory, symlink, FIFO, socket or device at a block or config.json name
 };
 std::string_view FindingKindName(FindingKind kind);
 
@@ -81,6 +113,7 @@ struct FsckOptions : ScanOptions {
 struct FsckReport {
   std::vector<Finding> findings;
   uint64_t files_scanned = 0, blocks_checked = 0, blocks_verified = 0;
+  uint64_t verified_without_noatime = 0;  // read where O_NOATIME was refused (atime may have moved)
   // e2fsck's convention: 0 clean, 1 problems repaired, 4 problems left.
   int ExitCode() const;
 };
@@ -106,6 +139,12 @@ struct GcReport {
   bool dry_run = false;
   std::vector<Reclaimed> reclaimed;
   uint64_t bytes_reclaimed = 0, files_scanned = 0;
+  std::vector<ScanProblem> unreadable;  // parts that could not be read
+  // Namespaces kept although --older-than would reclaim them by what could
+  // be read, because a part (its leases above all) could not: gc fails closed.
+  std::vector<ScanProblem> kept;
+  // 0: complete; 8 (e2fsck's "operational error"): parts could not be read.
+  int ExitCode() const;
 };
 
 Result<GcReport> Gc(const GcOptions& options);

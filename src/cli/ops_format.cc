@@ -50,6 +50,16 @@ static std::string Age(int64_t unix_s) {
   return std::to_string(age / 86400) + "d ago";
 }
 
+static nlohmann::json ProblemsJson(const std::vector<ScanProblem>& problems) {
+  nlohmann::json list = nlohmann::json::array();
+  for (const ScanProblem& p : problems) list.push_back({{"path", p.path}, {"detail", p.detail}});
+  return list;
+}
+
+static void ProblemsText(std::ostringstream& out, const char* what, const std::vector<ScanProblem>& problems) {
+  for (const ScanProblem& p : problems) out << what << " " << p.path << ": " << p.detail << "\n";
+}
+
 nlohmann::json DuJson(const DuReport& r) {
   nlohmann::json list = nlohmann::json::array();
   for (const NamespaceUsage& u : r.namespaces) {
@@ -58,10 +68,11 @@ nlohmann::json DuJson(const DuReport& r) {
                                 {"dtype", u.dtype}, {"tp_size", u.tp_size}, {"groups", u.groups}}},
                     {"ranks", u.ranks}, {"blocks", u.blocks}, {"bytes", u.bytes}, {"tmp_files", u.tmp_files},
                     {"newest_activity", u.newest_activity}, {"oldest_activity", u.oldest_activity},
-                    {"live_leases", u.live_leases}});
+                    {"live_leases", u.live_leases}, {"leases_known", u.leases_known}});
   }
   return {{"namespaces", list}, {"total_bytes", r.total_bytes}, {"total_blocks", r.total_blocks},
-          {"files_scanned", r.files_scanned}};
+          {"files_scanned", r.files_scanned}, {"unreadable", ProblemsJson(r.unreadable)},
+          {"exit_code", r.ExitCode()}};
 }
 
 std::string DuText(const DuReport& r) {
@@ -71,15 +82,18 @@ std::string DuText(const DuReport& r) {
                 "LEASES", "NEWEST", "DTYPE", "TOKENS/HASH x BLOCKS/FILE");
   out << line;
   for (const NamespaceUsage& u : r.namespaces) {
-    std::snprintf(line, sizeof line, "%-52s %10llu %11s %5llu %6llu %-12s %-10s %lld x %lld\n", u.dir.c_str(),
+    const std::string leases = u.leases_known ? std::to_string(u.live_leases) : "?";
+    std::snprintf(line, sizeof line, "%-52s %10llu %11s %5llu %6s %-12s %-10s %lld x %lld\n", u.dir.c_str(),
                   static_cast<unsigned long long>(u.blocks), HumanBytes(u.bytes).c_str(),
-                  static_cast<unsigned long long>(u.tmp_files), static_cast<unsigned long long>(u.live_leases),
+                  static_cast<unsigned long long>(u.tmp_files), leases.c_str(),
                   Age(u.newest_activity).c_str(), u.dtype.empty() ? "?" : u.dtype.c_str(),
                   static_cast<long long>(u.tokens_per_hash), static_cast<long long>(u.blocks_per_file));
     out << line;
   }
   out << "total: " << r.namespaces.size() << " namespaces, " << r.total_blocks << " blocks, "
       << HumanBytes(r.total_bytes) << " (" << r.files_scanned << " files scanned)\n";
+  ProblemsText(out, "unreadable:", r.unreadable);
+  if (!r.unreadable.empty()) out << "du: incomplete: " << r.unreadable.size() << " parts could not be read (exit 8)\n";
   return out.str();
 }
 
@@ -95,7 +109,8 @@ nlohmann::json FsckJson(const FsckReport& r) {
   }
   return {{"findings", findings},
           {"summary", {{"files_scanned", r.files_scanned}, {"blocks_checked", r.blocks_checked},
-                       {"blocks_verified", r.blocks_verified}, {"findings", r.findings.size()},
+                       {"blocks_verified", r.blocks_verified},
+                       {"verified_without_noatime", r.verified_without_noatime}, {"findings", r.findings.size()},
                        {"by_kind", by_kind}, {"repaired", repaired}, {"left", r.findings.size() - repaired},
                        {"exit_code", r.ExitCode()}}}};
 }
@@ -111,6 +126,7 @@ std::string FsckText(const FsckReport& r) {
   const nlohmann::json summary = FsckJson(r)["summary"];
   out << "fsck: " << r.files_scanned << " files, " << r.blocks_checked << " blocks checked";
   if (r.blocks_verified) out << ", " << r.blocks_verified << " verified";
+  if (r.verified_without_noatime) out << " (" << r.verified_without_noatime << " without O_NOATIME: their atime may have moved)";
   out << "; " << r.findings.size() << " findings, " << summary["repaired"].get<uint64_t>() << " repaired -> "
       << (r.ExitCode() == 0 ? "clean" : r.ExitCode() == 1 ? "repaired" : "problems left") << "\n";
   return out.str();
@@ -120,7 +136,8 @@ nlohmann::json GcJson(const GcReport& r) {
   nlohmann::json list = nlohmann::json::array();
   for (const Reclaimed& x : r.reclaimed) list.push_back({{"path", x.path}, {"bytes", x.bytes}, {"reason", x.reason}});
   return {{"dry_run", r.dry_run}, {"reclaimed", list}, {"bytes_reclaimed", r.bytes_reclaimed},
-          {"files_scanned", r.files_scanned}};
+          {"files_scanned", r.files_scanned}, {"kept", ProblemsJson(r.kept)}, {"unreadable", ProblemsJson(r.unreadable)},
+          {"exit_code", r.ExitCode()}};
 }
 
 std::string GcText(const GcReport& r) {
@@ -135,6 +152,9 @@ std::string GcText(const GcReport& r) {
       << HumanBytes(r.bytes_reclaimed) << (r.dry_run ? " reclaimable" : " reclaimed");
   for (const auto& [reason, c] : by_reason) out << "; " << reason << " " << c.first;
   out << " (" << r.files_scanned << " files scanned)\n";
+  ProblemsText(out, "kept", r.kept);
+  ProblemsText(out, "unreadable:", r.unreadable);
+  if (!r.unreadable.empty()) out << "gc: incomplete: " << r.unreadable.size() << " parts could not be read (exit 8)\n";
   return out.str();
 }
 

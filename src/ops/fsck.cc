@@ -1,4 +1,5 @@
-// fsck: findings that cite FORMAT.md rules; --repair acts only on layout files.
+// fsck: findings that cite FORMAT.md rules; --repair acts only on layout
+// files, through directory fds, and only on the inode it examined.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/xattr.h>
@@ -7,66 +8,87 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstring>
 #include <ctime>
 #include <mutex>
 #include <thread>
 
+#include "format/layout_names.h"
 #include "ops/ops_internal.h"
 #include "util/crc32c.h"
 
 namespace kvtier {
 namespace internal {
 
-bool RemoveIfUnchanged(const std::string& root, const ScannedFile& f) {
-  const std::string path = root + "/" + f.rel;
-  struct stat st;
-  if (lstat(path.c_str(), &st) != 0) return errno == ENOENT;
-  if (st.st_ino != f.ino || st.st_dev != f.dev) return false;  // replaced meanwhile: leave it
-  return unlink(path.c_str()) == 0 || errno == ENOENT;
+int TreeEditor::Remove(const ScannedFile& f) const {
+  const auto [dir, name] = SplitRel(f.rel);
+  UniqueFd fd;
+  if (const int err = OpenDir(dir, &fd)) return err == ENOENT ? 0 : err;
+  return UnlinkIfSameAt(fd.get(), name, f.dev, f.ino, S_ISDIR(f.mode));
+}
+
+int TreeEditor::RemoveEmptyDir(const std::string& rel) const {
+  const auto [dir, name] = SplitRel(rel);
+  UniqueFd fd;
+  if (const int err = OpenDir(dir, &fd)) return err;
+  return unlinkat(fd.get(), name.c_str(), AT_REMOVEDIR) == 0 ? 0 : errno;
 }
 
 namespace {
 
-// FORMAT.md L67: the CRC32C attribute against the bytes. Files without the
-// attribute (written by vLLM) pass.
-bool CrcMatches(const std::string& path, uint64_t size) {
-  int fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) return true;  // vanished: nothing to judge
-  uint8_t want[4];
-  const ssize_t got = fgetxattr(fd, "user.vllm.kv_crc32c", want, sizeof want);
-  bool ok = true;
-  if (got == 4) {
-    std::vector<uint8_t> data(size);
-    size_t have = 0;
-    ssize_t n;
-    while (have < size && (n = pread(fd, data.data() + have, size - have, static_cast<off_t>(have))) > 0) {
-      have += static_cast<size_t>(n);
-    }
-    const uint32_t crc = Crc32c({data.data(), have});
-    ok = have == size && (uint32_t{want[0]} << 24 | uint32_t{want[1]} << 16 | uint32_t{want[2]} << 8 | want[3]) == crc;
+constexpr size_t kVerifyChunkBytes = 1 << 20;  // memory per verifying thread, whatever a file's size
+
+enum class Verdict { kMatches, kMismatch, kUnjudged };
+
+// FORMAT.md L67: the CRC32C attribute against the bytes, read in fixed-size
+// chunks. Files without the attribute (written by vLLM, L68) pass.
+Verdict CrcVerdict(int fd, uint64_t size, std::string* detail) {
+  uint8_t want[format::kCrcXattrBytes];
+  const ssize_t got = fgetxattr(fd, format::kCrcXattr, want, sizeof want);
+  if (got < 0 && errno != ERANGE) return Verdict::kMatches;  // no attribute (ENODATA) or none readable
+  if (got != static_cast<ssize_t>(sizeof want)) {
+    *detail = "CRC32C attribute is not 4 bytes";
+    return Verdict::kMismatch;
   }
-  close(fd);
-  return ok;
+  std::vector<uint8_t> chunk(kVerifyChunkBytes);
+  uint32_t crc = 0;
+  uint64_t have = 0;
+  for (ssize_t n; have < size; have += static_cast<uint64_t>(n)) {
+    n = pread(fd, chunk.data(), std::min<uint64_t>(chunk.size(), size - have), static_cast<off_t>(have));
+    if (n < 0 && errno == EINTR) n = 0;
+    else if (n <= 0) break;
+    crc = Crc32cExtend(crc, {chunk.data(), static_cast<size_t>(n)});
+  }
+  if (have != size) return Verdict::kUnjudged;  // shrank or failed meanwhile: the size check judges it next time
+  const uint32_t stored = uint32_t{want[0]} << 24 | uint32_t{want[1]} << 16 | uint32_t{want[2]} << 8 | want[3];
+  if (stored == crc) return Verdict::kMatches;
+  *detail = "CRC32C attribute does not match the bytes";
+  return Verdict::kMismatch;
 }
+
+}  // namespace
+}  // namespace internal
+}  // namespace kvtier
+
+namespace kvtier {
+namespace internal {
+namespace {
 
 class FsckRun {
  public:
-  FsckRun(const FsckOptions& o, FsckReport* report) : o_(o), report_(report), now_(std::time(nullptr)) {}
+  FsckRun(const FsckOptions& o, const TreeScan& scan, FsckReport* report)
+      : o_(o), editor_(scan.root_fd), report_(report), now_(std::time(nullptr)) {}
 
   void Namespace(const NsScan& ns) {
+    for (const ScanProblem& p : ns.unreadable) Add(FindingKind::kUnreadable, p.path, "L90", RepairAction::kNone, p.detail);
     CheckConfig(ns);
     for (const auto& [path, why] : ns.bad_names) Add(FindingKind::kBadName, path, "L94", RepairAction::kNone, why);
+    for (const ScannedFile& f : ns.non_files) NonFile(f);
     CheckSizes(ns);
     for (const ScannedFile& t : ns.tmps) Aged(t, FindingKind::kStaleTmp, "L81");
     for (const ScannedFile& p : ns.probes) Aged(p, FindingKind::kProbeLeftover, "L82");
     for (const std::string& s : ns.strays) Add(FindingKind::kStrayFile, s, "L90", RepairAction::kNone, "");
-    for (const std::string& d : ns.empty_dirs) {
-      const bool removed = o_.repair && rmdir((o_.root + "/" + d).c_str()) == 0;
-      // A <hh>_g<g> directory was the last entry of its <hhh> parent: that
-      // one is empty now too (rmdir fails harmlessly if a writer got there).
-      if (removed && std::count(d.begin(), d.end(), '/') == 2) rmdir((o_.root + "/" + d.substr(0, d.rfind('/'))).c_str());
-      Add(FindingKind::kEmptyDir, d, "L91", removed ? RepairAction::kRemoved : RepairAction::kNone, "");
-    }
+    for (const std::string& d : ns.empty_dirs) EmptyDir(d);
   }
   void RootStray(const std::string& name) { Add(FindingKind::kStrayFile, name, "L90", RepairAction::kNone, ""); }
 
@@ -76,12 +98,12 @@ class FsckRun {
     report_->findings.push_back({kind, std::move(path), rule, action, std::move(detail)});
   }
   RepairAction Remove(const ScannedFile& f) {
-    if (!o_.repair || !RemoveIfUnchanged(o_.root, f)) return RepairAction::kNone;
+    if (!o_.repair || editor_.Remove(f) != 0) return RepairAction::kNone;
     // Shard directories the removal emptied go too, so one pass leaves a
     // clean tree (rmdir fails harmlessly on a directory that is not empty).
-    const std::string dir2 = f.rel.substr(0, f.rel.rfind('/'));
-    if (std::count(f.rel.begin(), f.rel.end(), '/') == 3 && rmdir((o_.root + "/" + dir2).c_str()) == 0) {
-      rmdir((o_.root + "/" + dir2.substr(0, dir2.rfind('/'))).c_str());
+    const std::string dir2 = SplitRel(f.rel).first;
+    if (std::count(f.rel.begin(), f.rel.end(), '/') == 3 && editor_.RemoveEmptyDir(dir2) == 0) {
+      (void)editor_.RemoveEmptyDir(SplitRel(dir2).first);
     }
     return RepairAction::kRemoved;
   }
@@ -89,29 +111,65 @@ class FsckRun {
     if (now_ - f.mtime < static_cast<int64_t>(o_.tmp_grace_s)) return;  // may be a write in flight
     Add(kind, f.rel, rule, Remove(f), "age " + std::to_string(now_ - f.mtime) + " s");
   }
+  void EmptyDir(const std::string& d) {
+    const bool removed = o_.repair && editor_.RemoveEmptyDir(d) == 0;
+    // A <hh>_g<g> directory was the last entry of its <hhh> parent: that
+    // one is empty now too (rmdir fails harmlessly if a writer got there).
+    if (removed && std::count(d.begin(), d.end(), '/') == 2) (void)editor_.RemoveEmptyDir(SplitRel(d).first);
+    Add(FindingKind::kEmptyDir, d, "L91", removed ? RepairAction::kRemoved : RepairAction::kNone, "");
+  }
+
+  // A directory, symlink, FIFO, socket or device at a block or config.json
+  // name (L94): readers treat it as absent, and it blocks every store of
+  // that name, so repair removes it (a directory only when empty).
+  void NonFile(const ScannedFile& f) {
+    const char* what = S_ISDIR(f.mode) ? "a directory" : S_ISLNK(f.mode) ? "a symlink" : S_ISFIFO(f.mode) ? "a FIFO"
+                       : S_ISSOCK(f.mode) ? "a socket" : "a device or other non-file";
+    std::string detail = std::string(what) + " at a layout file name";
+    const RepairAction action = Remove(f);
+    if (o_.repair && action == RepairAction::kNone && S_ISDIR(f.mode)) detail += " (not empty: left in place)";
+    Add(FindingKind::kNotRegular, f.rel, "L94", action, detail);
+  }
 
   void CheckConfig(const NsScan& ns) {
-    const std::string path = ns.dir + "/config.json";
+    const std::string path = ns.dir + "/" + std::string(format::kConfigName);
     if (!ns.has_config) {
       if (!ns.blocks.empty()) Add(FindingKind::kConfigMissing, path, "L78", RepairAction::kNone, "");
       return;
     }
+    if (ns.config_oversize) {  // no config.json is that large: treat it as torn, never read it
+      std::string detail = ns.config_error;
+      Add(FindingKind::kConfigTorn, path, "L77", Quarantine(ns.dir, &detail), detail);
+      return;
+    }
+    if (!ns.config_error.empty()) return;  // unreadable: reported with the scan's problems
     const ConfigInfo info = ParseConfig(ns);
     if (info.parses && info.digest_matches) return;
     const FindingKind kind = info.parses ? FindingKind::kConfigDigestMismatch : FindingKind::kConfigTorn;
-    Add(kind, path, info.parses ? "L79" : "L77", Quarantine(ns.dir), "");
+    std::string detail;
+    Add(kind, path, info.parses ? "L79" : "L77", Quarantine(ns.dir, &detail), detail);
   }
 
   // Moves config.json aside (L77, L79): the next vLLM or kvtier start writes
-  // a correct one; the old bytes stay under .kvtier/quarantine/.
-  RepairAction Quarantine(const std::string& ns_dir) {
+  // a correct one; the old bytes stay under .kvtier/quarantine/. Every step
+  // is relative to the namespace directory's fd and refuses symlinks, so a
+  // swapped .kvtier cannot move the file out of the tree.
+  RepairAction Quarantine(const std::string& ns_dir, std::string* detail) {
     if (!o_.repair) return RepairAction::kNone;
-    const std::string dir = o_.root + "/" + ns_dir + "/.kvtier";
-    mkdir(dir.c_str(), 0777);
-    mkdir((dir + "/quarantine").c_str(), 0777);
-    const std::string to = dir + "/quarantine/config.json." + std::to_string(now_);
-    return rename((o_.root + "/" + ns_dir + "/config.json").c_str(), to.c_str()) == 0 ? RepairAction::kQuarantined
-                                                                                       : RepairAction::kNone;
+    UniqueFd ns, meta, quarantine;
+    int err = editor_.OpenDir(ns_dir, &ns);
+    for (auto [parent, name, out] : {std::tuple{&ns, format::kMetaDirName, &meta},
+                                     std::tuple{&meta, format::kQuarantineDirName, &quarantine}}) {
+      if (err != 0) break;
+      const std::string n(name);
+      if (mkdirat(parent->get(), n.c_str(), 0777) != 0 && errno != EEXIST) err = errno;
+      if (err == 0) err = OpenDirAt(parent->get(), n, out);
+    }
+    const std::string to = std::string(format::kConfigName) + "." + std::to_string(now_);
+    if (err == 0 && renameat(ns.get(), std::string(format::kConfigName).c_str(), quarantine.get(), to.c_str()) != 0) err = errno;
+    if (err == 0) return RepairAction::kQuarantined;
+    *detail += std::string(detail->empty() ? "" : "; ") + "not quarantined: " + std::strerror(err);
+    return RepairAction::kNone;
   }
 
   void CheckSizes(const NsScan& ns) {
@@ -133,24 +191,38 @@ class FsckRun {
     if (o_.verify_data) Verify(sized);
   }
 
+  // Opens a block for verification without changing what gc sees (O_NOATIME)
+  // and only if it is still the regular file scanned.
+  void VerifyOne(const ScannedFile& b, std::atomic<uint64_t>* with_atime) {
+    const auto [dir, name] = SplitRel(b.rel);
+    UniqueFd dfd, fd;
+    struct stat st;
+    bool atime_kept = true;
+    if (editor_.OpenDir(dir, &dfd) != 0 || OpenRegularAt(dfd.get(), name, /*no_atime=*/true, &fd, &st, &atime_kept) != 0) return;
+    if (st.st_ino != b.ino || st.st_dev != b.dev) return;  // replaced meanwhile: judged next time
+    *with_atime += !atime_kept;
+    std::string detail;
+    if (CrcVerdict(fd.get(), static_cast<uint64_t>(st.st_size), &detail) == Verdict::kMismatch) {
+      Add(FindingKind::kCrcMismatch, b.rel, "L67", Remove(b), detail);
+    }
+  }
+
   void Verify(const std::vector<const ScannedFile*>& blocks) {
     std::atomic<size_t> next{0};
+    std::atomic<uint64_t> with_atime{0};
     auto worker = [&] {
-      for (size_t i; (i = next.fetch_add(1)) < blocks.size();) {
-        const ScannedFile& b = *blocks[i];
-        if (!CrcMatches(o_.root + "/" + b.rel, b.size)) {
-          Add(FindingKind::kCrcMismatch, b.rel, "L67", Remove(b), "CRC32C attribute does not match the bytes");
-        }
-      }
+      for (size_t i; (i = next.fetch_add(1)) < blocks.size();) VerifyOne(*blocks[i], &with_atime);
     };
     std::vector<std::thread> threads;
     for (int t = 1; t < std::max(1, o_.jobs); ++t) threads.emplace_back(worker);
     worker();
     for (auto& t : threads) t.join();
     report_->blocks_verified += blocks.size();
+    report_->verified_without_noatime += with_atime.load();
   }
 
   const FsckOptions& o_;
+  TreeEditor editor_;
   FsckReport* report_;
   int64_t now_;
   std::mutex mu_;
@@ -163,7 +235,7 @@ Result<FsckReport> Fsck(const FsckOptions& options) {
   KVTIER_ASSIGN_OR_RETURN(internal::TreeScan scan, internal::ScanTree(options));
   FsckReport report;
   report.files_scanned = scan.files;
-  internal::FsckRun run(options, &report);
+  internal::FsckRun run(options, scan, &report);
   for (const auto& [name, ns] : scan.namespaces) run.Namespace(ns);
   for (const std::string& s : scan.root_strays) run.RootStray(s);
   return report;

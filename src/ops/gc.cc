@@ -1,6 +1,7 @@
 // gc: reclaims orphaned namespaces, enforces a capacity bound by least recent
 // use, and always removes stale temp/probe files and short (corrupt) blocks.
-// Only layout files are deleted, each only if it is still the file scanned.
+// Only layout files are deleted, each only if it is still the file scanned,
+// and a namespace gc cannot fully read (its leases above all) is kept.
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -8,6 +9,7 @@
 #include <ctime>
 #include <set>
 
+#include "format/layout_names.h"
 #include "ops/ops_internal.h"
 
 namespace kvtier {
@@ -16,9 +18,13 @@ namespace {
 
 class GcRun {
  public:
-  GcRun(const GcOptions& o, GcReport* report) : o_(o), report_(report), now_(std::time(nullptr)) {}
+  GcRun(const GcOptions& o, const TreeScan& scan, GcReport* report)
+      : o_(o), editor_(scan.root_fd), report_(report), now_(std::time(nullptr)) {}
 
   void Run(TreeScan& scan) {
+    for (const auto& [name, ns] : scan.namespaces) {
+      report_->unreadable.insert(report_->unreadable.end(), ns.unreadable.begin(), ns.unreadable.end());
+    }
     const std::set<std::string> keep(o_.keep.begin(), o_.keep.end());
     std::vector<const ScannedFile*> candidates;  // blocks eligible for capacity eviction
     uint64_t total = 0;
@@ -43,7 +49,7 @@ class GcRun {
 
  private:
   void Reclaim(const ScannedFile& f, const char* reason) {
-    if (!o_.dry_run && !RemoveIfUnchanged(o_.root, f)) return;  // changed under us: keep it
+    if (!o_.dry_run && editor_.Remove(f) != 0) return;  // changed under us, or not removable: keep it
     report_->reclaimed.push_back({f.rel, f.size, reason});
     report_->bytes_reclaimed += f.size;
   }
@@ -64,28 +70,26 @@ class GcRun {
     ns.blocks.erase(std::remove_if(ns.blocks.begin(), ns.blocks.end(), short_block), ns.blocks.end());
   }
 
-  // L92: no live lease and no activity within --older-than.
-  bool Orphaned(const NsScan& ns) const {
+  // L92: no live lease and no activity within --older-than. Fails closed:
+  // a namespace whose leases or parts could not be read is kept, and said so.
+  bool Orphaned(const NsScan& ns) {
     if (!o_.older_than_s || LiveLeases(ns, o_.lease_ttl_s, now_) > 0) return false;
     int64_t newest = 0;
     for (const ScannedFile& b : ns.blocks) newest = std::max(newest, b.activity());
     for (const ScannedFile& t : ns.tmps) newest = std::max(newest, t.mtime);
     for (const ScannedFile& l : ns.leases) newest = std::max(newest, l.mtime);
-    return now_ - newest >= static_cast<int64_t>(*o_.older_than_s);
+    if (now_ - newest < static_cast<int64_t>(*o_.older_than_s)) return false;
+    if (ns.leases_known && ns.unreadable.empty()) return true;
+    const std::string why = ns.unreadable.empty() ? "it changed during the walk"
+                                                  : ns.unreadable.front().path + ": " + ns.unreadable.front().detail;
+    report_->kept.push_back({ns.dir, (ns.leases_known ? "parts could not be read; " : "its leases could not be read; ") + why});
+    return false;
   }
 
   void ReclaimNamespace(const NsScan& ns) {
     for (const ScannedFile& b : ns.blocks) Reclaim(b, "orphaned_namespace");
     for (const ScannedFile& l : ns.leases) Reclaim(l, "orphaned_namespace");
-    if (ns.has_config) {
-      ScannedFile config;
-      config.rel = ns.dir + "/config.json";
-      struct stat st;
-      if (lstat((o_.root + "/" + config.rel).c_str(), &st) == 0) {
-        config.size = static_cast<uint64_t>(st.st_size), config.ino = st.st_ino, config.dev = st.st_dev;
-        Reclaim(config, "orphaned_namespace");
-      }
-    }
+    if (ns.has_config) Reclaim(ns.config, "orphaned_namespace");
     if (!o_.dry_run) RemoveEmptyDirs(ns);
   }
 
@@ -98,11 +102,12 @@ class GcRun {
         dirs.insert(b.rel.substr(0, at));
       }
     }
-    for (int64_t rank : ns.ranks) dirs.insert(ns.dir + "_r" + std::to_string(rank));
-    dirs.insert(ns.dir + "/.kvtier/leases");
-    dirs.insert(ns.dir + "/.kvtier");
+    for (int64_t rank : ns.ranks) dirs.insert(format::BlockDirName(ns.dir, rank));
+    const std::string meta = ns.dir + "/" + std::string(format::kMetaDirName);
+    dirs.insert(meta + "/" + std::string(format::kLeaseDirName));
+    dirs.insert(meta);
     dirs.insert(ns.dir);
-    for (const std::string& d : dirs) rmdir((o_.root + "/" + d).c_str());  // fails harmlessly when not empty
+    for (const std::string& d : dirs) (void)editor_.RemoveEmptyDir(d);  // fails harmlessly when not empty
   }
 
   void Capacity(std::vector<const ScannedFile*>& blocks, uint64_t total) {
@@ -119,6 +124,7 @@ class GcRun {
   }
 
   const GcOptions& o_;
+  TreeEditor editor_;
   GcReport* report_;
   int64_t now_;
 };
@@ -134,7 +140,7 @@ Result<GcReport> Gc(const GcOptions& options) {
   GcReport report;
   report.dry_run = options.dry_run;
   report.files_scanned = scan.files;
-  internal::GcRun(options, &report).Run(scan);
+  internal::GcRun(options, scan, &report).Run(scan);
   return report;
 }
 

@@ -2,17 +2,18 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
+#include "format/layout_names.h"
 #include "kvtier/ops.h"
 #include "ops/scan.h"
 
 namespace kvtier::internal {
 
-// Leases refreshed within this many seconds are live (FORMAT.md L74; the
-// fs tier refreshes its lease every kLeaseRefreshS).
-inline constexpr uint64_t kDefaultLeaseTtlS = 60;
-inline constexpr uint64_t kLeaseRefreshS = 10;
+// Leases refreshed within this many seconds are live (FORMAT.md L74).
+inline constexpr uint64_t kDefaultLeaseTtlS = format::kLeaseTtlS;
+using format::kLeaseRefreshS;
 
 struct ConfigInfo {
   bool parses = false;          // a JSON object
@@ -26,8 +27,21 @@ uint64_t LiveLeases(const NsScan& ns, uint64_t ttl_s, int64_t now);
 // The size most blocks of the namespace have (0 without blocks).
 uint64_t MostCommonSize(const NsScan& ns);
 
-// Removes root/rel if it is still the file that was scanned (same inode):
-// another instance may have replaced it since. ENOENT counts as removed.
-bool RemoveIfUnchanged(const std::string& root, const ScannedFile& f);
+// Changes a scanned tree only through directory fds opened from its root
+// one component at a time (O_NOFOLLOW), and removes a name only while it is
+// still the inode that was scanned: another instance may have replaced it.
+class TreeEditor {
+ public:
+  explicit TreeEditor(std::shared_ptr<UniqueFd> root) : root_(std::move(root)) {}
+  // 0 (removed, or already gone), ESTALE (replaced meanwhile) or the errno.
+  int Remove(const ScannedFile& f) const;
+  // Removes the directory root/rel if it is empty: 0 or the errno.
+  int RemoveEmptyDir(const std::string& rel) const;
+  // Opens the directory root/rel: 0 or the errno.
+  int OpenDir(const std::string& rel, UniqueFd* out) const { return OpenDirPath(root_->get(), rel, out); }
+
+ private:
+  std::shared_ptr<UniqueFd> root_;
+};
 
 }  // namespace kvtier::internal

@@ -17,10 +17,38 @@
 
 namespace kvtier {
 namespace internal {
+namespace {
+
+// No config.json nests deeper than this (vLLM's is 3 levels deep).
+constexpr size_t kConfigDepthMax = 32;
+
+// Bracket depth outside JSON strings, without recursion.
+bool JsonDepthWithin(std::string_view text, size_t depth_max) {
+  size_t depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') ++i;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > depth_max) return false;
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return true;
+}
+
+}  // namespace
 
 ConfigInfo ParseConfig(const NsScan& ns) {
   ConfigInfo info;
-  if (!ns.has_config) return info;
+  if (!ns.has_config || !ns.config_error.empty()) return info;
+  // The canonical dump below recurses: refuse nesting no config has first.
+  if (!JsonDepthWithin(ns.config_text, kConfigDepthMax)) return info;
   nlohmann::json fields = nlohmann::json::parse(ns.config_text, nullptr, /*allow_exceptions=*/false);
   if (fields.is_discarded() || !fields.is_object()) return info;
   info.parses = true;
@@ -88,6 +116,8 @@ Result<DuReport> Du(const ScanOptions& options) {
       u.oldest_activity = u.oldest_activity == 0 ? b.activity() : std::min(u.oldest_activity, b.activity());
     }
     u.live_leases = internal::LiveLeases(ns, internal::kDefaultLeaseTtlS, now);
+    u.leases_known = ns.leases_known;
+    report.unreadable.insert(report.unreadable.end(), ns.unreadable.begin(), ns.unreadable.end());
     report.total_bytes += u.bytes;
     report.total_blocks += u.blocks;
     report.namespaces.push_back(std::move(u));
@@ -98,7 +128,8 @@ Result<DuReport> Du(const ScanOptions& options) {
 std::string_view FindingKindName(FindingKind kind) {
   static constexpr std::string_view kNames[] = {"config_missing", "config_torn", "config_digest_mismatch",
                                                 "bad_name", "size_mismatch", "crc_mismatch", "stale_tmp",
-                                                "probe_leftover", "stray_file", "empty_dir"};
+                                                "probe_leftover", "stray_file", "empty_dir", "unreadable",
+                                                "not_regular"};
   return kNames[static_cast<int>(kind)];
 }
 
@@ -110,6 +141,9 @@ std::string_view RepairActionName(RepairAction action) {
   }
   return "none";
 }
+
+int DuReport::ExitCode() const { return unreadable.empty() ? 0 : 8; }
+int GcReport::ExitCode() const { return unreadable.empty() ? 0 : 8; }
 
 int FsckReport::ExitCode() const {
   bool left = false, repaired = false;

@@ -1,263 +1,273 @@
-// The parallel walk behind du, fsck and gc.
+// The parallel walk behind du, fsck and gc. Every directory is entered
+// through its parent's fd with O_NOFOLLOW, names are classified by the exact
+// parsers of format/layout_names.h, and nothing but config.json (capped) is
+// read.
 #include "ops/scan.h"
 
-#include <dirent.h>
 #include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
 #include <chrono>
-#include <mutex>
+#include <cstring>
 #include <thread>
+
+#include "format/layout_names.h"
 
 namespace kvtier::internal {
 namespace {
 
-struct Entry {
-  std::string name;
-  unsigned char type;  // DT_*
+std::string ErrText(const char* what, int err) { return std::string(what) + ": " + std::strerror(err); }
+
+ScannedFile Scanned(std::string rel, const struct stat& st) {
+  ScannedFile f;
+  f.rel = std::move(rel);
+  f.size = static_cast<uint64_t>(st.st_size);
+  f.mtime = st.st_mtim.tv_sec;
+  f.atime = st.st_atim.tv_sec;
+  f.ino = st.st_ino;
+  f.dev = st.st_dev;
+  f.mode = st.st_mode;
+  return f;
+}
+
+// Enters a directory the listing showed: 0, or the errno after recording it.
+// ENOENT (another instance's gc) is silent; a directory swapped for a symlink
+// or a file since the listing is a stray; anything else cannot be read.
+int EnterDir(int parent, const std::string& name, const std::string& rel, NsScan* out, UniqueFd* fd) {
+  const int err = OpenDirAt(parent, name, fd);
+  if (err == ELOOP || err == ENOTDIR) out->strays.push_back(rel);
+  else if (err != 0 && err != ENOENT) out->unreadable.push_back({rel, ErrText("open", err)});
+  return err;
+}
+
+// Lists a directory entered with EnterDir; false after recording an error.
+bool ListInto(int fd, const std::string& rel, NsScan* out, std::vector<DirEntry>* entries, bool report_empty = true) {
+  if (const int err = ListDir(fd, entries)) {
+    out->unreadable.push_back({rel, ErrText("read directory", err)});
+    return false;
+  }
+  for (const DirEntry& e : *entries) {
+    if (e.stat_errno != 0 && e.stat_errno != ENOENT) out->unreadable.push_back({rel + "/" + e.name, ErrText("stat", e.stat_errno)});
+  }
+  if (report_empty && entries->empty()) out->empty_dirs.push_back(rel);
+  return true;
+}
+
+struct Counters {
+  std::atomic<uint64_t> files{0}, bytes{0};
 };
 
-// Lists a directory without following symlinks. ENOENT (vanished) is an
-// empty listing; other errors are returned.
-Result<std::vector<Entry>> List(const std::string& path) {
-  int fd = open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) {
-    if (errno == ENOENT) return std::vector<Entry>();
-    return ErrnoToStatus(errno, "open " + path);
+// One file of a <hhh>/<hh>_g<g> directory (L6, L7, L55).
+void ClassifyShardFile(const DirEntry& f, const std::string& rel2, std::string_view shard1, std::string_view hh,
+                       NsScan* out, Counters* counters) {
+  if (f.st.st_mode == 0) return;  // vanished, or recorded as unreadable
+  std::string rel3 = rel2 + "/" + f.name;
+  const auto tmp_hex = format::BlockTmpHex(f.name);
+  const auto hex = tmp_hex ? tmp_hex : format::BlockFileHex(f.name);
+  if (hex && !format::BlockInShard(*hex, shard1, hh)) {
+    out->bad_names.emplace_back(std::move(rel3), "in the wrong shard directory");
+  } else if (hex && !tmp_hex) {
+    if (!S_ISREG(f.st.st_mode)) return out->non_files.push_back(Scanned(std::move(rel3), f.st));
+    out->blocks.push_back(Scanned(std::move(rel3), f.st));
+    ++counters->files;
+    counters->bytes += static_cast<uint64_t>(f.st.st_size);
+  } else if (hex && S_ISREG(f.st.st_mode)) {
+    out->tmps.push_back(Scanned(std::move(rel3), f.st));
+  } else if (S_ISLNK(f.st.st_mode)) {
+    out->strays.push_back(std::move(rel3));
+  } else {
+    out->bad_names.emplace_back(std::move(rel3), S_ISREG(f.st.st_mode) ? "not <hex>.bin" : "not a regular file");
   }
-  DIR* dir = fdopendir(fd);
-  if (dir == nullptr) {
-    close(fd);
-    return ErrnoToStatus(errno, "fdopendir " + path);
-  }
-  std::vector<Entry> out;
-  while (dirent* e = readdir(dir)) {
-    std::string_view name = e->d_name;
-    if (name == "." || name == "..") continue;
-    unsigned char type = e->d_type;
-    if (type == DT_UNKNOWN) {  // some filesystems do not fill d_type
-      struct stat st;
-      type = fstatat(dirfd(dir), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 ? DT_UNKNOWN
-             : S_ISDIR(st.st_mode) ? DT_DIR : S_ISLNK(st.st_mode) ? DT_LNK : S_ISREG(st.st_mode) ? DT_REG : DT_UNKNOWN;
-    }
-    out.push_back({std::string(name), type});
-  }
-  closedir(dir);
-  return out;
-}
-
-bool Stat(const std::string& root, const std::string& rel, ScannedFile* f) {
-  struct stat st;
-  if (fstatat(AT_FDCWD, (root + "/" + rel).c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) return false;
-  f->rel = rel;
-  f->size = static_cast<uint64_t>(st.st_size);
-  f->mtime = st.st_mtim.tv_sec;
-  f->atime = st.st_atim.tv_sec;
-  f->ino = st.st_ino;
-  f->dev = st.st_dev;
-  return true;
-}
-
-bool IsDecimal(std::string_view s) {
-  if (s.empty()) return false;
-  for (char c : s) {
-    if (c < '0' || c > '9') return false;
-  }
-  return true;
-}
-
-// "<64 or 32 hex>.bin_<decimal>.tmp"
-bool IsBlockTmp(std::string_view name) {
-  const size_t at = name.find(".bin_");
-  if (at == std::string_view::npos || !name.ends_with(".tmp")) return false;
-  return IsDecimal(name.substr(at + 5, name.size() - at - 5 - 4));
 }
 
 // One shard-1 directory of a block directory: the unit of parallel work.
 struct ShardWork {
   std::string ns, rel;  // rel: "<ns>_r<rank>/<hhh>"
   std::string shard1;
-  NsScan result;        // only the block-tree fields are filled
+  std::shared_ptr<UniqueFd> block_dir;
+  NsScan result;  // only the block-tree fields are filled
 };
 
-void ScanShard(const std::string& root, ShardWork* w, std::atomic<uint64_t>* files, std::atomic<uint64_t>* bytes) {
+void ScanShard(ShardWork* w, Counters* counters) {
   NsScan& out = w->result;
-  auto level2 = List(root + "/" + w->rel);
-  if (!level2.ok()) {
-    out.bad_names.emplace_back(w->rel, level2.status().ToString());
+  UniqueFd s1;
+  std::vector<DirEntry> level2, files;
+  if (EnterDir(w->block_dir->get(), w->shard1, w->rel, &out, &s1) != 0 || !ListInto(s1.get(), w->rel, &out, &level2)) return;
+  for (const DirEntry& e2 : level2) {
+    const std::string rel2 = w->rel + "/" + e2.name;
+    const auto shard2 = format::ParseShard2Name(e2.name);
+    if (S_ISLNK(e2.st.st_mode)) {
+      out.strays.push_back(rel2);
+    } else if (e2.st.st_mode != 0 && (!S_ISDIR(e2.st.st_mode) || !shard2)) {
+      out.bad_names.emplace_back(rel2, "not a <hh>_g<group> shard directory");
+    } else if (UniqueFd s2; shard2 && EnterDir(s1.get(), e2.name, rel2, &out, &s2) == 0 &&
+                            ListInto(s2.get(), rel2, &out, &files)) {
+      for (const DirEntry& f : files) ClassifyShardFile(f, rel2, w->shard1, shard2->hh, &out, counters);
+    }
+  }
+}
+
+// config.json (L24): read only if it is a regular file, and at most
+// kConfigBytesMax bytes of it.
+void ReadConfig(int ns_fd, const DirEntry& e, const std::string& rel, NsScan* ns) {
+  if (!S_ISREG(e.st.st_mode)) return ns->non_files.push_back(Scanned(rel, e.st));
+  ns->has_config = true;
+  ns->config = Scanned(rel, e.st);
+  if (static_cast<uint64_t>(e.st.st_size) > kConfigBytesMax) {
+    ns->config_error = "larger than " + std::to_string(kConfigBytesMax) + " bytes: not read";
+    ns->config_oversize = true;
     return;
   }
-  if (level2->empty()) out.empty_dirs.push_back(w->rel);
-  for (const Entry& e2 : *level2) {
-    const std::string rel2 = w->rel + "/" + e2.name;
-    const size_t g = e2.name.find("_g");
-    if (e2.type == DT_LNK) { out.strays.push_back(rel2); continue; }
-    if (e2.type != DT_DIR || g != 2 || !IsLowerHex(std::string_view(e2.name).substr(0, 2), 2) ||
-        !IsDecimal(std::string_view(e2.name).substr(4))) {
-      out.bad_names.emplace_back(rel2, "not a <hh>_g<group> shard directory");
-      continue;
-    }
-    auto files3 = List(root + "/" + rel2);
-    if (!files3.ok()) { out.bad_names.emplace_back(rel2, files3.status().ToString()); continue; }
-    if (files3->empty()) out.empty_dirs.push_back(rel2);
-    for (const Entry& f : *files3) {
-      const std::string rel3 = rel2 + "/" + f.name;
-      if (f.type == DT_LNK) { out.strays.push_back(rel3); continue; }
-      ScannedFile sf;
-      if (f.type == DT_REG && IsBlockTmp(f.name)) {
-        if (Stat(root, rel3, &sf)) out.tmps.push_back(sf);
-        continue;
-      }
-      std::string_view stem = f.name;
-      const bool bin = stem.ends_with(".bin");
-      if (bin) stem.remove_suffix(4);
-      const bool hex_ok = bin && (IsLowerHex(stem, 64) || IsLowerHex(stem, 32));
-      if (f.type != DT_REG || !hex_ok) {
-        out.bad_names.emplace_back(rel3, f.type == DT_REG ? "not <hex>.bin" : "not a regular file");
-        continue;
-      }
-      if (stem.substr(0, 3) != w->shard1 || stem.substr(3, 2) != std::string_view(e2.name).substr(0, 2)) {
-        out.bad_names.emplace_back(rel3, "in the wrong shard directory");
-        continue;
-      }
-      if (!Stat(root, rel3, &sf)) continue;  // vanished: another instance's gc
-      out.blocks.push_back(sf);
-      ++*files;
-      *bytes += sf.size;
+  UniqueFd fd;
+  struct stat st;
+  if (const int err = OpenRegularAt(ns_fd, e.name, /*no_atime=*/false, &fd, &st)) {
+    ns->has_config = err != ENOENT;
+    ns->config_error = err == EINVAL ? "not a regular file" : ErrText("open", err);
+    if (err != ENOENT && err != EINVAL) ns->unreadable.push_back({rel, ns->config_error});
+    return;
+  }
+  char buf[65536];
+  ssize_t n;
+  while ((n = read(fd.get(), buf, sizeof buf)) > 0 && ns->config_text.size() <= kConfigBytesMax) {
+    ns->config_text.append(buf, static_cast<size_t>(n));
+  }
+  if (n < 0) ns->config_error = ErrText("read", errno);
+  if (ns->config_text.size() > kConfigBytesMax) {
+    ns->config_error = "grew past " + std::to_string(kConfigBytesMax) + " bytes: not read";
+    ns->config_oversize = true;
+  }
+  if (!ns->config_error.empty()) ns->config_text.clear();
+}
+
+// .kvtier/leases (L73, L74). Any error here leaves the leases unknown, and
+// gc then keeps the namespace (fail closed).
+void ScanLeases(int ns_fd, const std::string& rel, NsScan* ns) {
+  UniqueFd meta, leases;
+  int err = OpenDirAt(ns_fd, std::string(format::kMetaDirName), &meta);
+  if (err == 0) err = OpenDirAt(meta.get(), std::string(format::kLeaseDirName), &leases);
+  if (err == ENOENT) return;  // no lease was ever taken here
+  const std::string dir = rel + "/" + std::string(format::kLeaseDirName);
+  std::vector<DirEntry> entries;
+  if (err == 0) err = ListDir(leases.get(), &entries);
+  if (err != 0) {
+    ns->leases_known = false;
+    const bool swapped = err == ELOOP || err == ENOTDIR;
+    ns->unreadable.push_back({swapped ? rel : dir, swapped ? "not a directory (a symlink or a file): leases cannot be read"
+                                                           : ErrText("leases", err)});
+    return;
+  }
+  for (const DirEntry& l : entries) {
+    const bool named = format::IsLeaseName(l.name) || format::IsLeaseTmpName(l.name);
+    if (l.stat_errno != 0 && l.stat_errno != ENOENT) {
+      ns->leases_known = false;
+      ns->unreadable.push_back({dir + "/" + l.name, ErrText("stat", l.stat_errno)});
+    } else if (named && S_ISREG(l.st.st_mode)) {
+      ns->leases.push_back(Scanned(dir + "/" + l.name, l.st));
+    } else if (l.st.st_mode != 0) {
+      ns->strays.push_back(dir + "/" + l.name);
     }
   }
 }
 
 // Non-shard entries of a namespace directory: config.json, temp and probe
 // files, leases; everything else is a stray.
-void ScanNsDir(const std::string& root, NsScan* ns) {
-  auto entries = List(root + "/" + ns->dir);
-  if (!entries.ok()) {
-    ns->bad_names.emplace_back(ns->dir, entries.status().ToString());
+void ScanNsDir(int root_fd, NsScan* ns) {
+  UniqueFd fd;
+  std::vector<DirEntry> entries;
+  const int err = EnterDir(root_fd, ns->dir, ns->dir, ns, &fd);
+  // An empty namespace directory is not reported as empty_dir (L91 is
+  // about the directories writers create on demand).
+  if (err != 0 || !ListInto(fd.get(), ns->dir, ns, &entries, /*report_empty=*/false)) {
+    ns->leases_known = err == ENOENT;
     return;
   }
-  for (const Entry& e : *entries) {
+  for (const DirEntry& e : entries) {
     const std::string rel = ns->dir + "/" + e.name;
-    ScannedFile sf;
-    if (e.type == DT_REG && e.name == "config.json") {
-      int fd = open((root + "/" + rel).c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-      if (fd < 0) continue;
-      char buf[65536];
-      ssize_t n;
-      while ((n = read(fd, buf, sizeof buf)) > 0) ns->config_text.append(buf, static_cast<size_t>(n));
-      close(fd);
-      ns->has_config = true;
-    } else if (e.type == DT_REG && e.name.starts_with("config.json_") && e.name.ends_with(".tmp")) {
-      if (Stat(root, rel, &sf)) ns->tmps.push_back(sf);
-    } else if (e.type == DT_REG && e.name.starts_with(".o_direct_probe_")) {
-      if (Stat(root, rel, &sf)) ns->probes.push_back(sf);
-    } else if (e.type == DT_DIR && e.name == ".kvtier") {
-      auto leases = List(root + "/" + rel + "/leases");
-      if (!leases.ok()) continue;
-      for (const Entry& l : *leases) {
-        if (l.type == DT_REG && l.name.ends_with(".lease") && Stat(root, rel + "/leases/" + l.name, &sf)) {
-          ns->leases.push_back(sf);
-        }
-      }
-    } else {
-      ns->strays.push_back(rel);
-    }
+    const bool reg = S_ISREG(e.st.st_mode);
+    if (e.st.st_mode == 0) continue;  // vanished, or recorded as unreadable
+    if (e.name == format::kConfigName) ReadConfig(fd.get(), e, rel, ns);
+    else if (reg && format::IsConfigTmpName(e.name)) ns->tmps.push_back(Scanned(rel, e.st));
+    else if (reg && format::IsProbeName(e.name)) ns->probes.push_back(Scanned(rel, e.st));
+    else if (e.name == format::kMetaDirName) ScanLeases(fd.get(), rel, ns);
+    else ns->strays.push_back(rel);
   }
 }
 
 void Merge(NsScan* into, NsScan&& from) {
   auto move_all = [](auto& dst, auto& src) { dst.insert(dst.end(), std::make_move_iterator(src.begin()), std::make_move_iterator(src.end())); };
   move_all(into->blocks, from.blocks);
+  move_all(into->non_files, from.non_files);
   move_all(into->tmps, from.tmps);
   move_all(into->empty_dirs, from.empty_dirs);
   move_all(into->bad_names, from.bad_names);
   move_all(into->strays, from.strays);
+  move_all(into->unreadable, from.unreadable);
 }
 
 }  // namespace
+}  // namespace kvtier::internal
 
-bool IsLowerHex(std::string_view s, size_t len) {
-  if (s.size() != len) return false;
-  for (char c : s) {
-    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
-  }
-  return true;
-}
+namespace kvtier::internal {
+namespace {
 
-std::optional<std::string> NamespaceDigest(std::string_view name) {
-  if (name.size() < 14 || name[name.size() - 13] != '_') return std::nullopt;
-  std::string_view digest = name.substr(name.size() - 12);
-  if (!IsLowerHex(digest, 12)) return std::nullopt;
-  return std::string(digest);
-}
-
-std::optional<std::pair<std::string, int64_t>> BlockDirOf(std::string_view name) {
-  const size_t r = name.rfind("_r");
-  if (r == std::string_view::npos || !IsDecimal(name.substr(r + 2)) || name.size() - r - 2 > 9) return std::nullopt;
-  std::string_view ns = name.substr(0, r);
-  if (!NamespaceDigest(ns)) return std::nullopt;
-  return std::make_pair(std::string(ns), std::stoll(std::string(name.substr(r + 2))));
-}
-
-Result<TreeScan> ScanTree(const ScanOptions& o) {
-  if (o.root.empty()) return InvalidArgument("a root directory is required");
-  KVTIER_ASSIGN_OR_RETURN(std::vector<Entry> top, List(o.root));
-  struct stat st;
-  if (stat(o.root.c_str(), &st) != 0) return ErrnoToStatus(errno, "stat " + o.root);
-  TreeScan scan;
-  std::vector<ShardWork> work;
-  bool layout_seen = false;
-  for (const Entry& e : top) {
-    if (e.type == DT_DIR && BlockDirOf(e.name)) {
-      auto [ns, rank] = *BlockDirOf(e.name);
-      NsScan& n = scan.namespaces[ns];
-      n.dir = ns;
-      n.digest = *NamespaceDigest(ns);
-      n.ranks.push_back(rank);
-      layout_seen = true;
-      auto shards = List(o.root + "/" + e.name);
-      if (!shards.ok()) return shards.status();
-      if (shards->empty()) n.empty_dirs.push_back(e.name);
-      for (const Entry& s : *shards) {
-        const std::string rel = e.name + "/" + s.name;
-        if (s.type == DT_LNK) {
-          n.strays.push_back(rel);
-        } else if (s.type != DT_DIR || !IsLowerHex(s.name, 3)) {
-          n.bad_names.emplace_back(rel, "not a <hhh> shard directory");
-        } else {
-          work.push_back({ns, rel, s.name, {}});
-        }
-      }
-    } else if (e.type == DT_DIR && NamespaceDigest(e.name)) {
-      NsScan& n = scan.namespaces[e.name];
-      n.dir = e.name;
-      n.digest = *NamespaceDigest(e.name);
-      n.has_ns_dir = true;
-      layout_seen = true;
-    } else {
-      scan.root_strays.push_back(e.name);
+// A block directory "<NS>_r<rank>" (L2): its <hhh> directories become work.
+void ScanBlockDir(int root_fd, const std::string& name, NsScan* n, std::vector<ShardWork>* work) {
+  auto fd = std::make_shared<UniqueFd>();
+  std::vector<DirEntry> shards;
+  if (EnterDir(root_fd, name, name, n, fd.get()) != 0 || !ListInto(fd->get(), name, n, &shards)) return;
+  for (const DirEntry& s : shards) {
+    const std::string rel = name + "/" + s.name;
+    if (S_ISLNK(s.st.st_mode)) {
+      n->strays.push_back(rel);
+    } else if (s.st.st_mode != 0 && (!S_ISDIR(s.st.st_mode) || !format::IsShard1Name(s.name))) {
+      n->bad_names.emplace_back(rel, "not a <hhh> shard directory");
+    } else if (s.st.st_mode != 0) {
+      work->push_back({n->dir, rel, s.name, fd, {}});
     }
   }
-  if (!layout_seen && !top.empty() && !o.force) {
-    return InvalidArgument(o.root + " does not look like a kvtier/vLLM root_dir (no <model>_<digest> directories); "
-                           "pass --force to scan it anyway");
+}
+
+NsScan& NamespaceOf(TreeScan* scan, std::string_view ns) {
+  NsScan& n = scan->namespaces[std::string(ns)];
+  n.dir = std::string(ns);
+  n.digest = std::string(*format::NamespaceDigest(ns));
+  return n;
+}
+
+// The root's entries: namespace and block directories; the rest are strays.
+bool ScanRoot(const std::vector<DirEntry>& top, TreeScan* scan, std::vector<ShardWork>* work) {
+  bool layout_seen = false;
+  for (const DirEntry& e : top) {
+    const bool dir = S_ISDIR(e.st.st_mode);
+    if (const auto bd = dir ? format::ParseBlockDirName(e.name) : std::nullopt) {
+      NsScan& n = NamespaceOf(scan, bd->ns);
+      n.ranks.push_back(bd->rank);
+      ScanBlockDir(scan->root_fd->get(), e.name, &n, work);
+      layout_seen = true;
+    } else if (dir && format::NamespaceDigest(e.name)) {
+      NamespaceOf(scan, e.name).has_ns_dir = true;
+      layout_seen = true;
+    } else {
+      scan->root_strays.push_back(e.name);
+    }
   }
-  for (auto& [name, ns] : scan.namespaces) {
-    if (ns.has_ns_dir) ScanNsDir(o.root, &ns);
-  }
-  std::atomic<uint64_t> files{0}, bytes{0}, next{0};
+  return layout_seen;
+}
+
+void RunShards(const ScanOptions& o, std::vector<ShardWork>* work) {
+  Counters counters;
+  std::atomic<uint64_t> next{0};
   std::atomic<bool> done{false};
   auto worker = [&] {
-    for (size_t i; (i = next.fetch_add(1)) < work.size();) ScanShard(o.root, &work[i], &files, &bytes);
+    for (size_t i; (i = next.fetch_add(1)) < work->size();) ScanShard(&(*work)[i], &counters);
   };
   std::thread reporter;
   if (o.progress) {
     reporter = std::thread([&] {
       while (!done) {
-        o.progress({files.load(), bytes.load()});
+        o.progress({counters.files.load(), counters.bytes.load()});
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
       }
     });
@@ -268,12 +278,38 @@ Result<TreeScan> ScanTree(const ScanOptions& o) {
   for (auto& t : threads) t.join();
   done = true;
   if (reporter.joinable()) reporter.join();
+  if (o.progress) o.progress({counters.files.load(), counters.bytes.load()});
+}
+
+}  // namespace
+
+std::pair<std::string, std::string> SplitRel(const std::string& rel) {
+  const size_t slash = rel.rfind('/');
+  if (slash == std::string::npos) return {"", rel};
+  return {rel.substr(0, slash), rel.substr(slash + 1)};
+}
+
+Result<TreeScan> ScanTree(const ScanOptions& o) {
+  if (o.root.empty()) return InvalidArgument("a root directory is required");
+  TreeScan scan;
+  scan.root_fd = std::make_shared<UniqueFd>();
+  if (const int err = OpenDirAt(AT_FDCWD, o.root, scan.root_fd.get())) return ErrnoToStatus(err, "open " + o.root);
+  std::vector<DirEntry> top;
+  if (const int err = ListDir(scan.root_fd->get(), &top)) return ErrnoToStatus(err, "read directory " + o.root);
+  std::vector<ShardWork> work;
+  if (!ScanRoot(top, &scan, &work) && !top.empty() && !o.force) {
+    return InvalidArgument(o.root + " does not look like a kvtier/vLLM root_dir (no <model>_<digest> directories); "
+                           "pass --force to scan it anyway");
+  }
+  for (auto& [name, ns] : scan.namespaces) {
+    if (ns.has_ns_dir) ScanNsDir(scan.root_fd->get(), &ns);
+  }
+  RunShards(o, &work);
   for (ShardWork& w : work) Merge(&scan.namespaces[w.ns], std::move(w.result));
   for (auto& [name, ns] : scan.namespaces) {
     std::sort(ns.ranks.begin(), ns.ranks.end());
     scan.files += ns.blocks.size() + ns.tmps.size() + ns.probes.size() + ns.leases.size() + (ns.has_config ? 1 : 0);
   }
-  if (o.progress) o.progress({files.load(), bytes.load()});
   return scan;
 }
 

@@ -8,10 +8,12 @@
 
 namespace kvtier::internal {
 
-uint32_t Crc32c(std::span<const uint8_t> data) {
+uint32_t Crc32c(std::span<const uint8_t> data) { return Crc32cExtend(0, data); }
+
+uint32_t Crc32cExtend(uint32_t crc_so_far, std::span<const uint8_t> data) {
   // ISA-L's crc32_iscsi takes the running register (no final inversion) and
   // an int length, so feed it in chunks below INT_MAX.
-  uint32_t crc = 0xffffffffu;
+  uint32_t crc = crc_so_far ^ 0xffffffffu;
   const uint8_t* p = data.data();
   size_t left = data.size();
   while (left > 0) {

@@ -11,5 +11,8 @@ namespace kvtier::internal {
 // Standard CRC32C (initial value and final xor 0xffffffff): "123456789" ->
 // 0xe3069283.
 uint32_t Crc32c(std::span<const uint8_t> data);
+// The CRC32C of A || data given crc_so_far = Crc32c(A) (0 for empty A), so a
+// file can be checked in chunks: Crc32cExtend(Crc32c(A), B) == Crc32c(A || B).
+uint32_t Crc32cExtend(uint32_t crc_so_far, std::span<const uint8_t> data);
 
 }  // namespace kvtier::internal
