@@ -80,7 +80,7 @@ class FsckRun {
       : o_(o), editor_(scan.root_fd), report_(report), now_(std::time(nullptr)) {}
 
   void Namespace(const NsScan& ns) {
-    for (const ScanProblem& p : ns.unreadable) Add(FindingKind::kUnreadable, p.path, "L90", RepairAction::kNone, p.detail);
+    for (const ScanProblem& p : ns.unreadable) Add(FindingKind::kUnreadable, p.path, "L97", RepairAction::kNone, p.detail);
     CheckConfig(ns);
     for (const auto& [path, why] : ns.bad_names) Add(FindingKind::kBadName, path, "L94", RepairAction::kNone, why);
     for (const ScannedFile& f : ns.non_files) NonFile(f);
@@ -120,7 +120,7 @@ class FsckRun {
   }
 
   // A directory, symlink, FIFO, socket or device at a block or config.json
-  // name (L94): readers treat it as absent, and it blocks every store of
+  // name (L95): readers treat it as absent, and it blocks every store of
   // that name, so repair removes it (a directory only when empty).
   void NonFile(const ScannedFile& f) {
     const char* what = S_ISDIR(f.mode) ? "a directory" : S_ISLNK(f.mode) ? "a symlink" : S_ISFIFO(f.mode) ? "a FIFO"
@@ -128,7 +128,7 @@ class FsckRun {
     std::string detail = std::string(what) + " at a layout file name";
     const RepairAction action = Remove(f);
     if (o_.repair && action == RepairAction::kNone && S_ISDIR(f.mode)) detail += " (not empty: left in place)";
-    Add(FindingKind::kNotRegular, f.rel, "L94", action, detail);
+    Add(FindingKind::kNotRegular, f.rel, "L95", action, detail);
   }
 
   void CheckConfig(const NsScan& ns) {

@@ -18,7 +18,12 @@ extern char** environ;
 namespace kvtier::testing {
 
 std::filesystem::path CompatDir() { return KVTIER_COMPAT_DIR; }
-std::filesystem::path CliPath() { return KVTIER_CLI_PATH; }
+// $KVTIER_TEST_CLI runs the CLI tests against another build (e.g. an older
+// one, to see a new test fail there).
+std::filesystem::path CliPath() {
+  const char* env = std::getenv("KVTIER_TEST_CLI");
+  return env != nullptr && *env != '\0' ? std::filesystem::path(env) : std::filesystem::path(KVTIER_CLI_PATH);
+}
 std::filesystem::path SourceDir() { return KVTIER_SOURCE_DIR; }
 
 uint64_t TestSeed() {
