@@ -5,17 +5,19 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "cli/spawn.h"
 #include "commands.h"
+#include "kvtier/config.h"
 #include "replay/plot.h"
 #include "replay/replay.h"
 #include "replay/trace.h"
 #include "tier/engine_kv_cache.h"
+#include "util/json_text.h"
+#include "util/read_file.h"
 
 namespace kvtier::internal {
 namespace {
@@ -47,17 +49,17 @@ Result<Trace> LoadTrace(const ReplayFlags& f) {
   return GenerateSynthetic(s);
 }
 
+// The file is read with the library's cap and checks (a FIFO or device is an
+// error, not a hang) and depth-checked here, before WithRoot parses and dumps
+// it, so that every error is one message from the parent.
 Status LoadConfig(ReplayFlags* f) {
   if (f->config_path.empty()) {
     f->options.config_json = kDefaultConfig;
     return Status::Ok();
   }
-  std::ifstream in(f->config_path);
-  if (!in) return Status(StatusCode::kNotFound, "cannot read config file " + f->config_path);
-  std::stringstream text;
-  text << in.rdbuf();
-  f->options.config_json = text.str();
-  return Status::Ok();
+  KVTIER_ASSIGN_OR_RETURN(f->options.config_json,
+                          ReadFileCapped(f->config_path, "config file", kOffloadConfigBytesMax));
+  return CheckJsonDepth(f->options.config_json, static_cast<size_t>(kOffloadConfigDepthMax), "config file " + f->config_path);
 }
 
 // The argv of a worker process: the same replay, one instance and phase.

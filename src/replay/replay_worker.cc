@@ -14,6 +14,7 @@
 #include "replay/replay.h"
 #include "tier/cache_policy.h"
 #include "tier/engine_kv_cache.h"
+#include "util/json_text.h"
 
 namespace kvtier::internal {
 namespace {
@@ -333,8 +334,10 @@ Status Worker::Serve(const TraceRequest& request, uint64_t id, int phase, PhaseR
   return Status::Ok();
 }
 
-// The config with secondary tier 0's root_dir replaced by `root`.
+// The config with secondary tier 0's root_dir replaced by `root`. Parsing
+// and dumping recurse per nesting level: the depth is checked first.
 Result<std::string> WithRoot(const std::string& config_json, const std::string& root) {
+  KVTIER_RETURN_IF_ERROR(CheckJsonDepth(config_json, static_cast<size_t>(kOffloadConfigDepthMax), "replay: the config"));
   nlohmann::json config = nlohmann::json::parse(config_json, nullptr, false);
   if (config.is_discarded() || !config.is_object()) {
     return Status(StatusCode::kInvalidArgument, "replay: the config is not a JSON object");
