@@ -134,9 +134,13 @@ int RunBenchTiersCommand(const BenchTiersFlags& f) {
   if (!result->ok()) {
     const BenchTiersLoad& l = result->load;
     std::fprintf(
-        stderr, "kvtier bench tiers: %llu of %llu rows verified (%llu corrupt, %llu missing)%s%s\n",
+        stderr,
+        "kvtier bench tiers: %llu of %llu rows verified (%llu corrupt, %llu missing; fs0 write-through: %llu "
+        "failed, %llu dropped)%s%s\n",
         static_cast<unsigned long long>(l.verified), static_cast<unsigned long long>(result->rows),
         static_cast<unsigned long long>(l.corrupt), static_cast<unsigned long long>(l.missing),
+        static_cast<unsigned long long>(result->fs_stores_failed),
+        static_cast<unsigned long long>(result->fs_stores_dropped),
         l.first_error.empty() ? "" : "; first: ", l.first_error.c_str());
     return 1;
   }

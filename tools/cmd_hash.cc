@@ -3,13 +3,12 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <iostream>
-#include <sstream>
 
 #include "cli/hash_command.h"
 #include "cli/json_input.h"
 #include "commands.h"
+#include "util/read_file.h"
 
 namespace kvtier::internal {
 namespace {
@@ -41,23 +40,22 @@ struct HashFlags {
   bool blocks_per_chunk_given = false;
 };
 
-Result<std::string> ReadAll(const std::string& path) {
-  if (path == "-") {
-    std::ostringstream buf;
-    buf << std::cin.rdbuf();
-    return buf.str();
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return ErrnoToStatus(errno, "open " + path);
-  std::ostringstream buf;
-  buf << in.rdbuf();
-  return buf.str();
+// Inputs of `kvtier hash` are cases, token lists and config.json files: a
+// million 7-digit token ids is 8 MB, so 64 MiB leaves room and still stops a
+// wrong path to a huge file before it fills memory.
+constexpr size_t kHashInputBytesMax = size_t{64} << 20;
+
+// `path` ("-": standard input, which the user asked for), read with the cap;
+// a FIFO, device or directory is an error rather than a hang.
+Result<std::string> ReadAll(const std::string& path, std::string_view what) {
+  if (path == "-") return ReadStdinCapped(what, kHashInputBytesMax);
+  return ReadFileCapped(path, what, kHashInputBytesMax);
 }
 
 Result<std::vector<BigInt>> ParseTokenList(const HashFlags& f) {
   std::string text;
   if (!f.tokens_file.empty()) {
-    KVTIER_ASSIGN_OR_RETURN(text, ReadAll(f.tokens_file));
+    KVTIER_ASSIGN_OR_RETURN(text, ReadAll(f.tokens_file, "--tokens-file"));
   } else {
     text = "[" + f.tokens + "]";
   }
@@ -73,7 +71,7 @@ Result<std::vector<BigInt>> ParseTokenList(const HashFlags& f) {
 
 Result<std::optional<NamespaceSpec>> NamespaceFromFlags(const HashFlags& f) {
   if (!f.namespace_config.empty()) {
-    KVTIER_ASSIGN_OR_RETURN(std::string text, ReadAll(f.namespace_config));
+    KVTIER_ASSIGN_OR_RETURN(std::string text, ReadAll(f.namespace_config, "--namespace-config file"));
     KVTIER_ASSIGN_OR_RETURN(NamespaceSpec spec, NamespaceSpecFromConfigJson(text, f.rank));
     return std::optional<NamespaceSpec>(std::move(spec));
   }
@@ -127,7 +125,7 @@ Status TakeChunkingFromNamespace(const HashFlags& f, const NamespaceSpec& ns, Ha
 
 Result<HashQuery> QueryFromFlags(const HashFlags& f) {
   if (!f.input.empty()) {
-    KVTIER_ASSIGN_OR_RETURN(std::string text, ReadAll(f.input));
+    KVTIER_ASSIGN_OR_RETURN(std::string text, ReadAll(f.input, "--input file"));
     return HashQueryFromCase(text);
   }
   if (f.tokens.empty() && f.tokens_file.empty()) {

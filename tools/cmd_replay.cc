@@ -5,17 +5,19 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "cli/spawn.h"
 #include "commands.h"
+#include "kvtier/config.h"
 #include "replay/plot.h"
 #include "replay/replay.h"
 #include "replay/trace.h"
 #include "tier/engine_kv_cache.h"
+#include "util/json_text.h"
+#include "util/read_file.h"
 
 namespace kvtier::internal {
 namespace {
@@ -38,6 +40,7 @@ struct ReplayFlags {
   SyntheticOptions synth;
   uint32_t instances = 1;
   bool restart = false, json = false;
+  double store_loss_max = kDefaultStoreLossMax;  // share of a tier's stores, [0, 1]
 };
 
 Result<Trace> LoadTrace(const ReplayFlags& f) {
@@ -47,17 +50,17 @@ Result<Trace> LoadTrace(const ReplayFlags& f) {
   return GenerateSynthetic(s);
 }
 
+// The file is read with the library's cap and checks (a FIFO or device is an
+// error, not a hang) and depth-checked here, before WithRoot parses and dumps
+// it, so that every error is one message from the parent.
 Status LoadConfig(ReplayFlags* f) {
   if (f->config_path.empty()) {
     f->options.config_json = kDefaultConfig;
     return Status::Ok();
   }
-  std::ifstream in(f->config_path);
-  if (!in) return Status(StatusCode::kNotFound, "cannot read config file " + f->config_path);
-  std::stringstream text;
-  text << in.rdbuf();
-  f->options.config_json = text.str();
-  return Status::Ok();
+  KVTIER_ASSIGN_OR_RETURN(f->options.config_json,
+                          ReadFileCapped(f->config_path, "config file", kOffloadConfigBytesMax));
+  return CheckJsonDepth(f->options.config_json, static_cast<size_t>(kOffloadConfigDepthMax), "config file " + f->config_path);
 }
 
 // The argv of a worker process: the same replay, one instance and phase.
@@ -145,6 +148,38 @@ Status WritePlot(const std::string& path, const std::vector<PhaseReport>& phases
   return Status::Ok();
 }
 
+std::string FormatStoreLoss(const StoreLoss& loss, double share_max) {
+  if (loss.tier.empty()) return "stores: none\n";
+  char line[256];
+  std::snprintf(line, sizeof(line), "stores lost, worst tier %s: %llu of %llu (%.1f %%: %llu failed, %llu dropped); "
+                "--store-loss-max %.1f %%\n", loss.tier.c_str(),
+                static_cast<unsigned long long>(loss.failed + loss.dropped), static_cast<unsigned long long>(loss.stores),
+                100.0 * loss.share(), static_cast<unsigned long long>(loss.failed),
+                static_cast<unsigned long long>(loss.dropped), 100.0 * share_max);
+  return line;
+}
+
+// 1: a loaded row failed verification; kReplayExitStoresLost: a tier lost
+// more than --store-loss-max of its stores (the figures then describe a
+// store that did not work); else 0.
+int ReplayExitCode(const std::vector<PhaseReport>& phases, const StoreLoss& loss, double share_max) {
+  uint64_t corrupt = 0;
+  for (const PhaseReport& p : phases) corrupt += p.rows_corrupt;
+  if (loss.share() > share_max) {
+    std::fprintf(stderr, "kvtier replay: tier %s lost %llu of %llu stores (%llu failed, %llu dropped): %.1f %%, more "
+                 "than --store-loss-max %.1f %%\n", loss.tier.c_str(),
+                 static_cast<unsigned long long>(loss.failed + loss.dropped),
+                 static_cast<unsigned long long>(loss.stores), static_cast<unsigned long long>(loss.failed),
+                 static_cast<unsigned long long>(loss.dropped), 100.0 * loss.share(), 100.0 * share_max);
+  }
+  if (corrupt > 0) {
+    std::fprintf(stderr, "kvtier replay: %llu loaded rows failed verification\n",
+                 static_cast<unsigned long long>(corrupt));
+    return 1;
+  }
+  return loss.share() > share_max ? kReplayExitStoresLost : 0;
+}
+
 int RunReplayCommand(ReplayFlags& f) {
   Status config = LoadConfig(&f);
   // Bad --layers / --kv-groups: one message here, not one per instance.
@@ -164,16 +199,15 @@ int RunReplayCommand(ReplayFlags& f) {
     Status s = WritePlot(f.plot_path, *phases, "kvtier replay: " + trace->name);
     if (!s.ok()) std::fprintf(stderr, "kvtier replay: %s\n", s.ToString().c_str());
   }
+  const StoreLoss loss = WorstStoreLoss(*phases);
   if (f.json) {
-    std::cout << ReplayJson(*phases, trace->name, f.instances, f.restart).dump(2) << "\n";
+    nlohmann::json report = ReplayJson(*phases, trace->name, f.instances, f.restart);
+    report["store_loss"] = StoreLossJson(loss, f.store_loss_max);
+    std::cout << report.dump(2) << "\n";
   } else {
-    std::cout << FormatReplayTable(*phases, trace->name, f.instances);
+    std::cout << FormatReplayTable(*phases, trace->name, f.instances) << "\n" << FormatStoreLoss(loss, f.store_loss_max);
   }
-  uint64_t corrupt = 0;
-  for (const PhaseReport& p : *phases) corrupt += p.rows_corrupt;
-  if (corrupt > 0) std::fprintf(stderr, "kvtier replay: %llu loaded rows failed verification\n",
-                                static_cast<unsigned long long>(corrupt));
-  return corrupt > 0 ? 1 : 0;
+  return ReplayExitCode(*phases, loss, f.store_loss_max);
 }
 
 }  // namespace
@@ -181,7 +215,10 @@ int RunReplayCommand(ReplayFlags& f) {
 void RegisterReplayCommand(CLI::App* app, CliContext* ctx) {
   auto f = std::make_shared<ReplayFlags>();
   CLI::App* cmd = app->add_subcommand(
-      "replay", "Serve a trace through a simulated GPU cache and the tiers; report hits per tier, load speed, TTFT");
+      "replay",
+      "Serve a trace through a simulated GPU cache and the tiers; report hits per tier, load speed, TTFT and the "
+      "stores each tier wrote, failed or dropped. Exit 0: served; 1: a loaded row failed verification or the run "
+      "failed; 2: bad input; 3: a tier lost more than --store-loss-max of its stores");
   auto* trace = cmd->add_option("--trace", f->trace_path, "A JSONL trace (docs/trace-format.md)");
   cmd->add_option("--synthetic", f->synthetic, "A built-in trace: agents (default) | chat")
       ->check(CLI::IsMember({"agents", "chat"}))
@@ -191,6 +228,11 @@ void RegisterReplayCommand(CLI::App* app, CliContext* ctx) {
   cmd->add_option("--instances", f->instances, "Server processes sharing the root")->check(CLI::Range(1, 64));
   cmd->add_flag("--restart", f->restart, "Restart every instance halfway through the trace");
   cmd->add_flag("--json", f->json, "Machine-readable report");
+  cmd->add_option("--store-loss-max", f->store_loss_max,
+                  "Largest share of its stores a tier may lose (fail, or drop for room or backpressure) before the "
+                  "run exits 3; 1 never fails")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
   cmd->add_option("--plot", f->plot_path, "Write an SVG of hit rate and load latency over time");
   cmd->add_option("--seed", f->synth.seed, "Seed of the synthetic trace")->capture_default_str();
   cmd->add_option("--scale", f->synth.scale, "Length multiplier of the synthetic trace")->capture_default_str();

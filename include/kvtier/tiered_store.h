@@ -138,6 +138,8 @@ struct TierUsage {
   uint64_t rows_in = 0, bytes_in = 0;    // cpu: GPU->CPU; fs: rows written to the tier
   uint64_t rows_out = 0, bytes_out = 0;  // cpu: CPU->GPU; fs: rows read from the tier
   uint64_t stores_dropped = 0;      // fs: cascade stores refused by backpressure
+  uint64_t stores_failed = 0;       // fs: cascade stores that failed (I/O error, no space, deadline)
+  uint64_t stores_skipped = 0;      // fs: cascade stores skipped because the file already existed
   double in_busy_s = 0, out_busy_s = 0;  // cpu: seconds with a copy in flight per direction
   // cpu only:
   double usage = 0;                 // used rows / rows

@@ -186,6 +186,8 @@ class StorePhase {
     const TieredStoreMetrics m1 = b_->store->Metrics();
     r_->rows_evicted = m1.tiers[0].rows_evicted - m0.tiers[0].rows_evicted;
     r_->rows_written_through = m1.tiers[1].rows_in - m0.tiers[1].rows_in;
+    r_->fs_stores_failed = m1.tiers[1].stores_failed - m0.tiers[1].stores_failed;
+    r_->fs_stores_dropped = m1.tiers[1].stores_dropped - m0.tiers[1].stores_dropped;
     return Status::Ok();
   }
 

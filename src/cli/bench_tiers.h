@@ -84,11 +84,16 @@ struct BenchTiersResult {
   uint64_t idle_waits = 0;            // times a batch waited for the write-through to drain
   uint64_t rows_evicted = 0;          // CPU tier evictions in the store phase
   uint64_t rows_written_through = 0;  // rows fs0 wrote in the store phase
+  uint64_t fs_stores_failed = 0;      // write-through rows fs0 failed (I/O error, no space) in the store phase
+  uint64_t fs_stores_dropped = 0;     // ... and refused (backpressure): neither is on fs
   BenchTiersLoad load;
   std::string first_error;  // of the store phase
   bool kept = false;
-  // The command's success criterion (exit 0).
-  bool ok() const { return load.verified == rows && load.corrupt == 0; }
+  // The command's success criterion (exit 0): every row verified, and none
+  // lost on the way to fs.
+  bool ok() const {
+    return load.verified == rows && load.corrupt == 0 && fs_stores_failed == 0 && fs_stores_dropped == 0;
+  }
 };
 
 // kInvalidArgument for bad options (exit 2); other codes for runtime

@@ -109,6 +109,8 @@ json BenchTiersJson(const BenchTiersResult& r) {
   j["rows_stored"] = r.rows_stored;
   j["rows_already_cached"] = r.rows_already_cached;
   j["store_errors"] = r.store_errors;
+  j["fs0_stores_failed"] = r.fs_stores_failed;
+  j["fs0_stores_dropped"] = r.fs_stores_dropped;
   j["store_s"] = Round(r.store.wall_s, 4);
   j["load_s"] = Round(r.load.figures.wall_s, 4);
   j["model"] = r.model;
@@ -159,9 +161,11 @@ std::string FormatBenchTiers(const BenchTiersResult& r) {
   }
   out += "load hits by tier (fresh process): " + hits + "\n";
   std::snprintf(line, sizeof line,
-                "store: %llu rows written through to fs0, %llu CPU rows evicted, %llu waits for "
-                "the write-through to drain\n",
+                "store: %llu rows written through to fs0 (%llu failed, %llu dropped), %llu CPU rows "
+                "evicted, %llu waits for the write-through to drain\n",
                 static_cast<unsigned long long>(r.rows_written_through),
+                static_cast<unsigned long long>(r.fs_stores_failed),
+                static_cast<unsigned long long>(r.fs_stores_dropped),
                 static_cast<unsigned long long>(r.rows_evicted),
                 static_cast<unsigned long long>(r.idle_waits));
   out += line;

@@ -1,6 +1,8 @@
 // Big-integer-preserving JSON parsing (see header).
 #include "cli/json_input.h"
 
+#include "util/json_text.h"
+
 namespace kvtier::internal {
 namespace {
 
@@ -50,6 +52,7 @@ std::string Describe(const nlohmann::json& v) {
 }  // namespace
 
 Result<nlohmann::json> ParseJsonKeepingBigInts(std::string_view text, std::string_view what) {
+  KVTIER_RETURN_IF_ERROR(CheckJsonDepth(text, kCliJsonDepthMax, what));
   nlohmann::json root;
   BigIntSaxParser sax(root);
   bool ok = nlohmann::json::sax_parse(text, &sax, nlohmann::json::input_format_t::json,

@@ -13,8 +13,15 @@
 
 namespace kvtier::internal {
 
+// Deepest nesting of a CLI JSON input (compat cases, token lists, config.json
+// files, --kv-groups files). The deepest legitimate one, a whole compat-cases
+// file, nests 7 levels; the parser's DOM and dump recurse per level, so
+// deeper text is refused before parsing.
+inline constexpr size_t kCliJsonDepthMax = 32;
+
 // Parses JSON text; never throws. kInvalidArgument with the byte offset of a
-// syntax error. `what` names the input in messages (a file name).
+// syntax error, or "<what>: nested deeper than 32 levels at byte B" (checked
+// before parsing). `what` names the input in messages (a file name).
 Result<nlohmann::json> ParseJsonKeepingBigInts(std::string_view text, std::string_view what);
 
 // An integer element of a document from ParseJsonKeepingBigInts.

@@ -22,15 +22,6 @@ Status SyntaxError(std::string_view text) {
   return InvalidArgument("config: invalid JSON at byte " + std::to_string(error->position) + ": " + error->message);
 }
 
-// Runs before parsing, so that hostile input never builds a deep tree.
-Status CheckNestingDepth(std::string_view text, int depth_max) {
-  if (const std::optional<size_t> at = FirstTooDeepByte(text, depth_max)) {
-    return InvalidArgument("config: JSON nested deeper than " + std::to_string(depth_max) + " levels at byte " +
-                           std::to_string(*at));
-  }
-  return Status::Ok();
-}
-
 bool IsBlank(std::string_view text) {
   return text.find_first_not_of(" \t\r\n") == std::string_view::npos;
 }
@@ -72,7 +63,9 @@ Status FloatForInteger(const Json& value, std::string_view path, IntRule rule) {
 
 Result<Json> ParseJsonObjectText(std::string_view text, int depth_max) {
   if (IsBlank(text)) return InvalidArgument("config: the text is empty; expected a JSON object");
-  KVTIER_RETURN_IF_ERROR(CheckNestingDepth(text, depth_max));
+  // Before parsing, so that hostile input never builds a deep tree: every
+  // config path (files, ParseOffloadConfig, ParseFsTierConfig) comes here.
+  KVTIER_RETURN_IF_ERROR(CheckJsonDepth(text, static_cast<size_t>(depth_max), "config"));
   Json root = Json::parse(text.begin(), text.end(), /*cb=*/nullptr, /*allow_exceptions=*/false);
   if (root.is_discarded()) return SyntaxError(text);
   if (!root.is_object()) {

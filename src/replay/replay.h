@@ -55,6 +55,15 @@ struct TierCounts {
   uint64_t hits = 0;    // chunks served by the tier
   uint64_t misses = 0;  // chunks looked up that the tier did not serve
   uint64_t bytes = 0;   // bytes of the chunks it served
+  // Chunks the tier was asked to store (cpu: the replay's Store jobs; fs: the
+  // write-through of what the CPU tier took), by outcome. Skipped ones were
+  // already there (cpu: cached or not offloadable; fs: the file existed):
+  // nothing is lost. Failed ones hit an error (I/O, no space, deadline).
+  // Dropped ones were refused without an error, nothing written (cpu: no row
+  // could be freed; fs: backpressure). Lost = failed + dropped.
+  uint64_t stores_ok = 0, stores_skipped = 0, stores_failed = 0, stores_dropped = 0;
+  uint64_t stores() const { return stores_ok + stores_skipped + stores_failed + stores_dropped; }
+  uint64_t stores_lost() const { return stores_failed + stores_dropped; }
 };
 
 // The figures of one phase (all requests, or before / after the restart).
@@ -109,5 +118,23 @@ std::string FormatReplayTable(const std::vector<PhaseReport>& phases, const std:
                               uint32_t instances);
 nlohmann::json ReplayJson(const std::vector<PhaseReport>& phases, const std::string& trace_name, uint32_t instances,
                           bool restart);
+
+// The default of `kvtier replay --store-loss-max`: a run whose worst tier
+// lost more than 1 % of its stores (failed or dropped) exits
+// kReplayExitStoresLost. A full or failing volume loses most of them; a
+// healthy one none, so 1 % separates the two without flagging a few stray
+// backpressure drops.
+inline constexpr double kDefaultStoreLossMax = 0.01;
+inline constexpr int kReplayExitStoresLost = 3;
+
+// The tier that lost the largest share of its stores over all phases.
+struct StoreLoss {
+  std::string tier;      // empty when no tier stored anything
+  uint64_t stores = 0, failed = 0, dropped = 0;
+  double share() const { return stores > 0 ? static_cast<double>(failed + dropped) / static_cast<double>(stores) : 0; }
+};
+StoreLoss WorstStoreLoss(const std::vector<PhaseReport>& phases);
+// {"tier", "stores", "failed", "dropped", "share", "max", "exceeded"}.
+nlohmann::json StoreLossJson(const StoreLoss& loss, double share_max);
 
 }  // namespace kvtier::internal

@@ -2,6 +2,7 @@
 // protocol) and the readable table.
 #include <algorithm>
 #include <cstdio>
+#include <map>
 #include <string>
 #include <type_traits>
 
@@ -42,13 +43,41 @@ std::string Fmt(const char* format, double value) {
   return buf;
 }
 
+// Per tier: what it served, and what became of the stores it was asked for
+// (failed and dropped stores are always printed, so a loss is never silent).
 std::string TierLine(const PhaseReport& p) {
   std::string line;
   for (const auto& [name, c] : p.tiers) {
     line += "  " + name + ": " + std::to_string(c.hits) + " hits, " + std::to_string(c.misses) + " misses, " +
-            Fmt("%.1f MB", static_cast<double>(c.bytes) / 1e6) + "\n";
+            Fmt("%.1f MB", static_cast<double>(c.bytes) / 1e6) + "; stores " + std::to_string(c.stores()) + ": " +
+            std::to_string(c.stores_ok) + " written, " + std::to_string(c.stores_skipped) + " already there, " +
+            std::to_string(c.stores_failed) + " failed, " + std::to_string(c.stores_dropped) + " dropped\n";
   }
   return line;
+}
+
+nlohmann::json TierJson(const TierCounts& c) {
+  return {{"hits", c.hits},
+          {"misses", c.misses},
+          {"bytes", c.bytes},
+          {"stores", c.stores()},
+          {"stores_ok", c.stores_ok},
+          {"stores_skipped", c.stores_skipped},
+          {"stores_failed", c.stores_failed},
+          {"stores_dropped", c.stores_dropped},
+          {"stores_lost", c.stores_lost()}};
+}
+
+bool TierFromJson(const nlohmann::json& j, TierCounts* t) {
+  return Get(j, "hits", &t->hits) && Get(j, "misses", &t->misses) && Get(j, "bytes", &t->bytes) &&
+         Get(j, "stores_ok", &t->stores_ok) && Get(j, "stores_skipped", &t->stores_skipped) &&
+         Get(j, "stores_failed", &t->stores_failed) && Get(j, "stores_dropped", &t->stores_dropped);
+}
+
+void AddTier(TierCounts* t, const TierCounts& c) {
+  t->hits += c.hits, t->misses += c.misses, t->bytes += c.bytes;
+  t->stores_ok += c.stores_ok, t->stores_skipped += c.stores_skipped;
+  t->stores_failed += c.stores_failed, t->stores_dropped += c.stores_dropped;
 }
 
 }  // namespace
@@ -68,10 +97,7 @@ void MergePhase(PhaseReport* total, const PhaseReport& part) {
   total->first_touch_tokens += part.first_touch_tokens;
   total->first_touch_fs += part.first_touch_fs;
   total->first_touch_recomputed += part.first_touch_recomputed;
-  for (const auto& [name, c] : part.tiers) {
-    TierCounts& t = total->tiers[name];
-    t.hits += c.hits, t.misses += c.misses, t.bytes += c.bytes;
-  }
+  for (const auto& [name, c] : part.tiers) AddTier(&total->tiers[name], c);
   total->rows_loaded += part.rows_loaded;
   total->rows_verified += part.rows_verified;
   total->rows_corrupt += part.rows_corrupt;
@@ -122,7 +148,7 @@ nlohmann::json PhaseToJson(const PhaseReport& p, bool with_points) {
                       {"ttft_sum_s_without", p.ttft_without_s},
                       {"device", p.device}};
   nlohmann::json tiers = nlohmann::json::object();
-  for (const auto& [name, c] : p.tiers) tiers[name] = {{"hits", c.hits}, {"misses", c.misses}, {"bytes", c.bytes}};
+  for (const auto& [name, c] : p.tiers) tiers[name] = TierJson(c);
   j["tiers"] = tiers;
   if (with_points) {
     j["load_ms"] = p.load_ms;
@@ -150,10 +176,7 @@ Result<PhaseReport> PhaseFromJson(const nlohmann::json& j) {
   if (auto d = j.find("device"); d != j.end() && d->is_number_integer()) p.device = d->get<int>();
   auto tiers = j.find("tiers");
   if (tiers != j.end() && tiers->is_object()) {
-    for (const auto& [name, c] : tiers->items()) {
-      TierCounts& t = p.tiers[name];
-      ok = ok && Get(c, "hits", &t.hits) && Get(c, "misses", &t.misses) && Get(c, "bytes", &t.bytes);
-    }
+    for (const auto& [name, c] : tiers->items()) ok = ok && TierFromJson(c, &p.tiers[name]);
   }
   auto load_ms = j.find("load_ms");
   if (load_ms != j.end() && load_ms->is_array()) {
@@ -225,6 +248,26 @@ nlohmann::json ReplayJson(const std::vector<PhaseReport>& phases, const std::str
   j["phases"] = nlohmann::json::array();
   for (const PhaseReport& p : phases) j["phases"].push_back(PhaseToJson(p, false));
   return j;
+}
+
+StoreLoss WorstStoreLoss(const std::vector<PhaseReport>& phases) {
+  std::map<std::string, TierCounts> total;
+  for (const PhaseReport& p : phases) {
+    for (const auto& [name, c] : p.tiers) AddTier(&total[name], c);
+  }
+  StoreLoss worst;
+  for (const auto& [name, c] : total) {
+    if (c.stores() == 0) continue;
+    const StoreLoss loss{name, c.stores(), c.stores_failed, c.stores_dropped};
+    if (worst.tier.empty() || loss.share() > worst.share()) worst = loss;
+  }
+  return worst;
+}
+
+nlohmann::json StoreLossJson(const StoreLoss& loss, double share_max) {
+  return {{"tier", loss.tier},   {"stores", loss.stores},     {"failed", loss.failed},
+          {"dropped", loss.dropped}, {"share", loss.share()}, {"max", share_max},
+          {"exceeded", loss.share() > share_max}};
 }
 
 }  // namespace kvtier::internal

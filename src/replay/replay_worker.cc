@@ -14,6 +14,7 @@
 #include "replay/replay.h"
 #include "tier/cache_policy.h"
 #include "tier/engine_kv_cache.h"
+#include "util/json_text.h"
 
 namespace kvtier::internal {
 namespace {
@@ -129,7 +130,7 @@ class Worker {
   Result<TransferResult> Wait(uint64_t job_id);
   Status LoadHits(uint64_t id, const Chunks& c, size_t first_chunk, const PrefixLookup& lookup,
                   PhaseReport* report, double* load_s, size_t* loaded_chunks);
-  Status StoreNew(uint64_t id, const Chunks& c, size_t first_chunk);
+  Status StoreNew(uint64_t id, const Chunks& c, size_t first_chunk, PhaseReport* report);
   void Account(const TraceRequest& request, const Chunks& c, size_t served_blocks, double load_s, int phase,
                PhaseReport* report) const;
   void CountTiers(const Chunks& c, size_t first_chunk, const PrefixLookup& lookup, size_t loaded,
@@ -267,14 +268,40 @@ Status Worker::LoadHits(uint64_t id, const Chunks& c, size_t first_chunk, const 
   return Status::Ok();
 }
 
-Status Worker::StoreNew(uint64_t id, const Chunks& c, size_t first_chunk) {
+// A store refused for room (every CPU row busy) is skipped, as an engine
+// would, and a failed one too; only a job that does not finish is an error.
+// Both are counted (the report and --store-loss-max).
+Status Worker::StoreNew(uint64_t id, const Chunks& c, size_t first_chunk, PhaseReport* report) {
   const size_t chunks = c.hashes.size() / bpc_;
   if (first_chunk >= chunks) return Status::Ok();
   const std::vector<uint32_t> blocks(c.blocks.begin() + first_chunk * bpc_, c.blocks.begin() + chunks * bpc_);
   KVTIER_ASSIGN_OR_RETURN(uint64_t job, store_->Store(id, first_chunk, blocks));
-  // A store refused for room (every CPU row busy) is skipped, as an engine
-  // would; only a failure to finish is an error.
-  return Wait(job).status();
+  KVTIER_ASSIGN_OR_RETURN(const TransferResult result, Wait(job));
+  TierCounts& cpu = report->tiers["cpu"];
+  for (const ChunkResult& chunk : result.chunks) {
+    switch (chunk.outcome) {
+      case ChunkOutcome::kOk: ++cpu.stores_ok; break;
+      case ChunkOutcome::kAlreadyCached:
+      case ChunkOutcome::kNotOffloaded: ++cpu.stores_skipped; break;
+      case ChunkOutcome::kNoSpace: ++cpu.stores_dropped; break;
+      case ChunkOutcome::kMiss:  // not a store outcome; counted as a failure if it ever appears
+      case ChunkOutcome::kError: ++cpu.stores_failed; break;
+    }
+  }
+  return Status::Ok();
+}
+
+// The secondary tiers' write-through outcomes, from their metrics (the
+// store was opened for this phase, so they count this phase alone).
+void CountTierStores(const TieredStore& store, PhaseReport* report) {
+  const TieredStoreMetrics m = store.Metrics();
+  for (size_t t = 1; t < m.tiers.size(); ++t) {
+    TierCounts& counts = report->tiers["fs" + std::to_string(t - 1)];
+    counts.stores_ok = m.tiers[t].rows_in;
+    counts.stores_skipped = m.tiers[t].stores_skipped;
+    counts.stores_failed = m.tiers[t].stores_failed;
+    counts.stores_dropped = m.tiers[t].stores_dropped;
+  }
 }
 
 void Worker::Account(const TraceRequest& request, const Chunks& c, size_t served_blocks, double load_s, int phase,
@@ -325,7 +352,7 @@ Status Worker::Serve(const TraceRequest& request, uint64_t id, int phase, PhaseR
   for (size_t b = served; b < c.hashes.size(); ++b) {
     KVTIER_RETURN_IF_ERROR(gpu_->Fill(c.blocks[b], ContentSeed(c.hashes[b])));
   }
-  KVTIER_RETURN_IF_ERROR(StoreNew(id, c, first_chunk + loaded));
+  KVTIER_RETURN_IF_ERROR(StoreNew(id, c, first_chunk + loaded, report));
   KVTIER_RETURN_IF_ERROR(store_->FinishRequest(id));
   Account(request, c, served, load_s, phase, report);
   CountRepeated(c, served, report);
@@ -333,8 +360,10 @@ Status Worker::Serve(const TraceRequest& request, uint64_t id, int phase, PhaseR
   return Status::Ok();
 }
 
-// The config with secondary tier 0's root_dir replaced by `root`.
+// The config with secondary tier 0's root_dir replaced by `root`. Parsing
+// and dumping recurse per nesting level: the depth is checked first.
 Result<std::string> WithRoot(const std::string& config_json, const std::string& root) {
+  KVTIER_RETURN_IF_ERROR(CheckJsonDepth(config_json, static_cast<size_t>(kOffloadConfigDepthMax), "replay: the config"));
   nlohmann::json config = nlohmann::json::parse(config_json, nullptr, false);
   if (config.is_discarded() || !config.is_object()) {
     return Status(StatusCode::kInvalidArgument, "replay: the config is not a JSON object");
@@ -388,6 +417,7 @@ Result<PhaseReport> RunReplayWorker(const ReplayOptions& options, const Trace& t
     KVTIER_RETURN_IF_ERROR(worker->Serve(*request, id++, phase, &report));
   }
   KVTIER_RETURN_IF_ERROR(worker->store()->WaitIdle(options.lookup_timeout_ms * 4));
+  CountTierStores(*worker->store(), &report);
   return report;
 }
 

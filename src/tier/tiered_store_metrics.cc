@@ -84,6 +84,8 @@ TieredStoreMetrics TieredStoreImpl::Metrics() const {
     u.rows_in = fs.rows_stored, u.bytes_in = fs.bytes_stored;
     u.rows_out = fs.rows_loaded, u.bytes_out = fs.bytes_loaded;
     u.stores_dropped = fs.rows_dropped;
+    u.stores_failed = fs.store_errors;
+    u.stores_skipped = fs.rows_skipped_exists;
     m.tiers.push_back(u);
   }
   return m;

@@ -1,6 +1,9 @@
 // JSON text checks (json_text.h).
 #include "util/json_text.h"
 
+#include <algorithm>
+#include <cstdint>
+
 namespace kvtier::internal {
 namespace {
 
@@ -61,6 +64,14 @@ std::optional<size_t> FirstTooDeepByte(std::string_view text, int depth_max) {
     }
   }
   return std::nullopt;
+}
+
+Status CheckJsonDepth(std::string_view text, size_t depth_max, std::string_view what) {
+  const int depth_max_int = static_cast<int>(std::min<size_t>(depth_max, INT32_MAX));
+  const std::optional<size_t> at = FirstTooDeepByte(text, depth_max_int);
+  if (!at) return Status::Ok();
+  return InvalidArgument(std::string(what) + ": nested deeper than " + std::to_string(depth_max) + " levels at byte " +
+                         std::to_string(*at));
 }
 
 std::optional<JsonSyntaxError> LocateJsonSyntaxError(std::string_view text) {
