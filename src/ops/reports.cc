@@ -14,6 +14,7 @@
 #include "ops/scan.h"
 #include "util/crc32c.h"
 #include "util/hex.h"
+#include "util/json_text.h"
 
 namespace kvtier {
 namespace internal {
@@ -22,33 +23,13 @@ namespace {
 // No config.json nests deeper than this (vLLM's is 3 levels deep).
 constexpr size_t kConfigDepthMax = 32;
 
-// Bracket depth outside JSON strings, without recursion.
-bool JsonDepthWithin(std::string_view text, size_t depth_max) {
-  size_t depth = 0;
-  bool in_string = false;
-  for (size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (in_string) {
-      if (c == '\\') ++i;
-      else if (c == '"') in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > depth_max) return false;
-    } else if ((c == ']' || c == '}') && depth > 0) {
-      --depth;
-    }
-  }
-  return true;
-}
-
 }  // namespace
 
 ConfigInfo ParseConfig(const NsScan& ns) {
   ConfigInfo info;
   if (!ns.has_config || !ns.config_error.empty()) return info;
   // The canonical dump below recurses: refuse nesting no config has first.
-  if (!JsonDepthWithin(ns.config_text, kConfigDepthMax)) return info;
+  if (!CheckJsonDepth(ns.config_text, kConfigDepthMax, "config.json").ok()) return info;
   nlohmann::json fields = nlohmann::json::parse(ns.config_text, nullptr, /*allow_exceptions=*/false);
   if (fields.is_discarded() || !fields.is_object()) return info;
   info.parses = true;
