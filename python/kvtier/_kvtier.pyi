@@ -172,6 +172,10 @@ class EngineTier:
 
 # ---- operators' tools --------------------------------------------------------------------------
 
+class ScanProblem:
+    path: str  # relative to the root
+    detail: str
+
 class NamespaceUsage:
     dir: str
     model: str
@@ -195,6 +199,8 @@ class DuReport:
     total_bytes: int
     total_blocks: int
     files_scanned: int
+    unreadable: list[ScanProblem]  # parts left out of the totals
+    exit_code: int  # 0 complete, 8 parts could not be read
 
 class Finding:
     kind: str
@@ -208,6 +214,7 @@ class FsckReport:
     files_scanned: int
     blocks_checked: int
     blocks_verified: int
+    verified_without_noatime: int  # blocks read where O_NOATIME was refused
     exit_code: int  # 0 clean, 1 repaired, 4 problems left (e2fsck's convention)
 
 class Reclaimed:
@@ -220,6 +227,9 @@ class GcReport:
     reclaimed: list[Reclaimed]
     bytes_reclaimed: int
     files_scanned: int
+    unreadable: list[ScanProblem]
+    kept: list[ScanProblem]  # namespaces kept because their leases or parts could not be read
+    exit_code: int  # 0 complete, 8 parts could not be read
 
 def du(root: str, *, jobs: int = 4, force: bool = False, tmp_grace_s: int = 3600) -> DuReport:
     """Usage per namespace (``kvtier du``); never follows symlinks."""

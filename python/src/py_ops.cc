@@ -58,6 +58,8 @@ std::string ConfigCheck(const std::string& text, uint32_t gpu_block_size) {
 }
 
 void BindReports(pb::module_& m) {
+  pb::class_<ScanProblem>(m, "ScanProblem", "A part of the tree that could not be read, or a namespace gc kept.")
+      .def_readonly("path", &ScanProblem::path).def_readonly("detail", &ScanProblem::detail);
   pb::class_<NamespaceUsage>(m, "NamespaceUsage", "Usage of one namespace (kvtier du).")
       .def_readonly("dir", &NamespaceUsage::dir).def_readonly("model", &NamespaceUsage::model)
       .def_readonly("digest", &NamespaceUsage::digest).def_readonly("has_config", &NamespaceUsage::has_config)
@@ -69,10 +71,12 @@ void BindReports(pb::module_& m) {
       .def_readonly("tmp_files", &NamespaceUsage::tmp_files)
       .def_readonly("newest_activity", &NamespaceUsage::newest_activity)
       .def_readonly("oldest_activity", &NamespaceUsage::oldest_activity)
-      .def_readonly("live_leases", &NamespaceUsage::live_leases);
+      .def_readonly("live_leases", &NamespaceUsage::live_leases)
+      .def_readonly("leases_known", &NamespaceUsage::leases_known);
   pb::class_<DuReport>(m, "DuReport", "kvtier du: usage per namespace.")
       .def_readonly("namespaces", &DuReport::namespaces).def_readonly("total_bytes", &DuReport::total_bytes)
-      .def_readonly("total_blocks", &DuReport::total_blocks).def_readonly("files_scanned", &DuReport::files_scanned);
+      .def_readonly("total_blocks", &DuReport::total_blocks).def_readonly("files_scanned", &DuReport::files_scanned)
+      .def_readonly("unreadable", &DuReport::unreadable).def_property_readonly("exit_code", &DuReport::ExitCode);
   pb::class_<Finding>(m, "Finding", "One fsck finding, citing the FORMAT.md rule it breaks.")
       .def_property_readonly("kind", [](const Finding& f) { return std::string(FindingKindName(f.kind)); })
       .def_readonly("path", &Finding::path).def_readonly("rule", &Finding::rule)
@@ -82,6 +86,7 @@ void BindReports(pb::module_& m) {
       .def_readonly("findings", &FsckReport::findings).def_readonly("files_scanned", &FsckReport::files_scanned)
       .def_readonly("blocks_checked", &FsckReport::blocks_checked)
       .def_readonly("blocks_verified", &FsckReport::blocks_verified)
+      .def_readonly("verified_without_noatime", &FsckReport::verified_without_noatime)
       .def_property_readonly("exit_code", &FsckReport::ExitCode);
   pb::class_<Reclaimed>(m, "Reclaimed", "One path gc removed (or would remove, dry run).")
       .def_readonly("path", &Reclaimed::path).def_readonly("bytes", &Reclaimed::bytes)
@@ -89,7 +94,9 @@ void BindReports(pb::module_& m) {
   pb::class_<GcReport>(m, "GcReport", "kvtier gc: what was reclaimed.")
       .def_readonly("dry_run", &GcReport::dry_run).def_readonly("reclaimed", &GcReport::reclaimed)
       .def_readonly("bytes_reclaimed", &GcReport::bytes_reclaimed)
-      .def_readonly("files_scanned", &GcReport::files_scanned);
+      .def_readonly("files_scanned", &GcReport::files_scanned)
+      .def_readonly("unreadable", &GcReport::unreadable).def_readonly("kept", &GcReport::kept)
+      .def_property_readonly("exit_code", &GcReport::ExitCode);
 }
 
 }  // namespace
