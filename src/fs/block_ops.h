@@ -12,9 +12,9 @@
 #include <span>
 #include <string>
 
-#include "fs/dir_fd.h"
 #include "io/scheduler.h"
 #include "kvtier/fs_tier.h"
+#include "util/dir_fd.h"
 
 namespace kvtier::internal {
 
@@ -40,7 +40,7 @@ inline constexpr uint64_t kResolveInTree = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS
 
 // Engine-wide settings and probes the ops share.
 struct TierShared {
-  UniqueFd root;         // root_dir (O_PATH): every op's paths are relative to it
+  UniqueFd root;         // root_dir: every op's paths are relative to it
   std::string root_dir;  // as given, for messages
   uint64_t row_bytes = 0;
   bool o_direct = false;

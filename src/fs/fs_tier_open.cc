@@ -2,7 +2,7 @@
 // the O_DIRECT and xattr probes, all with plain syscalls before the engine runs.
 // root_dir is the operator's and is created like `mkdir -p`; below it, on a
 // volume others may write, everything goes through directory fds that
-// follow no symlink (dir_fd.h): a symlinked <NS>, <NS>_r<rank> or .kvtier
+// follow no symlink (tier_dirs.h): a symlinked <NS>, <NS>_r<rank> or .kvtier
 // fails the open with a Status naming it.
 #include <fcntl.h>
 #include <sys/random.h>
@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "fs/fs_tier_internal.h"
+#include "fs/tier_dirs.h"
 #include "util/log.h"
 
 namespace kvtier::internal {
@@ -189,10 +190,10 @@ Result<std::unique_ptr<FsTier>> OpenFsTierWithBackend(const FsTierOpenOptions& o
   auto shared = std::make_unique<TierShared>();
   KVTIER_ASSIGN_OR_RETURN(shared->root, OpenRootDir(o.root_dir));
   shared->root_dir = o.root_dir;
-  KVTIER_ASSIGN_OR_RETURN(UniqueFd ns_fd, MakeDirAt(shared->root.get(), ns.dir_name(), ns_dir, durable));
+  KVTIER_ASSIGN_OR_RETURN(UniqueFd ns_fd, MakeTierDir(shared->root.get(), ns.dir_name(), ns_dir, durable));
   // The block directory is only checked here: the ops resolve their paths
   // from the root fd, refusing symlinks on the way (block_ops.h).
-  KVTIER_RETURN_IF_ERROR(MakeDirAt(shared->root.get(), ns.block_dir_name(),
+  KVTIER_RETURN_IF_ERROR(MakeTierDir(shared->root.get(), ns.block_dir_name(),
                                    JoinRoot(o.root_dir, ns.block_dir_name()), durable).status());
   shared->tmp_base = RandomU63();
   KVTIER_RETURN_IF_ERROR(WriteConfigOnce(ns_fd.get(), ns_dir, ns.config_json(), shared->tmp_base));

@@ -1,5 +1,5 @@
 // Lease file creation, refresh and removal, all through directory fds that
-// follow no symlink (dir_fd.h): a symlinked .kvtier or leases directory fails
+// follow no symlink (tier_dirs.h): a symlinked .kvtier or leases directory fails
 // the open, and the refresh and removal act in the directory that was checked.
 #include "fs/lease.h"
 
@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <ctime>
 
+#include "fs/tier_dirs.h"
 #include "ops/ops_internal.h"
 
 namespace kvtier::internal {
@@ -44,9 +45,9 @@ Status WriteLeaseFile(int dir_fd, const std::string& dir, const std::string& nam
 }  // namespace
 
 Result<std::unique_ptr<Lease>> Lease::Acquire(int ns_fd, const std::string& ns_dir, uint64_t unique) {
-  KVTIER_ASSIGN_OR_RETURN(UniqueFd meta, MakeDirAt(ns_fd, ".kvtier", ns_dir + "/.kvtier", /*durable=*/false));
+  KVTIER_ASSIGN_OR_RETURN(UniqueFd meta, MakeTierDir(ns_fd, ".kvtier", ns_dir + "/.kvtier", /*durable=*/false));
   const std::string dir = ns_dir + "/.kvtier/leases";
-  KVTIER_ASSIGN_OR_RETURN(UniqueFd leases, MakeDirAt(meta.get(), "leases", dir, /*durable=*/false));
+  KVTIER_ASSIGN_OR_RETURN(UniqueFd leases, MakeTierDir(meta.get(), "leases", dir, /*durable=*/false));
   char host[256] = "host";
   gethostname(host, sizeof host - 1);
   const std::string name =

@@ -12,8 +12,8 @@
 #include <string>
 #include <thread>
 
-#include "fs/dir_fd.h"
 #include "kvtier/result.h"
+#include "util/dir_fd.h"
 
 namespace kvtier::internal {
 
