@@ -128,6 +128,13 @@ class LoadOp final : public FsBlockOp {
     if (Replaced(res)) return;
     if (res < 0) return Close(KeyOutcome::kError, ErrnoToStatus(static_cast<int>(-res), "statx " + Path()));
     if (NotRegular(stx_)) return Close(KeyOutcome::kMiss, Status());  // checked before any read
+    // O_NONBLOCK was only there so that a FIFO's open cannot block. On a
+    // regular file io_uring takes it as "never wait" where the filesystem has
+    // no non-blocking reads (FUSE, for one) and fails the read with EAGAIN
+    // instead of handing it to a worker: drop it. F_SETFL never waits, so
+    // the engine thread calls it directly; should it fail, reads still work
+    // everywhere else.
+    fcntl(fd_, F_SETFL, direct_ ? O_DIRECT : 0);
     if (stx_.stx_size < row_.size()) {
       return Close(KeyOutcome::kCorrupt, Corruption(Path() + " is " + std::to_string(stx_.stx_size) +
                                                     " bytes, a row is " + std::to_string(row_.size())),

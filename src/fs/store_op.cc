@@ -153,7 +153,9 @@ class StoreOp final : public FsBlockOp {
   const char* MkdirName() const {
     return mkdir_level_ == 0 ? block_dir_.c_str() : mkdir_level_ == 1 ? name1_.c_str() : name2_.c_str();
   }
-  const std::string& MkdirShown() const { return mkdir_level_ == 0 ? block_dir_ : mkdir_level_ == 1 ? shard1_ : shard2_; }
+  const std::string& MkdirShown() const {
+    return mkdir_level_ == 0 ? block_dir_ : mkdir_level_ == 1 ? shard1_ : shard2_;
+  }
 
   void AfterStat(int64_t res) {
     if (res == 0 && NotRegular(stx_)) {

@@ -22,7 +22,9 @@ Result<UniqueFd> MakeTierDir(int parent_fd, const std::string& name, const std::
   if (created && durable) fsync(parent_fd);
   UniqueFd fd;
   const int err = OpenDirAt(parent_fd, name, &fd);
-  if (err == ELOOP) return ErrnoToStatus(err, display + " is a symlink: refused (kvtier follows no symlink below root_dir)");
+  if (err == ELOOP) {
+    return ErrnoToStatus(err, display + " is a symlink: refused (kvtier follows no symlink below root_dir)");
+  }
   if (err == ENOTDIR) return ErrnoToStatus(err, display + " is not a directory");
   if (err != 0) return ErrnoToStatus(err, "open " + display);
   return fd;

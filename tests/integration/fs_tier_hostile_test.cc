@@ -205,7 +205,8 @@ TEST_P(HostileTest, SymlinkedTierDirectoriesFailTheOpen) {
       if (!tier.ok()) {
         EXPECT_NE(tier.status().message().find(victim.string()), std::string::npos) << tier.status().ToString();
       }
-      EXPECT_TRUE(EmptyDir(outside_.path())) << "the open wrote through a symlink";  // (a lease lives while the tier does)
+      // Checked while the tier lives: its lease is removed when it closes.
+      EXPECT_TRUE(EmptyDir(outside_.path())) << "the open wrote through a symlink";
     }
     for (const auto& entry : fs::directory_iterator(outside_.path())) fs::remove_all(entry.path());
     fs::remove(victim);
