@@ -58,7 +58,7 @@ std::string BackendName(const ::testing::TestParamInfo<IoBackendKind>& p) {
   return p.param == IoBackendKind::kUring ? "uring" : "syscall";
 }
 
-class HostileTest : public ::testing::TestWithParam<IoBackendKind> {
+class FsTierHostileTest : public ::testing::TestWithParam<IoBackendKind> {
  protected:
   void SetUp() override {
     rng_.seed(testing::TestSeed());
@@ -106,7 +106,7 @@ class HostileTest : public ::testing::TestWithParam<IoBackendKind> {
   std::unique_ptr<FsTier> tier_;
 };
 
-TEST_P(HostileTest, FifoAtBlockPathIsAMissAndHangsNothing) {
+TEST_P(FsTierHostileTest, FifoAtBlockPathIsAMissAndHangsNothing) {
   const OffloadKey key = Key(1);
   const fs::path fifo = PathOf(key);
   fs::create_directories(fifo.parent_path());
@@ -123,7 +123,7 @@ TEST_P(HostileTest, FifoAtBlockPathIsAMissAndHangsNothing) {
   EXPECT_TRUE(fs::is_fifo(fifo));  // left for fsck --repair
 }
 
-TEST_P(HostileTest, SymlinkAtBlockPathIsNeverReturned) {
+TEST_P(FsTierHostileTest, SymlinkAtBlockPathIsNeverReturned) {
   const OffloadKey key = Key(2);
   const std::vector<uint8_t> secret = RandomRow();
   const fs::path target = outside_.path() / "secret";
@@ -142,7 +142,7 @@ TEST_P(HostileTest, SymlinkAtBlockPathIsNeverReturned) {
 
 // <hhh> is a symlink to a directory outside the root that holds a short file
 // at the block's place: a load that followed it would "repair" (unlink) it.
-TEST_P(HostileTest, SymlinkedShardDirectoryIsNeitherReadNorWritten) {
+TEST_P(FsTierHostileTest, SymlinkedShardDirectoryIsNeitherReadNorWritten) {
   const OffloadKey key = Key(3);
   const fs::path block = PathOf(key);
   const fs::path hhh = block.parent_path().parent_path();
@@ -164,7 +164,7 @@ TEST_P(HostileTest, SymlinkedShardDirectoryIsNeitherReadNorWritten) {
   EXPECT_TRUE(EmptyDir(outside_.path())) << "a store wrote outside root_dir";
 }
 
-TEST_P(HostileTest, DirectoryAtBlockPathIsAMissUntilRemoved) {
+TEST_P(FsTierHostileTest, DirectoryAtBlockPathIsAMissUntilRemoved) {
   const OffloadKey key = Key(4);
   const fs::path block = PathOf(key);
   fs::create_directories(block);
@@ -189,7 +189,7 @@ TEST_P(HostileTest, DirectoryAtBlockPathIsAMissUntilRemoved) {
 
 // Each of the tier's own directories, replaced by a symlink to an outside
 // directory, fails the next open with its path named; nothing lands there.
-TEST_P(HostileTest, SymlinkedTierDirectoriesFailTheOpen) {
+TEST_P(FsTierHostileTest, SymlinkedTierDirectoriesFailTheOpen) {
   const fs::path ns_dir = root_.path() / tier_->ns().dir_name();
   const std::vector<fs::path> victims = {ns_dir / ".kvtier" / "leases", ns_dir / ".kvtier",
                                          root_.path() / tier_->ns().block_dir_name(), ns_dir};
@@ -215,14 +215,14 @@ TEST_P(HostileTest, SymlinkedTierDirectoriesFailTheOpen) {
   ASSERT_TRUE(Open().ok());
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, HostileTest, ::testing::Values(IoBackendKind::kUring, IoBackendKind::kSyscall),
+INSTANTIATE_TEST_SUITE_P(Backends, FsTierHostileTest, ::testing::Values(IoBackendKind::kUring, IoBackendKind::kSyscall),
                          BackendName);
 
 // The syscall backend itself: an open that blocks (a FIFO without a writer,
 // opened without O_NONBLOCK) ends by its deadline, and is over when it is
 // reported: no reader is left waiting in the kernel afterwards. (io_uring
 // tries every open with O_NONBLOCK first, so there it never blocks.)
-TEST(SyscallBackendTest, OpenPastItsDeadlineEndsBeforeItIsReported) {
+TEST(FsTierSyscallBackendTest, OpenPastItsDeadlineEndsBeforeItIsReported) {
   std::unique_ptr<internal::IoBackend> backend = internal::MakeSyncBackend(1);
   testing::TempDir dir;
   const fs::path fifo = dir.path() / "fifo";
