@@ -63,13 +63,15 @@ class FsTierImpl final : public FsTier {
   Result<uint64_t> SubmitLoad(std::span<const OffloadKey> keys, std::span<const std::span<uint8_t>> rows) override {
     KVTIER_RETURN_IF_ERROR(CheckRows(keys.size(), rows));
     Submission sub = NewSubmission(JobKind::kLoad, keys.size(), IoClass::kRead);
-    for (size_t i = 0; i < keys.size(); ++i) sub.ops.push_back(MakeLoadOp(shared_.get(), BlockPath(keys[i]), rows[i]));
+    for (size_t i = 0; i < keys.size(); ++i) {
+      sub.ops.push_back(MakeLoadOp(shared_.get(), ns_.BlockRelPath(keys[i]), rows[i]));
+    }
     return Enqueue(std::move(sub));
   }
 
   Result<uint64_t> SubmitLookup(std::span<const OffloadKey> keys) override {
     Submission sub = NewSubmission(JobKind::kLookup, keys.size(), IoClass::kRead);
-    for (const OffloadKey& key : keys) sub.ops.push_back(MakeLookupOp(shared_.get(), BlockPath(key)));
+    for (const OffloadKey& key : keys) sub.ops.push_back(MakeLookupOp(shared_.get(), ns_.BlockRelPath(key)));
     return Enqueue(std::move(sub));
   }
 
@@ -126,7 +128,7 @@ class FsTierImpl final : public FsTier {
 
   BlockPathParts Parts(const OffloadKey& key) const {
     const std::string hex = key.hash.Hex();
-    return {JoinRoot(options_.root_dir, ns_.block_dir_name()), hex.substr(0, 3),
+    return {ns_.block_dir_name(), hex.substr(0, 3),
             hex.substr(3, 2) + "_g" + std::to_string(key.group_idx), hex + ".bin"};
   }
 

@@ -1,5 +1,9 @@
 // FsTier start-up: directories, config.json (written once, atomically), and
 // the O_DIRECT and xattr probes, all with plain syscalls before the engine runs.
+// root_dir is the operator's and is created like `mkdir -p`; below it, on a
+// volume others may write, everything goes through directory fds that
+// follow no symlink (tier_dirs.h): a symlinked <NS>, <NS>_r<rank> or .kvtier
+// fails the open with a Status naming it.
 #include <fcntl.h>
 #include <sys/random.h>
 #include <sys/stat.h>
@@ -16,13 +20,14 @@
 #include <vector>
 
 #include "fs/fs_tier_internal.h"
+#include "fs/tier_dirs.h"
 #include "util/log.h"
 
 namespace kvtier::internal {
 namespace {
 
-// Creates path and its missing parents. With `durable`, the parent of each
-// directory created is fsynced so the new entry survives power loss.
+// Creates path (root_dir) and its missing parents. With `durable`, the parent
+// of each directory created is fsynced so the new entry survives power loss.
 Status MkdirAll(const std::string& path, bool durable) {
   for (size_t at = 1; at <= path.size(); ++at) {
     if (at != path.size() && path[at] != '/') continue;
@@ -79,29 +84,44 @@ Status WriteAll(int fd, const void* data, size_t n, const std::string& what) {
 
 // FORMAT.md L28: config.json is written only when absent, through a temp file
 // and a rename, so a crash never leaves a torn one. It is informational: a
-// differing one from another writer is left alone.
-Status WriteConfigOnce(const std::string& ns_dir, const std::string& text, uint64_t suffix) {
-  const std::string path = ns_dir + "/config.json";
-  if (access(path.c_str(), F_OK) == 0) return Status::Ok();
-  const std::string tmp = path + "_" + std::to_string(suffix) + ".tmp";
-  int fd = open(tmp.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoToStatus(errno, "create " + tmp);
-  Status s = WriteAll(fd, text.data(), text.size(), "write " + tmp);
-  if (close(fd) != 0 && s.ok()) s = ErrnoToStatus(errno, "close " + tmp);
-  if (s.ok() && rename(tmp.c_str(), path.c_str()) != 0) s = ErrnoToStatus(errno, "rename " + tmp);
-  if (!s.ok()) unlink(tmp.c_str());
+// differing one from another writer is left alone, and so is anything else
+// at that name (fsck reports it).
+Status WriteConfigOnce(int ns_fd, const std::string& ns_dir, const std::string& text, uint64_t suffix) {
+  struct stat st;
+  if (fstatat(ns_fd, "config.json", &st, AT_SYMLINK_NOFOLLOW) == 0) return Status::Ok();
+  const std::string tmp = "config.json_" + std::to_string(suffix) + ".tmp";
+  const std::string shown = ns_dir + "/" + tmp;
+  int fd = openat(ns_fd, tmp.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoToStatus(errno, "create " + shown);
+  Status s = WriteAll(fd, text.data(), text.size(), "write " + shown);
+  if (close(fd) != 0 && s.ok()) s = ErrnoToStatus(errno, "close " + shown);
+  if (s.ok() && renameat(ns_fd, tmp.c_str(), ns_fd, "config.json") != 0) s = ErrnoToStatus(errno, "rename " + shown);
+  if (!s.ok()) unlinkat(ns_fd, tmp.c_str(), 0);
   return s;
+}
+
+// Opens the probe file, with O_DIRECT when wanted and then without. O_EXCL
+// (L63) never opens what someone else put there; an open that created the
+// file but refused O_DIRECT (EINVAL) leaves it behind, so that one is removed
+// before trying again.
+int OpenProbe(int ns_fd, const std::string& name, bool want_direct) {
+  const int flags = O_CREAT | O_EXCL | O_WRONLY | O_TRUNC | O_NOFOLLOW | O_CLOEXEC;
+  if (!want_direct) return openat(ns_fd, name.c_str(), flags, 0644);
+  const int fd = openat(ns_fd, name.c_str(), flags | O_DIRECT, 0644);
+  if (fd >= 0) return fd;
+  if (errno == EINVAL) unlinkat(ns_fd, name.c_str(), 0);
+  return openat(ns_fd, name.c_str(), flags, 0644);
 }
 
 // FORMAT.md L63: one page written with O_DIRECT into a probe file in the
 // namespace directory, then removed. Also tells whether user xattrs work.
-void Probe(const std::string& ns_dir, uint64_t suffix, bool want_direct, bool* direct_ok, bool* xattrs_ok) {
-  const std::string probe = ns_dir + "/.o_direct_probe_" + std::to_string(suffix) + ".tmp";
+void Probe(int ns_fd, const std::string& ns_dir, uint64_t suffix, bool want_direct, bool* direct_ok,
+           bool* xattrs_ok) {
+  const std::string name = ".o_direct_probe_" + std::to_string(suffix) + ".tmp";
   *direct_ok = false;
   *xattrs_ok = true;
-  int fd = open(probe.c_str(), O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC | (want_direct ? O_DIRECT : 0), 0644);
-  if (fd < 0 && want_direct) fd = open(probe.c_str(), O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0644);
-  else if (fd >= 0 && want_direct) {
+  const int fd = OpenProbe(ns_fd, name, want_direct);
+  if (fd >= 0 && want_direct && (fcntl(fd, F_GETFL) & O_DIRECT) != 0) {
     void* page = std::aligned_alloc(4096, 4096);
     std::memset(page, 0, 4096);
     *direct_ok = write(fd, page, 4096) == 4096;
@@ -113,8 +133,8 @@ void Probe(const std::string& ns_dir, uint64_t suffix, bool want_direct, bool* d
       *xattrs_ok = false;
     }
     close(fd);
+    unlinkat(ns_fd, name.c_str(), 0);
   }
-  unlink(probe.c_str());
   if (want_direct && !*direct_ok) {
     LogWarning("O_DIRECT is not usable under " + ns_dir + " (tmpfs, overlayfs or FUSE?): buffered I/O");
   }
@@ -166,13 +186,19 @@ Result<std::unique_ptr<FsTier>> OpenFsTierWithBackend(const FsTierOpenOptions& o
   KVTIER_ASSIGN_OR_RETURN(Namespace ns, Namespace::Create(o.ns));
   const std::string ns_dir = JoinRoot(o.root_dir, ns.dir_name());
   const bool durable = o.durability == Durability::kFull;
-  KVTIER_RETURN_IF_ERROR(MkdirAll(ns_dir, durable));
-  KVTIER_RETURN_IF_ERROR(MkdirAll(JoinRoot(o.root_dir, ns.block_dir_name()), durable));
+  KVTIER_RETURN_IF_ERROR(MkdirAll(o.root_dir, durable));
   auto shared = std::make_unique<TierShared>();
+  KVTIER_ASSIGN_OR_RETURN(shared->root, OpenRootDir(o.root_dir));
+  shared->root_dir = o.root_dir;
+  KVTIER_ASSIGN_OR_RETURN(UniqueFd ns_fd, MakeTierDir(shared->root.get(), ns.dir_name(), ns_dir, durable));
+  // The block directory is only checked here: the ops resolve their paths
+  // from the root fd, refusing symlinks on the way (block_ops.h).
+  KVTIER_RETURN_IF_ERROR(MakeTierDir(shared->root.get(), ns.block_dir_name(),
+                                   JoinRoot(o.root_dir, ns.block_dir_name()), durable).status());
   shared->tmp_base = RandomU63();
-  KVTIER_RETURN_IF_ERROR(WriteConfigOnce(ns_dir, ns.config_json(), shared->tmp_base));
+  KVTIER_RETURN_IF_ERROR(WriteConfigOnce(ns_fd.get(), ns_dir, ns.config_json(), shared->tmp_base));
   bool direct_ok = false, xattrs_ok = true;
-  Probe(ns_dir, shared->tmp_base, o.o_direct, &direct_ok, &xattrs_ok);
+  Probe(ns_fd.get(), ns_dir, shared->tmp_base, o.o_direct, &direct_ok, &xattrs_ok);
   shared->row_bytes = o.row_bytes;
   shared->o_direct = direct_ok;
   shared->durability = o.durability;
@@ -188,7 +214,7 @@ Result<std::unique_ptr<FsTier>> OpenFsTierWithBackend(const FsTierOpenOptions& o
                  "; raise RLIMIT_MEMLOCK): I/O maps pages per request");
     }
   }
-  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<Lease> lease, Lease::Acquire(ns_dir, shared->tmp_base));
+  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<Lease> lease, Lease::Acquire(ns_fd.get(), ns_dir, shared->tmp_base));
   return MakeFsTierImpl(o, std::move(ns), std::move(shared), std::move(backend), std::move(lease));
 }
 

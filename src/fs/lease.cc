@@ -1,4 +1,6 @@
-// Lease file creation, refresh and removal.
+// Lease file creation, refresh and removal, all through directory fds that
+// follow no symlink (tier_dirs.h): a symlinked .kvtier or leases directory fails
+// the open, and the refresh and removal act in the directory that was checked.
 #include "fs/lease.h"
 
 #include <fcntl.h>
@@ -8,34 +10,50 @@
 #include <cerrno>
 #include <ctime>
 
+#include "fs/tier_dirs.h"
 #include "ops/ops_internal.h"
 
 namespace kvtier::internal {
 
-Result<std::unique_ptr<Lease>> Lease::Acquire(const std::string& ns_dir, uint64_t unique) {
+namespace {
+
+std::string LeaseBody(const char* host) {
+  return "{\"host\": \"" + std::string(host) + "\", \"pid\": " + std::to_string(getpid()) +
+         ", \"started\": " + std::to_string(std::time(nullptr)) +
+         ", \"refresh_s\": " + std::to_string(kLeaseRefreshS) + ", \"ttl_s\": " + std::to_string(kDefaultLeaseTtlS) +
+         "}\n";
+}
+
+// Writes `body` to dir/name through dir/name.tmp and a rename, so a reader
+// never sees half a lease. O_EXCL never opens what is already there; a temp
+// file left by an earlier process with this pid and number is removed first.
+Status WriteLeaseFile(int dir_fd, const std::string& dir, const std::string& name, const std::string& body) {
+  const std::string tmp = name + ".tmp";
+  unlinkat(dir_fd, tmp.c_str(), 0);
+  const int fd = openat(dir_fd, tmp.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoToStatus(errno, "create " + dir + "/" + tmp);
+  errno = 0;
+  const bool written = write(fd, body.data(), body.size()) == static_cast<ssize_t>(body.size());
+  int err = errno;
+  close(fd);
+  if (written && renameat(dir_fd, tmp.c_str(), dir_fd, name.c_str()) == 0) return Status::Ok();
+  if (written) err = errno;
+  unlinkat(dir_fd, tmp.c_str(), 0);
+  return ErrnoToStatus(err == 0 ? EIO : err, "write " + dir + "/" + name);
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Lease>> Lease::Acquire(int ns_fd, const std::string& ns_dir, uint64_t unique) {
+  KVTIER_ASSIGN_OR_RETURN(UniqueFd meta, MakeTierDir(ns_fd, ".kvtier", ns_dir + "/.kvtier", /*durable=*/false));
   const std::string dir = ns_dir + "/.kvtier/leases";
-  for (const std::string& d : {ns_dir + "/.kvtier", dir}) {
-    if (mkdir(d.c_str(), 0777) != 0 && errno != EEXIST) return ErrnoToStatus(errno, "mkdir " + d);
-  }
+  KVTIER_ASSIGN_OR_RETURN(UniqueFd leases, MakeTierDir(meta.get(), "leases", dir, /*durable=*/false));
   char host[256] = "host";
   gethostname(host, sizeof host - 1);
-  const std::string path = dir + "/" + host + "-" + std::to_string(getpid()) + "-" + std::to_string(unique % 100000) + ".lease";
-  // Written through a temp name and renamed, so a reader never sees half a lease.
-  const std::string tmp = path + ".tmp";
-  int fd = open(tmp.c_str(), O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoToStatus(errno, "create " + tmp);
-  const std::string body = "{\"host\": \"" + std::string(host) + "\", \"pid\": " + std::to_string(getpid()) +
-                           ", \"started\": " + std::to_string(std::time(nullptr)) +
-                           ", \"refresh_s\": " + std::to_string(kLeaseRefreshS) +
-                           ", \"ttl_s\": " + std::to_string(kDefaultLeaseTtlS) + "}\n";
-  const bool written = write(fd, body.data(), body.size()) == static_cast<ssize_t>(body.size());
-  close(fd);
-  if (!written || rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno == 0 ? EIO : errno;
-    unlink(tmp.c_str());
-    return ErrnoToStatus(err, "write " + path);
-  }
-  std::unique_ptr<Lease> lease(new Lease(path));
+  const std::string name =
+      std::string(host) + "-" + std::to_string(getpid()) + "-" + std::to_string(unique % 100000) + ".lease";
+  KVTIER_RETURN_IF_ERROR(WriteLeaseFile(leases.get(), dir, name, LeaseBody(host)));
+  std::unique_ptr<Lease> lease(new Lease(std::move(leases), name, dir + "/" + name));
   lease->refresher_ = std::thread([l = lease.get()] { l->Refresh(); });
   return lease;
 }
@@ -43,7 +61,9 @@ Result<std::unique_ptr<Lease>> Lease::Acquire(const std::string& ns_dir, uint64_
 void Lease::Refresh() {
   std::unique_lock lock(mu_);
   while (!cv_.wait_for(lock, std::chrono::seconds(kLeaseRefreshS), [&] { return stop_; })) {
-    utimensat(AT_FDCWD, path_.c_str(), nullptr, 0);  // mtime = now; a lost file is recreated by the next start
+    // mtime = now, on the name in the checked directory, never through a
+    // symlink swapped in for it; a lost file is recreated by the next start.
+    utimensat(dir_.get(), name_.c_str(), nullptr, AT_SYMLINK_NOFOLLOW);
   }
 }
 
@@ -54,7 +74,7 @@ Lease::~Lease() {
   }
   cv_.notify_all();
   if (refresher_.joinable()) refresher_.join();
-  unlink(path_.c_str());
+  unlinkat(dir_.get(), name_.c_str(), 0);
 }
 
 }  // namespace kvtier::internal

@@ -13,19 +13,25 @@
 #include <thread>
 
 #include "kvtier/result.h"
+#include "util/dir_fd.h"
 
 namespace kvtier::internal {
 
 class Lease {
  public:
-  static Result<std::unique_ptr<Lease>> Acquire(const std::string& ns_dir, uint64_t unique);
+  // `ns_fd`: the namespace directory (checked: no symlink), `ns_dir` its path
+  // for messages.
+  static Result<std::unique_ptr<Lease>> Acquire(int ns_fd, const std::string& ns_dir, uint64_t unique);
   ~Lease();
   const std::string& path() const { return path_; }
 
  private:
-  explicit Lease(std::string path) : path_(std::move(path)) {}
+  Lease(UniqueFd dir, std::string name, std::string path)
+      : dir_(std::move(dir)), name_(std::move(name)), path_(std::move(path)) {}
   void Refresh();
 
+  UniqueFd dir_;      // <NS>/.kvtier/leases, held for the refresh and the removal
+  std::string name_;  // the lease file's name in dir_
   std::string path_;
   std::mutex mu_;
   std::condition_variable cv_;

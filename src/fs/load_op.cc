@@ -26,10 +26,18 @@ constexpr int kReopensMax = 3;
 
 int64_t RealNowS() { return static_cast<int64_t>(::time(nullptr)); }
 
+// Open and statx results that mean "no block at this path": nothing there
+// (ENOENT), a symlink on the way (ELOOP; EXDEV would be an escape from
+// root_dir), a file where a shard directory belongs (ENOTDIR), or a socket
+// (ENXIO). None is the key's fault, and a store may fill the path later.
+bool NotABlock(int64_t res) {
+  return res == -ENOENT || res == -ELOOP || res == -EXDEV || res == -ENOTDIR || res == -ENXIO;
+}
+
 class LoadOp final : public FsBlockOp {
  public:
-  LoadOp(TierShared* shared, std::string path, std::span<uint8_t> row)
-      : shared_(shared), path_(std::move(path)), row_(row) {
+  LoadOp(TierShared* shared, std::string rel_path, std::span<uint8_t> row)
+      : shared_(shared), rel_(std::move(rel_path)), row_(row) {
     direct_ = shared_->o_direct && DirectIoAligned(row.data(), row.size());
   }
 
@@ -41,8 +49,10 @@ class LoadOp final : public FsBlockOp {
     switch (state_) {
       case kOpen:
         req->op = IoOp::kOpen;
-        req->path = path_.c_str();
-        req->flags = O_RDONLY | (direct_ ? O_DIRECT : 0);
+        req->dirfd = shared_->root.get();
+        req->path = rel_.c_str();
+        req->flags = O_RDONLY | O_NONBLOCK | O_NOFOLLOW | (direct_ ? O_DIRECT : 0);
+        req->resolve = kResolveInTree;
         return true;
       case kStat: req->op = IoOp::kStatx; req->fd = fd_; req->buf = &stx_; return true;
       case kXattr:
@@ -61,8 +71,14 @@ class LoadOp final : public FsBlockOp {
         return true;
       case kTouch: req->op = IoOp::kTouchAtime; req->fd = fd_; return true;
       case kClose: req->op = IoOp::kClose; req->fd = fd_; return true;
-      case kRecheck: req->op = IoOp::kStatx; req->path = path_.c_str(); req->buf = &again_; return true;
-      case kUnlink: req->op = IoOp::kUnlink; req->path = path_.c_str(); return true;
+      case kRecheck:
+        req->op = IoOp::kStatx;
+        req->dirfd = shared_->root.get();
+        req->path = rel_.c_str();
+        req->flags = AT_SYMLINK_NOFOLLOW;
+        req->buf = &again_;
+        return true;
+      case kUnlink: req->op = IoOp::kUnlink; req->dirfd = shared_->root.get(); req->path = rel_.c_str(); return true;
       case kDone: return false;
     }
     return false;
@@ -92,30 +108,40 @@ class LoadOp final : public FsBlockOp {
  private:
   enum State { kOpen, kStat, kXattr, kRead, kTouch, kClose, kRecheck, kUnlink, kDone };
 
+  std::string Path() const { return JoinRoot(shared_->root_dir, rel_); }
+
   void AfterOpen(int64_t res) {
     if (res == -EINVAL && direct_) {
       direct_ = false;  // O_DIRECT refused here: read buffered
       return;
     }
-    if (res == -ENOENT) return Done(KeyOutcome::kMiss, Status());
+    if (NotABlock(res)) return Done(KeyOutcome::kMiss, Status());
     if (res == -ESTALE) {  // a network filesystem's handle went stale: open again
       if (++reopens_ <= kReopensMax) return;
       return Done(KeyOutcome::kMiss, Status());
     }
-    if (res < 0) return Done(KeyOutcome::kError, ErrnoToStatus(static_cast<int>(-res), "open " + path_));
+    if (res < 0) return Done(KeyOutcome::kError, ErrnoToStatus(static_cast<int>(-res), "open " + Path()));
     fd_ = static_cast<int>(res);
     state_ = kStat;
   }
   void AfterStat(int64_t res) {
     if (Replaced(res)) return;
-    if (res < 0) return Close(KeyOutcome::kError, ErrnoToStatus(static_cast<int>(-res), "statx " + path_));
+    if (res < 0) return Close(KeyOutcome::kError, ErrnoToStatus(static_cast<int>(-res), "statx " + Path()));
+    if (NotRegular(stx_)) return Close(KeyOutcome::kMiss, Status());  // checked before any read
+    // O_NONBLOCK was only there so that a FIFO's open cannot block. On a
+    // regular file io_uring takes it as "never wait" where the filesystem has
+    // no non-blocking reads (FUSE, for one) and fails the read with EAGAIN
+    // instead of handing it to a worker: drop it. F_SETFL never waits, so
+    // the engine thread calls it directly; should it fail, reads still work
+    // everywhere else.
+    fcntl(fd_, F_SETFL, direct_ ? O_DIRECT : 0);
     if (stx_.stx_size < row_.size()) {
-      return Close(KeyOutcome::kCorrupt, Corruption(path_ + " is " + std::to_string(stx_.stx_size) +
+      return Close(KeyOutcome::kCorrupt, Corruption(Path() + " is " + std::to_string(stx_.stx_size) +
                                                     " bytes, a row is " + std::to_string(row_.size())),
                    /*unlink=*/true);
     }
     if (stx_.stx_size > row_.size()) {
-      return Close(KeyOutcome::kCorrupt, Corruption(path_ + " is longer than a row (" +
+      return Close(KeyOutcome::kCorrupt, Corruption(Path() + " is longer than a row (" +
                                                     std::to_string(stx_.stx_size) + " bytes)"));
     }
     state_ = shared_->xattrs_ok ? kXattr : kRead;
@@ -125,18 +151,18 @@ class LoadOp final : public FsBlockOp {
     if (res == 4) {
       has_crc_ = true;
     } else if ((res >= 0 && res != 4) || res == -ERANGE) {  // ERANGE: longer than our buffer
-      return Close(KeyOutcome::kCorrupt, Corruption(path_ + ": CRC attribute of " + std::to_string(res) + " bytes"),
+      return Close(KeyOutcome::kCorrupt, Corruption(Path() + ": CRC attribute of " + std::to_string(res) + " bytes"),
                    /*unlink=*/true);
     } else if (res != -ENODATA && res != -EOPNOTSUPP && res != -ENOTSUP) {
-      return Close(KeyOutcome::kError, ErrnoToStatus(static_cast<int>(-res), "fgetxattr " + path_));
+      return Close(KeyOutcome::kError, ErrnoToStatus(static_cast<int>(-res), "fgetxattr " + Path()));
     }
     state_ = kRead;
   }
   void AfterRead(int64_t res) {
     if (Replaced(res)) return;
-    if (res < 0) return Close(KeyOutcome::kError, ErrnoToStatus(static_cast<int>(-res), "read " + path_));
+    if (res < 0) return Close(KeyOutcome::kError, ErrnoToStatus(static_cast<int>(-res), "read " + Path()));
     if (res == 0) {  // shrank between statx and read: torn or truncated
-      return Close(KeyOutcome::kCorrupt, Corruption(path_ + ": short read"), /*unlink=*/true);
+      return Close(KeyOutcome::kCorrupt, Corruption(Path() + ": short read"), /*unlink=*/true);
     }
     read_ += static_cast<uint64_t>(res);
     if (read_ < row_.size()) return;  // short read: resume
@@ -144,7 +170,7 @@ class LoadOp final : public FsBlockOp {
       const uint32_t want = uint32_t{crc_be_[0]} << 24 | uint32_t{crc_be_[1]} << 16 |
                             uint32_t{crc_be_[2]} << 8 | crc_be_[3];
       if (TimedCrc32c(shared_, row_) != want) {
-        return Close(KeyOutcome::kCorrupt, Corruption(path_ + ": CRC32C mismatch"), /*unlink=*/true);
+        return Close(KeyOutcome::kCorrupt, Corruption(Path() + ": CRC32C mismatch"), /*unlink=*/true);
       }
     }
     bytes = row_.size();
@@ -191,7 +217,7 @@ class LoadOp final : public FsBlockOp {
   }
 
   TierShared* shared_;
-  std::string path_;
+  std::string rel_;
   std::span<uint8_t> row_;
   struct statx stx_{}, again_{};
   uint8_t crc_be_[8] = {};
@@ -204,7 +230,7 @@ class LoadOp final : public FsBlockOp {
 
 class LookupOp final : public FsBlockOp {
  public:
-  LookupOp(TierShared* shared, std::string path) : shared_(shared), path_(std::move(path)) {}
+  LookupOp(TierShared* shared, std::string rel_path) : shared_(shared), rel_(std::move(rel_path)) {}
   // A statx reads no block data: lookups, which a serving engine issues
   // every step, must not hold stores back as loads do.
   bool ReadsData() const override { return false; }
@@ -212,7 +238,9 @@ class LookupOp final : public FsBlockOp {
     if (done_) return false;
     *req = IoRequest{};
     req->op = IoOp::kStatx;
-    req->path = path_.c_str();
+    req->dirfd = shared_->root.get();
+    req->path = rel_.c_str();
+    req->flags = AT_SYMLINK_NOFOLLOW;  // a symlink is no block (its target's file type does not matter)
     req->buf = &stx_;
     if (shared_->io_timeout_ms != 0) req->deadline_ns = MonotonicNowNs() + uint64_t{shared_->io_timeout_ms} * 1000000u;
     return true;
@@ -220,29 +248,30 @@ class LookupOp final : public FsBlockOp {
   void OnCompletion(int64_t res) override {
     done_ = true;
     if (res == 0) {
-      result = {KeyOutcome::kOk, Status()};
-    } else if (res == -ENOENT) {
+      result = {NotRegular(stx_) ? KeyOutcome::kMiss : KeyOutcome::kOk, Status()};
+    } else if (NotABlock(res)) {
       result = {KeyOutcome::kMiss, Status()};
     } else {
-      result = {KeyOutcome::kError, ErrnoToStatus(static_cast<int>(-res), "statx " + path_)};
+      result = {KeyOutcome::kError,
+                ErrnoToStatus(static_cast<int>(-res), "statx " + JoinRoot(shared_->root_dir, rel_))};
     }
   }
 
  private:
   TierShared* shared_;
-  std::string path_;
+  std::string rel_;
   struct statx stx_{};
   bool done_ = false;
 };
 
 }  // namespace
 
-std::unique_ptr<FsBlockOp> MakeLoadOp(TierShared* shared, std::string path, std::span<uint8_t> row) {
-  return std::make_unique<LoadOp>(shared, std::move(path), row);
+std::unique_ptr<FsBlockOp> MakeLoadOp(TierShared* shared, std::string rel_path, std::span<uint8_t> row) {
+  return std::make_unique<LoadOp>(shared, std::move(rel_path), row);
 }
 
-std::unique_ptr<FsBlockOp> MakeLookupOp(TierShared* shared, std::string path) {
-  return std::make_unique<LookupOp>(shared, std::move(path));
+std::unique_ptr<FsBlockOp> MakeLookupOp(TierShared* shared, std::string rel_path) {
+  return std::make_unique<LookupOp>(shared, std::move(rel_path));
 }
 
 }  // namespace kvtier::internal

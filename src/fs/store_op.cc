@@ -2,6 +2,10 @@
 // open again] -> write (resumed when short) -> [fdatasync] -> fsetxattr(crc)
 // -> close -> rename -> [fsync dir]. Any failure after the temp file exists
 // closes it and unlinks it, so no temp file outlives a failed store.
+// Paths are relative to the tier's root fd and resolved as kResolveInTree
+// (block_ops.h) says: a symlinked shard directory fails the store; so does
+// anything but a regular file at the destination (fsck --repair removes it),
+// which is neither skipped as present nor replaced.
 #include <fcntl.h>
 #include <sys/stat.h>
 
@@ -28,8 +32,8 @@ class StoreOp final : public FsBlockOp {
     shard2_ = shard1_ + "/" + path.shard2;
     dest_ = shard2_ + "/" + path.file;
     block_dir_ = std::move(path.block_dir);
-    root_dir_ = block_dir_.substr(0, block_dir_.rfind('/'));
-    if (root_dir_.empty()) root_dir_ = "/";
+    name1_ = std::move(path.shard1);
+    name2_ = std::move(path.shard2);
     direct_ = shared_->o_direct && DirectIoAligned(row.data(), row.size());
     NewTempName();
   }
@@ -37,15 +41,33 @@ class StoreOp final : public FsBlockOp {
   bool NextRequest(IoRequest* req) override {
     *req = IoRequest{};
     req->deadline_ns = cleanup_ ? 0 : Deadline();
+    req->dirfd = shared_->root.get();  // every path below is relative to root_dir
     switch (state_) {
-      case kStatDest: req->op = IoOp::kStatx; req->path = dest_.c_str(); req->buf = &stx_; return true;
+      case kStatDest:
+        req->op = IoOp::kStatx;
+        req->path = dest_.c_str();
+        req->flags = AT_SYMLINK_NOFOLLOW;
+        req->buf = &stx_;
+        return true;
       case kOpen:
         req->op = IoOp::kOpen;
         req->path = tmp_.c_str();
         req->flags = O_CREAT | O_EXCL | O_WRONLY | O_TRUNC | (direct_ ? O_DIRECT : 0);
         req->mode = 0644;
+        req->resolve = kResolveInTree;
         return true;
-      case kMkdir: req->op = IoOp::kMkdir; req->path = MkdirPath(); req->mode = 0777; return true;
+      case kMkdirParent:
+        req->op = IoOp::kOpen;
+        req->path = mkdir_level_ == 1 ? block_dir_.c_str() : shard1_.c_str();
+        req->flags = O_PATH | O_DIRECTORY;
+        req->resolve = kResolveInTree;
+        return true;
+      case kMkdir:
+        req->op = IoOp::kMkdir;
+        if (mkdir_level_ > 0) req->dirfd = dir_fd_;
+        req->path = MkdirName();
+        req->mode = 0777;
+        return true;
       case kWrite:
         req->op = IoOp::kWrite;
         req->fd = fd_;
@@ -63,7 +85,12 @@ class StoreOp final : public FsBlockOp {
         return true;
       case kClose: req->op = IoOp::kClose; req->fd = fd_; return true;
       case kRename: req->op = IoOp::kRename; req->path = tmp_.c_str(); req->path2 = dest_.c_str(); return true;
-      case kOpenDir: req->op = IoOp::kOpen; req->path = SyncDirPath(); req->flags = O_RDONLY | O_DIRECTORY; return true;
+      case kOpenDir:
+        req->op = IoOp::kOpen;
+        req->path = SyncDirPath();
+        req->flags = O_RDONLY | O_DIRECTORY;
+        req->resolve = kResolveInTree;
+        return true;
       case kSyncDir: req->op = IoOp::kFsync; req->fd = fd_; return true;
       case kCloseDir: req->op = IoOp::kClose; req->fd = fd_; return true;
       case kUnlinkTmp: req->op = IoOp::kUnlink; req->path = tmp_.c_str(); return true;
@@ -76,16 +103,18 @@ class StoreOp final : public FsBlockOp {
     switch (state_) {
       case kStatDest: return AfterStat(res);
       case kOpen: return AfterOpen(res);
+      case kMkdirParent: return AfterMkdirParent(res);
       case kMkdir: return AfterMkdir(res);
       case kWrite: return AfterWrite(res);
       case kSync: return res < 0 ? Fail(res, "fdatasync") : Go(shared_->xattrs_ok ? kXattr : kClose);
       case kXattr: return AfterXattr(res);
       case kClose: return AfterClose(res);
       case kRename: return AfterRename(res);
-      case kOpenDir: return res < 0 ? Finish(res, "open dir") : (fd_ = static_cast<int>(res), Go(kSyncDir));
+      case kOpenDir:
+        return res < 0 ? Finish(res, "open " + Shown(SyncDirPath())) : (fd_ = static_cast<int>(res), Go(kSyncDir));
       case kSyncDir: return (sync_dir_res_ = res, Go(kCloseDir));
       case kCloseDir:
-        if (sync_dir_res_ < 0) return Finish(sync_dir_res_, std::string("fsync ") + SyncDirPath());
+        if (sync_dir_res_ < 0) return Finish(sync_dir_res_, "fsync " + Shown(SyncDirPath()));
         // Directories this store created must be durable in their parents too.
         if (++sync_dir_level_ < (mkdirs_done_ ? 4 : 1)) return Go(kOpenDir);
         return Finish(0, "");
@@ -95,8 +124,10 @@ class StoreOp final : public FsBlockOp {
   }
 
  private:
-  enum State { kStatDest, kOpen, kMkdir, kWrite, kSync, kXattr, kClose, kRename,
+  enum State { kStatDest, kOpen, kMkdirParent, kMkdir, kWrite, kSync, kXattr, kClose, kRename,
                kOpenDir, kSyncDir, kCloseDir, kUnlinkTmp, kDone };
+
+  std::string Shown(const std::string& rel) const { return JoinRoot(shared_->root_dir, rel); }
 
   uint64_t Deadline() const {
     return shared_->io_timeout_ms == 0 ? 0 : MonotonicNowNs() + uint64_t{shared_->io_timeout_ms} * 1000000u;
@@ -113,16 +144,25 @@ class StoreOp final : public FsBlockOp {
       case 0: return shard2_.c_str();
       case 1: return shard1_.c_str();
       case 2: return block_dir_.c_str();
-      default: return root_dir_.c_str();  // in case this store created the block directory itself
+      default: return ".";  // root_dir, in case this store created the block directory itself
     }
   }
-  const char* MkdirPath() const {
-    return mkdir_level_ == 0 ? block_dir_.c_str() : mkdir_level_ == 1 ? shard1_.c_str() : shard2_.c_str();
+  // Level 0 makes the block directory in root_dir; levels 1 and 2 make a
+  // shard directory in the fd of its parent (kMkdirParent), so mkdirat never
+  // walks a path that a symlink could have been swapped into.
+  const char* MkdirName() const {
+    return mkdir_level_ == 0 ? block_dir_.c_str() : mkdir_level_ == 1 ? name1_.c_str() : name2_.c_str();
+  }
+  const std::string& MkdirShown() const {
+    return mkdir_level_ == 0 ? block_dir_ : mkdir_level_ == 1 ? shard1_ : shard2_;
   }
 
   void AfterStat(int64_t res) {
+    if (res == 0 && NotRegular(stx_)) {
+      return Finish(-EEXIST, Shown(dest_) + " is not a regular file: not replaced (fsck --repair removes it)");
+    }
     if (res == 0) return Finish(0, "", KeyOutcome::kSkippedExists);  // L54: another writer has it
-    if (res != -ENOENT) return Finish(res, "statx " + dest_);
+    if (res != -ENOENT) return Finish(res, "statx " + Shown(dest_));
     // The checksum is computed here, on the engine thread, and only for rows
     // that will be written: submitting stays cheap for the caller.
     const uint32_t crc = TimedCrc32c(shared_, row_);
@@ -148,23 +188,41 @@ class StoreOp final : public FsBlockOp {
       direct_ = false;  // this filesystem refuses O_DIRECT for this file: buffered
       return;
     }
-    Finish(res, "open " + tmp_);
+    if (res == -ELOOP || res == -EXDEV || res == -ENOTDIR) {
+      return Finish(res, "open " + Shown(tmp_) + ": a symlink or a non-directory on the path (refused)");
+    }
+    Finish(res, "open " + Shown(tmp_));
+  }
+  // A parent vanished or went stale meanwhile: from the top, a few times.
+  bool MkdirAgain(int64_t res) {
+    if ((res != -ENOENT && res != -ESTALE) || mkdir_rounds_ >= kMkdirRoundsMax) return false;
+    ++mkdir_rounds_;
+    mkdir_level_ = 0;
+    Go(kMkdir);
+    return true;
+  }
+  void AfterMkdirParent(int64_t res) {
+    if (MkdirAgain(res)) return;
+    if (res < 0) return Finish(res, "open " + Shown(mkdir_level_ == 1 ? block_dir_ : shard1_));
+    dir_fd_ = static_cast<int>(res);
+    Go(kMkdir);
   }
   void AfterMkdir(int64_t res) {
-    if ((res == -ENOENT || res == -ESTALE) && mkdir_rounds_ < kMkdirRoundsMax) {
-      ++mkdir_rounds_;  // a parent vanished or went stale meanwhile: from the top
-      mkdir_level_ = 0;
-      return;
+    if (dir_fd_ >= 0) {
+      ::close(dir_fd_);  // an O_PATH fd: closing it flushes nothing and never waits
+      dir_fd_ = -1;
     }
-    if (res < 0 && res != -EEXIST) return Finish(res, std::string("mkdir ") + MkdirPath());
+    if (MkdirAgain(res)) return;
+    if (res < 0 && res != -EEXIST) return Finish(res, "mkdir " + Shown(MkdirShown()));
     if (++mkdir_level_ == 3) {
       mkdirs_done_ = true;
       return Go(kOpen);
     }
+    Go(kMkdirParent);
   }
   void AfterWrite(int64_t res) {
-    if (res < 0) return Fail(res, "write " + tmp_);
-    if (res == 0) return Fail(-EIO, "write " + tmp_ + " made no progress");
+    if (res < 0) return Fail(res, "write " + Shown(tmp_));
+    if (res == 0) return Fail(-EIO, "write " + Shown(tmp_) + " made no progress");
     written_ += static_cast<uint64_t>(res);
     if (written_ < row_.size()) return;  // a short write: resume with the rest
     Go(shared_->durability != Durability::kNone ? kSync : shared_->xattrs_ok ? kXattr : kClose);
@@ -172,21 +230,21 @@ class StoreOp final : public FsBlockOp {
   void AfterXattr(int64_t res) {
     if (res == -EOPNOTSUPP || res == -ENOTSUP) {
       if (shared_->xattrs_ok.exchange(false)) {
-        LogWarning("the filesystem under " + block_dir_ +
+        LogWarning("the filesystem under " + Shown(block_dir_) +
                    " has no user xattrs: blocks are stored without their CRC32C (size checks only)");
       }
       return Go(kClose);
     }
-    if (res < 0) return Fail(res, "fsetxattr " + tmp_);
+    if (res < 0) return Fail(res, "fsetxattr " + Shown(tmp_));
     Go(kClose);
   }
   void AfterClose(int64_t res) {
     fd_ = -1;
-    if (res < 0) return Fail(res, "close " + tmp_);  // delayed write errors surface here (NFS)
+    if (res < 0) return Fail(res, "close " + Shown(tmp_));  // delayed write errors surface here (NFS)
     Go(kRename);
   }
   void AfterRename(int64_t res) {
-    if (res < 0) return Fail(res, "rename " + tmp_);
+    if (res < 0) return Fail(res, "rename " + Shown(tmp_));
     tmp_created_ = false;
     if (shared_->durability == Durability::kFull) return Go(kOpenDir);
     Finish(0, "");
@@ -215,11 +273,13 @@ class StoreOp final : public FsBlockOp {
 
   TierShared* shared_;
   std::span<const uint8_t> row_;
-  std::string root_dir_, block_dir_, shard1_, shard2_, dest_, tmp_;
+  std::string block_dir_, shard1_, shard2_, dest_, tmp_;  // relative to root_dir
+  std::string name1_, name2_;                              // the shard directories' own names
   uint8_t crc_be_[4];
   struct statx stx_{};
   State state_ = kStatDest;
   int fd_ = -1;
+  int dir_fd_ = -1;  // the parent of the shard directory being created
   uint64_t written_ = 0;
   int mkdir_level_ = 0, mkdir_rounds_ = 0, name_retries_ = 0, sync_dir_level_ = 0;
   int64_t sync_dir_res_ = 0;

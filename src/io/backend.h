@@ -5,6 +5,8 @@
 // Wake may be called from any thread, to end a blocking Reap early.
 #pragma once
 
+#include <linux/openat2.h>
+
 #include <memory>
 #include <cstdint>
 #include <span>
@@ -39,8 +41,10 @@ class IoBackend {
 };
 
 // A pool of `threads` threads running plain syscalls (the fallback where the
-// kernel refuses io_uring). A deadline is checked before a request starts; a
-// syscall that hangs once started cannot be interrupted.
+// kernel refuses io_uring). A deadline is checked before a request starts,
+// and a syscall still running when it passes is interrupted with a signal
+// (-ETIMEDOUT); one in a wait that only a fatal signal ends completes when
+// it returns, as with io_uring (see sync_backend.cc).
 std::unique_ptr<IoBackend> MakeSyncBackend(int threads);
 
 // io_uring with `entries` submission slots. kUnavailable when the kernel
@@ -50,5 +54,8 @@ Result<std::unique_ptr<IoBackend>> MakeUringBackend(unsigned entries);
 // Executes one request synchronously with plain syscalls (shared by the
 // syscall backend and by test fakes).
 int64_t ExecuteSync(const IoRequest& req);
+
+// The openat2 arguments of a kOpen with `resolve` set (O_CLOEXEC added).
+open_how OpenHowOf(const IoRequest& req);
 
 }  // namespace kvtier::internal

@@ -5,6 +5,7 @@
 // for open), -errno on failure.
 #pragma once
 
+#include <fcntl.h>
 #include <sys/stat.h>
 
 #include <cstdint>
@@ -12,9 +13,9 @@
 namespace kvtier::internal {
 
 enum class IoOp : uint8_t {
-  kStatx,      // statx(path) or, with fd >= 0 and no path, statx(fd, AT_EMPTY_PATH)
-  kMkdir,      // mkdir(path, mode)
-  kOpen,       // open(path, flags, mode) -> fd
+  kStatx,      // statx(dirfd, path, flags) or, with fd >= 0 and no path, statx(fd, AT_EMPTY_PATH)
+  kMkdir,      // mkdirat(dirfd, path, mode)
+  kOpen,       // openat(dirfd, path, flags, mode), or openat2 with `resolve` -> fd
   kRead,       // pread(fd, buf, len, offset)
   kWrite,      // pwrite(fd, buf, len, offset)
   kFdatasync,  // fdatasync(fd)
@@ -22,28 +23,33 @@ enum class IoOp : uint8_t {
   kFsetxattr,  // fsetxattr(fd, name, buf, len, 0)
   kFgetxattr,  // fgetxattr(fd, name, buf, len) -> value length
   kClose,      // close(fd)
-  kRename,     // rename(path, path2)
-  kUnlink,     // unlink(path)
+  kRename,     // renameat(dirfd, path, dirfd, path2)
+  kUnlink,     // unlinkat(dirfd, path, 0)
   kTouchAtime, // futimens(fd, {now, omit}): explicit atime, as relatime delays it
 };
 
 const char* IoOpName(IoOp op);
 
-// What every kStatx asks for.
-inline constexpr unsigned kStatxMask = STATX_SIZE | STATX_MTIME | STATX_ATIME | STATX_INO;
+// What every kStatx asks for (STATX_TYPE: callers refuse what is not a regular file).
+inline constexpr unsigned kStatxMask = STATX_TYPE | STATX_SIZE | STATX_MTIME | STATX_ATIME | STATX_INO;
 
 struct IoRequest {
   uint64_t tag = 0;  // echoed in the completion
   IoOp op = IoOp::kStatx;
   int fd = -1;
+  int dirfd = AT_FDCWD;         // path ops resolve a relative `path` (and `path2`) from here
   const char* path = nullptr;   // owned by the issuer, valid until completion
   const char* path2 = nullptr;  // kRename: the new name
   const char* name = nullptr;   // kFsetxattr / kFgetxattr: the attribute
   void* buf = nullptr;          // data, xattr value, or struct statx*
   uint32_t len = 0;
   uint64_t offset = 0;
-  int flags = 0;
+  int flags = 0;    // kOpen: O_* flags; kStatx with a path: AT_* flags (AT_SYMLINK_NOFOLLOW)
   uint32_t mode = 0;
+  // kOpen: RESOLVE_* flags (linux/openat2.h). Non-zero makes the open an
+  // openat2, so that e.g. RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS keeps it
+  // inside `dirfd`'s tree whatever symlinks a writer of the volume planted.
+  uint64_t resolve = 0;
   uint64_t deadline_ns = 0;  // CLOCK_MONOTONIC; 0: none. Expired -> -ETIMEDOUT / -ECANCELED
 };
 

@@ -1,69 +1,72 @@
-// The syscall thread pool backend, and ExecuteSync.
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <sys/xattr.h>
-#include <time.h>
-#include <unistd.h>
+// The syscall thread pool backend (where the kernel refuses io_uring).
+//
+// Deadlines: a request is checked before it starts, and a watchdog thread
+// interrupts a worker still inside its syscall when the request's deadline
+// passes: pthread_kill() with a real-time signal whose handler does nothing
+// and is installed without SA_RESTART, so an interruptible wait (a FIFO, a
+// pipe, a FUSE request, a lock) returns EINTR, which the worker reports as
+// -ETIMEDOUT. The completion is reported only once the syscall has returned,
+// never before: a read still in the kernel may write the caller's buffer, and
+// the caller may reuse that buffer as soon as it sees the completion. A wait
+// that only a fatal signal ends (a hard NFS mount, a FUSE daemon that ignores
+// interrupts) therefore holds its request until it returns, exactly as
+// io_uring's linked timeouts cannot cancel such a wait either. The watchdog
+// kicks again every kKickAgainNs, which also covers a signal that lands just
+// before the worker enters the syscall.
+#include <pthread.h>
+#include <signal.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
+#include <limits>
 #include <mutex>
 #include <thread>
 #include <vector>
 
 #include "io/backend.h"
+#include "util/log.h"
 
 namespace kvtier::internal {
-
-const char* IoOpName(IoOp op) {
-  static constexpr const char* kNames[] = {"statx", "mkdir", "open", "read", "write", "fdatasync",
-                                           "fsync", "fsetxattr", "fgetxattr", "close", "rename", "unlink",
-                                           "touch_atime"};
-  return kNames[static_cast<int>(op)];
-}
-
-uint64_t MonotonicNowNs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000000u + static_cast<uint64_t>(ts.tv_nsec);
-}
-
-static int64_t Ret(long r) { return r < 0 ? -errno : r; }
-
-int64_t ExecuteSync(const IoRequest& r) {
-  if (r.deadline_ns != 0 && MonotonicNowNs() > r.deadline_ns) return -ETIMEDOUT;
-  switch (r.op) {
-    case IoOp::kStatx:
-      if (r.path == nullptr) {
-        return Ret(statx(r.fd, "", AT_EMPTY_PATH, kStatxMask, static_cast<struct statx*>(r.buf)));
-      }
-      return Ret(statx(AT_FDCWD, r.path, 0, kStatxMask, static_cast<struct statx*>(r.buf)));
-    case IoOp::kMkdir: return Ret(mkdir(r.path, r.mode));
-    case IoOp::kOpen: return Ret(open(r.path, r.flags | O_CLOEXEC, r.mode));
-    case IoOp::kRead: return Ret(pread(r.fd, r.buf, r.len, static_cast<off_t>(r.offset)));
-    case IoOp::kWrite: return Ret(pwrite(r.fd, r.buf, r.len, static_cast<off_t>(r.offset)));
-    case IoOp::kFdatasync: return Ret(fdatasync(r.fd));
-    case IoOp::kFsync: return Ret(fsync(r.fd));
-    case IoOp::kFsetxattr: return Ret(fsetxattr(r.fd, r.name, r.buf, r.len, 0));
-    case IoOp::kFgetxattr: return Ret(fgetxattr(r.fd, r.name, r.buf, r.len));
-    case IoOp::kClose: return Ret(close(r.fd));
-    case IoOp::kRename: return Ret(rename(r.path, r.path2));
-    case IoOp::kUnlink: return Ret(unlink(r.path));
-    case IoOp::kTouchAtime: {
-      const timespec times[2] = {{0, UTIME_NOW}, {0, UTIME_OMIT}};
-      return Ret(futimens(r.fd, times));
-    }
-  }
-  return -EINVAL;
-}
-
 namespace {
+
+constexpr uint64_t kKickAgainNs = 10'000'000;
+constexpr uint64_t kNever = std::numeric_limits<uint64_t>::max();
+
+void IgnoreInterrupt(int) {}
+
+// A real-time signal no one else handles, with the no-op handler installed
+// once per process; -1 when every candidate is taken (deadlines are then only
+// checked before a request starts). Real-time signals are used because their
+// default action is to terminate, so no library expects them to arrive
+// unasked, and the handler only ever receives what pthread_kill aims at our
+// own workers.
+int InterruptSignal() {
+  static const int signo = [] {
+    for (int s = SIGRTMIN + 4; s <= SIGRTMAX - 4; ++s) {
+      struct sigaction old {};
+      if (sigaction(s, nullptr, &old) != 0) continue;
+      const bool free = (old.sa_flags & SA_SIGINFO) == 0 && old.sa_handler == SIG_DFL;
+      if (!free) continue;
+      struct sigaction sa {};
+      sa.sa_handler = IgnoreInterrupt;
+      sigemptyset(&sa.sa_mask);
+      sa.sa_flags = 0;  // no SA_RESTART: the interrupted syscall must return EINTR
+      if (sigaction(s, &sa, nullptr) == 0) return s;
+    }
+    LogWarning("no free real-time signal: the syscall backend cannot interrupt a hung syscall");
+    return -1;
+  }();
+  return signo;
+}
 
 class SyncBackend final : public IoBackend {
  public:
-  explicit SyncBackend(int threads) {
-    for (int i = 0; i < std::max(1, threads); ++i) workers_.emplace_back([this] { Work(); });
+  explicit SyncBackend(int threads) : signo_(InterruptSignal()), slots_(std::max(1, threads)) {
+    for (Slot& slot : slots_) workers_.emplace_back([this, &slot] { Work(&slot); });
+    watchdog_ = std::thread([this] { Watch(); });
   }
   ~SyncBackend() override {
     {
@@ -71,7 +74,9 @@ class SyncBackend final : public IoBackend {
       stop_ = true;
     }
     work_cv_.notify_all();
+    watch_cv_.notify_all();
     for (auto& t : workers_) t.join();
+    watchdog_.join();
   }
   std::string_view name() const override { return "syscall-threads"; }
 
@@ -112,28 +117,87 @@ class SyncBackend final : public IoBackend {
   }
 
  private:
-  void Work() {
+  // One worker's request in flight, as the watchdog sees it (under mu_).
+  struct Slot {
+    pthread_t thread{};
+    bool busy = false;
+    uint64_t deadline_ns = 0;
+  };
+
+  void Work(Slot* slot) {
+    if (signo_ >= 0) {  // the creator may block signals; this one must reach us
+      sigset_t set;
+      sigemptyset(&set);
+      sigaddset(&set, signo_);
+      pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
+    }
     std::unique_lock lock(mu_);
+    slot->thread = pthread_self();
     while (true) {
       work_cv_.wait(lock, [&] { return stop_ || !pending_.empty(); });
       if (stop_) return;
       IoRequest req = pending_.front();
       pending_.pop_front();
+      Begin(slot, req.deadline_ns);
       lock.unlock();
-      IoCompletion c{req.tag, ExecuteSync(req)};
+      int64_t res = ExecuteSync(req);
       lock.lock();
-      done_.push_back(c);
+      slot->busy = false;
+      if (res == -EINTR && req.deadline_ns != 0 && MonotonicNowNs() >= req.deadline_ns) res = -ETIMEDOUT;
+      done_.push_back({req.tag, res});
       done_cv_.notify_one();
     }
   }
 
+  // Called with mu_ held. Wakes the watchdog only when this deadline comes
+  // before the one it sleeps towards (rarely: deadlines are now + a fixed
+  // timeout, so later requests have later ones).
+  void Begin(Slot* slot, uint64_t deadline_ns) {
+    slot->busy = true;
+    slot->deadline_ns = deadline_ns;
+    if (deadline_ns != 0 && signo_ >= 0 && deadline_ns < watch_next_ns_) {
+      watch_next_ns_ = deadline_ns;
+      watch_cv_.notify_one();
+    }
+  }
+
+  // Sleeps until the earliest deadline in flight and interrupts every worker
+  // past its own. Signals are sent with mu_ held, so a worker is kicked only
+  // while still inside the request whose deadline passed.
+  void Watch() {
+    std::unique_lock lock(mu_);
+    while (!stop_) {
+      const uint64_t now = MonotonicNowNs();
+      uint64_t next = kNever;
+      for (const Slot& slot : slots_) {
+        if (!slot.busy || slot.deadline_ns == 0) continue;
+        if (slot.deadline_ns > now) {
+          next = std::min(next, slot.deadline_ns);
+          continue;
+        }
+        if (signo_ >= 0) pthread_kill(slot.thread, signo_);
+        next = std::min(next, now + kKickAgainNs);
+      }
+      watch_next_ns_ = next;
+      if (next == kNever) {
+        watch_cv_.wait(lock);
+      } else {
+        watch_cv_.wait_for(lock, std::chrono::nanoseconds(next - now));
+      }
+    }
+  }
+
+  const int signo_;
   std::mutex mu_;
-  std::condition_variable work_cv_, done_cv_;
+  std::condition_variable work_cv_, done_cv_, watch_cv_;
   std::deque<IoRequest> pending_;
   std::deque<IoCompletion> done_;
+  std::vector<Slot> slots_;
+  uint64_t watch_next_ns_ = kNever;
   bool stop_ = false;
   bool woken_ = false;
   std::vector<std::thread> workers_;
+  std::thread watchdog_;
 };
 
 }  // namespace

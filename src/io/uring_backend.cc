@@ -1,7 +1,9 @@
 // The io_uring backend. Every request becomes one SQE (plus a linked timeout
 // when it has a deadline); an eventfd poll lets Wake() end a blocking Reap.
 // Opcodes the running kernel does not support (found by probing) run inline
-// with plain syscalls, so an older kernel loses speed, not function.
+// with plain syscalls, so an older kernel loses speed, not function. Opens
+// with RESOLVE_* flags are OPENAT2 SQEs: the kernel applies them during its
+// own path walk, at no extra request.
 #include <liburing.h>
 #include <poll.h>
 #include <sys/eventfd.h>
@@ -47,17 +49,25 @@ struct FixedRegion {
   int index;
 };
 
-void Prep(io_uring_sqe* sqe, const IoRequest& r) {
+// `how` is where an openat2's open_how lives until the kernel has consumed
+// the SQE (nullptr for every other request).
+void Prep(io_uring_sqe* sqe, const IoRequest& r, open_how* how) {
   switch (r.op) {
     case IoOp::kStatx:
       if (r.path == nullptr) {
         io_uring_prep_statx(sqe, r.fd, "", AT_EMPTY_PATH, kStatxMask, static_cast<struct statx*>(r.buf));
       } else {
-        io_uring_prep_statx(sqe, AT_FDCWD, r.path, 0, kStatxMask, static_cast<struct statx*>(r.buf));
+        io_uring_prep_statx(sqe, r.dirfd, r.path, r.flags, kStatxMask, static_cast<struct statx*>(r.buf));
       }
       break;
-    case IoOp::kMkdir: io_uring_prep_mkdirat(sqe, AT_FDCWD, r.path, r.mode); break;
-    case IoOp::kOpen: io_uring_prep_openat(sqe, AT_FDCWD, r.path, r.flags | O_CLOEXEC, r.mode); break;
+    case IoOp::kMkdir: io_uring_prep_mkdirat(sqe, r.dirfd, r.path, r.mode); break;
+    case IoOp::kOpen:
+      if (how != nullptr) {
+        io_uring_prep_openat2(sqe, r.dirfd, r.path, how);
+      } else {
+        io_uring_prep_openat(sqe, r.dirfd, r.path, r.flags | O_CLOEXEC, r.mode);
+      }
+      break;
     case IoOp::kRead: io_uring_prep_read(sqe, r.fd, r.buf, r.len, r.offset); break;
     case IoOp::kWrite: io_uring_prep_write(sqe, r.fd, r.buf, r.len, r.offset); break;
     case IoOp::kFdatasync: io_uring_prep_fsync(sqe, r.fd, IORING_FSYNC_DATASYNC); break;
@@ -67,8 +77,8 @@ void Prep(io_uring_sqe* sqe, const IoRequest& r) {
       break;
     case IoOp::kFgetxattr: io_uring_prep_fgetxattr(sqe, r.fd, r.name, static_cast<char*>(r.buf), r.len); break;
     case IoOp::kClose: io_uring_prep_close(sqe, r.fd); break;
-    case IoOp::kRename: io_uring_prep_renameat(sqe, AT_FDCWD, r.path, AT_FDCWD, r.path2, 0); break;
-    case IoOp::kUnlink: io_uring_prep_unlinkat(sqe, AT_FDCWD, r.path, 0); break;
+    case IoOp::kRename: io_uring_prep_renameat(sqe, r.dirfd, r.path, r.dirfd, r.path2, 0); break;
+    case IoOp::kUnlink: io_uring_prep_unlinkat(sqe, r.dirfd, r.path, 0); break;
     case IoOp::kTouchAtime: io_uring_prep_nop(sqe); break;  // never reached: not "supported"
   }
 }
@@ -93,6 +103,7 @@ class UringBackend final : public IoBackend {
       supported_[op] = probe != nullptr && opcode >= 0 && io_uring_opcode_supported(probe, opcode);
     }
     bool have_link_timeout = probe != nullptr && io_uring_opcode_supported(probe, IORING_OP_LINK_TIMEOUT);
+    have_openat2_ = probe != nullptr && io_uring_opcode_supported(probe, IORING_OP_OPENAT2);
     if (probe) io_uring_free_probe(probe);
     if (!have_link_timeout) return Status(StatusCode::kUnavailable, "io_uring lacks LINK_TIMEOUT");
     event_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -128,7 +139,10 @@ class UringBackend final : public IoBackend {
     // Linked-timeout timespecs are read by the kernel when it consumes the
     // SQE; keep them until every queued SQE has been consumed. A deque keeps
     // their addresses stable while it grows.
-    if (io_uring_sq_ready(&ring_) == 0) timeouts_.clear();
+    if (io_uring_sq_ready(&ring_) == 0) {
+      timeouts_.clear();
+      hows_.clear();
+    }
     for (const IoRequest& r : requests) {
       if (!supported_[static_cast<int>(r.op)] || RunsInline(r)) {
         inline_done_.push_back({r.tag, ExecuteSync(r)});
@@ -142,7 +156,7 @@ class UringBackend final : public IoBackend {
         continue;
       }
       io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
-      Prep(sqe, r);
+      Prep(sqe, r, OpenHow(r));
       UseFixedBuffer(sqe, r);
       io_uring_sqe_set_data64(sqe, r.tag);
       if (r.deadline_ns != 0) LinkTimeout(sqe, r.deadline_ns);
@@ -206,8 +220,18 @@ class UringBackend final : public IoBackend {
   // statx and fgetxattr on an open fd never wait for the disk (the inode is
   // in memory), but io_uring always hands them to a kernel worker thread,
   // which costs more than the syscall: run them here.
-  static bool RunsInline(const IoRequest& r) {
-    return (r.op == IoOp::kStatx && r.path == nullptr) || r.op == IoOp::kFgetxattr;
+  // An openat2 also runs here on a kernel whose ring lacks OPENAT2 (5.5),
+  // where ExecuteSync walks the path itself.
+  bool RunsInline(const IoRequest& r) const {
+    return (r.op == IoOp::kStatx && r.path == nullptr) || r.op == IoOp::kFgetxattr ||
+           (r.op == IoOp::kOpen && r.resolve != 0 && !have_openat2_);
+  }
+
+  // The open_how of an openat2, kept (like the timeouts) until the kernel has
+  // consumed every queued SQE; nullptr for a plain request.
+  open_how* OpenHow(const IoRequest& r) {
+    if (r.op != IoOp::kOpen || r.resolve == 0) return nullptr;
+    return &hows_.emplace_back(OpenHowOf(r));
   }
 
   // Waits for one CQE; false on timeout or wake-only traffic.
@@ -259,6 +283,8 @@ class UringBackend final : public IoBackend {
   int event_fd_ = -1;
   bool supported_[static_cast<int>(IoOp::kTouchAtime) + 1] = {};
   std::deque<__kernel_timespec> timeouts_;
+  std::deque<open_how> hows_;
+  bool have_openat2_ = false;
   bool submit_error_logged_ = false;
   std::deque<IoCompletion> inline_done_;
   std::vector<FixedRegion> fixed_;

@@ -1,0 +1,253 @@
+// Proves that the fs tier cannot be turned against its user by someone who
+// can write the shared volume, once per backend (io_uring and the syscall
+// pool): a FIFO at a block path is a miss at once and hangs nothing; a
+// symlink at a block path, or a symlinked shard directory, never makes a load
+// return (or delete) a file outside root_dir, nor a store write one there; a
+// directory at a block path is a miss for lookups and loads, fails stores
+// cleanly and is left alone, and once removed the key works again; a
+// symlinked <NS>, <NS>_r0, .kvtier or leases directory fails the open with
+// its path named and nothing is created in its target. Also proves that the
+// syscall backend ends a syscall that blocks past its deadline, and reports
+// it only once the syscall is over. Every wait is bounded, and a blocked FIFO
+// is released afterwards, so a regression fails instead of hanging. Seeded
+// random rows; seed printed.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <random>
+
+#include "io/backend.h"
+#include "kvtier/fs_tier.h"
+#include "support/test_support.h"
+
+namespace kvtier {
+namespace {
+
+namespace fs = std::filesystem;
+constexpr uint64_t kRow = 16384;
+constexpr int kJobWaitMs = 10000;  // far above any honest completion here: only a hang reaches it
+
+NamespaceSpec Spec() {
+  NamespaceSpec spec;
+  spec.model_name = "hostile/model";
+  spec.kv_cache_groups.push_back({16, {"l0"}});
+  return spec;
+}
+
+OffloadKey Key(uint64_t i) {
+  std::vector<uint8_t> bytes(32);
+  for (int b = 0; b < 8; ++b) bytes[b] = static_cast<uint8_t>(i >> (8 * b));
+  bytes[31] = 0x5c;
+  return {BlockHash::FromBytes(bytes).value(), 0};
+}
+
+// Opens and closes the write end of a FIFO without blocking: a reader stuck
+// in open() on it (old code) gets released, so the tier can close.
+void ReleaseFifo(const fs::path& fifo) {
+  const int fd = open(fifo.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd >= 0) close(fd);
+}
+
+bool EmptyDir(const fs::path& dir) { return fs::is_empty(dir); }
+
+std::string BackendName(const ::testing::TestParamInfo<IoBackendKind>& p) {
+  return p.param == IoBackendKind::kUring ? "uring" : "syscall";
+}
+
+class FsTierHostileTest : public ::testing::TestWithParam<IoBackendKind> {
+ protected:
+  void SetUp() override {
+    rng_.seed(testing::TestSeed());
+    auto tier = Open();
+    if (!tier.ok() && tier.status().code() == StatusCode::kUnavailable) GTEST_SKIP() << tier.status().ToString();
+    ASSERT_TRUE(tier.ok()) << tier.status().ToString();
+    tier_ = std::move(tier).value();
+  }
+
+  Result<std::unique_ptr<FsTier>> Open() {
+    FsTierOpenOptions o;
+    o.root_dir = root_.path().string();
+    o.ns = Spec();
+    o.row_bytes = kRow;
+    o.n_read_threads = 2;
+    o.n_write_threads = 2;
+    o.io_timeout_ms = 2000;
+    o.backend = GetParam();
+    return FsTier::Open(o);
+  }
+
+  std::vector<uint8_t> RandomRow() {
+    std::vector<uint8_t> row(kRow);
+    for (auto& b : row) b = static_cast<uint8_t>(rng_());
+    return row;
+  }
+  fs::path PathOf(const OffloadKey& key) const { return tier_->BlockPath(key); }
+
+  KeyResult One(uint64_t id) {
+    JobResult r = testing::WaitForJob(tier_.get(), id, kJobWaitMs);
+    return r.keys.size() == 1 ? r.keys[0] : KeyResult{KeyOutcome::kError, Status(StatusCode::kTimedOut, "hung")};
+  }
+  KeyResult Load(const OffloadKey& key, std::vector<uint8_t>* row) {
+    std::span<uint8_t> span(*row);
+    return One(tier_->SubmitLoad({&key, 1}, {&span, 1}).value());
+  }
+  KeyResult Store(const OffloadKey& key, const std::vector<uint8_t>& row) {
+    std::span<const uint8_t> span(row);
+    return One(tier_->SubmitStore({&key, 1}, {&span, 1}).value());
+  }
+  KeyResult Lookup(const OffloadKey& key) { return One(tier_->SubmitLookup({&key, 1}).value()); }
+
+  testing::TempDir root_, outside_;
+  std::mt19937_64 rng_;
+  std::unique_ptr<FsTier> tier_;
+};
+
+TEST_P(FsTierHostileTest, FifoAtBlockPathIsAMissAndHangsNothing) {
+  const OffloadKey key = Key(1);
+  const fs::path fifo = PathOf(key);
+  fs::create_directories(fifo.parent_path());
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0644), 0) << strerror(errno);
+  std::vector<uint8_t> row(kRow, 0xee);
+  const KeyResult loaded = Load(key, &row);
+  ReleaseFifo(fifo);  // only matters where the open blocked
+  // A miss, not an error: a timeout (-ETIMEDOUT / -ECANCELED) would be one.
+  EXPECT_EQ(loaded.outcome, KeyOutcome::kMiss) << loaded.status.ToString();
+  EXPECT_EQ(row, std::vector<uint8_t>(kRow, 0xee));
+  EXPECT_EQ(Lookup(key).outcome, KeyOutcome::kMiss);
+  const KeyResult stored = Store(key, RandomRow());
+  EXPECT_EQ(stored.outcome, KeyOutcome::kError);
+  EXPECT_TRUE(fs::is_fifo(fifo));  // left for fsck --repair
+}
+
+TEST_P(FsTierHostileTest, SymlinkAtBlockPathIsNeverReturned) {
+  const OffloadKey key = Key(2);
+  const std::vector<uint8_t> secret = RandomRow();
+  const fs::path target = outside_.path() / "secret";
+  testing::WriteFileOrDie(target, std::string(secret.begin(), secret.end()));  // same size, no xattr (L68)
+  const fs::path link = PathOf(key);
+  fs::create_directories(link.parent_path());
+  fs::create_symlink(target, link);
+  std::vector<uint8_t> row(kRow, 0xee);
+  const KeyResult loaded = Load(key, &row);
+  EXPECT_EQ(loaded.outcome, KeyOutcome::kMiss) << loaded.status.ToString();
+  EXPECT_EQ(row, std::vector<uint8_t>(kRow, 0xee));
+  EXPECT_EQ(Lookup(key).outcome, KeyOutcome::kMiss);
+  EXPECT_EQ(testing::ReadFileOrDie(target), std::string(secret.begin(), secret.end()));
+  EXPECT_TRUE(fs::is_symlink(link));
+}
+
+// <hhh> is a symlink to a directory outside the root that holds a short file
+// at the block's place: a load that followed it would "repair" (unlink) it.
+TEST_P(FsTierHostileTest, SymlinkedShardDirectoryIsNeitherReadNorWritten) {
+  const OffloadKey key = Key(3);
+  const fs::path block = PathOf(key);
+  const fs::path hhh = block.parent_path().parent_path();
+  fs::create_directories(hhh.parent_path());
+  const fs::path decoy = outside_.path() / block.parent_path().filename() / block.filename();
+  fs::create_directories(decoy.parent_path());
+  testing::WriteFileOrDie(decoy, "short");
+  fs::create_directory_symlink(outside_.path(), hhh);
+
+  std::vector<uint8_t> row(kRow, 0xee);
+  const KeyResult loaded = Load(key, &row);
+  EXPECT_EQ(loaded.outcome, KeyOutcome::kMiss) << loaded.status.ToString();
+  EXPECT_EQ(testing::ReadFileOrDie(decoy), "short");
+
+  fs::remove(decoy);
+  fs::remove(decoy.parent_path());
+  const KeyResult stored = Store(key, RandomRow());
+  EXPECT_EQ(stored.outcome, KeyOutcome::kError);
+  EXPECT_TRUE(EmptyDir(outside_.path())) << "a store wrote outside root_dir";
+}
+
+TEST_P(FsTierHostileTest, DirectoryAtBlockPathIsAMissUntilRemoved) {
+  const OffloadKey key = Key(4);
+  const fs::path block = PathOf(key);
+  fs::create_directories(block);
+  EXPECT_EQ(Lookup(key).outcome, KeyOutcome::kMiss);
+  std::vector<uint8_t> row(kRow, 0xee);
+  EXPECT_EQ(Load(key, &row).outcome, KeyOutcome::kMiss);
+  const std::vector<uint8_t> data = RandomRow();
+  const KeyResult refused = Store(key, data);
+  EXPECT_EQ(refused.outcome, KeyOutcome::kError);
+  EXPECT_NE(refused.status.message().find(block.string()), std::string::npos) << refused.status.ToString();
+  EXPECT_TRUE(fs::is_directory(block)) << "somebody's directory was removed";
+  EXPECT_GE(tier_->Metrics().store_errors, 1u);
+  EXPECT_EQ(tier_->Metrics().rows_corrupt, 0u);
+
+  fs::remove(block);
+  const KeyResult stored = Store(key, data);
+  EXPECT_EQ(stored.outcome, KeyOutcome::kOk) << stored.status.ToString();
+  EXPECT_EQ(Lookup(key).outcome, KeyOutcome::kOk);
+  EXPECT_EQ(Load(key, &row).outcome, KeyOutcome::kOk);
+  EXPECT_EQ(row, data);
+}
+
+// Each of the tier's own directories, replaced by a symlink to an outside
+// directory, fails the next open with its path named; nothing lands there.
+TEST_P(FsTierHostileTest, SymlinkedTierDirectoriesFailTheOpen) {
+  const fs::path ns_dir = root_.path() / tier_->ns().dir_name();
+  const std::vector<fs::path> victims = {ns_dir / ".kvtier" / "leases", ns_dir / ".kvtier",
+                                         root_.path() / tier_->ns().block_dir_name(), ns_dir};
+  tier_.reset();
+  for (const fs::path& victim : victims) {
+    SCOPED_TRACE(victim.string());
+    const fs::path moved = victim.string() + ".real";
+    fs::rename(victim, moved);
+    fs::create_directory_symlink(outside_.path(), victim);
+    {
+      auto tier = Open();
+      EXPECT_FALSE(tier.ok());
+      if (!tier.ok()) {
+        EXPECT_NE(tier.status().message().find(victim.string()), std::string::npos) << tier.status().ToString();
+      }
+      // Checked while the tier lives: its lease is removed when it closes.
+      EXPECT_TRUE(EmptyDir(outside_.path())) << "the open wrote through a symlink";
+    }
+    for (const auto& entry : fs::directory_iterator(outside_.path())) fs::remove_all(entry.path());
+    fs::remove(victim);
+    fs::rename(moved, victim);
+  }
+  ASSERT_TRUE(Open().ok());
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, FsTierHostileTest, ::testing::Values(IoBackendKind::kUring, IoBackendKind::kSyscall),
+                         BackendName);
+
+// The syscall backend itself: an open that blocks (a FIFO without a writer,
+// opened without O_NONBLOCK) ends by its deadline, and is over when it is
+// reported: no reader is left waiting in the kernel afterwards. (io_uring
+// tries every open with O_NONBLOCK first, so there it never blocks.)
+TEST(FsTierSyscallBackendTest, OpenPastItsDeadlineEndsBeforeItIsReported) {
+  std::unique_ptr<internal::IoBackend> backend = internal::MakeSyncBackend(1);
+  testing::TempDir dir;
+  const fs::path fifo = dir.path() / "fifo";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0644), 0);
+  internal::IoRequest req;
+  req.tag = 7;
+  req.op = internal::IoOp::kOpen;
+  req.path = fifo.c_str();
+  req.flags = O_RDONLY;
+  req.deadline_ns = internal::MonotonicNowNs() + 200'000'000;
+  ASSERT_OK(backend->Submit({&req, 1}));
+  internal::IoCompletion c{};
+  size_t n = 0;
+  for (int i = 0; i < kJobWaitMs / 100 && n == 0; ++i) n = backend->Reap({&c, 1}, 100);
+  // A writer's non-blocking open succeeds only while a reader waits: ENXIO
+  // proves the reported open is really over.
+  const int writer = open(fifo.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+  const int writer_errno = errno;
+  if (writer >= 0) close(writer);  // (and releases an open still blocked)
+  ASSERT_EQ(n, 1u) << "the open outlived its deadline";
+  EXPECT_EQ(c.tag, 7u);
+  EXPECT_EQ(c.res, -ETIMEDOUT);
+  EXPECT_EQ(writer, -1);
+  EXPECT_EQ(writer_errno, ENXIO);
+}
+
+}  // namespace
+}  // namespace kvtier
