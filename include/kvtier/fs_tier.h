@@ -84,7 +84,7 @@ struct FsTierOpenOptions {
 enum class KeyOutcome : uint8_t {
   kOk,             // stored / loaded / found
   kSkippedExists,  // store: the file already existed (another writer had it)
-  kMiss,           // load or lookup: no such file
+  kMiss,           // load or lookup: no such regular file (a symlink, FIFO or directory there is a miss too)
   kCorrupt,        // load: wrong size or CRC; never returned (short or bad-CRC files removed)
   kDropped,        // store: refused by backpressure, nothing written
   kError,          // an I/O error or an expired deadline; see KeyResult::status
