@@ -1,6 +1,8 @@
 // Builders and exact parsers of the layout's names (layout_names.h).
 #include "format/layout_names.h"
 
+#include "hash/digest.h"
+#include "util/hex.h"
 #include "util/utf8.h"
 
 namespace kvtier::format {
@@ -39,6 +41,12 @@ bool IsTmpDecimal(std::string_view s) {
 
 bool IsUtf8Name(std::string_view s) { return internal::IsValidUtf8(s); }
 
+std::string NamespaceDigestOf(std::string_view canonical_text) {
+  uint8_t sha[32];
+  internal::Sha256({reinterpret_cast<const uint8_t*>(canonical_text.data()), canonical_text.size()}, sha);
+  return internal::HexEncode(sha).substr(0, kDigestHexChars);
+}
+
 std::optional<std::string_view> NamespaceDigest(std::string_view name) {
   // A non-empty safe model name (L3: no '/'), '_', then the digest.
   if (name.size() < kDigestHexChars + 2 || name[name.size() - kDigestHexChars - 1] != '_') return std::nullopt;
@@ -62,12 +70,12 @@ std::string BlockDirName(std::string_view ns, int64_t rank) { return std::string
 
 bool IsShard1Name(std::string_view name) { return IsLowerHex(name, 3); }
 
-std::optional<Shard2Name> ParseShard2Name(std::string_view name) {
+std::optional<Shard2> ParseShard2Name(std::string_view name) {
   if (name.size() < 5 || name.substr(2, 2) != "_g" || !IsLowerHex(name.substr(0, 2), 2)) return std::nullopt;
   const std::string_view group = name.substr(4);
   // L6: decimal without padding.
   if (!IsDecimalNoSign(group, 9) || (group.size() > 1 && group[0] == '0')) return std::nullopt;
-  return Shard2Name{name.substr(0, 2), std::stoll(std::string(group))};
+  return Shard2{name.substr(0, 2), std::stoll(std::string(group))};
 }
 
 std::optional<std::string_view> BlockFileHex(std::string_view name) {
@@ -80,12 +88,16 @@ bool BlockInShard(std::string_view hex, std::string_view shard1, std::string_vie
   return hex.substr(0, 3) == shard1 && hex.substr(3, 2) == shard2_hh;
 }
 
+std::string Shard1Name(std::string_view hex) { return std::string(hex.substr(0, 3)); }
+
+std::string Shard2Name(std::string_view hex, int64_t group) {
+  return std::string(hex.substr(3, 2)) + "_g" + std::to_string(group);
+}
+
+std::string BlockFileName(std::string_view hex) { return std::string(hex) + ".bin"; }
+
 std::string BlockRelPath(std::string_view hex, int64_t group) {
-  std::string out;
-  out.reserve(hex.size() * 2 + 24);
-  out.append(hex.substr(0, 3)).append("/").append(hex.substr(3, 2)).append("_g").append(std::to_string(group));
-  out.append("/").append(hex).append(".bin");
-  return out;
+  return Shard1Name(hex) + "/" + Shard2Name(hex, group) + "/" + BlockFileName(hex);
 }
 
 std::optional<std::string_view> BlockTmpHex(std::string_view name) {
@@ -113,6 +125,8 @@ bool IsProbeName(std::string_view name) {
   return false;
 }
 
+std::string ConfigTmpName(uint64_t suffix) { return "config.json_" + std::to_string(suffix) + ".tmp"; }
+
 std::string ODirectProbeName(uint64_t suffix) { return ".o_direct_probe_" + std::to_string(suffix) + ".tmp"; }
 
 bool IsLeaseName(std::string_view name) {
@@ -124,6 +138,8 @@ bool IsLeaseName(std::string_view name) {
   const size_t pid_at = host_pid.rfind('-');
   return pid_at != std::string_view::npos && pid_at > 0 && IsDecimalNoSign(host_pid.substr(pid_at + 1), 10);
 }
+
+std::string LeaseTmpName(std::string_view lease_name) { return std::string(lease_name) + ".tmp"; }
 
 bool IsLeaseTmpName(std::string_view name) {
   auto lease = Between(name, "", ".tmp");

@@ -38,6 +38,8 @@ bool IsTmpDecimal(std::string_view s);
 // The UTF-8 check of L89: names that are not valid UTF-8 are never layout names.
 bool IsUtf8Name(std::string_view s);
 
+// L22: digest12 of the canonical text of the fields (L20).
+std::string NamespaceDigestOf(std::string_view canonical_text);
 // L2, L4: "<safe_model>_<digest12>" -> the digest.
 std::optional<std::string_view> NamespaceDigest(std::string_view name);
 // L2, L5: "<NS>_r<rank>" -> NS and the rank.
@@ -50,11 +52,11 @@ std::string BlockDirName(std::string_view ns, int64_t rank);
 
 // L6: "<h[0:3]>" directories and "<h[3:5]>_g<group>" directories.
 bool IsShard1Name(std::string_view name);
-struct Shard2Name {
+struct Shard2 {
   std::string_view hh;
   int64_t group = 0;
 };
-std::optional<Shard2Name> ParseShard2Name(std::string_view name);
+std::optional<Shard2> ParseShard2Name(std::string_view name);
 
 // L7: "<h>.bin" -> h.
 std::optional<std::string_view> BlockFileHex(std::string_view name);
@@ -68,6 +70,7 @@ std::optional<std::string_view> BlockTmpHex(std::string_view name);
 std::string BlockTmpName(std::string_view block_name, uint64_t suffix);
 // L28: "config.json_<decimal>.tmp".
 bool IsConfigTmpName(std::string_view name);
+std::string ConfigTmpName(uint64_t suffix);
 // L63: ".o_direct_probe_<decimal>.tmp"; vLLM PR #57912: ".xattr_probe_<decimal>.tmp".
 bool IsProbeName(std::string_view name);
 std::string ODirectProbeName(uint64_t suffix);
@@ -75,5 +78,10 @@ std::string ODirectProbeName(uint64_t suffix);
 bool IsLeaseName(std::string_view name);
 bool IsLeaseTmpName(std::string_view name);
 std::string LeaseName(std::string_view host, int64_t pid, uint64_t n);
+std::string LeaseTmpName(std::string_view lease_name);
+// L8 split for directory-fd walks: "<h[0:3]>" and "<h[3:5]>_g<g>".
+std::string Shard1Name(std::string_view hex);
+std::string Shard2Name(std::string_view hex, int64_t group);
+std::string BlockFileName(std::string_view hex);
 
 }  // namespace kvtier::format

@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "fs/backpressure.h"
+#include "format/layout_names.h"
 #include "fs/fs_tier_internal.h"
 #include "fs/tier_metrics.h"
 
@@ -128,8 +129,8 @@ class FsTierImpl final : public FsTier {
 
   BlockPathParts Parts(const OffloadKey& key) const {
     const std::string hex = key.hash.Hex();
-    return {ns_.block_dir_name(), hex.substr(0, 3),
-            hex.substr(3, 2) + "_g" + std::to_string(key.group_idx), hex + ".bin"};
+    return {ns_.block_dir_name(), format::Shard1Name(hex), format::Shard2Name(hex, key.group_idx),
+            format::BlockFileName(hex)};
   }
 
   Submission NewSubmission(JobKind kind, size_t n, IoClass cls) {

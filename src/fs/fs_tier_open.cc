@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "fs/fs_tier_internal.h"
+#include "format/layout_names.h"
 #include "fs/tier_dirs.h"
 #include "util/log.h"
 
@@ -88,14 +89,14 @@ Status WriteAll(int fd, const void* data, size_t n, const std::string& what) {
 // at that name (fsck reports it).
 Status WriteConfigOnce(int ns_fd, const std::string& ns_dir, const std::string& text, uint64_t suffix) {
   struct stat st;
-  if (fstatat(ns_fd, "config.json", &st, AT_SYMLINK_NOFOLLOW) == 0) return Status::Ok();
-  const std::string tmp = "config.json_" + std::to_string(suffix) + ".tmp";
+  if (fstatat(ns_fd, std::string(format::kConfigName).c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) return Status::Ok();
+  const std::string tmp = format::ConfigTmpName(suffix);
   const std::string shown = ns_dir + "/" + tmp;
   int fd = openat(ns_fd, tmp.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (fd < 0) return ErrnoToStatus(errno, "create " + shown);
   Status s = WriteAll(fd, text.data(), text.size(), "write " + shown);
   if (close(fd) != 0 && s.ok()) s = ErrnoToStatus(errno, "close " + shown);
-  if (s.ok() && renameat(ns_fd, tmp.c_str(), ns_fd, "config.json") != 0) s = ErrnoToStatus(errno, "rename " + shown);
+  if (s.ok() && renameat(ns_fd, tmp.c_str(), ns_fd, std::string(format::kConfigName).c_str()) != 0) s = ErrnoToStatus(errno, "rename " + shown);
   if (!s.ok()) unlinkat(ns_fd, tmp.c_str(), 0);
   return s;
 }
@@ -117,7 +118,7 @@ int OpenProbe(int ns_fd, const std::string& name, bool want_direct) {
 // namespace directory, then removed. Also tells whether user xattrs work.
 void Probe(int ns_fd, const std::string& ns_dir, uint64_t suffix, bool want_direct, bool* direct_ok,
            bool* xattrs_ok) {
-  const std::string name = ".o_direct_probe_" + std::to_string(suffix) + ".tmp";
+  const std::string name = format::ODirectProbeName(suffix);
   *direct_ok = false;
   *xattrs_ok = true;
   const int fd = OpenProbe(ns_fd, name, want_direct);
@@ -129,7 +130,7 @@ void Probe(int ns_fd, const std::string& ns_dir, uint64_t suffix, bool want_dire
   }
   if (fd >= 0) {
     const uint8_t zero[4] = {};
-    if (fsetxattr(fd, "user.vllm.kv_crc32c", zero, 4, 0) != 0 && (errno == EOPNOTSUPP || errno == ENOTSUP)) {
+    if (fsetxattr(fd, format::kCrcXattr, zero, format::kCrcXattrBytes, 0) != 0 && (errno == EOPNOTSUPP || errno == ENOTSUP)) {
       *xattrs_ok = false;
     }
     close(fd);

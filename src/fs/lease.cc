@@ -11,7 +11,7 @@
 #include <ctime>
 
 #include "fs/tier_dirs.h"
-#include "ops/ops_internal.h"
+#include "format/layout_names.h"
 
 namespace kvtier::internal {
 
@@ -20,7 +20,7 @@ namespace {
 std::string LeaseBody(const char* host) {
   return "{\"host\": \"" + std::string(host) + "\", \"pid\": " + std::to_string(getpid()) +
          ", \"started\": " + std::to_string(std::time(nullptr)) +
-         ", \"refresh_s\": " + std::to_string(kLeaseRefreshS) + ", \"ttl_s\": " + std::to_string(kDefaultLeaseTtlS) +
+         ", \"refresh_s\": " + std::to_string(format::kLeaseRefreshS) + ", \"ttl_s\": " + std::to_string(format::kLeaseTtlS) +
          "}\n";
 }
 
@@ -28,7 +28,7 @@ std::string LeaseBody(const char* host) {
 // never sees half a lease. O_EXCL never opens what is already there; a temp
 // file left by an earlier process with this pid and number is removed first.
 Status WriteLeaseFile(int dir_fd, const std::string& dir, const std::string& name, const std::string& body) {
-  const std::string tmp = name + ".tmp";
+  const std::string tmp = format::LeaseTmpName(name);
   unlinkat(dir_fd, tmp.c_str(), 0);
   const int fd = openat(dir_fd, tmp.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (fd < 0) return ErrnoToStatus(errno, "create " + dir + "/" + tmp);
@@ -45,13 +45,13 @@ Status WriteLeaseFile(int dir_fd, const std::string& dir, const std::string& nam
 }  // namespace
 
 Result<std::unique_ptr<Lease>> Lease::Acquire(int ns_fd, const std::string& ns_dir, uint64_t unique) {
-  KVTIER_ASSIGN_OR_RETURN(UniqueFd meta, MakeTierDir(ns_fd, ".kvtier", ns_dir + "/.kvtier", /*durable=*/false));
-  const std::string dir = ns_dir + "/.kvtier/leases";
-  KVTIER_ASSIGN_OR_RETURN(UniqueFd leases, MakeTierDir(meta.get(), "leases", dir, /*durable=*/false));
+  const std::string meta_name(format::kMetaDirName), leases_name(format::kLeaseDirName);
+  KVTIER_ASSIGN_OR_RETURN(UniqueFd meta, MakeTierDir(ns_fd, meta_name, ns_dir + "/" + meta_name, /*durable=*/false));
+  const std::string dir = ns_dir + "/" + meta_name + "/" + leases_name;
+  KVTIER_ASSIGN_OR_RETURN(UniqueFd leases, MakeTierDir(meta.get(), leases_name, dir, /*durable=*/false));
   char host[256] = "host";
   gethostname(host, sizeof host - 1);
-  const std::string name =
-      std::string(host) + "-" + std::to_string(getpid()) + "-" + std::to_string(unique % 100000) + ".lease";
+  const std::string name = format::LeaseName(host, getpid(), unique % 100000);
   KVTIER_RETURN_IF_ERROR(WriteLeaseFile(leases.get(), dir, name, LeaseBody(host)));
   std::unique_ptr<Lease> lease(new Lease(std::move(leases), name, dir + "/" + name));
   lease->refresher_ = std::thread([l = lease.get()] { l->Refresh(); });
@@ -60,7 +60,7 @@ Result<std::unique_ptr<Lease>> Lease::Acquire(int ns_fd, const std::string& ns_d
 
 void Lease::Refresh() {
   std::unique_lock lock(mu_);
-  while (!cv_.wait_for(lock, std::chrono::seconds(kLeaseRefreshS), [&] { return stop_; })) {
+  while (!cv_.wait_for(lock, std::chrono::seconds(format::kLeaseRefreshS), [&] { return stop_; })) {
     // mtime = now, on the name in the checked directory, never through a
     // symlink swapped in for it; a lost file is recreated by the next start.
     utimensat(dir_.get(), name_.c_str(), nullptr, AT_SYMLINK_NOFOLLOW);

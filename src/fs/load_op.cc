@@ -15,12 +15,13 @@
 #include <cerrno>
 
 #include "fs/block_ops.h"
+#include "format/layout_names.h"
 #include "util/crc32c.h"
 
 namespace kvtier::internal {
 namespace {
 
-constexpr const char* kCrcXattr = "user.vllm.kv_crc32c";
+using format::kCrcXattr;
 constexpr int64_t kAtimeRefreshS = 3600;
 constexpr int kReopensMax = 3;
 

@@ -15,13 +15,14 @@
 #include <cerrno>
 
 #include "fs/block_ops.h"
+#include "format/layout_names.h"
 #include "util/crc32c.h"
 #include "util/log.h"
 
 namespace kvtier::internal {
 namespace {
 
-constexpr const char* kCrcXattr = "user.vllm.kv_crc32c";  // FORMAT.md L60
+using format::kCrcXattr;  // FORMAT.md L60
 constexpr int kMkdirRoundsMax = 4;
 
 class StoreOp final : public FsBlockOp {
@@ -135,7 +136,7 @@ class StoreOp final : public FsBlockOp {
   void Go(State next) { state_ = next; }
   void NewTempName() {
     const uint64_t n = (shared_->tmp_base + shared_->tmp_counter.fetch_add(1)) & ((uint64_t{1} << 63) - 1);
-    tmp_ = dest_ + "_" + std::to_string(n) + ".tmp";  // FORMAT.md L55
+    tmp_ = format::BlockTmpName(dest_, n);  // FORMAT.md L55
   }
   // Durability full fsyncs the file's directory, then (when this store
   // created them) the shard directories' parents.

@@ -1,15 +1,12 @@
 // Namespace: vLLM FileMapper's fields, digest, directory names and paths.
 #include <string>
 
-#include "hash/digest.h"
+#include "format/layout_names.h"
 #include "kvtier/layout.h"
 #include "layout/py_json.h"
-#include "util/hex.h"
 
 namespace kvtier {
 namespace {
-
-constexpr size_t kDigestHexChars = 12;
 
 Status CheckText(std::string_view what, std::string_view text) {
   if (text.find('\0') != std::string_view::npos) {
@@ -83,35 +80,19 @@ Result<Namespace> Namespace::Create(NamespaceSpec spec) {
   nlohmann::json fields = Fields(spec);
   KVTIER_ASSIGN_OR_RETURN(ns.canonical_json_, internal::PyJsonDumpsCompact(fields));
   KVTIER_ASSIGN_OR_RETURN(ns.config_json_, internal::PyJsonDumpsIndent2(fields));
-  uint8_t sha[32];
-  internal::Sha256({reinterpret_cast<const uint8_t*>(ns.canonical_json_.data()),
-                    ns.canonical_json_.size()},
-                   sha);
-  ns.digest_ = internal::HexEncode(sha).substr(0, kDigestHexChars);  // L22
+  ns.digest_ = format::NamespaceDigestOf(ns.canonical_json_);  // L22
   ns.dir_name_ = SafeModelName(spec.model_name) + "_" + ns.digest_;
   ns.spec_ = std::move(spec);
   return ns;
 }
 
 std::string Namespace::block_dir_name() const {
-  return dir_name_ + "_r" + std::to_string(spec_.rank);
+  return format::BlockDirName(dir_name_, spec_.rank);
 }
 
 // FORMAT.md L6-L8: <dir>_r<rank>/<hex[0:3]>/<hex[3:5]>_g<group>/<hex>.bin.
 std::string Namespace::BlockRelPath(const OffloadKey& key) const {
-  std::string hex = key.hash.Hex();
-  std::string out = block_dir_name();
-  out.reserve(out.size() + hex.size() * 2 + 24);
-  out += '/';
-  out.append(hex, 0, 3);
-  out += '/';
-  out.append(hex, 3, 2);
-  out += "_g";
-  out += std::to_string(key.group_idx);
-  out += '/';
-  out += hex;
-  out += ".bin";
-  return out;
+  return block_dir_name() + "/" + format::BlockRelPath(key.hash.Hex(), key.group_idx);
 }
 
 std::string JoinRoot(std::string_view root_dir, std::string_view relpath) {

@@ -1,19 +1,13 @@
 // du and fsck over a TreeScan.
-#include <fcntl.h>
-#include <sys/xattr.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <ctime>
 #include <map>
 #include <nlohmann/json.hpp>
 
-#include "hash/digest.h"
 #include "layout/py_json.h"
 #include "ops/ops_internal.h"
 #include "ops/scan.h"
-#include "util/crc32c.h"
-#include "util/hex.h"
 #include "util/json_text.h"
 
 namespace kvtier {
@@ -34,11 +28,7 @@ ConfigInfo ParseConfig(const NsScan& ns) {
   if (fields.is_discarded() || !fields.is_object()) return info;
   info.parses = true;
   auto canonical = PyJsonDumpsCompact(fields);
-  if (canonical.ok()) {
-    uint8_t sha[32];
-    Sha256({reinterpret_cast<const uint8_t*>(canonical->data()), canonical->size()}, sha);
-    info.digest_matches = HexEncode(sha).substr(0, 12) == ns.digest;
-  }
+  info.digest_matches = canonical.ok() && format::NamespaceDigestOf(*canonical) == ns.digest;  // L79
   auto get_int = [&](const char* key) {
     return fields.contains(key) && fields[key].is_number_integer() ? fields[key].get<int64_t>() : -1;
   };
