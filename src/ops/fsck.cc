@@ -66,14 +66,6 @@ Verdict CrcVerdict(int fd, uint64_t size, std::string* detail) {
   return Verdict::kMismatch;
 }
 
-}  // namespace
-}  // namespace internal
-}  // namespace kvtier
-
-namespace kvtier {
-namespace internal {
-namespace {
-
 class FsckRun {
  public:
   FsckRun(const FsckOptions& o, const TreeScan& scan, FsckReport* report)

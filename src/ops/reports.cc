@@ -72,7 +72,7 @@ Result<DuReport> Du(const ScanOptions& options) {
     u.digest = ns.digest;
     u.has_config = ns.has_config;
     internal::ConfigInfo info = internal::ParseConfig(ns);
-    u.model = info.model.empty() ? name.substr(0, name.size() - 13) : info.model;
+    u.model = info.model.empty() ? name.substr(0, name.size() - format::kDigestHexChars - 1) : info.model;  // L2
     u.tokens_per_hash = info.tokens_per_hash;
     u.blocks_per_file = info.blocks_per_file;
     u.tp_size = info.tp_size;
