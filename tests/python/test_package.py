@@ -178,6 +178,23 @@ def test_ops_return_objects(tmp_path, tier):
     assert kvtier.du(str(tmp_path)).total_blocks == 4, "a dry run deletes nothing"
 
 
+def test_ops_fail_closed_on_unreadable_leases(tmp_path, tier):
+    keys = keys_for(2, "lease")
+    run(tier, tier.submit_store(keys, [bytes(ROW)] * 2))
+    old = time.time() - 30 * 86400
+    for k in keys:
+        os.utime(tier.block_path(k), (old, old))
+    ns_dir = tmp_path / kvtier.du(str(tmp_path)).namespaces[0].dir
+    for lease in (ns_dir / ".kvtier" / "leases").iterdir():
+        lease.unlink()
+    (ns_dir / ".kvtier" / "leases").rmdir()
+    (ns_dir / ".kvtier" / "leases").write_text("not a directory")  # no reader can list it
+    gc = kvtier.gc(str(tmp_path), older_than_s=86400)
+    assert gc.reclaimed == [] and [k.path for k in gc.kept] == [ns_dir.name] and gc.exit_code == 8
+    du = kvtier.du(str(tmp_path))
+    assert du.exit_code == 8 and not du.namespaces[0].leases_known and du.unreadable
+
+
 def test_config_check(tmp_path):
     cfg = {"spec_name": "TieringOffloadingSpec", "cpu_bytes_to_use": 1 << 30, "block_size": 64,
            "secondary_tiers": [{"type": "fs", "root_dir": str(tmp_path)}]}
