@@ -10,6 +10,7 @@
 
 #include "cli/bench_common.h"
 #include "cli/ops_command.h"
+#include "util/name_escape.h"
 
 namespace kvtier::internal {
 
@@ -60,8 +61,10 @@ nlohmann::json DuJson(const DuReport& r) {
                     {"newest_activity", u.newest_activity}, {"oldest_activity", u.oldest_activity},
                     {"live_leases", u.live_leases}});
   }
-  return {{"namespaces", list}, {"total_bytes", r.total_bytes}, {"total_blocks", r.total_blocks},
-          {"files_scanned", r.files_scanned}};
+  nlohmann::json j = {{"namespaces", list}, {"total_bytes", r.total_bytes}, {"total_blocks", r.total_blocks},
+                      {"files_scanned", r.files_scanned}};
+  MakeJsonUtf8(&j);  // names on the volume may be any bytes
+  return j;
 }
 
 std::string DuText(const DuReport& r) {
@@ -71,12 +74,16 @@ std::string DuText(const DuReport& r) {
                 "LEASES", "NEWEST", "DTYPE", "TOKENS/HASH x BLOCKS/FILE");
   out << line;
   for (const NamespaceUsage& u : r.namespaces) {
-    std::snprintf(line, sizeof line, "%-52s %10llu %11s %5llu %6llu %-12s %-10s %lld x %lld\n", u.dir.c_str(),
+    // The name is written apart from the fixed-width fields: quoted, a long
+    // one would not fit a fixed buffer.
+    std::string name = QuoteName(u.dir);
+    if (name.size() < 52) name.resize(52, ' ');
+    std::snprintf(line, sizeof line, " %10llu %11s %5llu %6llu %-12s %-10s %lld x %lld\n",
                   static_cast<unsigned long long>(u.blocks), HumanBytes(u.bytes).c_str(),
                   static_cast<unsigned long long>(u.tmp_files), static_cast<unsigned long long>(u.live_leases),
-                  Age(u.newest_activity).c_str(), u.dtype.empty() ? "?" : u.dtype.c_str(),
+                  Age(u.newest_activity).c_str(), u.dtype.empty() ? "?" : QuoteName(u.dtype).c_str(),
                   static_cast<long long>(u.tokens_per_hash), static_cast<long long>(u.blocks_per_file));
-    out << line;
+    out << name << line;
   }
   out << "total: " << r.namespaces.size() << " namespaces, " << r.total_blocks << " blocks, "
       << HumanBytes(r.total_bytes) << " (" << r.files_scanned << " files scanned)\n";
@@ -93,18 +100,20 @@ nlohmann::json FsckJson(const FsckReport& r) {
     ++by_kind[std::string(FindingKindName(f.kind))];
     repaired += f.action != RepairAction::kNone;
   }
-  return {{"findings", findings},
-          {"summary", {{"files_scanned", r.files_scanned}, {"blocks_checked", r.blocks_checked},
-                       {"blocks_verified", r.blocks_verified}, {"findings", r.findings.size()},
-                       {"by_kind", by_kind}, {"repaired", repaired}, {"left", r.findings.size() - repaired},
-                       {"exit_code", r.ExitCode()}}}};
+  nlohmann::json j = {{"findings", findings},
+                      {"summary", {{"files_scanned", r.files_scanned}, {"blocks_checked", r.blocks_checked},
+                                   {"blocks_verified", r.blocks_verified}, {"findings", r.findings.size()},
+                                   {"by_kind", by_kind}, {"repaired", repaired}, {"left", r.findings.size() - repaired},
+                                   {"exit_code", r.ExitCode()}}}};
+  MakeJsonUtf8(&j);  // paths and details may hold any bytes
+  return j;
 }
 
 std::string FsckText(const FsckReport& r) {
   std::ostringstream out;
   for (const Finding& f : r.findings) {
-    out << FindingKindName(f.kind) << " (" << f.rule << ") " << f.path;
-    if (!f.detail.empty()) out << ": " << f.detail;
+    out << FindingKindName(f.kind) << " (" << f.rule << ") " << QuoteName(f.path);
+    if (!f.detail.empty()) out << ": " << EscapeUnprintable(f.detail);
     if (f.action != RepairAction::kNone) out << " [" << RepairActionName(f.action) << "]";
     out << "\n";
   }
@@ -119,15 +128,17 @@ std::string FsckText(const FsckReport& r) {
 nlohmann::json GcJson(const GcReport& r) {
   nlohmann::json list = nlohmann::json::array();
   for (const Reclaimed& x : r.reclaimed) list.push_back({{"path", x.path}, {"bytes", x.bytes}, {"reason", x.reason}});
-  return {{"dry_run", r.dry_run}, {"reclaimed", list}, {"bytes_reclaimed", r.bytes_reclaimed},
-          {"files_scanned", r.files_scanned}};
+  nlohmann::json j = {{"dry_run", r.dry_run}, {"reclaimed", list}, {"bytes_reclaimed", r.bytes_reclaimed},
+                      {"files_scanned", r.files_scanned}};
+  MakeJsonUtf8(&j);  // names on the volume may be any bytes
+  return j;
 }
 
 std::string GcText(const GcReport& r) {
   std::ostringstream out;
   std::map<std::string, std::pair<uint64_t, uint64_t>> by_reason;
   for (const Reclaimed& x : r.reclaimed) {
-    out << (r.dry_run ? "would remove " : "removed ") << x.path << " (" << HumanBytes(x.bytes) << ", " << x.reason << ")\n";
+    out << (r.dry_run ? "would remove " : "removed ") << QuoteName(x.path) << " (" << HumanBytes(x.bytes) << ", " << x.reason << ")\n";
     by_reason[x.reason].first++;
     by_reason[x.reason].second += x.bytes;
   }
