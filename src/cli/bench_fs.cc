@@ -233,7 +233,7 @@ class Pump {
  private:
   // "<op> row <n>: <outcome>[ <status>]", built by appending: GCC 12 at -O2
   // misreports `"literal" + std::string&&` (an insert at offset 0) as an
-  // overlapping memcpy (-Wrestrict, GCC PR 105329), which fails Release
+  // overlapping memcpy (a -Wrestrict false positive), which fails Release
   // builds with KVTIER_WERROR.
   static std::string KeyNote(std::string_view op, uint64_t row, const KeyResult& k) {
     std::string note(op);
