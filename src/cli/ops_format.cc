@@ -73,17 +73,18 @@ std::string DuText(const DuReport& r) {
   std::snprintf(line, sizeof line, "%-52s %10s %11s %5s %6s %-12s %-10s %s\n", "NAMESPACE", "BLOCKS", "BYTES", "TMP",
                 "LEASES", "NEWEST", "DTYPE", "TOKENS/HASH x BLOCKS/FILE");
   out << line;
+  // The name and the dtype (from the volume: any length, quoted when odd)
+  // are padded here rather than formatted into the fixed buffer.
+  auto padded = [](std::string s, size_t width) {
+    if (s.size() < width) s.resize(width, ' ');
+    return s;
+  };
   for (const NamespaceUsage& u : r.namespaces) {
-    // The name is written apart from the fixed-width fields: quoted, a long
-    // one would not fit a fixed buffer.
-    std::string name = QuoteName(u.dir);
-    if (name.size() < 52) name.resize(52, ' ');
-    std::snprintf(line, sizeof line, " %10llu %11s %5llu %6llu %-12s %-10s %lld x %lld\n",
-                  static_cast<unsigned long long>(u.blocks), HumanBytes(u.bytes).c_str(),
-                  static_cast<unsigned long long>(u.tmp_files), static_cast<unsigned long long>(u.live_leases),
-                  Age(u.newest_activity).c_str(), u.dtype.empty() ? "?" : QuoteName(u.dtype).c_str(),
-                  static_cast<long long>(u.tokens_per_hash), static_cast<long long>(u.blocks_per_file));
-    out << name << line;
+    std::snprintf(line, sizeof line, " %10llu %11s %5llu %6llu %-12s ", static_cast<unsigned long long>(u.blocks),
+                  HumanBytes(u.bytes).c_str(), static_cast<unsigned long long>(u.tmp_files),
+                  static_cast<unsigned long long>(u.live_leases), Age(u.newest_activity).c_str());
+    out << padded(QuoteName(u.dir), 52) << line << padded(u.dtype.empty() ? "?" : QuoteName(u.dtype), 10) << ' '
+        << u.tokens_per_hash << " x " << u.blocks_per_file << "\n";
   }
   out << "total: " << r.namespaces.size() << " namespaces, " << r.total_blocks << " blocks, "
       << HumanBytes(r.total_bytes) << " (" << r.files_scanned << " files scanned)\n";
