@@ -7,6 +7,7 @@
 
 #include "cli/ops_command.h"
 #include "commands.h"
+#include "util/name_escape.h"
 
 namespace kvtier::internal {
 namespace {
@@ -46,10 +47,14 @@ int Emit(const Result<Report>& r, std::string_view cmd, bool json, bool progress
          nlohmann::json (*to_json)(const Report&), std::string (*to_text)(const Report&)) {
   if (progress_shown) std::fputs("\n", stderr);
   if (!r.ok()) {
-    std::fprintf(stderr, "kvtier %s: %s\n", std::string(cmd).c_str(), r.status().ToString().c_str());
+    // The message may name a file on the volume: escaped as fsck's details.
+    std::fprintf(stderr, "kvtier %s: %s\n", std::string(cmd).c_str(), EscapeUnprintable(r.status().ToString()).c_str());
     return r.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
   }
-  std::cout << (json ? to_json(*r).dump(2) + "\n" : to_text(*r));
+  // The report is complete (gc has already deleted): its output must not
+  // fail. The formatters make every string valid UTF-8; `replace` is the
+  // backstop that keeps dump() from throwing if one were missed.
+  std::cout << (json ? to_json(*r).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n" : to_text(*r));
   return 0;
 }
 

@@ -10,6 +10,7 @@
 
 #include "cli/bench_common.h"
 #include "cli/ops_command.h"
+#include "util/name_escape.h"
 
 namespace kvtier::internal {
 
@@ -57,7 +58,7 @@ static nlohmann::json ProblemsJson(const std::vector<ScanProblem>& problems) {
 }
 
 static void ProblemsText(std::ostringstream& out, const char* what, const std::vector<ScanProblem>& problems) {
-  for (const ScanProblem& p : problems) out << what << " " << p.path << ": " << p.detail << "\n";
+  for (const ScanProblem& p : problems) out << what << " " << QuoteName(p.path) << ": " << EscapeUnprintable(p.detail) << "\n";
 }
 
 nlohmann::json DuJson(const DuReport& r) {
@@ -70,9 +71,11 @@ nlohmann::json DuJson(const DuReport& r) {
                     {"newest_activity", u.newest_activity}, {"oldest_activity", u.oldest_activity},
                     {"live_leases", u.live_leases}, {"leases_known", u.leases_known}});
   }
-  return {{"namespaces", list}, {"total_bytes", r.total_bytes}, {"total_blocks", r.total_blocks},
-          {"files_scanned", r.files_scanned}, {"unreadable", ProblemsJson(r.unreadable)},
-          {"exit_code", r.ExitCode()}};
+  nlohmann::json j = {{"namespaces", list}, {"total_bytes", r.total_bytes}, {"total_blocks", r.total_blocks},
+                      {"files_scanned", r.files_scanned}, {"unreadable", ProblemsJson(r.unreadable)},
+                      {"exit_code", r.ExitCode()}};
+  MakeJsonUtf8(&j);  // names on the volume may be any bytes
+  return j;
 }
 
 std::string DuText(const DuReport& r) {
@@ -81,14 +84,19 @@ std::string DuText(const DuReport& r) {
   std::snprintf(line, sizeof line, "%-52s %10s %11s %5s %6s %-12s %-10s %s\n", "NAMESPACE", "BLOCKS", "BYTES", "TMP",
                 "LEASES", "NEWEST", "DTYPE", "TOKENS/HASH x BLOCKS/FILE");
   out << line;
+  // The name and the dtype (from the volume: any length, quoted when odd)
+  // are padded here rather than formatted into the fixed buffer.
+  auto padded = [](std::string s, size_t width) {
+    if (s.size() < width) s.resize(width, ' ');
+    return s;
+  };
   for (const NamespaceUsage& u : r.namespaces) {
     const std::string leases = u.leases_known ? std::to_string(u.live_leases) : "?";
-    std::snprintf(line, sizeof line, "%-52s %10llu %11s %5llu %6s %-12s %-10s %lld x %lld\n", u.dir.c_str(),
-                  static_cast<unsigned long long>(u.blocks), HumanBytes(u.bytes).c_str(),
-                  static_cast<unsigned long long>(u.tmp_files), leases.c_str(),
-                  Age(u.newest_activity).c_str(), u.dtype.empty() ? "?" : u.dtype.c_str(),
-                  static_cast<long long>(u.tokens_per_hash), static_cast<long long>(u.blocks_per_file));
-    out << line;
+    std::snprintf(line, sizeof line, " %10llu %11s %5llu %6s %-12s ", static_cast<unsigned long long>(u.blocks),
+                  HumanBytes(u.bytes).c_str(), static_cast<unsigned long long>(u.tmp_files), leases.c_str(),
+                  Age(u.newest_activity).c_str());
+    out << padded(QuoteName(u.dir), 52) << line << padded(u.dtype.empty() ? "?" : QuoteName(u.dtype), 10) << ' '
+        << u.tokens_per_hash << " x " << u.blocks_per_file << "\n";
   }
   out << "total: " << r.namespaces.size() << " namespaces, " << r.total_blocks << " blocks, "
       << HumanBytes(r.total_bytes) << " (" << r.files_scanned << " files scanned)\n";
@@ -107,19 +115,21 @@ nlohmann::json FsckJson(const FsckReport& r) {
     ++by_kind[std::string(FindingKindName(f.kind))];
     repaired += f.action != RepairAction::kNone;
   }
-  return {{"findings", findings},
-          {"summary", {{"files_scanned", r.files_scanned}, {"blocks_checked", r.blocks_checked},
-                       {"blocks_verified", r.blocks_verified},
-                       {"verified_without_noatime", r.verified_without_noatime}, {"findings", r.findings.size()},
-                       {"by_kind", by_kind}, {"repaired", repaired}, {"left", r.findings.size() - repaired},
-                       {"exit_code", r.ExitCode()}}}};
+  nlohmann::json j = {{"findings", findings},
+                      {"summary", {{"files_scanned", r.files_scanned}, {"blocks_checked", r.blocks_checked},
+                                   {"blocks_verified", r.blocks_verified},
+                                   {"verified_without_noatime", r.verified_without_noatime},
+                                   {"findings", r.findings.size()}, {"by_kind", by_kind}, {"repaired", repaired},
+                                   {"left", r.findings.size() - repaired}, {"exit_code", r.ExitCode()}}}};
+  MakeJsonUtf8(&j);  // paths and details may hold any bytes
+  return j;
 }
 
 std::string FsckText(const FsckReport& r) {
   std::ostringstream out;
   for (const Finding& f : r.findings) {
-    out << FindingKindName(f.kind) << " (" << f.rule << ") " << f.path;
-    if (!f.detail.empty()) out << ": " << f.detail;
+    out << FindingKindName(f.kind) << " (" << f.rule << ") " << QuoteName(f.path);
+    if (!f.detail.empty()) out << ": " << EscapeUnprintable(f.detail);
     if (f.action != RepairAction::kNone) out << " [" << RepairActionName(f.action) << "]";
     out << "\n";
   }
@@ -135,16 +145,18 @@ std::string FsckText(const FsckReport& r) {
 nlohmann::json GcJson(const GcReport& r) {
   nlohmann::json list = nlohmann::json::array();
   for (const Reclaimed& x : r.reclaimed) list.push_back({{"path", x.path}, {"bytes", x.bytes}, {"reason", x.reason}});
-  return {{"dry_run", r.dry_run}, {"reclaimed", list}, {"bytes_reclaimed", r.bytes_reclaimed},
-          {"files_scanned", r.files_scanned}, {"kept", ProblemsJson(r.kept)}, {"unreadable", ProblemsJson(r.unreadable)},
-          {"exit_code", r.ExitCode()}};
+  nlohmann::json j = {{"dry_run", r.dry_run}, {"reclaimed", list}, {"bytes_reclaimed", r.bytes_reclaimed},
+                      {"files_scanned", r.files_scanned}, {"kept", ProblemsJson(r.kept)},
+                      {"unreadable", ProblemsJson(r.unreadable)}, {"exit_code", r.ExitCode()}};
+  MakeJsonUtf8(&j);  // names on the volume may be any bytes
+  return j;
 }
 
 std::string GcText(const GcReport& r) {
   std::ostringstream out;
   std::map<std::string, std::pair<uint64_t, uint64_t>> by_reason;
   for (const Reclaimed& x : r.reclaimed) {
-    out << (r.dry_run ? "would remove " : "removed ") << x.path << " (" << HumanBytes(x.bytes) << ", " << x.reason << ")\n";
+    out << (r.dry_run ? "would remove " : "removed ") << QuoteName(x.path) << " (" << HumanBytes(x.bytes) << ", " << x.reason << ")\n";
     by_reason[x.reason].first++;
     by_reason[x.reason].second += x.bytes;
   }

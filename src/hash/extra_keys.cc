@@ -122,7 +122,13 @@ std::string ExtraKeysRepr(const std::vector<ExtraKey>& keys) {
     const ExtraKey& k = keys[i];
     if (k.kind == ExtraKey::Kind::kStr) out += PyStrRepr(k.text);
     if (k.kind == ExtraKey::Kind::kMm) {
-      out += "(" + PyStrRepr(k.text) + ", " + std::to_string(k.offset) + ")";
+      // Appended piece by piece: GCC 12 at -O2 misreports `"(" + std::string&&`
+      // as an overlapping memcpy (-Wrestrict, a GCC 12 false positive).
+      out += '(';
+      out += PyStrRepr(k.text);
+      out += ", ";
+      out += std::to_string(k.offset);
+      out += ')';
     }
     if (k.kind == ExtraKey::Kind::kBytes32) out += "bytes.fromhex('" + HexEncode(k.digest) + "')";
   }

@@ -202,8 +202,12 @@ void DrawRollingMean(const std::vector<ReplayPoint>& points, const Panel& panel,
       sum += window.back();
       if (window.size() > kRollingWindow) sum -= window[window.size() - 1 - kRollingWindow];
       const double n = static_cast<double>(std::min(window.size(), kRollingWindow));
-      coords += (coords.empty() ? "" : " ") + Num(XOf(p.arrival_s, t_max)) + "," +
-                Num(YOf(panel, sum / n));
+      // Appended piece by piece: GCC 12 at -O2 misreports `"" + std::string&&`
+      // as an overlapping memcpy (-Wrestrict, a GCC 12 false positive).
+      if (!coords.empty()) coords += ' ';
+      coords += Num(XOf(p.arrival_s, t_max));
+      coords += ',';
+      coords += Num(YOf(panel, sum / n));
     }
     *out += "<polyline fill=\"none\" stroke=\"#222\" stroke-width=\"1.6\" points=\"" + coords +
             "\"/>\n";

@@ -17,10 +17,15 @@
 // directories in a temp dir, listening on 127.0.0.2 only), creates and
 // starts a one-brick volume in the temp dir, mounts it twice, and in
 // TearDown unmounts, stops and deletes the volume and stops glusterd,
-// whatever the test did. It skips, saying why, when not root, when the
-// gluster programs or /dev/fuse are missing, when port 24007 is taken, or
-// when glusterd, the volume or a mount cannot be set up (with the exact
-// error). Debian packages: glusterfs-server glusterfs-client.
+// whatever the test did. Where the gluster programs are not installed it
+// skips, saying so on one line (Debian packages: glusterfs-server
+// glusterfs-client). Where they are, a volume that cannot be set up (not
+// root, no /dev/fuse, port 24007 taken, glusterd, the volume or a mount
+// failing: the exact error) is a failure in CI (CI set, as CI systems and
+// .ci/run's caller do), so that CI cannot silently stop running this test,
+// and a one-line skip elsewhere. The GlusterPolicy tests at the end prove
+// both through a child run whose gluster programs are stubs that cannot
+// start (KVTIER_TEST_GLUSTER_BIN_DIR: the only place they are looked for).
 //
 // Where gluster forces things outside the temp dir: the brick listens on a
 // port glusterd picks, its socket goes to /var/run/gluster and its log to
@@ -47,11 +52,13 @@
 #include <atomic>
 #include <barrier>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
 #include <sstream>
+#include <string_view>
 #include <thread>
 
 #include "kvtier/fs_tier.h"
@@ -95,6 +102,26 @@ std::string FindProgram(const std::string& name) {
     if (access(path.c_str(), X_OK) == 0) return path;
   }
   return "";
+}
+
+// glusterd, gluster and mount.glusterfs: from $KVTIER_TEST_GLUSTER_BIN_DIR
+// alone when it is set (the policy tests' stubs).
+std::string FindGlusterProgram(const std::string& name) {
+  const char* dir = std::getenv("KVTIER_TEST_GLUSTER_BIN_DIR");
+  if (dir == nullptr || *dir == '\0') return FindProgram(name);
+  const std::string path = std::string(dir) + "/" + name;
+  return access(path.c_str(), X_OK) == 0 ? path : "";
+}
+
+// CI systems set CI (CI=true); a volume that cannot start there is a failure.
+bool InCi() {
+  const char* ci = std::getenv("CI");
+  return ci != nullptr && *ci != '\0' && std::string_view(ci) != "false" && std::string_view(ci) != "0";
+}
+
+std::string OneLine(std::string text) {
+  std::replace(text.begin(), text.end(), '\n', ' ');
+  return text;
 }
 
 // fork+exec (not posix_spawn) so a daemon we own can get a parent-death
@@ -240,7 +267,13 @@ class GlusterShared : public ::testing::Test {
  protected:
   void SetUp() override {
     const std::string why = StartGluster();
-    if (!why.empty()) GTEST_SKIP() << "no shared GlusterFS volume here: " << why;
+    if (why.empty()) return;
+    if (packages_absent_) GTEST_SKIP() << "no shared GlusterFS volume here: " << why;
+    if (!InCi()) {
+      GTEST_SKIP() << "no shared GlusterFS volume here (outside CI; with CI=true this fails): " << OneLine(why);
+    }
+    FAIL() << "CI is set and GlusterFS is installed, but its volume could not be set up, so this test "
+              "would not run: " << why;
   }
   void TearDown() override { StopGluster(); }
 
@@ -259,14 +292,17 @@ class GlusterShared : public ::testing::Test {
     return RunProgram(Cli(args), Log("cmd-" + std::to_string(++commands_) + ".out"), timeout);
   }
 
-  // "" when the volume is mounted twice, else why not.
+  // "" when the volume is mounted twice, else why not (packages_absent_:
+  // because the gluster programs are not installed).
   std::string StartGluster() {
-    if (geteuid() != 0) return "needs root (it runs glusterd and FUSE mounts); running as uid " + std::to_string(geteuid());
-    glusterd_ = FindProgram("glusterd");
-    gluster_ = FindProgram("gluster");
+    glusterd_ = FindGlusterProgram("glusterd");
+    gluster_ = FindGlusterProgram("gluster");
     mount_ = FindProgram("mount");
+    packages_absent_ = true;
     if (glusterd_.empty() || gluster_.empty()) return "glusterd or gluster not found (Debian: apt-get install glusterfs-server)";
-    if (FindProgram("mount.glusterfs").empty()) return "mount.glusterfs not found (Debian: apt-get install glusterfs-client)";
+    if (FindGlusterProgram("mount.glusterfs").empty()) return "mount.glusterfs not found (Debian: apt-get install glusterfs-client)";
+    packages_absent_ = false;
+    if (geteuid() != 0) return "needs root (it runs glusterd and FUSE mounts); running as uid " + std::to_string(geteuid());
     if (mount_.empty()) return "mount not found";
     if (const int fuse = open("/dev/fuse", O_RDWR | O_CLOEXEC); fuse < 0) {
       return std::string("cannot open /dev/fuse: ") + std::strerror(errno);
@@ -451,6 +487,7 @@ class GlusterShared : public ::testing::Test {
   int commands_ = 0;
   bool volume_created_ = false, volume_started_ = false;
   bool mounted_[2] = {false, false};
+  bool packages_absent_ = false;
 };
 
 // ---------------------------------------------------------------------------
@@ -891,6 +928,88 @@ TEST_F(GlusterShared, ConcurrentOverlappingStoresNeverTearALoad) {
                                         << ::testing::PrintToString(store_tally[w].messages);
   }
   EXPECT_TRUE(after_wrong.empty()) << ::testing::PrintToString(after_wrong);
+}
+
+// ---------------------------------------------------------------------------
+// The fixture's own policy, through a child run of this binary whose gluster
+// programs are stubs that exit at once: installed but unable to start is a
+// failure in CI and a one-line skip elsewhere; not installed is a one-line
+// skip even in CI.
+
+struct FixtureRun {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr
+  bool skipped = false;
+  std::string skip_message;  // from gtest's "Skipped" to the next line that starts with '['
+};
+
+FixtureRun RunFixture(const char* ci, const fs::path& bin_dir) {
+  std::vector<std::string> argv = {"/usr/bin/env"};
+  if (ci == nullptr) {
+    argv.insert(argv.end(), {"-u", "CI"});
+  } else {
+    argv.push_back(std::string("CI=") + ci);
+  }
+  argv.push_back("KVTIER_TEST_GLUSTER_BIN_DIR=" + bin_dir.string());
+  argv.push_back(fs::read_symlink("/proc/self/exe").string());
+  argv.push_back("--gtest_filter=GlusterShared.StoredThroughOneMountLoadsByteExactThroughTheOther");
+  const testing::CommandResult r = testing::RunCommand(argv);
+  FixtureRun run;
+  run.exit_code = r.exit_code;
+  run.output = r.out + r.err;
+  // gtest prints "<file>:<line>: Skipped", the message, then TearDown's and
+  // its own "[ ...". lines.
+  const size_t begin = r.out.find("Skipped\n");
+  const size_t end = begin == std::string::npos ? begin : r.out.find("\n[", begin);
+  run.skipped = end != std::string::npos && r.out.find("[  SKIPPED ]", end) != std::string::npos;
+  if (run.skipped) run.skip_message = r.out.substr(begin + 8, end - begin - 8);
+  return run;
+}
+
+class GlusterPolicy : public ::testing::Test {
+ protected:
+  // Stubs for the three gluster programs: each exits 3 at once.
+  void WriteStubs() {
+    for (const char* name : {"glusterd", "gluster", "mount.glusterfs"}) {
+      const fs::path path = stubs_.path() / name;
+      testing::WriteFileOrDie(path, "#!/bin/sh\necho \"stub $0: cannot start\" >&2\nexit 3\n");
+      fs::permissions(path, fs::perms::owner_all | fs::perms::group_read | fs::perms::others_read);
+    }
+  }
+  // The fixture checks root and /dev/fuse before it starts glusterd.
+  static std::string WhyGlusterdIsNotReached() {
+    if (geteuid() != 0) return "not root: the fixture stops before starting glusterd";
+    if (access("/dev/fuse", R_OK | W_OK) != 0) return "no /dev/fuse: the fixture stops before starting glusterd";
+    return "";
+  }
+  testing::TempDir stubs_;
+};
+
+TEST_F(GlusterPolicy, GlusterdThatCannotStartFailsInCi) {
+  if (const std::string why = WhyGlusterdIsNotReached(); !why.empty()) GTEST_SKIP() << why;
+  WriteStubs();
+  const FixtureRun run = RunFixture("true", stubs_.path());
+  EXPECT_NE(run.exit_code, 0) << run.output;
+  EXPECT_FALSE(run.skipped) << run.output;
+  EXPECT_NE(run.output.find("glusterd exited with status 3"), std::string::npos) << run.output;
+}
+
+TEST_F(GlusterPolicy, GlusterdThatCannotStartIsAOneLineSkipOutsideCi) {
+  if (const std::string why = WhyGlusterdIsNotReached(); !why.empty()) GTEST_SKIP() << why;
+  WriteStubs();
+  const FixtureRun run = RunFixture(nullptr, stubs_.path());
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  ASSERT_TRUE(run.skipped) << run.output;
+  EXPECT_EQ(run.skip_message.find('\n'), std::string::npos) << run.skip_message;
+  EXPECT_NE(run.skip_message.find("glusterd exited with status 3"), std::string::npos) << run.skip_message;
+}
+
+TEST_F(GlusterPolicy, AbsentPackagesAreAOneLineSkipEvenInCi) {
+  const FixtureRun run = RunFixture("true", stubs_.path());  // no stubs written: nothing installed
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  ASSERT_TRUE(run.skipped) << run.output;
+  EXPECT_EQ(run.skip_message.find('\n'), std::string::npos) << run.skip_message;
+  EXPECT_NE(run.skip_message.find("not found"), std::string::npos) << run.skip_message;
 }
 
 }  // namespace
