@@ -9,6 +9,7 @@
 #include <sys/xattr.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdlib>
@@ -71,17 +72,22 @@ struct Raw {
   bool present = false;
   uint64_t size = 0;
   bool content_ok = false;
+  bool zeros = false;  // the bytes read are all zero
   Attr attr = Attr::kNone;
 
   bool Whole() const { return present && size == kRow && content_ok && attr != Attr::kBad; }
   Fate fate() const {
     if (!present) return Fate::kAbsent;
+    if (size == 0) return Fate::kEmpty;
     if (size != kRow) return Fate::kShort;
     return Whole() ? Fate::kIntact : Fate::kWrong;
   }
   std::string Describe() const {
     std::ostringstream s;
-    s << "size " << size << (content_ok ? ", right bytes" : ", wrong bytes")
+    s << "size " << size
+      << (content_ok ? ", right bytes"
+          : zeros    ? ", bytes all zero"
+                     : ", wrong bytes")
       << (attr == Attr::kNone      ? ", no CRC attribute"
           : attr == Attr::kMatches ? ", matching CRC"
                                    : ", wrong CRC attribute");
@@ -103,6 +109,8 @@ Raw ReadRaw(const fs::path& path, const std::vector<uint8_t>& want) {
   }
   raw.size = got;
   raw.content_ok = got == kRow && std::memcmp(bytes.data(), want.data(), kRow) == 0;
+  raw.zeros = got > 0 && std::all_of(bytes.begin(), bytes.begin() + static_cast<ptrdiff_t>(got),
+                                     [](uint8_t b) { return b == 0; });
   uint8_t crc[8];
   const ssize_t n = fgetxattr(fd, kCrcXattr, crc, sizeof crc);
   ::close(fd);
@@ -228,6 +236,13 @@ void Tally(const Verdict& v, int inner, Figures* figures) {
   if (!earlier && !v.acked->before_cut)
     return;  // acknowledged after the cut: no promise, no figure
   ++figures->fates[mode][inner][earlier ? 1 : 0][static_cast<int>(v.raw.fate())];
+  if (v.raw.fate() == Fate::kWrong && figures->wrong_examples.size() < 4) {
+    std::ostringstream s;
+    s << ModeName(v.plan->mode) << " round " << v.plan->round << " ("
+      << (v.plan->direct ? "O_DIRECT" : "buffered") << ", "
+      << (v.plan->uring ? "io_uring" : "syscall") << "): " << v.raw.Describe();
+    figures->wrong_examples.push_back(s.str());
+  }
 }
 
 // Reads every block file raw, on 4 threads: the recovered image is cold, and

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <string>
 #include <vector>
 
 #include "kvtier/fs_tier.h"
@@ -50,7 +51,9 @@ struct Ledger {
 };
 
 // What a crash image held for an acknowledged block.
-enum class Fate { kIntact, kAbsent, kShort, kWrong, kCount };
+// kShort: shorter (or longer) than a row but not empty; kWrong: a row's length
+// with wrong bytes or a wrong CRC attribute.
+enum class Fate { kIntact, kAbsent, kEmpty, kShort, kWrong, kCount };
 inline constexpr int kFates = static_cast<int>(Fate::kCount);
 
 struct Figures {
@@ -65,6 +68,7 @@ struct Figures {
   // config.json after the cut: absent, empty, or other than the one written.
   uint64_t config_missing = 0, config_empty = 0, config_wrong = 0;
   uint64_t tmp_files = 0;
+  std::vector<std::string> wrong_examples;  // the first few blocks of Fate::kWrong
 };
 
 // Checks the image recovered from the power cut of round `cut_round`, whose

@@ -88,12 +88,14 @@ Result<std::string> AttachLoop(const fs::path& image, Fd* held) {
   if (!ctl.ok()) return ErrnoToStatus(errno, "open /dev/loop-control");
   Fd backing(::open(image.c_str(), O_RDWR | O_CLOEXEC));
   if (!backing.ok()) return ErrnoToStatus(errno, "open " + image.string());
+  bool no_node = false;
   for (int attempt = 0; attempt < 100; ++attempt) {
     const int n = ioctl(ctl.get(), LOOP_CTL_GET_FREE);
     if (n < 0) return ErrnoToStatus(errno, "LOOP_CTL_GET_FREE");
     const std::string dev = "/dev/loop" + std::to_string(n);
     Fd fd(::open(dev.c_str(), O_RDWR | O_CLOEXEC));
     if (!fd.ok() && errno != ENOENT) return ErrnoToStatus(errno, "open " + dev);
+    no_node = !fd.ok();
     if (fd.ok()) {
       loop_config config{};
       config.fd = static_cast<uint32_t>(backing.get());
@@ -109,6 +111,8 @@ Result<std::string> AttachLoop(const fs::path& image, Fd* held) {
     // Taken meanwhile, or its node is not there yet (udev): try again.
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
+  // A container without devtmpfs never gets the nodes: no loop devices here.
+  if (no_node) return Unavailable("no /dev/loopN node appeared for a free loop device");
   return Status(StatusCode::kBusy, "no free loop device after 100 tries");
 }
 
@@ -254,8 +258,11 @@ Status Rig::CutPower(size_t index) {
   if (!src.ok()) return ErrnoToStatus(errno, "open " + inners_[index].image.string());
   Fd dst(::open(clone.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0600));
   if (!dst.ok()) return ErrnoToStatus(errno, "create " + clone.string());
-  if (ioctl(dst.get(), FICLONE, src.get()) != 0)
-    return ErrnoToStatus(errno, "FICLONE " + clone.string());
+  if (ioctl(dst.get(), FICLONE, src.get()) != 0) {
+    const Status s = ErrnoToStatus(errno, "FICLONE " + clone.string());
+    ::unlink(clone.c_str());
+    return s;
+  }
   crash_type_ = inners_[index].type;
   crash_cloned_ = true;
   return Status::Ok();

@@ -28,15 +28,17 @@
 //  * C8 (`none`) promises nothing more, so what `none` (and `file`) lost of
 //    the blocks acknowledged before the cut is printed, not asserted.
 // Between rounds about half of the blocks are evicted (unlinked, as gc may,
-// L71) and temp files removed, so the filesystems never fill; every 4 rounds
-// on a filesystem it is frozen and thawed (a checkpoint), so that journal
-// replays stay short.
+// L71), and temp files and empty block directories are removed, so the
+// filesystems never fill and scans stay short. Every 4 rounds on a
+// filesystem it is frozen and thawed (a checkpoint), so journal replays stay
+// short.
 //
-// KVTIER_POWERLOSS_ROUNDS overrides the 200 rounds; the seed is printed
-// (replay with KVTIER_TEST_SEED). The writer's KVTIER_CRASH_WRITER_FAULT
-// (skip_fdatasync, skip_dirsync) removes one sync step; the test must then fail.
-// Skips, with one line, where the rig cannot be built (not root, no loop
-// devices, no mkfs.xfs, no reflink).
+// KVTIER_POWERLOSS_ROUNDS overrides the 200 rounds. The seed is printed;
+// KVTIER_TEST_SEED replays every round's plan (filesystem, mode, backend,
+// batch, cut moment), though not the kernel's timing. The writer's
+// KVTIER_CRASH_WRITER_FAULT (skip_fdatasync, skip_dirsync) removes one sync
+// step; the test must then fail. Skips, with one line, where the rig cannot
+// be built (not root, no loop devices, no mkfs.xfs, no reflink).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -48,6 +50,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "crash_rows.h"
@@ -126,6 +129,8 @@ std::vector<std::string> WriterArgv(const Plan& p, const fs::path& root, uint64_
           std::to_string(p.max_rows)};
 }
 
+class PhaseClock;
+
 class PowerLoss : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -145,8 +150,13 @@ class PowerLoss : public ::testing::Test {
   // the kernel does the same (the namespace dies, the loops autoclear).
   void TearDown() override { rig_.reset(); }
 
+  enum class CutOutcome { kCut, kNoUring, kFailed };
   // One round; false when the writer found io_uring unavailable (not run).
   bool RunRound(const Plan& plan);
+  // Runs the round's writer until the power cut; records its ACKs.
+  CutOutcome WriteAndCut(const Plan& plan, PhaseClock* clock);
+  // Mounts the clone, checks it, drops it, and tidies the live filesystem.
+  void RecoverAndCheck(const Plan& plan, PhaseClock* clock);
   void Evict(size_t inner);
 
   testing::TempDir dir_;  // declared first: removed after the rig is gone
@@ -166,10 +176,12 @@ class PowerLoss : public ::testing::Test {
 class PhaseClock {
  public:
   explicit PhaseClock(double* totals) : totals_(totals) {}
-  void Lap(int phase) {
+  double Lap(int phase) {
     const auto now = Clock::now();
-    totals_[phase] += std::chrono::duration<double>(now - last_).count();
+    const double lap = std::chrono::duration<double>(now - last_).count();
+    totals_[phase] += lap;
     last_ = now;
+    return lap;
   }
 
  private:
@@ -178,27 +190,36 @@ class PhaseClock {
 };
 
 bool PowerLoss::RunRound(const Plan& plan) {
-  const fs::path root = rig_->InnerMount(plan.inner) / "root";
   PhaseClock clock(phase_s_);
+  const CutOutcome cut = WriteAndCut(plan, &clock);
+  if (cut == CutOutcome::kNoUring) return false;
+  if (cut == CutOutcome::kCut) RecoverAndCheck(plan, &clock);
+  return true;
+}
+
+PowerLoss::CutOutcome PowerLoss::WriteAndCut(const Plan& plan, PhaseClock* clock) {
+  const fs::path err_log = dir_.path() / "writer.stderr";
   WriterProcess writer;
   const Status started =
-      writer.Start(WriterArgv(plan, root, content_seed_), dir_.path() / "writer.stderr");
+      writer.Start(WriterArgv(plan, rig_->InnerMount(plan.inner) / "root", content_seed_), err_log);
   EXPECT_TRUE(started.ok()) << started.ToString();
-  if (!started.ok()) return true;
+  if (!started.ok()) return CutOutcome::kFailed;
   writer.AwaitReady();
-  if (writer.unavailable()) return false;
+  if (writer.unavailable()) return CutOutcome::kNoUring;
   EXPECT_TRUE(writer.ready()) << "no READY from the writer; its stderr: "
-                              << testing::ReadFileOrDie(dir_.path() / "writer.stderr");
-  writer.PumpUntil(Clock::now() + std::chrono::microseconds(plan.cut_after_us));
+                              << testing::ReadFileOrDie(err_log);
+  const auto cut_at = Clock::now() + std::chrono::microseconds(plan.cut_after_us);
+  writer.PumpUntil(cut_at);
+  std::this_thread::sleep_until(cut_at);  // a writer that finished early: still cut on time
   writer.DrainNow();
   const size_t before_cut = writer.acks().size();
-  clock.Lap(0);
+  clock->Lap(0);
   const Status cut = rig_->CutPower(plan.inner);
-  clock.Lap(1);
+  clock->Lap(1);
   writer.Kill();
-  clock.Lap(2);
+  clock->Lap(2);
   EXPECT_TRUE(cut.ok()) << cut.ToString();
-  EXPECT_EQ(writer.problem(), "") << testing::ReadFileOrDie(dir_.path() / "writer.stderr");
+  EXPECT_EQ(writer.problem(), "") << testing::ReadFileOrDie(err_log);
   for (const std::string& nack : writer.nacks())
     ADD_FAILURE() << "the writer could not store: " << nack;
   for (size_t k = 0; k < writer.acks().size(); ++k) {
@@ -206,30 +227,27 @@ bool PowerLoss::RunRound(const Plan& plan) {
   }
   acks_before_cut_[ModeIndex(plan.mode)] += before_cut;
   acks_after_cut_ += writer.acks().size() - before_cut;
-  if (writer.acks().size() >= plan.max_rows) ++rows_done_rounds_;
-  if (!cut.ok()) return true;
+  if (before_cut >= plan.max_rows) ++rows_done_rounds_;
+  return cut.ok() ? CutOutcome::kCut : CutOutcome::kFailed;
+}
 
+void PowerLoss::RecoverAndCheck(const Plan& plan, PhaseClock* clock) {
   auto mounted = rig_->MountCrash();
   EXPECT_TRUE(mounted.ok()) << "mounting the crash image: " << mounted.status().ToString();
-  {
-    const double before = phase_s_[3];
-    clock.Lap(3);
-    mount_s_[plan.inner] += phase_s_[3] - before;
-  }
+  mount_s_[plan.inner] += clock->Lap(3);
   if (mounted.ok()) {
     CheckCrashImage(mounted.value() / "root", plan.round, ledger_, content_seed_, &figures_);
   }
-  clock.Lap(4);
+  clock->Lap(4);
   const Status dropped = rig_->DropCrash();
   EXPECT_TRUE(dropped.ok()) << dropped.ToString();
-  clock.Lap(5);
+  clock->Lap(5);
   Evict(plan.inner);
   if ((plan.round / kInners) % kCheckpointRounds == kCheckpointRounds - 1) {
     const Status s = rig_->Checkpoint(plan.inner);
     EXPECT_TRUE(s.ok()) << s.ToString();
   }
-  clock.Lap(6);
-  return true;
+  clock->Lap(6);
 }
 
 // On the live filesystem (the writer is dead): unlinks about half of the
@@ -265,7 +283,7 @@ void PowerLoss::Evict(size_t inner) {
 }
 
 void PrintFigures(const Figures& f, const Rig& rig) {
-  static const char* kFateNames[kFates] = {"intact", "absent", "short", "wrong"};
+  static const char* kFateNames[kFates] = {"intact", "absent", "empty", "short", "wrong"};
   std::ostringstream s;
   for (int mode = 0; mode < kModes; ++mode) {
     for (int inner = 0; inner < kInners; ++inner) {
@@ -296,6 +314,8 @@ void PrintFigures(const Figures& f, const Rig& rig) {
     << "\n[ power    ] config.json after the cut: missing " << f.config_missing << ", empty "
     << f.config_empty << ", other " << f.config_wrong << "; temp files left " << f.tmp_files
     << "\n";
+  for (const std::string& example : f.wrong_examples)
+    s << "[ power    ] a block of a row's length with wrong content: " << example << "\n";
   std::fputs(s.str().c_str(), stdout);
 }
 
@@ -322,7 +342,7 @@ TEST_F(PowerLoss, AcknowledgedBlocksSurvivePerDurabilityMode) {
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   std::printf(
       "[ power    ] %d rounds in %.1f s (seed %llu); ACKs before the cut: none %llu, file %llu, "
-      "full %llu; after it %llu; %llu rounds stored all their rows before the cut\n",
+      "full %llu; after it %llu; in %llu rounds the writer had finished before the cut\n",
       static_cast<int>(ledger_.plans.size()), seconds, static_cast<unsigned long long>(seed),
       static_cast<unsigned long long>(acks_before_cut_[0]),
       static_cast<unsigned long long>(acks_before_cut_[1]),
