@@ -4,9 +4,11 @@
 //    tail (so a file name maps back to i, and a foreign name is recognised);
 //  * row of key i: bytes 0..7 = i, bytes 8..15 = the content seed, then a
 //    splitmix64 stream seeded from (seed, i). Any torn, misplaced or foreign
-//    row therefore differs from the expected bytes.
+//    row therefore differs from the expected bytes;
+//  * OracleCrc32c: the CRC32C the tests expect in the attribute.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <cstring>
 #include <optional>
@@ -79,6 +81,23 @@ inline void FillCrashRow(uint64_t seed, uint64_t i, std::span<uint8_t> row) {
     const uint64_t v = SplitMix64(&state);
     std::memcpy(row.data() + at, &v, 8);
   }
+}
+
+// CRC32C (Castagnoli, reflected 0x82F63B78) from a bitwise-built table: the
+// crash tests' own oracle, independent of the library's ISA-L one.
+inline uint32_t OracleCrc32c(std::span<const uint8_t> data) {
+  static const auto table = [] {
+    std::array<uint32_t, 256> t{};
+    for (uint32_t n = 0; n < 256; ++n) {
+      uint32_t c = n;
+      for (int k = 0; k < 8; ++k) c = (c & 1) ? 0x82f63b78u ^ (c >> 1) : c >> 1;
+      t[n] = c;
+    }
+    return t;
+  }();
+  uint32_t crc = 0xffffffffu;
+  for (uint8_t b : data) crc = table[(crc ^ b) & 0xff] ^ (crc >> 8);
+  return crc ^ 0xffffffffu;
 }
 
 }  // namespace kvtier::crash

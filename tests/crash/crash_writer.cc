@@ -1,5 +1,6 @@
-// crash_writer: the child process of store_crash_test. It opens an FsTier and
-// stores rows in a loop until it is killed, announcing on stdout:
+// crash_writer: the child process of store_crash_test and power_loss_test.
+// It opens an FsTier and stores rows in a loop until it is killed, announcing
+// on stdout:
 //
 //   READY <backend> <o_direct 0|1> <xattrs 0|1>   once the tier is open
 //   ACK <i>                                       key i is stored (kOk or kSkippedExists)
@@ -14,9 +15,18 @@
 //          [--durability none|file|full] [--first-key K] [--keys N] [--batch N]
 //          [--jobs N] [--threads N] [--o-direct 0|1] [--max-rows N]
 // Keys run first-key, first-key+1, ... modulo --keys; --max-rows (0: forever)
-// makes it exit 0 after that many rows, for manual runs.
+// makes it exit 0 after that many rows (manual runs; power_loss_test bounds
+// each round with it).
 // Exit codes: 0 done (--max-rows), 2 bad usage or open failure, 77 the
 // requested io_uring backend is unavailable.
+//
+// Fault injection, for proving that power_loss_test can fail (honoured only
+// by this test binary; the library has no such switch):
+// KVTIER_CRASH_WRITER_FAULT=skip_fdatasync opens `--durability file` as
+// `none`, which drops exactly C1 step 5 (the temp file's fdatasync);
+// KVTIER_CRASH_WRITER_FAULT=skip_dirsync opens `full` as `file`, which drops
+// exactly step 9 (the directory fsync). The writer still calls its stores by
+// the requested mode, so the test holds them to that mode's promises.
 #include <unistd.h>
 
 #include <cerrno>
@@ -130,6 +140,17 @@ Args ParseArgs(int argc, char** argv) {
   return a;
 }
 
+// The durability the tier is really opened with (see the fault injection above).
+kvtier::Durability WithInjectedFault(kvtier::Durability asked) {
+  const char* fault = std::getenv("KVTIER_CRASH_WRITER_FAULT");
+  if (fault == nullptr || *fault == '\0') return asked;
+  const std::string f = fault;
+  if (f == "skip_fdatasync" && asked == kvtier::Durability::kFile) return kvtier::Durability::kNone;
+  if (f == "skip_dirsync" && asked == kvtier::Durability::kFull) return kvtier::Durability::kFile;
+  if (f != "skip_fdatasync" && f != "skip_dirsync") Usage("unknown KVTIER_CRASH_WRITER_FAULT " + f);
+  return asked;
+}
+
 // Writes all of `text` to stdout with write(2): no stdio buffer that could be
 // lost or torn by the kill except for the line being written at that moment.
 void Emit(const std::string& text) {
@@ -164,7 +185,7 @@ int main(int argc, char** argv) {
   o.row_bytes = args.row_bytes;
   o.n_read_threads = 2;
   o.n_write_threads = args.threads;
-  o.durability = args.durability;
+  o.durability = WithInjectedFault(args.durability);
   o.backend = args.backend;
   o.o_direct = args.o_direct;
   auto opened = kvtier::FsTier::Open(o);

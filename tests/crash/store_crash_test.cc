@@ -77,22 +77,7 @@ bool IsPlanted(uint64_t index) { return index >= kKeySpace && index < kKeySpace 
 constexpr uint32_t kKillWindowUs = 30000;  // SIGKILL 0-30 ms after READY
 constexpr const char* kCrcXattr = "user.vllm.kv_crc32c";
 
-// CRC32C (Castagnoli, reflected 0x82F63B78), bitwise-table; the test's own
-// oracle, independent of the library's ISA-L one.
-uint32_t OracleCrc32c(std::span<const uint8_t> data) {
-  static const auto table = [] {
-    std::array<uint32_t, 256> t{};
-    for (uint32_t n = 0; n < 256; ++n) {
-      uint32_t c = n;
-      for (int k = 0; k < 8; ++k) c = (c & 1) ? 0x82f63b78u ^ (c >> 1) : c >> 1;
-      t[n] = c;
-    }
-    return t;
-  }();
-  uint32_t crc = 0xffffffffu;
-  for (uint8_t b : data) crc = table[(crc ^ b) & 0xff] ^ (crc >> 8);
-  return crc ^ 0xffffffffu;
-}
+using crash::OracleCrc32c;
 
 struct AlignedBuf {
   explicit AlignedBuf(size_t n)
