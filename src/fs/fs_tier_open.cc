@@ -83,18 +83,24 @@ Status WriteAll(int fd, const void* data, size_t n, const std::string& what) {
   return Status::Ok();
 }
 
-// FORMAT.md L28: config.json is written only when absent, through a temp file
-// and a rename, so a crash never leaves a torn one. It is informational: a
-// differing one from another writer is left alone, and so is anything else
-// at that name (fsck reports it).
+// FORMAT.md L28: config.json is written only when absent (or empty: what a
+// power cut leaves of an unsynced write, never a valid file), through a temp
+// file that is synced before the rename, so neither a crash nor a power cut
+// leaves a torn one. It is informational: a differing one from another
+// writer is left alone, and so is anything else at that name (fsck reports
+// it). The sync happens once per tier open.
 Status WriteConfigOnce(int ns_fd, const std::string& ns_dir, const std::string& text, uint64_t suffix) {
   struct stat st;
-  if (fstatat(ns_fd, std::string(format::kConfigName).c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) return Status::Ok();
+  if (fstatat(ns_fd, std::string(format::kConfigName).c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+      !(S_ISREG(st.st_mode) && st.st_size == 0)) {
+    return Status::Ok();
+  }
   const std::string tmp = format::ConfigTmpName(suffix);
   const std::string shown = ns_dir + "/" + tmp;
   int fd = openat(ns_fd, tmp.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (fd < 0) return ErrnoToStatus(errno, "create " + shown);
   Status s = WriteAll(fd, text.data(), text.size(), "write " + shown);
+  if (s.ok() && fdatasync(fd) != 0) s = ErrnoToStatus(errno, "fdatasync " + shown);
   if (close(fd) != 0 && s.ok()) s = ErrnoToStatus(errno, "close " + shown);
   if (s.ok() && renameat(ns_fd, tmp.c_str(), ns_fd, std::string(format::kConfigName).c_str()) != 0) s = ErrnoToStatus(errno, "rename " + shown);
   if (!s.ok()) unlinkat(ns_fd, tmp.c_str(), 0);

@@ -215,6 +215,20 @@ TEST_P(FsTierHostileTest, SymlinkedTierDirectoriesFailTheOpen) {
   ASSERT_TRUE(Open().ok());
 }
 
+// What a power cut leaves of an unsynced config.json write (an empty file)
+// is rewritten at the next open (FORMAT.md L28); a non-empty one is kept.
+TEST_P(FsTierHostileTest, EmptyConfigJsonIsRewrittenAtOpen) {
+  const fs::path config = root_.path() / tier_->ns().ConfigRelPath();
+  const std::string want = testing::ReadFileOrDie(config);
+  tier_.reset();
+  fs::resize_file(config, 0);
+  ASSERT_TRUE(Open().ok());
+  EXPECT_EQ(testing::ReadFileOrDie(config), want);
+  testing::WriteFileOrDie(config, "someone else's");
+  ASSERT_TRUE(Open().ok());
+  EXPECT_EQ(testing::ReadFileOrDie(config), "someone else's");
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, FsTierHostileTest, ::testing::Values(IoBackendKind::kUring, IoBackendKind::kSyscall),
                          BackendName);
 
