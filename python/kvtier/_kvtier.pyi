@@ -172,6 +172,9 @@ class EngineTier:
 
 # ---- operators' tools --------------------------------------------------------------------------
 
+# Names on the volume may be any bytes: path-like strings of the ops reports
+# are decoded as os.fsdecode does (undecodable bytes as surrogates), so
+# os.fsencode(path) gives back the exact bytes.
 class ScanProblem:
     path: str  # relative to the root
     detail: str

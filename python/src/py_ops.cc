@@ -10,6 +10,20 @@
 namespace kvtier::py {
 namespace {
 
+// Names on the volume may be any bytes: they reach Python as os.fsdecode
+// makes them (undecodable bytes as surrogates), so os.fsencode gives back
+// the exact bytes and a stray byte never raises UnicodeDecodeError.
+pb::str FsStr(const std::string& s) {
+  PyObject* o = PyUnicode_DecodeUTF8(s.data(), static_cast<Py_ssize_t>(s.size()), "surrogateescape");
+  if (o == nullptr) throw pb::error_already_set();
+  return pb::reinterpret_steal<pb::str>(o);
+}
+
+template <class T>
+auto Fs(std::string T::*member) {
+  return [member](const T& t) { return FsStr(t.*member); };
+}
+
 template <class Options>
 void SetScan(Options& o, const std::string& root, int jobs, bool force, uint64_t tmp_grace_s) {
   o.root = root;
@@ -59,14 +73,14 @@ std::string ConfigCheck(const std::string& text, uint32_t gpu_block_size) {
 
 void BindReports(pb::module_& m) {
   pb::class_<ScanProblem>(m, "ScanProblem", "A part of the tree that could not be read, or a namespace gc kept.")
-      .def_readonly("path", &ScanProblem::path).def_readonly("detail", &ScanProblem::detail);
+      .def_property_readonly("path", Fs(&ScanProblem::path)).def_property_readonly("detail", Fs(&ScanProblem::detail));
   pb::class_<NamespaceUsage>(m, "NamespaceUsage", "Usage of one namespace (kvtier du).")
-      .def_readonly("dir", &NamespaceUsage::dir).def_readonly("model", &NamespaceUsage::model)
+      .def_property_readonly("dir", Fs(&NamespaceUsage::dir)).def_property_readonly("model", Fs(&NamespaceUsage::model))
       .def_readonly("digest", &NamespaceUsage::digest).def_readonly("has_config", &NamespaceUsage::has_config)
       .def_readonly("tokens_per_hash", &NamespaceUsage::tokens_per_hash)
       .def_readonly("blocks_per_file", &NamespaceUsage::blocks_per_file)
       .def_readonly("tp_size", &NamespaceUsage::tp_size).def_readonly("groups", &NamespaceUsage::groups)
-      .def_readonly("dtype", &NamespaceUsage::dtype).def_readonly("ranks", &NamespaceUsage::ranks)
+      .def_property_readonly("dtype", Fs(&NamespaceUsage::dtype)).def_readonly("ranks", &NamespaceUsage::ranks)
       .def_readonly("blocks", &NamespaceUsage::blocks).def_readonly("bytes", &NamespaceUsage::bytes)
       .def_readonly("tmp_files", &NamespaceUsage::tmp_files)
       .def_readonly("newest_activity", &NamespaceUsage::newest_activity)
@@ -79,9 +93,9 @@ void BindReports(pb::module_& m) {
       .def_readonly("unreadable", &DuReport::unreadable).def_property_readonly("exit_code", &DuReport::ExitCode);
   pb::class_<Finding>(m, "Finding", "One fsck finding, citing the FORMAT.md rule it breaks.")
       .def_property_readonly("kind", [](const Finding& f) { return std::string(FindingKindName(f.kind)); })
-      .def_readonly("path", &Finding::path).def_readonly("rule", &Finding::rule)
+      .def_property_readonly("path", Fs(&Finding::path)).def_readonly("rule", &Finding::rule)
       .def_property_readonly("action", [](const Finding& f) { return std::string(RepairActionName(f.action)); })
-      .def_readonly("detail", &Finding::detail);
+      .def_property_readonly("detail", Fs(&Finding::detail));
   pb::class_<FsckReport>(m, "FsckReport", "kvtier fsck: findings and counts.")
       .def_readonly("findings", &FsckReport::findings).def_readonly("files_scanned", &FsckReport::files_scanned)
       .def_readonly("blocks_checked", &FsckReport::blocks_checked)
@@ -89,7 +103,7 @@ void BindReports(pb::module_& m) {
       .def_readonly("verified_without_noatime", &FsckReport::verified_without_noatime)
       .def_property_readonly("exit_code", &FsckReport::ExitCode);
   pb::class_<Reclaimed>(m, "Reclaimed", "One path gc removed (or would remove, dry run).")
-      .def_readonly("path", &Reclaimed::path).def_readonly("bytes", &Reclaimed::bytes)
+      .def_property_readonly("path", Fs(&Reclaimed::path)).def_readonly("bytes", &Reclaimed::bytes)
       .def_readonly("reason", &Reclaimed::reason);
   pb::class_<GcReport>(m, "GcReport", "kvtier gc: what was reclaimed.")
       .def_readonly("dry_run", &GcReport::dry_run).def_readonly("reclaimed", &GcReport::reclaimed)

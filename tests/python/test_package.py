@@ -178,6 +178,15 @@ def test_ops_return_objects(tmp_path, tier):
     assert kvtier.du(str(tmp_path)).total_blocks == 4, "a dry run deletes nothing"
 
 
+def test_ops_names_of_any_bytes(tmp_path, tier):
+    run(tier, tier.submit_store(keys_for(1, "names"), [bytes(ROW)]))
+    odd = b"stray\xff\x80\n"
+    with open(os.path.join(os.fsencode(str(tmp_path)), odd), "wb") as f:
+        f.write(b"x")
+    report = kvtier.fsck(str(tmp_path))
+    assert [os.fsencode(f.path) for f in report.findings if f.kind == "stray_file"] == [odd]
+
+
 def test_ops_fail_closed_on_unreadable_leases(tmp_path, tier):
     keys = keys_for(2, "lease")
     run(tier, tier.submit_store(keys, [bytes(ROW)] * 2))
