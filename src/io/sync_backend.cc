@@ -125,12 +125,13 @@ class SyncBackend final : public IoBackend {
   };
 
   void Work(Slot* slot) {
-    if (signo_ >= 0) {  // the creator may block signals; this one must reach us
-      sigset_t set;
-      sigemptyset(&set);
-      sigaddset(&set, signo_);
-      pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
-    }
+    // Only our own signal reaches a worker: the embedding process's handlers
+    // (Python installs its own without SA_RESTART) run on its threads, so a
+    // syscall here returns EINTR only when the watchdog meant it.
+    sigset_t set;
+    sigfillset(&set);
+    if (signo_ >= 0) sigdelset(&set, signo_);
+    pthread_sigmask(SIG_SETMASK, &set, nullptr);
     std::unique_lock lock(mu_);
     slot->thread = pthread_self();
     while (true) {
@@ -141,6 +142,9 @@ class SyncBackend final : public IoBackend {
       Begin(slot, req.deadline_ns);
       lock.unlock();
       int64_t res = ExecuteSync(req);
+      // A stray EINTR before the deadline (a signal that cannot be masked
+      // here) is not an error: the call did nothing, so run it again.
+      while (res == -EINTR && (req.deadline_ns == 0 || MonotonicNowNs() < req.deadline_ns)) res = ExecuteSync(req);
       lock.lock();
       slot->busy = false;
       if (res == -EINTR && req.deadline_ns != 0 && MonotonicNowNs() >= req.deadline_ns) res = -ETIMEDOUT;
