@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "crash_rows.h"
+#include "problems.h"
 #include "support/test_support.h"
 
 namespace kvtier::powerloss {
@@ -40,31 +41,7 @@ namespace {
 
 constexpr const char* kCrcXattr = "user.vllm.kv_crc32c";
 
-// The first few violations of one check become test failures; the rest only
-// a count, so a broken build does not print thousands of lines.
-class Problems {
- public:
-  ~Problems() {
-    if (count_ > kShown) ADD_FAILURE() << (count_ - kShown) << " more violations like the above";
-  }
-  struct Line {
-    Problems* owner;
-    std::ostringstream text;
-    ~Line() {
-      if (++owner->count_ <= kShown) ADD_FAILURE() << text.str();
-    }
-    template <class T>
-    Line& operator<<(const T& v) {
-      text << v;
-      return *this;
-    }
-  };
-  Line Report() { return Line{this, {}}; }
-
- private:
-  static constexpr int kShown = 12;
-  int count_ = 0;
-};
+using testing::Problems;
 
 // A block file as read raw, without the library.
 struct Raw {

@@ -54,6 +54,7 @@
 #include <vector>
 
 #include "crash_rows.h"
+#include "problems.h"
 #include "kvtier/fs_tier.h"
 #include "support/test_support.h"
 
@@ -255,33 +256,7 @@ struct Totals {
   uint64_t leases = 0, other_metadata = 0;
 };
 
-// Collects the violations of one check; the first few become test failures,
-// the rest only a count, so a broken build does not print thousands of lines.
-class Problems {
- public:
-  ~Problems() {
-    if (count_ > kShown) ADD_FAILURE() << (count_ - kShown) << " more violations like the above";
-  }
-  void Add(const std::string& message) {
-    if (++count_ <= kShown) ADD_FAILURE() << message;
-  }
-  // Streams one message: problems->Report() << "text" << value;
-  struct Line {
-    Problems* owner;
-    std::ostringstream text;
-    ~Line() { owner->Add(text.str()); }
-    template <class T>
-    Line& operator<<(const T& v) {
-      text << v;
-      return *this;
-    }
-  };
-  Line Report() { return Line{this, {}}; }
-
- private:
-  static constexpr int kShown = 12;
-  int count_ = 0;
-};
+using testing::Problems;
 
 struct ScanResult {
   std::map<uint64_t, fs::path> bins;  // key index -> path
