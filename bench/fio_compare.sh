@@ -24,7 +24,12 @@
 # ~1-2 GB/s disk.
 # Binaries: $KVTIER_BUILD_DIR/bin (default: <repo>/build/bin).
 # KEEP_RAW=1 keeps the raw JSON of every tool next to DIR's work directory.
+# DEVICES=N runs the many-drives comparison instead (fio_compare_devices.sh:
+# N bandwidth-capped loop devices under DIR, kvtier on one root and on N).
 set -euo pipefail
+if [[ -n "${DEVICES:-}" ]]; then
+  exec "$(dirname "${BASH_SOURCE[0]}")/fio_compare_devices.sh" "$1" "$DEVICES" "${@:2}"
+fi
 
 usage() {
   echo "usage: $0 DIR [ROWS=4000] [ROW_BYTES=1048576] [QD=32]" >&2
