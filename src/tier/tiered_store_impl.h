@@ -21,26 +21,10 @@
 #include "kvtier/tiered_store.h"
 #include "tier/cpu_tier.h"
 #include "tier/host_region.h"
+#include "tier/request_table.h"
 #include "tier/stager.h"
 
 namespace kvtier::internal {
-
-// What one secondary tier said about a key, for one request.
-enum class TierVerdict : uint8_t { kUnknown, kInFlight, kHit, kMiss };
-
-struct RequestState {
-  RequestSpec spec;
-  uint64_t offload_limit_tokens = 0;  // chunks ending beyond this are not stored
-  // Per key, one verdict per secondary tier (kept while the request lives).
-  std::unordered_map<OffloadKey, std::vector<TierVerdict>, OffloadKeyHasher> verdicts;
-  OffloadKeySet pinned;  // keys this request holds a pin on
-  // Keys this request's lookups promoted, and from which secondary tier
-  // (PrefixLookup::source_tier keeps naming it once the row is in CPU).
-  std::unordered_map<OffloadKey, int, OffloadKeyHasher> promoted_from;
-  // Chunks already counted in the hit/miss metrics (each chunk once, at its
-  // first definite verdict, however often the request looks up).
-  std::vector<bool> counted;
-};
 
 struct UserJob {
   TransferKind kind = TransferKind::kLoad;
@@ -134,10 +118,7 @@ class TieredStoreImpl final : public TieredStore {
   void SubmitLookups(uint64_t request_id, std::vector<std::vector<OffloadKey>>& to_lookup);
   void SubmitPromotion(size_t tier, FsJobRecord record);
   void PinIfWanted(RequestState& req, size_t chunk, const OffloadKey& key);
-  void ForgetHitVerdicts(const OffloadKey& key);
   // --- jobs (tiered_store_jobs.cc); all with mu_ held
-  Result<RequestState*> FindRequest(uint64_t request_id);
-  Status CheckChunkRange(const RequestState& req, size_t first_chunk, std::span<const uint32_t> gpu_blocks) const;
   uint64_t NewJob(TransferKind kind, uint64_t request_id, size_t chunks);
   void SubmitCopy(CopyRecord record, std::span<const uint32_t> rows, std::vector<uint32_t> gpu_blocks);
   void FinishChunk(uint64_t job_id, size_t index, ChunkResult result);
@@ -157,9 +138,7 @@ class TieredStoreImpl final : public TieredStore {
 
   const TieredStoreOptions options_;
   const OffloadConfig config_;
-  const uint64_t chunk_tokens_;
   uint64_t row_bytes_ = 0;
-  uint64_t pinned_rows_max_ = 0;
 
   // Wake-ups from completion threads (never held with mu_ by those threads).
   std::mutex wake_mu_;
@@ -175,13 +154,11 @@ class TieredStoreImpl final : public TieredStore {
   std::unique_ptr<Stager> stager_;
   std::unique_ptr<CpuTier> cpu_;
   std::vector<SecondaryTier> tiers_;
-  std::unordered_map<uint64_t, RequestState> requests_;
+  RequestTable requests_;
   std::unordered_map<uint64_t, UserJob> jobs_;
   std::vector<TransferResult> finished_;
   std::unordered_map<uint64_t, CopyRecord> copies_;  // by Stager ticket
-  std::unordered_map<OffloadKey, uint32_t, OffloadKeyHasher> pin_counts_;
   uint64_t next_job_id_ = 1;
-  uint64_t pins_refused_ = 0;
   uint64_t stores_no_space_ = 0;
   uint64_t cpu_hits_ = 0, cpu_misses_ = 0;
   uint64_t rows_in_ = 0, bytes_in_ = 0, rows_out_ = 0, bytes_out_ = 0;

@@ -9,74 +9,26 @@
 namespace kvtier::internal {
 namespace {
 
-// The tokens of a request that may be offloaded (vllm-fs-tier.md §4.4).
-uint64_t OffloadLimitTokens(const RequestSpec& spec, bool prompt_only) {
-  uint64_t limit = std::numeric_limits<uint64_t>::max();
-  if (prompt_only && spec.prompt_tokens > 0) limit = spec.prompt_tokens;
-  if (spec.max_offload_tokens) limit = std::min(limit, *spec.max_offload_tokens);
-  return limit;
-}
-
 ChunkResult Outcome(ChunkOutcome outcome, Status status = Status::Ok()) { return ChunkResult{outcome, std::move(status)}; }
 
 }  // namespace
 
-Result<RequestState*> TieredStoreImpl::FindRequest(uint64_t request_id) {
-  auto it = requests_.find(request_id);
-  if (it == requests_.end()) {
-    return Status(StatusCode::kNotFound, "request " + std::to_string(request_id) + " was not started (or finished)");
-  }
-  return &it->second;
-}
-
 Status TieredStoreImpl::StartRequest(uint64_t request_id, RequestSpec spec) {
-  if (request_id == 0) return Status(StatusCode::kInvalidArgument, "request id 0 is reserved");
   std::lock_guard lock(mu_);
-  if (requests_.contains(request_id)) {
-    return Status(StatusCode::kInvalidArgument, "request " + std::to_string(request_id) + " is already started");
-  }
-  RequestState& req = requests_[request_id];
-  req.offload_limit_tokens = OffloadLimitTokens(spec, config_.offload_prompt_only);
-  req.counted.assign(spec.chunk_keys.size(), false);
-  req.spec = std::move(spec);
-  return Status::Ok();
+  return requests_.Start(request_id, std::move(spec));
 }
 
 Status TieredStoreImpl::AppendChunkKeys(uint64_t request_id, std::span<const OffloadKey> keys) {
   std::lock_guard lock(mu_);
-  KVTIER_ASSIGN_OR_RETURN(RequestState * req, FindRequest(request_id));
-  req->spec.chunk_keys.insert(req->spec.chunk_keys.end(), keys.begin(), keys.end());
-  req->counted.resize(req->spec.chunk_keys.size(), false);
-  return Status::Ok();
+  return requests_.Append(request_id, keys);
 }
 
 Status TieredStoreImpl::FinishRequest(uint64_t request_id) {
   std::lock_guard lock(mu_);
-  KVTIER_ASSIGN_OR_RETURN(RequestState * req, FindRequest(request_id));
-  for (const OffloadKey& key : req->pinned) {
-    auto it = pin_counts_.find(key);
-    if (--it->second > 0) continue;
-    pin_counts_.erase(it);
+  KVTIER_ASSIGN_OR_RETURN(const std::vector<OffloadKey> unpinned, requests_.Finish(request_id));
+  for (const OffloadKey& key : unpinned) {
     const OffloadKey keys[] = {key};
     cpu_->Release(keys);
-  }
-  requests_.erase(request_id);
-  return Status::Ok();
-}
-
-Status TieredStoreImpl::CheckChunkRange(const RequestState& req, size_t first_chunk,
-                                        std::span<const uint32_t> gpu_blocks) const {
-  const size_t bpc = config_.blocks_per_chunk;
-  if (gpu_blocks.empty() || gpu_blocks.size() % bpc != 0) {
-    return Status(StatusCode::kInvalidArgument, "gpu_blocks must hold a positive multiple of blocks_per_chunk (" +
-                                                    std::to_string(bpc) + ") ids, got " +
-                                                    std::to_string(gpu_blocks.size()));
-  }
-  const size_t n = gpu_blocks.size() / bpc;
-  if (first_chunk > req.spec.chunk_keys.size() || n > req.spec.chunk_keys.size() - first_chunk) {
-    return Status(StatusCode::kInvalidArgument, "chunks [" + std::to_string(first_chunk) + ", " +
-                                                    std::to_string(first_chunk + n) + ") are beyond the request's " +
-                                                    std::to_string(req.spec.chunk_keys.size()) + " chunk keys");
   }
   return Status::Ok();
 }
@@ -92,17 +44,17 @@ uint64_t TieredStoreImpl::NewJob(TransferKind kind, uint64_t request_id, size_t 
 
 Result<uint64_t> TieredStoreImpl::Store(uint64_t request_id, size_t first_chunk, std::span<const uint32_t> gpu_blocks) {
   std::lock_guard lock(mu_);
-  KVTIER_ASSIGN_OR_RETURN(RequestState * req, FindRequest(request_id));
-  KVTIER_RETURN_IF_ERROR(CheckChunkRange(*req, first_chunk, gpu_blocks));
+  KVTIER_ASSIGN_OR_RETURN(RequestState * req, requests_.Find(request_id));
   const size_t bpc = config_.blocks_per_chunk, n = gpu_blocks.size() / bpc;
+  KVTIER_RETURN_IF_ERROR(requests_.CheckChunkRange(*req, first_chunk, gpu_blocks.size(), bpc));
   const uint64_t job_id = NewJob(TransferKind::kStore, request_id, n);
   UserJob& job = jobs_[job_id];
   std::vector<OffloadKey> keys;  // the chunks within the offloadable range
   for (size_t i = 0; i < n; ++i) {
-    if ((first_chunk + i + 1) * chunk_tokens_ > req->offload_limit_tokens) {
+    if (!requests_.Offloadable(*req, first_chunk + i)) {
       job.chunks[i] = Outcome(ChunkOutcome::kNotOffloaded);
     } else {
-      keys.push_back(req->spec.chunk_keys[first_chunk + i]);
+      keys.push_back(req->chunk_keys()[first_chunk + i]);
     }
   }
   std::optional<PreparedWrite> prepared = cpu_->PrepareWrite(keys, /*apply_threshold=*/true);
@@ -134,13 +86,13 @@ Result<uint64_t> TieredStoreImpl::Store(uint64_t request_id, size_t first_chunk,
 
 Result<uint64_t> TieredStoreImpl::Load(uint64_t request_id, size_t first_chunk, std::span<const uint32_t> gpu_blocks) {
   std::lock_guard lock(mu_);
-  KVTIER_ASSIGN_OR_RETURN(RequestState * req, FindRequest(request_id));
-  KVTIER_RETURN_IF_ERROR(CheckChunkRange(*req, first_chunk, gpu_blocks));
+  KVTIER_ASSIGN_OR_RETURN(RequestState * req, requests_.Find(request_id));
   const size_t bpc = config_.blocks_per_chunk, n = gpu_blocks.size() / bpc;
+  KVTIER_RETURN_IF_ERROR(requests_.CheckChunkRange(*req, first_chunk, gpu_blocks.size(), bpc));
   const uint64_t job_id = NewJob(TransferKind::kLoad, request_id, n);
   CopyRecord record{CopyDirection::kHostToDevice, job_id, request_id, first_chunk, {}, {}, 0};
   for (size_t i = 0; i < n; ++i) {
-    const OffloadKey& key = req->spec.chunk_keys[first_chunk + i];
+    const OffloadKey& key = req->chunk_keys()[first_chunk + i];
     if (!cpu_->ReadyRow(key)) {
       // This chunk and every later one: a load serves a prefix only.
       for (size_t j = i; j < n; ++j) jobs_[job_id].chunks[j] = Outcome(ChunkOutcome::kMiss);

@@ -10,14 +10,8 @@ namespace kvtier::internal {
 // for the first tier (in order) that is not a miss.
 TierVerdict TieredStoreImpl::SecondaryVerdict(RequestState& req, const OffloadKey& key, int* tier,
                                               std::vector<std::vector<OffloadKey>>* to_lookup) {
-  std::vector<TierVerdict>& verdicts = req.verdicts[key];
-  verdicts.resize(tiers_.size(), TierVerdict::kUnknown);
-  for (size_t t = 0; t < tiers_.size(); ++t) {
-    if (verdicts[t] != TierVerdict::kUnknown) continue;
-    verdicts[t] = TierVerdict::kInFlight;
-    (*to_lookup)[t].push_back(key);
-  }
-  for (size_t t = 0; t < tiers_.size(); ++t) {
+  const std::span<const TierVerdict> verdicts = requests_.AskTiers(req, key, to_lookup);
+  for (size_t t = 0; t < verdicts.size(); ++t) {
     if (verdicts[t] == TierVerdict::kMiss) continue;
     *tier = static_cast<int>(t);
     return verdicts[t] == TierVerdict::kHit ? TierVerdict::kHit : TierVerdict::kInFlight;
@@ -44,7 +38,7 @@ ChunkVerdict TieredStoreImpl::SecondaryLookup(RequestState& req, const OffloadKe
   batch.keys.push_back(key);
   batch.rows.push_back(prepared->rows[0]);
   *source = tier + 1;
-  req.promoted_from[key] = tier + 1;
+  requests_.NotePromotion(req, key, tier + 1);
   return ChunkVerdict::kHitPending;
 }
 
@@ -52,8 +46,7 @@ ChunkVerdict TieredStoreImpl::SecondaryLookup(RequestState& req, const OffloadKe
 // definite verdict: a CPU hit, a hit in secondary tier t (the tiers before it
 // missed), or a miss everywhere.
 void TieredStoreImpl::CountVerdict(RequestState& req, size_t chunk, ChunkVerdict verdict, int source) {
-  if (verdict == ChunkVerdict::kRetry || req.counted[chunk]) return;
-  req.counted[chunk] = true;
+  if (verdict == ChunkVerdict::kRetry || !requests_.FirstCount(req, chunk)) return;
   if (source == 0) {
     ++cpu_hits_;
     return;
@@ -64,21 +57,12 @@ void TieredStoreImpl::CountVerdict(RequestState& req, size_t chunk, ChunkVerdict
   if (source > 0) ++tiers_[static_cast<size_t>(source - 1)].hits;
 }
 
-// With mu_ held. Pins a ready row the request asked to keep resident.
+// With mu_ held. Pins a ready row the request asked to keep resident: the
+// first pin of a key holds its row until the last pinning request finishes.
 void TieredStoreImpl::PinIfWanted(RequestState& req, size_t chunk, const OffloadKey& key) {
-  if ((chunk + 1) * chunk_tokens_ > req.spec.pin_tokens || req.pinned.contains(key)) return;
-  auto it = pin_counts_.find(key);
-  if (it == pin_counts_.end()) {
-    if (pin_counts_.size() >= pinned_rows_max_) {
-      ++pins_refused_;
-      return;
-    }
-    const OffloadKey keys[] = {key};
-    cpu_->Acquire(keys);
-    it = pin_counts_.emplace(key, 0).first;
-  }
-  ++it->second;
-  req.pinned.insert(key);
+  if (requests_.Pin(req, chunk, key) != PinResult::kFirst) return;
+  const OffloadKey keys[] = {key};
+  cpu_->Acquire(keys);
 }
 
 PrefixLookup TieredStoreImpl::WalkPrefix(uint64_t request_id, RequestState& req, size_t first_chunk) {
@@ -87,8 +71,8 @@ PrefixLookup TieredStoreImpl::WalkPrefix(uint64_t request_id, RequestState& req,
   walk.to_lookup.resize(tiers_.size());
   walk.promote.assign(tiers_.size(), FsJobRecord{FsJobRecord::Kind::kPromote, {}, {}, 0, 0, {}});
   bool leading = true;  // still in the leading run of hits
-  for (size_t i = first_chunk; i < req.spec.chunk_keys.size(); ++i) {
-    const OffloadKey& key = req.spec.chunk_keys[i];
+  for (size_t i = first_chunk; i < req.chunk_keys().size(); ++i) {
+    const OffloadKey& key = req.chunk_keys()[i];
     walk.walked.insert(key);
     ChunkVerdict verdict = ChunkVerdict::kHitPending;
     int source = 0;
@@ -105,8 +89,8 @@ PrefixLookup TieredStoreImpl::WalkPrefix(uint64_t request_id, RequestState& req,
         break;
     }
     if (source == 0) {
-      auto origin = req.promoted_from.find(key);
-      if (origin != req.promoted_from.end()) source = origin->second;
+      const int origin = requests_.PromotedFrom(req, key);
+      if (origin != 0) source = origin;
     }
     CountVerdict(req, i, verdict, source);
     out.verdicts.push_back(verdict);
@@ -132,8 +116,7 @@ void TieredStoreImpl::SubmitLookups(uint64_t request_id, std::vector<std::vector
       continue;
     }
     // A lookup that cannot start counts as a miss (as vLLM's failing batch_lookup).
-    RequestState& req = requests_.at(request_id);
-    for (const OffloadKey& key : to_lookup[t]) req.verdicts[key][t] = TierVerdict::kMiss;
+    for (const OffloadKey& key : to_lookup[t]) requests_.SetVerdict(request_id, key, t, TierVerdict::kMiss);
   }
 }
 
@@ -152,21 +135,9 @@ void TieredStoreImpl::SubmitPromotion(size_t tier, FsJobRecord record) {
   OnPromotionFinished(tier, record, failed);
 }
 
-// With mu_ held. A promotion of `key` failed: drop the hit verdicts that
-// started it, so the next lookup asks the tiers again.
-void TieredStoreImpl::ForgetHitVerdicts(const OffloadKey& key) {
-  for (auto& [id, req] : requests_) {
-    auto it = req.verdicts.find(key);
-    if (it == req.verdicts.end()) continue;
-    for (TierVerdict& v : it->second) {
-      if (v == TierVerdict::kHit) v = TierVerdict::kUnknown;
-    }
-  }
-}
-
 Result<PrefixLookup> TieredStoreImpl::Lookup(uint64_t request_id, size_t first_chunk) {
   std::lock_guard lock(mu_);
-  KVTIER_ASSIGN_OR_RETURN(RequestState * req, FindRequest(request_id));
+  KVTIER_ASSIGN_OR_RETURN(RequestState * req, requests_.Find(request_id));
   return WalkPrefix(request_id, *req, first_chunk);
 }
 
@@ -174,7 +145,7 @@ Result<PrefixLookup> TieredStoreImpl::LookupWait(uint64_t request_id, size_t fir
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   std::unique_lock lock(mu_);
   while (true) {
-    KVTIER_ASSIGN_OR_RETURN(RequestState * req, FindRequest(request_id));
+    KVTIER_ASSIGN_OR_RETURN(RequestState * req, requests_.Find(request_id));
     PrefixLookup out = WalkPrefix(request_id, *req, first_chunk);
     if (!out.pending) return out;
     if (changed_cv_.wait_until(lock, deadline) == std::cv_status::timeout) return out;

@@ -61,7 +61,7 @@ TieredStoreMetrics TieredStoreImpl::Metrics() const {
   std::lock_guard lock(mu_);
   TieredStoreMetrics m;
   m.row_bytes = row_bytes_;
-  m.pins_refused = pins_refused_;
+  m.pins_refused = requests_.pins_refused();
   TierUsage cpu;
   cpu.name = "cpu";
   cpu.hits = cpu_hits_;
@@ -71,7 +71,7 @@ TieredStoreMetrics TieredStoreImpl::Metrics() const {
   cpu.rows = cpu_->rows();
   cpu.rows_used = cpu_->used_rows();
   cpu.usage = static_cast<double>(cpu.rows_used) / static_cast<double>(cpu.rows);
-  cpu.rows_pinned = pin_counts_.size();
+  cpu.rows_pinned = requests_.pinned_keys();
   cpu.rows_evicted = cpu_->counters().rows_evicted;
   cpu.stores_no_space = stores_no_space_;
   m.tiers.push_back(cpu);

@@ -84,10 +84,10 @@ void TieredStoreImpl::OnStoreCopied(CopyRecord& record) {
   cpu_->CompleteWrite(record.keys, /*success=*/true);
   rows_in_ += record.keys.size();
   bytes_in_ += record.bytes;
-  auto req = requests_.find(record.request_id);
+  RequestState* req = requests_.FindOrNull(record.request_id);
   for (size_t k = 0; k < record.keys.size(); ++k) {
     FinishChunk(record.job_id, record.index[k], ChunkResult{ChunkOutcome::kOk, Status::Ok()});
-    if (req != requests_.end()) PinIfWanted(req->second, record.first_chunk + record.index[k], record.keys[k]);
+    if (req != nullptr) PinIfWanted(*req, record.first_chunk + record.index[k], record.keys[k]);
   }
   WriteThrough(record.keys);
 }
@@ -146,7 +146,7 @@ void TieredStoreImpl::OnPromotionFinished(size_t tier, FsJobRecord& record, JobR
     }
     cpu_->CompleteWrite(one, /*success=*/false);
     if (!from_prefetch) ++tiers_[tier].promotions_failed;  // a lookup hit whose file went away or was bad
-    ForgetHitVerdicts(record.keys[k]);
+    requests_.ForgetHits(record.keys[k]);
     if (from_prefetch) {
       const bool miss = r.outcome == KeyOutcome::kMiss || r.outcome == KeyOutcome::kCorrupt;
       FinishChunk(record.job_id, record.index[k], ChunkResult{miss ? ChunkOutcome::kMiss : ChunkOutcome::kError, r.status});
@@ -157,13 +157,11 @@ void TieredStoreImpl::OnPromotionFinished(size_t tier, FsJobRecord& record, JobR
 }
 
 void TieredStoreImpl::OnLookupFinished(size_t tier, FsJobRecord& record, JobResult& result) {
-  auto req = requests_.find(record.request_id);
-  if (req == requests_.end()) return;  // finished meanwhile: its verdicts are gone
   for (size_t k = 0; k < record.keys.size(); ++k) {
-    std::vector<TierVerdict>& verdicts = req->second.verdicts[record.keys[k]];
-    verdicts.resize(tiers_.size(), TierVerdict::kUnknown);
-    // A failed lookup counts as a miss, as vLLM's failing batch_lookup.
-    verdicts[tier] = result.keys[k].outcome == KeyOutcome::kOk ? TierVerdict::kHit : TierVerdict::kMiss;
+    // A failed lookup counts as a miss, as vLLM's failing batch_lookup. A
+    // request finished meanwhile has no verdicts left to set.
+    const TierVerdict verdict = result.keys[k].outcome == KeyOutcome::kOk ? TierVerdict::kHit : TierVerdict::kMiss;
+    if (!requests_.SetVerdict(record.request_id, record.keys[k], tier, verdict)) return;
   }
 }
 
