@@ -21,28 +21,11 @@
 #include "kvtier/tiered_store.h"
 #include "tier/cpu_tier.h"
 #include "tier/host_region.h"
+#include "tier/job_table.h"
 #include "tier/request_table.h"
 #include "tier/stager.h"
 
 namespace kvtier::internal {
-
-struct UserJob {
-  TransferKind kind = TransferKind::kLoad;
-  uint64_t request_id = 0;
-  std::vector<ChunkResult> chunks;
-  size_t outstanding = 0;  // copies or promotions still running
-};
-
-// A Stager ticket: a store (GPU->CPU) or load (CPU->GPU) of some chunks.
-struct CopyRecord {
-  CopyDirection direction = CopyDirection::kDeviceToHost;
-  uint64_t job_id = 0;
-  uint64_t request_id = 0;
-  size_t first_chunk = 0;
-  std::vector<OffloadKey> keys;
-  std::vector<size_t> index;  // position of each key in the job's chunks
-  uint64_t bytes = 0;
-};
 
 // An fs tier job started by the store.
 struct FsJobRecord {
@@ -119,9 +102,10 @@ class TieredStoreImpl final : public TieredStore {
   void SubmitPromotion(size_t tier, FsJobRecord record);
   void PinIfWanted(RequestState& req, size_t chunk, const OffloadKey& key);
   // --- jobs (tiered_store_jobs.cc); all with mu_ held
-  uint64_t NewJob(TransferKind kind, uint64_t request_id, size_t chunks);
+  std::vector<uint32_t> PlanStoreCopies(std::span<const OffloadKey> keys, std::span<const size_t> index,
+                                        const std::optional<PreparedWrite>& prepared,
+                                        std::span<const uint32_t> gpu_blocks, CopyRecord* record);
   void SubmitCopy(CopyRecord record, std::span<const uint32_t> rows, std::vector<uint32_t> gpu_blocks);
-  void FinishChunk(uint64_t job_id, size_t index, ChunkResult result);
   void MaybeFinishJob(uint64_t job_id);
   // --- progress (tiered_store_progress.cc)
   void Wake();
@@ -155,10 +139,7 @@ class TieredStoreImpl final : public TieredStore {
   std::unique_ptr<CpuTier> cpu_;
   std::vector<SecondaryTier> tiers_;
   RequestTable requests_;
-  std::unordered_map<uint64_t, UserJob> jobs_;
-  std::vector<TransferResult> finished_;
-  std::unordered_map<uint64_t, CopyRecord> copies_;  // by Stager ticket
-  uint64_t next_job_id_ = 1;
+  JobTable jobs_;
   uint64_t stores_no_space_ = 0;
   uint64_t cpu_hits_ = 0, cpu_misses_ = 0;
   uint64_t rows_in_ = 0, bytes_in_ = 0, rows_out_ = 0, bytes_out_ = 0;

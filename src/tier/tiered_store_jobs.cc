@@ -33,55 +33,58 @@ Status TieredStoreImpl::FinishRequest(uint64_t request_id) {
   return Status::Ok();
 }
 
-uint64_t TieredStoreImpl::NewJob(TransferKind kind, uint64_t request_id, size_t chunks) {
-  const uint64_t id = next_job_id_++;
-  UserJob& job = jobs_[id];
-  job.kind = kind;
-  job.request_id = request_id;
-  job.chunks.resize(chunks);
-  return id;
-}
-
 Result<uint64_t> TieredStoreImpl::Store(uint64_t request_id, size_t first_chunk, std::span<const uint32_t> gpu_blocks) {
   std::lock_guard lock(mu_);
   KVTIER_ASSIGN_OR_RETURN(RequestState * req, requests_.Find(request_id));
   const size_t bpc = config_.blocks_per_chunk, n = gpu_blocks.size() / bpc;
   KVTIER_RETURN_IF_ERROR(requests_.CheckChunkRange(*req, first_chunk, gpu_blocks.size(), bpc));
-  const uint64_t job_id = NewJob(TransferKind::kStore, request_id, n);
-  UserJob& job = jobs_[job_id];
+  const uint64_t job_id = jobs_.Create(TransferKind::kStore, request_id, n);
   std::vector<OffloadKey> keys;  // the chunks within the offloadable range
+  std::vector<size_t> index;     // their positions in the job
   for (size_t i = 0; i < n; ++i) {
-    if (!requests_.Offloadable(*req, first_chunk + i)) {
-      job.chunks[i] = Outcome(ChunkOutcome::kNotOffloaded);
-    } else {
+    if (requests_.Offloadable(*req, first_chunk + i)) {
       keys.push_back(req->chunk_keys()[first_chunk + i]);
+      index.push_back(i);
+    } else {
+      jobs_.Settle(job_id, i, Outcome(ChunkOutcome::kNotOffloaded));
     }
   }
   std::optional<PreparedWrite> prepared = cpu_->PrepareWrite(keys, /*apply_threshold=*/true);
   CopyRecord record{CopyDirection::kDeviceToHost, job_id, request_id, first_chunk, {}, {}, 0};
-  std::vector<uint32_t> blocks;
-  for (size_t i = 0, k = 0; i < n; ++i) {
-    if (job.chunks[i].outcome == ChunkOutcome::kNotOffloaded) continue;
-    const size_t d = k++;
-    if (!prepared) {
-      ++stores_no_space_;
-      job.chunks[i] = Outcome(ChunkOutcome::kNoSpace,
-                              Status(StatusCode::kNoSpace, "no CPU row could be freed for " + std::to_string(keys.size()) +
-                                                               " chunks (the CPU tier has " +
-                                                               std::to_string(cpu_->rows()) + " rows)"));
-    } else if (prepared->disposition[d] == WriteDisposition::kPresent) {
-      job.chunks[i] = Outcome(ChunkOutcome::kAlreadyCached);
-    } else if (prepared->disposition[d] == WriteDisposition::kBelowThreshold) {
-      job.chunks[i] = Outcome(ChunkOutcome::kNotOffloaded);
-    } else {
-      record.keys.push_back(keys[d]);
-      record.index.push_back(i);
-      blocks.insert(blocks.end(), gpu_blocks.begin() + i * bpc, gpu_blocks.begin() + (i + 1) * bpc);
-    }
-  }
+  std::vector<uint32_t> blocks = PlanStoreCopies(keys, index, prepared, gpu_blocks, &record);
   if (!record.keys.empty()) SubmitCopy(std::move(record), prepared->rows, std::move(blocks));
   MaybeFinishJob(job_id);
   return job_id;
+}
+
+// With mu_ held. Settles the offloadable chunks of a store that need no copy
+// (no row free, already cached, below store_threshold); the others join
+// `record`, and their GPU blocks are returned in the same order.
+std::vector<uint32_t> TieredStoreImpl::PlanStoreCopies(std::span<const OffloadKey> keys, std::span<const size_t> index,
+                                                       const std::optional<PreparedWrite>& prepared,
+                                                       std::span<const uint32_t> gpu_blocks, CopyRecord* record) {
+  const size_t bpc = config_.blocks_per_chunk;
+  std::vector<uint32_t> blocks;
+  for (size_t d = 0; d < keys.size(); ++d) {
+    const size_t i = index[d];
+    if (!prepared) {
+      ++stores_no_space_;
+      jobs_.Settle(record->job_id, i,
+                   Outcome(ChunkOutcome::kNoSpace,
+                           Status(StatusCode::kNoSpace, "no CPU row could be freed for " + std::to_string(keys.size()) +
+                                                            " chunks (the CPU tier has " +
+                                                            std::to_string(cpu_->rows()) + " rows)")));
+    } else if (prepared->disposition[d] == WriteDisposition::kPresent) {
+      jobs_.Settle(record->job_id, i, Outcome(ChunkOutcome::kAlreadyCached));
+    } else if (prepared->disposition[d] == WriteDisposition::kBelowThreshold) {
+      jobs_.Settle(record->job_id, i, Outcome(ChunkOutcome::kNotOffloaded));
+    } else {
+      record->keys.push_back(keys[d]);
+      record->index.push_back(i);
+      blocks.insert(blocks.end(), gpu_blocks.begin() + i * bpc, gpu_blocks.begin() + (i + 1) * bpc);
+    }
+  }
+  return blocks;
 }
 
 Result<uint64_t> TieredStoreImpl::Load(uint64_t request_id, size_t first_chunk, std::span<const uint32_t> gpu_blocks) {
@@ -89,13 +92,13 @@ Result<uint64_t> TieredStoreImpl::Load(uint64_t request_id, size_t first_chunk, 
   KVTIER_ASSIGN_OR_RETURN(RequestState * req, requests_.Find(request_id));
   const size_t bpc = config_.blocks_per_chunk, n = gpu_blocks.size() / bpc;
   KVTIER_RETURN_IF_ERROR(requests_.CheckChunkRange(*req, first_chunk, gpu_blocks.size(), bpc));
-  const uint64_t job_id = NewJob(TransferKind::kLoad, request_id, n);
+  const uint64_t job_id = jobs_.Create(TransferKind::kLoad, request_id, n);
   CopyRecord record{CopyDirection::kHostToDevice, job_id, request_id, first_chunk, {}, {}, 0};
   for (size_t i = 0; i < n; ++i) {
     const OffloadKey& key = req->chunk_keys()[first_chunk + i];
     if (!cpu_->ReadyRow(key)) {
       // This chunk and every later one: a load serves a prefix only.
-      for (size_t j = i; j < n; ++j) jobs_[job_id].chunks[j] = Outcome(ChunkOutcome::kMiss);
+      for (size_t j = i; j < n; ++j) jobs_.Settle(job_id, j, Outcome(ChunkOutcome::kMiss));
       break;
     }
     record.keys.push_back(key);
@@ -113,29 +116,28 @@ Result<uint64_t> TieredStoreImpl::Load(uint64_t request_id, size_t first_chunk, 
 
 Result<uint64_t> TieredStoreImpl::Prefetch(std::span<const OffloadKey> keys) {
   std::lock_guard lock(mu_);
-  const uint64_t job_id = NewJob(TransferKind::kPrefetch, 0, keys.size());
-  UserJob& job = jobs_[job_id];
+  const uint64_t job_id = jobs_.Create(TransferKind::kPrefetch, 0, keys.size());
   FsJobRecord batch{FsJobRecord::Kind::kPromote, {}, {}, 0, job_id, {}};
   for (size_t i = 0; i < keys.size(); ++i) {
     if (cpu_->Contains(keys[i])) {
-      job.chunks[i] = Outcome(ChunkOutcome::kAlreadyCached);
+      jobs_.Settle(job_id, i, Outcome(ChunkOutcome::kAlreadyCached));
       continue;
     }
     if (tiers_.empty()) {
-      job.chunks[i] = Outcome(ChunkOutcome::kMiss);
+      jobs_.Settle(job_id, i, Outcome(ChunkOutcome::kMiss));
       continue;
     }
     const OffloadKey one[] = {keys[i]};
     std::optional<PreparedWrite> prepared = cpu_->PrepareWrite(one, /*apply_threshold=*/false);
     if (!prepared || prepared->rows.empty()) {
-      job.chunks[i] = Outcome(ChunkOutcome::kNoSpace, Status(StatusCode::kNoSpace, "no CPU row could be freed"));
+      jobs_.Settle(job_id, i, Outcome(ChunkOutcome::kNoSpace, Status(StatusCode::kNoSpace, "no CPU row could be freed")));
       continue;
     }
     batch.keys.push_back(keys[i]);
     batch.rows.push_back(prepared->rows[0]);
     batch.index.push_back(i);
   }
-  job.outstanding += batch.keys.size();
+  for (size_t i : batch.index) jobs_.Expect(job_id, i);
   if (!batch.keys.empty()) SubmitPromotion(0, std::move(batch));
   MaybeFinishJob(job_id);
   return job_id;
@@ -147,43 +149,28 @@ void TieredStoreImpl::SubmitCopy(CopyRecord record, std::span<const uint32_t> ro
   ptrs.reserve(rows.size());
   for (uint32_t row : rows) ptrs.push_back(RowPtr(row));
   record.bytes = rows.size() * row_bytes_;
-  UserJob& job = jobs_[record.job_id];
+  for (size_t k : record.index) jobs_.Expect(record.job_id, k);
   Result<uint64_t> ticket = stager_->Submit(record.direction, ptrs, gpu_blocks);
   if (!ticket.ok()) {
-    job.outstanding += record.keys.size();
     OnCopyFinished(record, ticket.status());
     return;
   }
-  job.outstanding += record.keys.size();
   (record.direction == CopyDirection::kDeviceToHost ? in_clock_ : out_clock_).Start();
-  copies_.emplace(*ticket, std::move(record));
+  jobs_.AddCopy(*ticket, std::move(record));
 }
 
-void TieredStoreImpl::FinishChunk(uint64_t job_id, size_t index, ChunkResult result) {
-  UserJob& job = jobs_.at(job_id);
-  job.chunks[index] = std::move(result);
-  --job.outstanding;
-}
-
-// With mu_ held. Moves a job with nothing outstanding to the finished list.
+// With mu_ held. Moves a job with nothing pending to the finished list.
 void TieredStoreImpl::MaybeFinishJob(uint64_t job_id) {
-  auto it = jobs_.find(job_id);
-  if (it == jobs_.end() || it->second.outstanding > 0) return;
-  finished_.push_back(TransferResult{job_id, it->second.kind, it->second.request_id, std::move(it->second.chunks)});
-  jobs_.erase(it);
-  changed_cv_.notify_all();
+  if (jobs_.FinishIfDone(job_id)) changed_cv_.notify_all();
 }
 
 size_t TieredStoreImpl::PollFinished(std::vector<TransferResult>* out) {
   std::lock_guard lock(mu_);
-  const size_t n = finished_.size();
-  for (TransferResult& r : finished_) out->push_back(std::move(r));
-  finished_.clear();
-  return n;
+  return jobs_.Poll(out);
 }
 
 bool TieredStoreImpl::IdleLocked() const {
-  if (!jobs_.empty() || !copies_.empty()) return false;
+  if (!jobs_.Idle()) return false;
   return std::all_of(tiers_.begin(), tiers_.end(), [](const SecondaryTier& t) { return t.jobs.empty(); });
 }
 

@@ -42,12 +42,10 @@ void TieredStoreImpl::ProgressLoop() {
 void TieredStoreImpl::ApplyCompletions(std::vector<FinishedCopy>& copies,
                                        std::vector<std::vector<JobResult>>& fs_results) {
   for (FinishedCopy& done : copies) {
-    auto it = copies_.find(done.ticket);
-    if (it == copies_.end()) continue;
-    CopyRecord record = std::move(it->second);
-    copies_.erase(it);
-    (record.direction == CopyDirection::kDeviceToHost ? in_clock_ : out_clock_).Stop();
-    OnCopyFinished(record, done.status);
+    std::optional<CopyRecord> record = jobs_.TakeCopy(done.ticket);
+    if (!record) continue;
+    (record->direction == CopyDirection::kDeviceToHost ? in_clock_ : out_clock_).Stop();
+    OnCopyFinished(*record, done.status);
   }
   for (size_t t = 0; t < tiers_.size(); ++t) {
     for (JobResult& result : fs_results[t]) {
@@ -66,7 +64,7 @@ void TieredStoreImpl::OnCopyFinished(CopyRecord& record, const Status& status) {
       OnStoreCopied(record);
     } else {
       cpu_->CompleteWrite(record.keys, /*success=*/false);
-      for (size_t k : record.index) FinishChunk(record.job_id, k, ChunkResult{ChunkOutcome::kError, status});
+      for (size_t k : record.index) jobs_.Complete(record.job_id, k, ChunkResult{ChunkOutcome::kError, status});
     }
   } else {
     cpu_->Release(record.keys);
@@ -75,7 +73,7 @@ void TieredStoreImpl::OnCopyFinished(CopyRecord& record, const Status& status) {
       bytes_out_ += record.bytes;
     }
     const ChunkOutcome outcome = status.ok() ? ChunkOutcome::kOk : ChunkOutcome::kError;
-    for (size_t k : record.index) FinishChunk(record.job_id, k, ChunkResult{outcome, status});
+    for (size_t k : record.index) jobs_.Complete(record.job_id, k, ChunkResult{outcome, status});
   }
   MaybeFinishJob(record.job_id);
 }
@@ -86,7 +84,7 @@ void TieredStoreImpl::OnStoreCopied(CopyRecord& record) {
   bytes_in_ += record.bytes;
   RequestState* req = requests_.FindOrNull(record.request_id);
   for (size_t k = 0; k < record.keys.size(); ++k) {
-    FinishChunk(record.job_id, record.index[k], ChunkResult{ChunkOutcome::kOk, Status::Ok()});
+    jobs_.Complete(record.job_id, record.index[k], ChunkResult{ChunkOutcome::kOk, Status::Ok()});
     if (req != nullptr) PinIfWanted(*req, record.first_chunk + record.index[k], record.keys[k]);
   }
   WriteThrough(record.keys);
@@ -135,7 +133,7 @@ void TieredStoreImpl::OnPromotionFinished(size_t tier, FsJobRecord& record, JobR
     if (r.outcome == KeyOutcome::kOk) {
       cpu_->CompleteWrite(one, /*success=*/true);
       ++tiers_[tier].promotions;
-      if (from_prefetch) FinishChunk(record.job_id, record.index[k], ChunkResult{ChunkOutcome::kOk, Status::Ok()});
+      if (from_prefetch) jobs_.Complete(record.job_id, record.index[k], ChunkResult{ChunkOutcome::kOk, Status::Ok()});
       continue;
     }
     if (from_prefetch && r.outcome == KeyOutcome::kMiss && tier + 1 < tiers_.size()) {
@@ -149,7 +147,7 @@ void TieredStoreImpl::OnPromotionFinished(size_t tier, FsJobRecord& record, JobR
     requests_.ForgetHits(record.keys[k]);
     if (from_prefetch) {
       const bool miss = r.outcome == KeyOutcome::kMiss || r.outcome == KeyOutcome::kCorrupt;
-      FinishChunk(record.job_id, record.index[k], ChunkResult{miss ? ChunkOutcome::kMiss : ChunkOutcome::kError, r.status});
+      jobs_.Complete(record.job_id, record.index[k], ChunkResult{miss ? ChunkOutcome::kMiss : ChunkOutcome::kError, r.status});
     }
   }
   if (!next.keys.empty()) SubmitPromotion(tier + 1, std::move(next));
