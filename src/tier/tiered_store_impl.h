@@ -24,25 +24,9 @@
 #include "tier/job_table.h"
 #include "tier/request_table.h"
 #include "tier/stager.h"
+#include "tier/tier_router.h"
 
 namespace kvtier::internal {
-
-// An fs tier job started by the store.
-struct FsJobRecord {
-  enum class Kind { kWriteThrough, kPromote, kLookup } kind = Kind::kLookup;
-  std::vector<OffloadKey> keys;
-  std::vector<uint32_t> rows;  // kWriteThrough, kPromote: the CPU rows of the keys
-  uint64_t request_id = 0;    // kLookup: whose verdicts these are
-  uint64_t job_id = 0;        // kPromote from Prefetch: the user job, else 0
-  std::vector<size_t> index;  // kPromote from Prefetch: positions in the job
-};
-
-struct SecondaryTier {
-  std::string name;
-  std::unique_ptr<FsTier> fs;
-  std::unordered_map<uint64_t, FsJobRecord> jobs;  // by fs job id
-  uint64_t hits = 0, misses = 0, promotions = 0, promotions_failed = 0;
-};
 
 // Seconds during which at least one copy of a direction was in flight.
 class BusyClock {
@@ -80,15 +64,13 @@ class TieredStoreImpl final : public TieredStore {
   uint64_t row_bytes() const override { return row_bytes_; }
   uint32_t cpu_rows() const override { return cpu_->rows(); }
   uint32_t blocks_per_chunk() const override { return config_.blocks_per_chunk; }
-  size_t secondary_tier_count() const override { return tiers_.size(); }
-  const FsTier& secondary_tier(size_t i) const override { return *tiers_.at(i).fs; }
+  size_t secondary_tier_count() const override { return router_.size(); }
+  const FsTier& secondary_tier(size_t i) const override { return router_.tier(i); }
 
  private:
   // --- setup (tiered_store_open.cc)
   Status OpenSecondaryTiers();
   // --- lookup (tiered_store_lookup.cc); all with mu_ held
-  TierVerdict SecondaryVerdict(RequestState& req, const OffloadKey& key, int* tier,
-                               std::vector<std::vector<OffloadKey>>* to_lookup);
   PrefixLookup WalkPrefix(uint64_t request_id, RequestState& req, size_t first_chunk);
   // The walk of one Lookup call: what it must start and what it protects.
   struct Walk {
@@ -137,7 +119,7 @@ class TieredStoreImpl final : public TieredStore {
   std::unique_ptr<HostRegion> region_;
   std::unique_ptr<Stager> stager_;
   std::unique_ptr<CpuTier> cpu_;
-  std::vector<SecondaryTier> tiers_;
+  TierRouter router_;
   RequestTable requests_;
   JobTable jobs_;
   uint64_t stores_no_space_ = 0;

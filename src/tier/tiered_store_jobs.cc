@@ -123,7 +123,7 @@ Result<uint64_t> TieredStoreImpl::Prefetch(std::span<const OffloadKey> keys) {
       jobs_.Settle(job_id, i, Outcome(ChunkOutcome::kAlreadyCached));
       continue;
     }
-    if (tiers_.empty()) {
+    if (router_.empty()) {
       jobs_.Settle(job_id, i, Outcome(ChunkOutcome::kMiss));
       continue;
     }
@@ -170,8 +170,7 @@ size_t TieredStoreImpl::PollFinished(std::vector<TransferResult>* out) {
 }
 
 bool TieredStoreImpl::IdleLocked() const {
-  if (!jobs_.Idle()) return false;
-  return std::all_of(tiers_.begin(), tiers_.end(), [](const SecondaryTier& t) { return t.jobs.empty(); });
+  return jobs_.Idle() && router_.Idle();
 }
 
 Status TieredStoreImpl::WaitIdle(uint32_t timeout_ms) {

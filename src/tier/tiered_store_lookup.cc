@@ -6,39 +6,27 @@
 
 namespace kvtier::internal {
 
-// With mu_ held. Starts lookups for tiers that have no verdict yet; answers
-// for the first tier (in order) that is not a miss.
-TierVerdict TieredStoreImpl::SecondaryVerdict(RequestState& req, const OffloadKey& key, int* tier,
-                                              std::vector<std::vector<OffloadKey>>* to_lookup) {
-  const std::span<const TierVerdict> verdicts = requests_.AskTiers(req, key, to_lookup);
-  for (size_t t = 0; t < verdicts.size(); ++t) {
-    if (verdicts[t] == TierVerdict::kMiss) continue;
-    *tier = static_cast<int>(t);
-    return verdicts[t] == TierVerdict::kHit ? TierVerdict::kHit : TierVerdict::kInFlight;
-  }
-  return TierVerdict::kMiss;
-}
-
-// With mu_ held. The verdict of a key the CPU tier does not hold; a secondary
-// hit reserves a not-ready CPU row and joins that tier's promotion batch.
+// With mu_ held. The verdict of a key the CPU tier does not hold: the
+// request's tier verdicts (lookups start for tiers that have none yet), the
+// first tier that is not a miss answering. A secondary hit reserves a
+// not-ready CPU row and joins that tier's promotion batch.
 ChunkVerdict TieredStoreImpl::SecondaryLookup(RequestState& req, const OffloadKey& key, int* source, Walk* walk) {
-  if (tiers_.empty()) return ChunkVerdict::kMiss;
-  int tier = -1;
-  const TierVerdict verdict = SecondaryVerdict(req, key, &tier, &walk->to_lookup);
-  if (verdict == TierVerdict::kInFlight) return ChunkVerdict::kRetry;
-  if (verdict == TierVerdict::kMiss) return ChunkVerdict::kMiss;
+  if (router_.empty()) return ChunkVerdict::kMiss;
+  const TierRouter::Route route = TierRouter::FirstAnswer(requests_.AskTiers(req, key, &walk->to_lookup));
+  if (route.verdict == TierVerdict::kInFlight) return ChunkVerdict::kRetry;
+  if (route.verdict == TierVerdict::kMiss) return ChunkVerdict::kMiss;
   const OffloadKey keys[] = {key};
   std::optional<PreparedWrite> prepared = cpu_->PrepareWrite(keys, /*apply_threshold=*/false, &walk->walked);
-  SecondaryTier& from = tiers_[static_cast<size_t>(tier)];
+  const size_t tier = static_cast<size_t>(route.tier);
   if (!prepared || prepared->rows.empty()) {
-    ++from.promotions_failed;  // no CPU row could be freed: a miss, as in vLLM
+    router_.CountPromotion(tier, /*ok=*/false);  // no CPU row could be freed: a miss, as in vLLM
     return ChunkVerdict::kMiss;
   }
-  FsJobRecord& batch = walk->promote[static_cast<size_t>(tier)];
+  FsJobRecord& batch = walk->promote[tier];
   batch.keys.push_back(key);
   batch.rows.push_back(prepared->rows[0]);
-  *source = tier + 1;
-  requests_.NotePromotion(req, key, tier + 1);
+  *source = route.tier + 1;
+  requests_.NotePromotion(req, key, *source);
   return ChunkVerdict::kHitPending;
 }
 
@@ -52,9 +40,7 @@ void TieredStoreImpl::CountVerdict(RequestState& req, size_t chunk, ChunkVerdict
     return;
   }
   ++cpu_misses_;
-  const size_t missed = source > 0 ? static_cast<size_t>(source - 1) : tiers_.size();
-  for (size_t t = 0; t < missed; ++t) ++tiers_[t].misses;
-  if (source > 0) ++tiers_[static_cast<size_t>(source - 1)].hits;
+  router_.CountLookup(source > 0 ? std::optional<size_t>(source - 1) : std::nullopt);
 }
 
 // With mu_ held. Pins a ready row the request asked to keep resident: the
@@ -68,8 +54,8 @@ void TieredStoreImpl::PinIfWanted(RequestState& req, size_t chunk, const Offload
 PrefixLookup TieredStoreImpl::WalkPrefix(uint64_t request_id, RequestState& req, size_t first_chunk) {
   PrefixLookup out;
   Walk walk;
-  walk.to_lookup.resize(tiers_.size());
-  walk.promote.assign(tiers_.size(), FsJobRecord{FsJobRecord::Kind::kPromote, {}, {}, 0, 0, {}});
+  walk.to_lookup.resize(router_.size());
+  walk.promote.assign(router_.size(), FsJobRecord{FsJobRecord::Kind::kPromote, {}, {}, 0, 0, {}});
   bool leading = true;  // still in the leading run of hits
   for (size_t i = first_chunk; i < req.chunk_keys().size(); ++i) {
     const OffloadKey& key = req.chunk_keys()[i];
@@ -101,37 +87,28 @@ PrefixLookup TieredStoreImpl::WalkPrefix(uint64_t request_id, RequestState& req,
     if (verdict != ChunkVerdict::kHit) out.pending = true;
   }
   SubmitLookups(request_id, walk.to_lookup);
-  for (size_t t = 0; t < tiers_.size(); ++t) {
+  for (size_t t = 0; t < router_.size(); ++t) {
     if (!walk.promote[t].keys.empty()) SubmitPromotion(t, std::move(walk.promote[t]));
   }
   return out;
 }
 
 void TieredStoreImpl::SubmitLookups(uint64_t request_id, std::vector<std::vector<OffloadKey>>& to_lookup) {
-  for (size_t t = 0; t < tiers_.size(); ++t) {
+  for (size_t t = 0; t < router_.size(); ++t) {
     if (to_lookup[t].empty()) continue;
-    Result<uint64_t> id = tiers_[t].fs->SubmitLookup(to_lookup[t]);
-    if (id.ok()) {
-      tiers_[t].jobs.emplace(*id, FsJobRecord{FsJobRecord::Kind::kLookup, std::move(to_lookup[t]), {}, request_id, 0, {}});
-      continue;
-    }
+    FsJobRecord record{FsJobRecord::Kind::kLookup, std::move(to_lookup[t]), {}, request_id, 0, {}};
+    if (router_.Submit(t, record).ok()) continue;
     // A lookup that cannot start counts as a miss (as vLLM's failing batch_lookup).
-    for (const OffloadKey& key : to_lookup[t]) requests_.SetVerdict(request_id, key, t, TierVerdict::kMiss);
+    for (const OffloadKey& key : record.keys) requests_.SetVerdict(request_id, key, t, TierVerdict::kMiss);
   }
 }
 
 // With mu_ held. The rows were reserved by PrepareWrite (not ready).
 void TieredStoreImpl::SubmitPromotion(size_t tier, FsJobRecord record) {
-  std::vector<std::span<uint8_t>> rows;
-  rows.reserve(record.rows.size());
-  for (uint32_t row : record.rows) rows.emplace_back(RowPtr(row), row_bytes_);
-  Result<uint64_t> id = tiers_[tier].fs->SubmitLoad(record.keys, rows);
-  if (id.ok()) {
-    tiers_[tier].jobs.emplace(*id, std::move(record));
-    return;
-  }
+  const Status submitted = router_.Submit(tier, record);
+  if (submitted.ok()) return;
   // Nothing was read: give the rows back and report the failure.
-  JobResult failed{0, JobKind::kLoad, std::vector<KeyResult>(record.keys.size(), KeyResult{KeyOutcome::kError, id.status()})};
+  JobResult failed{0, JobKind::kLoad, std::vector<KeyResult>(record.keys.size(), KeyResult{KeyOutcome::kError, submitted})};
   OnPromotionFinished(tier, record, failed);
 }
 

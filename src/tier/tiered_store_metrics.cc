@@ -75,19 +75,7 @@ TieredStoreMetrics TieredStoreImpl::Metrics() const {
   cpu.rows_evicted = cpu_->counters().rows_evicted;
   cpu.stores_no_space = stores_no_space_;
   m.tiers.push_back(cpu);
-  for (const SecondaryTier& tier : tiers_) {
-    const FsTierMetrics fs = tier.fs->Metrics();
-    TierUsage u;
-    u.name = tier.name;
-    u.hits = tier.hits, u.misses = tier.misses;
-    u.promotions = tier.promotions, u.promotions_failed = tier.promotions_failed;
-    u.rows_in = fs.rows_stored, u.bytes_in = fs.bytes_stored;
-    u.rows_out = fs.rows_loaded, u.bytes_out = fs.bytes_loaded;
-    u.stores_dropped = fs.rows_dropped;
-    u.stores_failed = fs.store_errors;
-    u.stores_skipped = fs.rows_skipped_exists;
-    m.tiers.push_back(u);
-  }
+  for (size_t t = 0; t < router_.size(); ++t) m.tiers.push_back(router_.Usage(t));
   return m;
 }
 
@@ -117,7 +105,7 @@ std::string TieredStoreImpl::PrometheusText() const {
   }
   Family(&own, "kvtier_cpu_pins_refused_total", "counter", "tier=\"cpu\"", static_cast<double>(m.pins_refused));
   texts.push_back(std::move(own));
-  for (const SecondaryTier& tier : tiers_) texts.push_back(tier.fs->PrometheusText(tier.name));
+  for (size_t t = 0; t < router_.size(); ++t) texts.push_back(router_.PrometheusText(t));
   return MergeExpositions(texts);
 }
 

@@ -98,6 +98,7 @@ Status TieredStoreImpl::Init() {
   cpu_ = std::make_unique<CpuTier>(config_.eviction_policy, static_cast<uint32_t>(rows), config_.store_threshold,
                                    config_.max_tracker_size);
   requests_.set_pin_rows_max(options_.pinned_bytes_max / row_bytes_);
+  router_.AttachRows(region_->bytes(), row_bytes_);
   KVTIER_RETURN_IF_ERROR(OpenSecondaryTiers());
   progress_ = std::thread([this] { ProgressLoop(); });
   return Status::Ok();
@@ -118,7 +119,7 @@ Status TieredStoreImpl::OpenSecondaryTiers() {
       return Status(tier.status().code(), "secondary_tiers[" + std::to_string(i) + "] (" + fs.root_dir +
                                               "): " + tier.status().message());
     }
-    tiers_.push_back(SecondaryTier{"fs" + std::to_string(i), std::move(tier).value(), {}, 0, 0, 0, 0});
+    router_.AddTier("fs" + std::to_string(i), std::move(tier).value());
   }
   return Status::Ok();
 }
