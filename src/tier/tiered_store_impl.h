@@ -1,21 +1,38 @@
-// The TieredStore implementation, split over tiered_store_*.cc by concern:
-// open (setup), lookup (prefix walk, secondary verdicts, promotions), jobs
-// (store, load, prefetch), progress (completion handling on the progress
-// thread) and metrics.
+// The TieredStore implementation: orchestration over three parts, each with
+// one job and testable alone:
+//  - RequestTable (request_table.h): per-request state (chunk keys,
+//    offloadable range, tier verdicts, pins, promotion sources);
+//  - JobTable (job_table.h): the caller's transfer jobs, their pending
+//    chunks, the Stager copies serving them and the results to poll;
+//  - TierRouter (tier_router.h): the secondary tiers, their job records and
+//    counters, and the order that picks a tier for a lookup, a prefetch
+//    cascade and a write-through.
+// This class owns the CPU tier, the region and the Stager, and ties them
+// together, split over tiered_store_*.cc by concern: open (setup), lookup
+// (prefix walk, secondary verdicts, promotions), jobs (store, load,
+// prefetch), progress (completion handling on the progress thread) and
+// metrics.
 //
-// Concurrency: one mutex (mu_) guards all state. Completions arrive from the
-// Stager's and the fs tiers' threads as a bare wake-up (Wake()); the progress
-// thread then polls them and applies them under mu_. Jobs are submitted to
-// the Stager and the fs tiers under mu_ (their Submit never blocks on I/O),
-// and the record of a submission is written before mu_ is released, so a
-// completion can never be applied before its record exists.
+// Concurrency: one mutex (mu_) guards all state, the three parts included
+// (they are not thread-safe themselves). Every operation touches at least
+// two of them at once (a store: request, job, CPU tier; a completion: job
+// or tier record, CPU tier, request), so locks of their own would be taken
+// together every time and only add ordering rules; what runs long (I/O,
+// copies) already runs outside mu_ in the Stager and the fs tiers.
+// Completions arrive from the Stager's and the fs tiers' threads as a bare
+// wake-up (Wake()); the progress thread then polls them without mu_ (the
+// tier list is fixed after Init) and applies them under mu_. Jobs are
+// submitted to the Stager and the fs tiers under mu_ (their Submit never
+// blocks on I/O), and the record of a submission is written before mu_ is
+// released, so a completion can never be applied before its record exists.
 #pragma once
 
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <optional>
+#include <span>
 #include <thread>
-#include <unordered_map>
 #include <vector>
 
 #include "kvtier/tiered_store.h"
@@ -40,6 +57,16 @@ class BusyClock {
   int in_flight_ = 0;
   Clock::time_point since_;
   double total_s_ = 0;
+};
+
+// The CPU tier's lookup and copy counters (Metrics(); the fs tiers' are in
+// TierRouter and the tiers themselves).
+struct CpuCounters {
+  uint64_t hits = 0, misses = 0;  // each request chunk once, at its first definite verdict
+  uint64_t rows_in = 0, bytes_in = 0, rows_out = 0, bytes_out = 0;
+  uint64_t stores_no_space = 0;
+  BusyClock in_clock, out_clock;  // GPU->CPU, CPU->GPU
+  BusyClock& clock(CopyDirection d) { return d == CopyDirection::kDeviceToHost ? in_clock : out_clock; }
 };
 
 class TieredStoreImpl final : public TieredStore {
@@ -122,10 +149,7 @@ class TieredStoreImpl final : public TieredStore {
   TierRouter router_;
   RequestTable requests_;
   JobTable jobs_;
-  uint64_t stores_no_space_ = 0;
-  uint64_t cpu_hits_ = 0, cpu_misses_ = 0;
-  uint64_t rows_in_ = 0, bytes_in_ = 0, rows_out_ = 0, bytes_out_ = 0;
-  BusyClock in_clock_, out_clock_;
+  CpuCounters cpu_stats_;
 
   std::thread progress_;
 };

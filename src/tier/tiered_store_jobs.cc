@@ -1,7 +1,6 @@
 // Request lifecycle and the transfer jobs: Store (GPU -> CPU, then write-
 // through), Load (CPU -> GPU) and Prefetch (secondary -> CPU).
 #include <algorithm>
-#include <limits>
 #include <string>
 
 #include "tier/tiered_store_impl.h"
@@ -68,7 +67,7 @@ std::vector<uint32_t> TieredStoreImpl::PlanStoreCopies(std::span<const OffloadKe
   for (size_t d = 0; d < keys.size(); ++d) {
     const size_t i = index[d];
     if (!prepared) {
-      ++stores_no_space_;
+      ++cpu_stats_.stores_no_space;
       jobs_.Settle(record->job_id, i,
                    Outcome(ChunkOutcome::kNoSpace,
                            Status(StatusCode::kNoSpace, "no CPU row could be freed for " + std::to_string(keys.size()) +
@@ -155,7 +154,7 @@ void TieredStoreImpl::SubmitCopy(CopyRecord record, std::span<const uint32_t> ro
     OnCopyFinished(record, ticket.status());
     return;
   }
-  (record.direction == CopyDirection::kDeviceToHost ? in_clock_ : out_clock_).Start();
+  cpu_stats_.clock(record.direction).Start();
   jobs_.AddCopy(*ticket, std::move(record));
 }
 

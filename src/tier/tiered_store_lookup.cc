@@ -36,10 +36,10 @@ ChunkVerdict TieredStoreImpl::SecondaryLookup(RequestState& req, const OffloadKe
 void TieredStoreImpl::CountVerdict(RequestState& req, size_t chunk, ChunkVerdict verdict, int source) {
   if (verdict == ChunkVerdict::kRetry || !requests_.FirstCount(req, chunk)) return;
   if (source == 0) {
-    ++cpu_hits_;
+    ++cpu_stats_.hits;
     return;
   }
-  ++cpu_misses_;
+  ++cpu_stats_.misses;
   router_.CountLookup(source > 0 ? std::optional<size_t>(source - 1) : std::nullopt);
 }
 
@@ -74,10 +74,7 @@ PrefixLookup TieredStoreImpl::WalkPrefix(uint64_t request_id, RequestState& req,
         verdict = SecondaryLookup(req, key, &source, &walk);
         break;
     }
-    if (source == 0) {
-      const int origin = requests_.PromotedFrom(req, key);
-      if (origin != 0) source = origin;
-    }
+    if (source == 0) source = requests_.PromotedFrom(req, key);  // 0 unless promoted for it
     CountVerdict(req, i, verdict, source);
     out.verdicts.push_back(verdict);
     out.source_tier.push_back(source);

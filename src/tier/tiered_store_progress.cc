@@ -44,7 +44,7 @@ void TieredStoreImpl::ApplyCompletions(std::vector<FinishedCopy>& copies,
   for (FinishedCopy& done : copies) {
     std::optional<CopyRecord> record = jobs_.TakeCopy(done.ticket);
     if (!record) continue;
-    (record->direction == CopyDirection::kDeviceToHost ? in_clock_ : out_clock_).Stop();
+    cpu_stats_.clock(record->direction).Stop();
     OnCopyFinished(*record, done.status);
   }
   for (size_t t = 0; t < router_.size(); ++t) {
@@ -66,8 +66,8 @@ void TieredStoreImpl::OnCopyFinished(CopyRecord& record, const Status& status) {
   } else {
     cpu_->Release(record.keys);
     if (status.ok()) {
-      rows_out_ += record.keys.size();
-      bytes_out_ += record.bytes;
+      cpu_stats_.rows_out += record.keys.size();
+      cpu_stats_.bytes_out += record.bytes;
     }
     const ChunkOutcome outcome = status.ok() ? ChunkOutcome::kOk : ChunkOutcome::kError;
     for (size_t k : record.index) jobs_.Complete(record.job_id, k, ChunkResult{outcome, status});
@@ -77,8 +77,8 @@ void TieredStoreImpl::OnCopyFinished(CopyRecord& record, const Status& status) {
 
 void TieredStoreImpl::OnStoreCopied(CopyRecord& record) {
   cpu_->CompleteWrite(record.keys, /*success=*/true);
-  rows_in_ += record.keys.size();
-  bytes_in_ += record.bytes;
+  cpu_stats_.rows_in += record.keys.size();
+  cpu_stats_.bytes_in += record.bytes;
   RequestState* req = requests_.FindOrNull(record.request_id);
   for (size_t k = 0; k < record.keys.size(); ++k) {
     jobs_.Complete(record.job_id, record.index[k], ChunkResult{ChunkOutcome::kOk, Status::Ok()});
