@@ -348,7 +348,8 @@ TEST_F(TieredStoreTest, PrefetchWarmsTheCpuTier) {
 
 // FinishRequest while the request's store copy and fs lookups are running:
 // the jobs still report (to the request id they were started for), nothing
-// stays pinned whichever finishes first, the id is unknown until started
+// stays pinned whichever finishes first (FinishRequest usually wins the first
+// race; the second forces the copy first), the id is unknown until started
 // again, and a restarted id asks the tiers afresh.
 TEST_F(TieredStoreTest, FinishingARequestLetsItsJobsFinish) {
   SCOPED_TRACE("seed " + std::to_string(seed_));
@@ -365,6 +366,14 @@ TEST_F(TieredStoreTest, FinishingARequestLetsItsJobsFinish) {
   EXPECT_EQ(stored.OkPrefix(), 4u);
   ASSERT_OK(store->WaitIdle(30000));
   EXPECT_EQ(store->Metrics().tiers[0].rows_pinned, 0u) << "a finished request holds no pin";
+  // The other order, forced: the copy finishes (and pins) first.
+  const std::vector<OffloadKey> more = RandomKeys(4);
+  ASSERT_OK(store->StartRequest(3, RequestSpec{more, 0, std::nullopt, 4 * kChunkTokens}));
+  FillChunks(more, blocks);
+  EXPECT_EQ(WaitJob(store.get(), store->Store(3, 0, blocks).value()).OkPrefix(), 4u);
+  EXPECT_EQ(store->Metrics().tiers[0].rows_pinned, 4u);
+  ASSERT_OK(store->FinishRequest(3));
+  EXPECT_EQ(store->Metrics().tiers[0].rows_pinned, 0u);
   EXPECT_EQ(store->Store(1, 0, blocks).status().code(), StatusCode::kNotFound);
   EXPECT_EQ(store->Lookup(1, 0).status().code(), StatusCode::kNotFound);
   EXPECT_EQ(store->FinishRequest(1).code(), StatusCode::kNotFound);
