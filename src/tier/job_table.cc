@@ -64,7 +64,9 @@ size_t JobTable::pending(uint64_t job_id) const {
   return it == jobs_.end() ? 0 : it->second.outstanding;
 }
 
-bool JobTable::AddCopy(uint64_t ticket, CopyRecord record) { return copies_.emplace(ticket, std::move(record)).second; }
+bool JobTable::AddCopy(uint64_t ticket, CopyRecord record) {
+  return copies_.emplace(ticket, std::move(record)).second;
+}
 
 std::optional<CopyRecord> JobTable::TakeCopy(uint64_t ticket) {
   auto it = copies_.find(ticket);

@@ -84,8 +84,8 @@ class JobTable {
   Job* FindChunk(uint64_t job_id, size_t index);
 
   uint64_t next_id_ = 1;
-  std::unordered_map<uint64_t, Job> jobs_;          // running
-  std::vector<TransferResult> finished_;            // waiting for Poll
+  std::unordered_map<uint64_t, Job> jobs_;           // running
+  std::vector<TransferResult> finished_;             // waiting for Poll
   std::unordered_map<uint64_t, CopyRecord> copies_;  // by Stager ticket
 };
 

@@ -17,7 +17,8 @@ uint64_t OffloadLimitTokens(const RequestSpec& spec, bool prompt_only) {
 }
 
 Status NotLive(uint64_t request_id) {
-  return Status(StatusCode::kNotFound, "request " + std::to_string(request_id) + " was not started (or finished)");
+  return Status(StatusCode::kNotFound,
+                "request " + std::to_string(request_id) + " was not started (or finished)");
 }
 
 }  // namespace
@@ -25,7 +26,8 @@ Status NotLive(uint64_t request_id) {
 Status RequestTable::Start(uint64_t request_id, RequestSpec spec) {
   if (request_id == 0) return Status(StatusCode::kInvalidArgument, "request id 0 is reserved");
   if (requests_.contains(request_id)) {
-    return Status(StatusCode::kInvalidArgument, "request " + std::to_string(request_id) + " is already started");
+    return Status(StatusCode::kInvalidArgument,
+                  "request " + std::to_string(request_id) + " is already started");
   }
   RequestState& req = requests_[request_id];
   req.offload_limit_tokens_ = OffloadLimitTokens(spec, options_.offload_prompt_only);
@@ -69,14 +71,15 @@ RequestState* RequestTable::FindOrNull(uint64_t request_id) {
 Status RequestTable::CheckChunkRange(const RequestState& req, size_t first_chunk, size_t blocks,
                                      size_t blocks_per_chunk) const {
   if (blocks == 0 || blocks % blocks_per_chunk != 0) {
-    return Status(StatusCode::kInvalidArgument, "gpu_blocks must hold a positive multiple of blocks_per_chunk (" +
-                                                    std::to_string(blocks_per_chunk) + ") ids, got " +
-                                                    std::to_string(blocks));
+    return Status(StatusCode::kInvalidArgument,
+                  "gpu_blocks must hold a positive multiple of blocks_per_chunk (" +
+                      std::to_string(blocks_per_chunk) + ") ids, got " + std::to_string(blocks));
   }
   const size_t n = blocks / blocks_per_chunk, have = req.chunk_keys().size();
   if (first_chunk > have || n > have - first_chunk) {
     return Status(StatusCode::kInvalidArgument, "chunks [" + std::to_string(first_chunk) + ", " +
-                                                    std::to_string(first_chunk + n) + ") are beyond the request's " +
+                                                    std::to_string(first_chunk + n) +
+                                                    ") are beyond the request's " +
                                                     std::to_string(have) + " chunk keys");
   }
   return Status::Ok();
@@ -86,8 +89,8 @@ bool RequestTable::Offloadable(const RequestState& req, size_t chunk) const {
   return (chunk + 1) * options_.chunk_tokens <= req.offload_limit_tokens_;
 }
 
-std::span<const TierVerdict> RequestTable::AskTiers(RequestState& req, const OffloadKey& key,
-                                                    std::vector<std::vector<OffloadKey>>* to_lookup) {
+std::span<const TierVerdict> RequestTable::AskTiers(
+    RequestState& req, const OffloadKey& key, std::vector<std::vector<OffloadKey>>* to_lookup) {
   std::vector<TierVerdict>& verdicts = req.verdicts_[key];
   verdicts.resize(options_.tier_count, TierVerdict::kUnknown);
   for (size_t t = 0; t < verdicts.size(); ++t) {
@@ -98,9 +101,11 @@ std::span<const TierVerdict> RequestTable::AskTiers(RequestState& req, const Off
   return verdicts;
 }
 
-bool RequestTable::SetVerdict(uint64_t request_id, const OffloadKey& key, size_t tier, TierVerdict verdict) {
+bool RequestTable::SetVerdict(uint64_t request_id, const OffloadKey& key, size_t tier,
+                              TierVerdict verdict) {
   RequestState* req = FindOrNull(request_id);
-  if (req == nullptr || tier >= options_.tier_count) return false;  // finished meanwhile: its verdicts are gone
+  if (req == nullptr || tier >= options_.tier_count)
+    return false;  // finished meanwhile: its verdicts are gone
   std::vector<TierVerdict>& verdicts = req->verdicts_[key];
   verdicts.resize(options_.tier_count, TierVerdict::kUnknown);
   verdicts[tier] = verdict;

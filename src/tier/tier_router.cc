@@ -8,7 +8,8 @@ namespace kvtier::internal {
 TierRouter::Route TierRouter::FirstAnswer(std::span<const TierVerdict> verdicts) {
   for (size_t t = 0; t < verdicts.size(); ++t) {
     if (verdicts[t] == TierVerdict::kMiss) continue;
-    const TierVerdict v = verdicts[t] == TierVerdict::kHit ? TierVerdict::kHit : TierVerdict::kInFlight;
+    const TierVerdict v =
+        verdicts[t] == TierVerdict::kHit ? TierVerdict::kHit : TierVerdict::kInFlight;
     return Route{v, static_cast<int>(t)};
   }
   return Route{};
@@ -29,12 +30,14 @@ std::optional<size_t> TierRouter::NextTier(size_t t) const {
 }
 
 Status TierRouter::Submit(size_t t, FsJobRecord& record) {
-  if (t >= tiers_.size()) return Status(StatusCode::kInvalidArgument, "no secondary tier " + std::to_string(t));
+  if (t >= tiers_.size())
+    return Status(StatusCode::kInvalidArgument, "no secondary tier " + std::to_string(t));
   const uint64_t rows = row_bytes_ == 0 ? 0 : region_.size() / row_bytes_;
   for (uint32_t row : record.rows) {
     if (row >= rows) {
-      return Status(StatusCode::kInvalidArgument,
-                    "row " + std::to_string(row) + " is outside the " + std::to_string(rows) + " CPU rows");
+      return Status(
+          StatusCode::kInvalidArgument,
+          "row " + std::to_string(row) + " is outside the " + std::to_string(rows) + " CPU rows");
     }
   }
   Tier& tier = tiers_[t];
@@ -48,13 +51,15 @@ Result<uint64_t> TierRouter::Start(Tier& tier, const FsJobRecord& record) {
     case FsJobRecord::Kind::kWriteThrough: {
       std::vector<std::span<const uint8_t>> spans;
       spans.reserve(record.rows.size());
-      for (uint32_t row : record.rows) spans.emplace_back(region_.data() + uint64_t{row} * row_bytes_, row_bytes_);
+      for (uint32_t row : record.rows)
+        spans.emplace_back(region_.data() + uint64_t{row} * row_bytes_, row_bytes_);
       return tier.fs->SubmitStore(record.keys, spans);
     }
     case FsJobRecord::Kind::kPromote: {
       std::vector<std::span<uint8_t>> spans;
       spans.reserve(record.rows.size());
-      for (uint32_t row : record.rows) spans.emplace_back(region_.data() + uint64_t{row} * row_bytes_, row_bytes_);
+      for (uint32_t row : record.rows)
+        spans.emplace_back(region_.data() + uint64_t{row} * row_bytes_, row_bytes_);
       return tier.fs->SubmitLoad(record.keys, spans);
     }
     case FsJobRecord::Kind::kLookup:
@@ -63,7 +68,9 @@ Result<uint64_t> TierRouter::Start(Tier& tier, const FsJobRecord& record) {
   return Status(StatusCode::kInternal, "unknown fs job kind");
 }
 
-size_t TierRouter::Poll(size_t t, std::vector<JobResult>* out) { return tiers_[t].fs->PollFinished(out); }
+size_t TierRouter::Poll(size_t t, std::vector<JobResult>* out) {
+  return tiers_[t].fs->PollFinished(out);
+}
 
 std::optional<FsJobRecord> TierRouter::Take(size_t t, uint64_t fs_job_id) {
   if (t >= tiers_.size()) return std::nullopt;
@@ -104,6 +111,8 @@ TierUsage TierRouter::Usage(size_t t) const {
   return u;
 }
 
-std::string TierRouter::PrometheusText(size_t t) const { return tiers_.at(t).fs->PrometheusText(tiers_.at(t).name); }
+std::string TierRouter::PrometheusText(size_t t) const {
+  return tiers_.at(t).fs->PrometheusText(tiers_.at(t).name);
+}
 
 }  // namespace kvtier::internal

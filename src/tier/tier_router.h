@@ -46,9 +46,9 @@ struct FsJobRecord {
   enum class Kind { kWriteThrough, kPromote, kLookup } kind = Kind::kLookup;
   std::vector<OffloadKey> keys;
   std::vector<uint32_t> rows;  // kWriteThrough, kPromote: the CPU rows of the keys
-  uint64_t request_id = 0;    // kLookup: whose verdicts these are
-  uint64_t job_id = 0;        // kPromote from Prefetch: the user job, else 0
-  std::vector<size_t> index;  // kPromote from Prefetch: positions in the job
+  uint64_t request_id = 0;     // kLookup: whose verdicts these are
+  uint64_t job_id = 0;         // kPromote from Prefetch: the user job, else 0
+  std::vector<size_t> index;   // kPromote from Prefetch: positions in the job
 };
 
 class TierRouter {

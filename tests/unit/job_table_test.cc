@@ -40,7 +40,8 @@ TEST(JobTableTest, FinishesOnlyWhenNothingIsPending) {
   EXPECT_TRUE(jobs.Complete(id, 2, Result(ChunkOutcome::kOk)));
   EXPECT_FALSE(jobs.FinishIfDone(id));
   EXPECT_FALSE(jobs.Idle());
-  EXPECT_TRUE(jobs.Complete(id, 1, ChunkResult{ChunkOutcome::kError, Status(StatusCode::kIoError, "boom")}));
+  EXPECT_TRUE(jobs.Complete(
+      id, 1, ChunkResult{ChunkOutcome::kError, Status(StatusCode::kIoError, "boom")}));
   EXPECT_TRUE(jobs.FinishIfDone(id));
   EXPECT_FALSE(jobs.FinishIfDone(id)) << "finishing twice";
   EXPECT_TRUE(jobs.Idle()) << "a result waiting for Poll is not work in flight";
@@ -71,14 +72,16 @@ TEST(JobTableTest, BadIdsAndDoubleCompletionsChangeNothing) {
   ASSERT_TRUE(jobs.Expect(id, 0));
   ASSERT_TRUE(jobs.Expect(id, 1));
   EXPECT_FALSE(jobs.Expect(id, 0)) << "already pending";
-  EXPECT_FALSE(jobs.Settle(id, 0, Result(ChunkOutcome::kMiss))) << "a pending chunk waits for its completion";
+  EXPECT_FALSE(jobs.Settle(id, 0, Result(ChunkOutcome::kMiss)))
+      << "a pending chunk waits for its completion";
   EXPECT_TRUE(jobs.Complete(id, 0, Result(ChunkOutcome::kOk)));
   EXPECT_FALSE(jobs.Complete(id, 0, Result(ChunkOutcome::kError))) << "double completion";
   EXPECT_EQ(jobs.pending(id), 1u) << "a double completion must not count as chunk 1's";
   EXPECT_FALSE(jobs.FinishIfDone(id));
   EXPECT_TRUE(jobs.Complete(id, 1, Result(ChunkOutcome::kOk)));
   ASSERT_TRUE(jobs.FinishIfDone(id));
-  EXPECT_FALSE(jobs.Complete(id, 1, Result(ChunkOutcome::kError))) << "a finished job takes no results";
+  EXPECT_FALSE(jobs.Complete(id, 1, Result(ChunkOutcome::kError)))
+      << "a finished job takes no results";
   std::vector<TransferResult> out;
   ASSERT_EQ(jobs.Poll(&out), 1u);
   EXPECT_EQ(out[0].chunks[0].outcome, ChunkOutcome::kOk) << "the first completion stands";
@@ -151,7 +154,8 @@ TEST(JobTableTest, RandomCompletionsMatchAModel) {
     auto it = std::next(running.begin(), static_cast<long>(rng() % running.size()));
     const size_t i = rng() % it->second.outcome.size();
     const bool was_pending = it->second.outcome[i] == -1;
-    ASSERT_EQ(jobs.Complete(it->first, i, Result(ChunkOutcome::kOk)), was_pending) << "seed " << seed << " step " << step;
+    ASSERT_EQ(jobs.Complete(it->first, i, Result(ChunkOutcome::kOk)), was_pending)
+        << "seed " << seed << " step " << step;
     if (was_pending) it->second.outcome[i] = static_cast<int>(ChunkOutcome::kOk);
     const bool done = std::count(it->second.outcome.begin(), it->second.outcome.end(), -1) == 0;
     ASSERT_EQ(jobs.FinishIfDone(it->first), done) << "seed " << seed << " step " << step;
@@ -159,7 +163,8 @@ TEST(JobTableTest, RandomCompletionsMatchAModel) {
     std::vector<TransferResult> out;
     ASSERT_EQ(jobs.Poll(&out), 1u) << "seed " << seed;
     for (size_t c = 0; c < out[0].chunks.size(); ++c) {
-      ASSERT_EQ(static_cast<int>(out[0].chunks[c].outcome), it->second.outcome[c]) << "seed " << seed;
+      ASSERT_EQ(static_cast<int>(out[0].chunks[c].outcome), it->second.outcome[c])
+          << "seed " << seed;
     }
     running.erase(it);
     ++finished;

@@ -49,7 +49,8 @@ TEST(RequestTableTest, IdsAreCheckedWithTheDocumentedCodes) {
   EXPECT_EQ(table.Start(0, Spec(Keys(0, 2))).code(), StatusCode::kInvalidArgument);
   ASSERT_TRUE(table.Start(5, Spec(Keys(0, 2))).ok());
   EXPECT_EQ(table.Start(5, Spec(Keys(0, 3))).code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(table.Find(5).value()->chunk_keys().size(), 2u) << "a refused Start must not replace the request";
+  EXPECT_EQ(table.Find(5).value()->chunk_keys().size(), 2u)
+      << "a refused Start must not replace the request";
   EXPECT_EQ(table.Find(6).status().code(), StatusCode::kNotFound);
   EXPECT_EQ(table.FindOrNull(6), nullptr);
   EXPECT_EQ(table.Append(6, Keys(0, 1)).code(), StatusCode::kNotFound);
@@ -82,7 +83,8 @@ TEST(RequestTableTest, OffloadableRangeFollowsPromptAndMaxOffloadTokens) {
   RequestTable all = Table(0, /*prompt_only=*/false);
   spec.max_offload_tokens.reset();
   ASSERT_TRUE(all.Start(1, spec).ok());
-  EXPECT_TRUE(all.Offloadable(*all.Find(1).value(), 3)) << "prompt_tokens matter only with offload_prompt_only";
+  EXPECT_TRUE(all.Offloadable(*all.Find(1).value(), 3))
+      << "prompt_tokens matter only with offload_prompt_only";
 }
 
 TEST(RequestTableTest, ChunkRangesAreCheckedAtTheirEdges) {
@@ -95,7 +97,8 @@ TEST(RequestTableTest, ChunkRangesAreCheckedAtTheirEdges) {
   EXPECT_EQ(table.CheckChunkRange(req, 0, 3, 2).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(table.CheckChunkRange(req, 1, 6, 2).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(table.CheckChunkRange(req, 3, 2, 2).code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(table.CheckChunkRange(req, SIZE_MAX, 2, 2).code(), StatusCode::kInvalidArgument) << "no overflow";
+  EXPECT_EQ(table.CheckChunkRange(req, SIZE_MAX, 2, 2).code(), StatusCode::kInvalidArgument)
+      << "no overflow";
 }
 
 TEST(RequestTableTest, EachTierIsAskedOnceUntilHitsAreForgotten) {
@@ -235,7 +238,8 @@ TEST(RequestTableTest, RandomPinsMatchAModel) {
       for (uint8_t m : mine) {
         if (pin_count(m) == 0) want.insert(Key(m));
       }
-      ASSERT_EQ(OffloadKeySet(released.begin(), released.end()), want) << "seed " << seed << " step " << step;
+      ASSERT_EQ(OffloadKeySet(released.begin(), released.end()), want)
+          << "seed " << seed << " step " << step;
     } else {
       const PinResult r = table.Pin(*table.Find(id).value(), k, Key(k));
       PinResult expect = PinResult::kShared;

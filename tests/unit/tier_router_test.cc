@@ -39,7 +39,8 @@ TEST(TierRouterTest, FirstTierThatDoesNotMissAnswers) {
   EXPECT_EQ(route({kMiss, kMiss}), std::pair(kMiss, -1));
   EXPECT_EQ(route({kMiss, kHit}), std::pair(kHit, 1));
   EXPECT_EQ(route({kHit, kHit}), std::pair(kHit, 0)) << "config order";
-  EXPECT_EQ(route({kInFlight, kHit}), std::pair(kInFlight, 0)) << "an earlier tier still asked holds back a later hit";
+  EXPECT_EQ(route({kInFlight, kHit}), std::pair(kInFlight, 0))
+      << "an earlier tier still asked holds back a later hit";
   EXPECT_EQ(route({kMiss, kUnknown}), std::pair(kInFlight, 1)) << "no verdict yet is not a miss";
 }
 
@@ -121,28 +122,33 @@ TEST_F(TierRouterFsTest, WriteThroughLookupAndPromotionRouteToTheirTier) {
 
   std::vector<TierVerdict> verdicts;
   for (size_t t = 0; t < 2; ++t) {
-    auto [record, looked] = Run(t, FsJobRecord{FsJobRecord::Kind::kLookup, {Key(1), Key(2)}, {}, 42, 0, {}});
+    auto [record, looked] =
+        Run(t, FsJobRecord{FsJobRecord::Kind::kLookup, {Key(1), Key(2)}, {}, 42, 0, {}});
     EXPECT_EQ(record.request_id, 42u) << "the record says whose lookup it was";
     ASSERT_EQ(looked.keys.size(), 2u);
     EXPECT_EQ(looked.keys[1].outcome, KeyOutcome::kMiss);
-    verdicts.push_back(looked.keys[0].outcome == KeyOutcome::kOk ? TierVerdict::kHit : TierVerdict::kMiss);
+    verdicts.push_back(looked.keys[0].outcome == KeyOutcome::kOk ? TierVerdict::kHit
+                                                                 : TierVerdict::kMiss);
   }
   const TierRouter::Route route = TierRouter::FirstAnswer(verdicts);
   EXPECT_EQ(route.verdict, TierVerdict::kHit);
   EXPECT_EQ(route.tier, 1);
 
-  auto [promoted_record, promoted] = Run(1, FsJobRecord{FsJobRecord::Kind::kPromote, {Key(1)}, {1}, 0, 7, {3}});
+  auto [promoted_record, promoted] =
+      Run(1, FsJobRecord{FsJobRecord::Kind::kPromote, {Key(1)}, {1}, 0, 7, {3}});
   EXPECT_EQ(promoted_record.job_id, 7u);
   EXPECT_EQ(promoted_record.index, std::vector<size_t>{3});
   ASSERT_EQ(promoted.keys.size(), 1u);
   EXPECT_EQ(promoted.keys[0].outcome, KeyOutcome::kOk) << promoted.keys[0].status.ToString();
-  EXPECT_TRUE(std::equal(row0.begin(), row0.end(), Row(1).begin())) << "row 1 holds what row 0 wrote";
+  EXPECT_TRUE(std::equal(row0.begin(), row0.end(), Row(1).begin()))
+      << "row 1 holds what row 0 wrote";
   EXPECT_TRUE(router_.Idle());
 }
 
 TEST_F(TierRouterFsTest, BadSubmissionsStartNothingAndKeepTheRecord) {
   FsJobRecord record{FsJobRecord::Kind::kWriteThrough, {Key(1)}, {kRows}, 0, 0, {}};
-  EXPECT_EQ(router_.Submit(0, record).code(), StatusCode::kInvalidArgument) << "row beyond the region";
+  EXPECT_EQ(router_.Submit(0, record).code(), StatusCode::kInvalidArgument)
+      << "row beyond the region";
   EXPECT_EQ(record.keys, std::vector<OffloadKey>{Key(1)}) << "the caller still owns the record";
   record.rows = {0};
   EXPECT_EQ(router_.Submit(2, record).code(), StatusCode::kInvalidArgument) << "no tier 2";
