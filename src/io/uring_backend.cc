@@ -11,6 +11,7 @@
 
 #include <cerrno>
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <deque>
 #include <vector>
@@ -131,7 +132,7 @@ class UringBackend final : public IoBackend {
     }
     return Status::Ok();
   }
-  uint64_t fixed_buffer_ios() const override { return fixed_ios_; }
+  uint64_t fixed_buffer_ios() const override { return fixed_ios_.load(std::memory_order_relaxed); }
 
   // Never fails a request it has queued: SQEs the kernel did not take yet
   // stay in the ring and go with the next Flush (Reap flushes too).
@@ -212,7 +213,7 @@ class UringBackend final : public IoBackend {
         io_uring_prep_write_fixed(sqe, r.fd, r.buf, r.len, r.offset, region.index);
       }
       io_uring_sqe_set_data64(sqe, r.tag);
-      ++fixed_ios_;
+      fixed_ios_.fetch_add(1, std::memory_order_relaxed);
       return;
     }
   }
@@ -288,7 +289,8 @@ class UringBackend final : public IoBackend {
   bool submit_error_logged_ = false;
   std::deque<IoCompletion> inline_done_;
   std::vector<FixedRegion> fixed_;
-  uint64_t fixed_ios_ = 0;
+  // Written by the engine thread, read by Metrics() from any thread.
+  std::atomic<uint64_t> fixed_ios_{0};
 };
 
 }  // namespace

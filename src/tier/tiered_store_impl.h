@@ -1,81 +1,49 @@
-// The TieredStore implementation, split over tiered_store_*.cc by concern:
-// open (setup), lookup (prefix walk, secondary verdicts, promotions), jobs
-// (store, load, prefetch), progress (completion handling on the progress
-// thread) and metrics.
+// The TieredStore implementation: orchestration over three parts, each with
+// one job and testable alone:
+//  - RequestTable (request_table.h): per-request state (chunk keys,
+//    offloadable range, tier verdicts, pins, promotion sources);
+//  - JobTable (job_table.h): the caller's transfer jobs, their pending
+//    chunks, the Stager copies serving them and the results to poll;
+//  - TierRouter (tier_router.h): the secondary tiers, their job records and
+//    counters, and the order that picks a tier for a lookup, a prefetch
+//    cascade and a write-through.
+// This class owns the CPU tier, the region and the Stager, and ties them
+// together, split over tiered_store_*.cc by concern: open (setup), lookup
+// (prefix walk, secondary verdicts, promotions), jobs (store, load,
+// prefetch), progress (completion handling on the progress thread) and
+// metrics.
 //
-// Concurrency: one mutex (mu_) guards all state. Completions arrive from the
-// Stager's and the fs tiers' threads as a bare wake-up (Wake()); the progress
-// thread then polls them and applies them under mu_. Jobs are submitted to
-// the Stager and the fs tiers under mu_ (their Submit never blocks on I/O),
-// and the record of a submission is written before mu_ is released, so a
-// completion can never be applied before its record exists.
+// Concurrency: one mutex (mu_) guards all state, the three parts included
+// (they are not thread-safe themselves). Every operation touches at least
+// two of them at once (a store: request, job, CPU tier; a completion: job
+// or tier record, CPU tier, request), so locks of their own would be taken
+// together every time and only add ordering rules; what runs long (I/O,
+// copies) already runs outside mu_ in the Stager and the fs tiers.
+// Completions arrive from the Stager's and the fs tiers' threads as a bare
+// wake-up (Wake()); the progress thread then polls them without mu_ (the
+// tier list is fixed after Init) and applies them under mu_. Jobs are
+// submitted to the Stager and the fs tiers under mu_ (their Submit never
+// blocks on I/O), and the record of a submission is written before mu_ is
+// released, so a completion can never be applied before its record exists.
 #pragma once
 
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <optional>
+#include <span>
 #include <thread>
-#include <unordered_map>
 #include <vector>
 
 #include "kvtier/tiered_store.h"
 #include "tier/cpu_tier.h"
 #include "tier/host_region.h"
+#include "tier/job_table.h"
+#include "tier/request_table.h"
 #include "tier/stager.h"
+#include "tier/tier_router.h"
 
 namespace kvtier::internal {
-
-// What one secondary tier said about a key, for one request.
-enum class TierVerdict : uint8_t { kUnknown, kInFlight, kHit, kMiss };
-
-struct RequestState {
-  RequestSpec spec;
-  uint64_t offload_limit_tokens = 0;  // chunks ending beyond this are not stored
-  // Per key, one verdict per secondary tier (kept while the request lives).
-  std::unordered_map<OffloadKey, std::vector<TierVerdict>, OffloadKeyHasher> verdicts;
-  OffloadKeySet pinned;  // keys this request holds a pin on
-  // Keys this request's lookups promoted, and from which secondary tier
-  // (PrefixLookup::source_tier keeps naming it once the row is in CPU).
-  std::unordered_map<OffloadKey, int, OffloadKeyHasher> promoted_from;
-  // Chunks already counted in the hit/miss metrics (each chunk once, at its
-  // first definite verdict, however often the request looks up).
-  std::vector<bool> counted;
-};
-
-struct UserJob {
-  TransferKind kind = TransferKind::kLoad;
-  uint64_t request_id = 0;
-  std::vector<ChunkResult> chunks;
-  size_t outstanding = 0;  // copies or promotions still running
-};
-
-// A Stager ticket: a store (GPU->CPU) or load (CPU->GPU) of some chunks.
-struct CopyRecord {
-  CopyDirection direction = CopyDirection::kDeviceToHost;
-  uint64_t job_id = 0;
-  uint64_t request_id = 0;
-  size_t first_chunk = 0;
-  std::vector<OffloadKey> keys;
-  std::vector<size_t> index;  // position of each key in the job's chunks
-  uint64_t bytes = 0;
-};
-
-// An fs tier job started by the store.
-struct FsJobRecord {
-  enum class Kind { kWriteThrough, kPromote, kLookup } kind = Kind::kLookup;
-  std::vector<OffloadKey> keys;
-  std::vector<uint32_t> rows;  // kWriteThrough, kPromote: the CPU rows of the keys
-  uint64_t request_id = 0;    // kLookup: whose verdicts these are
-  uint64_t job_id = 0;        // kPromote from Prefetch: the user job, else 0
-  std::vector<size_t> index;  // kPromote from Prefetch: positions in the job
-};
-
-struct SecondaryTier {
-  std::string name;
-  std::unique_ptr<FsTier> fs;
-  std::unordered_map<uint64_t, FsJobRecord> jobs;  // by fs job id
-  uint64_t hits = 0, misses = 0, promotions = 0, promotions_failed = 0;
-};
 
 // Seconds during which at least one copy of a direction was in flight.
 class BusyClock {
@@ -89,6 +57,16 @@ class BusyClock {
   int in_flight_ = 0;
   Clock::time_point since_;
   double total_s_ = 0;
+};
+
+// The CPU tier's lookup and copy counters (Metrics(); the fs tiers' are in
+// TierRouter and the tiers themselves).
+struct CpuCounters {
+  uint64_t hits = 0, misses = 0;  // each request chunk once, at its first definite verdict
+  uint64_t rows_in = 0, bytes_in = 0, rows_out = 0, bytes_out = 0;
+  uint64_t stores_no_space = 0;
+  BusyClock in_clock, out_clock;  // GPU->CPU, CPU->GPU
+  BusyClock& clock(CopyDirection d) { return d == CopyDirection::kDeviceToHost ? in_clock : out_clock; }
 };
 
 class TieredStoreImpl final : public TieredStore {
@@ -113,15 +91,13 @@ class TieredStoreImpl final : public TieredStore {
   uint64_t row_bytes() const override { return row_bytes_; }
   uint32_t cpu_rows() const override { return cpu_->rows(); }
   uint32_t blocks_per_chunk() const override { return config_.blocks_per_chunk; }
-  size_t secondary_tier_count() const override { return tiers_.size(); }
-  const FsTier& secondary_tier(size_t i) const override { return *tiers_.at(i).fs; }
+  size_t secondary_tier_count() const override { return router_.size(); }
+  const FsTier& secondary_tier(size_t i) const override { return router_.tier(i); }
 
  private:
   // --- setup (tiered_store_open.cc)
   Status OpenSecondaryTiers();
   // --- lookup (tiered_store_lookup.cc); all with mu_ held
-  TierVerdict SecondaryVerdict(RequestState& req, const OffloadKey& key, int* tier,
-                               std::vector<std::vector<OffloadKey>>* to_lookup);
   PrefixLookup WalkPrefix(uint64_t request_id, RequestState& req, size_t first_chunk);
   // The walk of one Lookup call: what it must start and what it protects.
   struct Walk {
@@ -134,13 +110,11 @@ class TieredStoreImpl final : public TieredStore {
   void SubmitLookups(uint64_t request_id, std::vector<std::vector<OffloadKey>>& to_lookup);
   void SubmitPromotion(size_t tier, FsJobRecord record);
   void PinIfWanted(RequestState& req, size_t chunk, const OffloadKey& key);
-  void ForgetHitVerdicts(const OffloadKey& key);
   // --- jobs (tiered_store_jobs.cc); all with mu_ held
-  Result<RequestState*> FindRequest(uint64_t request_id);
-  Status CheckChunkRange(const RequestState& req, size_t first_chunk, std::span<const uint32_t> gpu_blocks) const;
-  uint64_t NewJob(TransferKind kind, uint64_t request_id, size_t chunks);
+  std::vector<uint32_t> PlanStoreCopies(std::span<const OffloadKey> keys, std::span<const size_t> index,
+                                        const std::optional<PreparedWrite>& prepared,
+                                        std::span<const uint32_t> gpu_blocks, CopyRecord* record);
   void SubmitCopy(CopyRecord record, std::span<const uint32_t> rows, std::vector<uint32_t> gpu_blocks);
-  void FinishChunk(uint64_t job_id, size_t index, ChunkResult result);
   void MaybeFinishJob(uint64_t job_id);
   // --- progress (tiered_store_progress.cc)
   void Wake();
@@ -157,9 +131,7 @@ class TieredStoreImpl final : public TieredStore {
 
   const TieredStoreOptions options_;
   const OffloadConfig config_;
-  const uint64_t chunk_tokens_;
   uint64_t row_bytes_ = 0;
-  uint64_t pinned_rows_max_ = 0;
 
   // Wake-ups from completion threads (never held with mu_ by those threads).
   std::mutex wake_mu_;
@@ -174,18 +146,10 @@ class TieredStoreImpl final : public TieredStore {
   std::unique_ptr<HostRegion> region_;
   std::unique_ptr<Stager> stager_;
   std::unique_ptr<CpuTier> cpu_;
-  std::vector<SecondaryTier> tiers_;
-  std::unordered_map<uint64_t, RequestState> requests_;
-  std::unordered_map<uint64_t, UserJob> jobs_;
-  std::vector<TransferResult> finished_;
-  std::unordered_map<uint64_t, CopyRecord> copies_;  // by Stager ticket
-  std::unordered_map<OffloadKey, uint32_t, OffloadKeyHasher> pin_counts_;
-  uint64_t next_job_id_ = 1;
-  uint64_t pins_refused_ = 0;
-  uint64_t stores_no_space_ = 0;
-  uint64_t cpu_hits_ = 0, cpu_misses_ = 0;
-  uint64_t rows_in_ = 0, bytes_in_ = 0, rows_out_ = 0, bytes_out_ = 0;
-  BusyClock in_clock_, out_clock_;
+  TierRouter router_;
+  RequestTable requests_;
+  JobTable jobs_;
+  CpuCounters cpu_stats_;
 
   std::thread progress_;
 };

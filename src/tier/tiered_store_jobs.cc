@@ -1,7 +1,6 @@
 // Request lifecycle and the transfer jobs: Store (GPU -> CPU, then write-
 // through), Load (CPU -> GPU) and Prefetch (secondary -> CPU).
 #include <algorithm>
-#include <limits>
 #include <string>
 
 #include "tier/tiered_store_impl.h"
@@ -9,141 +8,96 @@
 namespace kvtier::internal {
 namespace {
 
-// The tokens of a request that may be offloaded (vllm-fs-tier.md §4.4).
-uint64_t OffloadLimitTokens(const RequestSpec& spec, bool prompt_only) {
-  uint64_t limit = std::numeric_limits<uint64_t>::max();
-  if (prompt_only && spec.prompt_tokens > 0) limit = spec.prompt_tokens;
-  if (spec.max_offload_tokens) limit = std::min(limit, *spec.max_offload_tokens);
-  return limit;
-}
-
 ChunkResult Outcome(ChunkOutcome outcome, Status status = Status::Ok()) { return ChunkResult{outcome, std::move(status)}; }
 
 }  // namespace
 
-Result<RequestState*> TieredStoreImpl::FindRequest(uint64_t request_id) {
-  auto it = requests_.find(request_id);
-  if (it == requests_.end()) {
-    return Status(StatusCode::kNotFound, "request " + std::to_string(request_id) + " was not started (or finished)");
-  }
-  return &it->second;
-}
-
 Status TieredStoreImpl::StartRequest(uint64_t request_id, RequestSpec spec) {
-  if (request_id == 0) return Status(StatusCode::kInvalidArgument, "request id 0 is reserved");
   std::lock_guard lock(mu_);
-  if (requests_.contains(request_id)) {
-    return Status(StatusCode::kInvalidArgument, "request " + std::to_string(request_id) + " is already started");
-  }
-  RequestState& req = requests_[request_id];
-  req.offload_limit_tokens = OffloadLimitTokens(spec, config_.offload_prompt_only);
-  req.counted.assign(spec.chunk_keys.size(), false);
-  req.spec = std::move(spec);
-  return Status::Ok();
+  return requests_.Start(request_id, std::move(spec));
 }
 
 Status TieredStoreImpl::AppendChunkKeys(uint64_t request_id, std::span<const OffloadKey> keys) {
   std::lock_guard lock(mu_);
-  KVTIER_ASSIGN_OR_RETURN(RequestState * req, FindRequest(request_id));
-  req->spec.chunk_keys.insert(req->spec.chunk_keys.end(), keys.begin(), keys.end());
-  req->counted.resize(req->spec.chunk_keys.size(), false);
-  return Status::Ok();
+  return requests_.Append(request_id, keys);
 }
 
 Status TieredStoreImpl::FinishRequest(uint64_t request_id) {
   std::lock_guard lock(mu_);
-  KVTIER_ASSIGN_OR_RETURN(RequestState * req, FindRequest(request_id));
-  for (const OffloadKey& key : req->pinned) {
-    auto it = pin_counts_.find(key);
-    if (--it->second > 0) continue;
-    pin_counts_.erase(it);
+  KVTIER_ASSIGN_OR_RETURN(const std::vector<OffloadKey> unpinned, requests_.Finish(request_id));
+  for (const OffloadKey& key : unpinned) {
     const OffloadKey keys[] = {key};
     cpu_->Release(keys);
   }
-  requests_.erase(request_id);
   return Status::Ok();
-}
-
-Status TieredStoreImpl::CheckChunkRange(const RequestState& req, size_t first_chunk,
-                                        std::span<const uint32_t> gpu_blocks) const {
-  const size_t bpc = config_.blocks_per_chunk;
-  if (gpu_blocks.empty() || gpu_blocks.size() % bpc != 0) {
-    return Status(StatusCode::kInvalidArgument, "gpu_blocks must hold a positive multiple of blocks_per_chunk (" +
-                                                    std::to_string(bpc) + ") ids, got " +
-                                                    std::to_string(gpu_blocks.size()));
-  }
-  const size_t n = gpu_blocks.size() / bpc;
-  if (first_chunk > req.spec.chunk_keys.size() || n > req.spec.chunk_keys.size() - first_chunk) {
-    return Status(StatusCode::kInvalidArgument, "chunks [" + std::to_string(first_chunk) + ", " +
-                                                    std::to_string(first_chunk + n) + ") are beyond the request's " +
-                                                    std::to_string(req.spec.chunk_keys.size()) + " chunk keys");
-  }
-  return Status::Ok();
-}
-
-uint64_t TieredStoreImpl::NewJob(TransferKind kind, uint64_t request_id, size_t chunks) {
-  const uint64_t id = next_job_id_++;
-  UserJob& job = jobs_[id];
-  job.kind = kind;
-  job.request_id = request_id;
-  job.chunks.resize(chunks);
-  return id;
 }
 
 Result<uint64_t> TieredStoreImpl::Store(uint64_t request_id, size_t first_chunk, std::span<const uint32_t> gpu_blocks) {
   std::lock_guard lock(mu_);
-  KVTIER_ASSIGN_OR_RETURN(RequestState * req, FindRequest(request_id));
-  KVTIER_RETURN_IF_ERROR(CheckChunkRange(*req, first_chunk, gpu_blocks));
+  KVTIER_ASSIGN_OR_RETURN(RequestState * req, requests_.Find(request_id));
   const size_t bpc = config_.blocks_per_chunk, n = gpu_blocks.size() / bpc;
-  const uint64_t job_id = NewJob(TransferKind::kStore, request_id, n);
-  UserJob& job = jobs_[job_id];
+  KVTIER_RETURN_IF_ERROR(requests_.CheckChunkRange(*req, first_chunk, gpu_blocks.size(), bpc));
+  const uint64_t job_id = jobs_.Create(TransferKind::kStore, request_id, n);
   std::vector<OffloadKey> keys;  // the chunks within the offloadable range
+  std::vector<size_t> index;     // their positions in the job
   for (size_t i = 0; i < n; ++i) {
-    if ((first_chunk + i + 1) * chunk_tokens_ > req->offload_limit_tokens) {
-      job.chunks[i] = Outcome(ChunkOutcome::kNotOffloaded);
+    if (requests_.Offloadable(*req, first_chunk + i)) {
+      keys.push_back(req->chunk_keys()[first_chunk + i]);
+      index.push_back(i);
     } else {
-      keys.push_back(req->spec.chunk_keys[first_chunk + i]);
+      jobs_.Settle(job_id, i, Outcome(ChunkOutcome::kNotOffloaded));
     }
   }
   std::optional<PreparedWrite> prepared = cpu_->PrepareWrite(keys, /*apply_threshold=*/true);
   CopyRecord record{CopyDirection::kDeviceToHost, job_id, request_id, first_chunk, {}, {}, 0};
-  std::vector<uint32_t> blocks;
-  for (size_t i = 0, k = 0; i < n; ++i) {
-    if (job.chunks[i].outcome == ChunkOutcome::kNotOffloaded) continue;
-    const size_t d = k++;
-    if (!prepared) {
-      ++stores_no_space_;
-      job.chunks[i] = Outcome(ChunkOutcome::kNoSpace,
-                              Status(StatusCode::kNoSpace, "no CPU row could be freed for " + std::to_string(keys.size()) +
-                                                               " chunks (the CPU tier has " +
-                                                               std::to_string(cpu_->rows()) + " rows)"));
-    } else if (prepared->disposition[d] == WriteDisposition::kPresent) {
-      job.chunks[i] = Outcome(ChunkOutcome::kAlreadyCached);
-    } else if (prepared->disposition[d] == WriteDisposition::kBelowThreshold) {
-      job.chunks[i] = Outcome(ChunkOutcome::kNotOffloaded);
-    } else {
-      record.keys.push_back(keys[d]);
-      record.index.push_back(i);
-      blocks.insert(blocks.end(), gpu_blocks.begin() + i * bpc, gpu_blocks.begin() + (i + 1) * bpc);
-    }
-  }
+  std::vector<uint32_t> blocks = PlanStoreCopies(keys, index, prepared, gpu_blocks, &record);
   if (!record.keys.empty()) SubmitCopy(std::move(record), prepared->rows, std::move(blocks));
   MaybeFinishJob(job_id);
   return job_id;
 }
 
+// With mu_ held. Settles the offloadable chunks of a store that need no copy
+// (no row free, already cached, below store_threshold); the others join
+// `record`, and their GPU blocks are returned in the same order.
+std::vector<uint32_t> TieredStoreImpl::PlanStoreCopies(std::span<const OffloadKey> keys, std::span<const size_t> index,
+                                                       const std::optional<PreparedWrite>& prepared,
+                                                       std::span<const uint32_t> gpu_blocks, CopyRecord* record) {
+  const size_t bpc = config_.blocks_per_chunk;
+  std::vector<uint32_t> blocks;
+  for (size_t d = 0; d < keys.size(); ++d) {
+    const size_t i = index[d];
+    if (!prepared) {
+      ++cpu_stats_.stores_no_space;
+      jobs_.Settle(record->job_id, i,
+                   Outcome(ChunkOutcome::kNoSpace,
+                           Status(StatusCode::kNoSpace, "no CPU row could be freed for " + std::to_string(keys.size()) +
+                                                            " chunks (the CPU tier has " +
+                                                            std::to_string(cpu_->rows()) + " rows)")));
+    } else if (prepared->disposition[d] == WriteDisposition::kPresent) {
+      jobs_.Settle(record->job_id, i, Outcome(ChunkOutcome::kAlreadyCached));
+    } else if (prepared->disposition[d] == WriteDisposition::kBelowThreshold) {
+      jobs_.Settle(record->job_id, i, Outcome(ChunkOutcome::kNotOffloaded));
+    } else {
+      record->keys.push_back(keys[d]);
+      record->index.push_back(i);
+      blocks.insert(blocks.end(), gpu_blocks.begin() + i * bpc, gpu_blocks.begin() + (i + 1) * bpc);
+    }
+  }
+  return blocks;
+}
+
 Result<uint64_t> TieredStoreImpl::Load(uint64_t request_id, size_t first_chunk, std::span<const uint32_t> gpu_blocks) {
   std::lock_guard lock(mu_);
-  KVTIER_ASSIGN_OR_RETURN(RequestState * req, FindRequest(request_id));
-  KVTIER_RETURN_IF_ERROR(CheckChunkRange(*req, first_chunk, gpu_blocks));
+  KVTIER_ASSIGN_OR_RETURN(RequestState * req, requests_.Find(request_id));
   const size_t bpc = config_.blocks_per_chunk, n = gpu_blocks.size() / bpc;
-  const uint64_t job_id = NewJob(TransferKind::kLoad, request_id, n);
+  KVTIER_RETURN_IF_ERROR(requests_.CheckChunkRange(*req, first_chunk, gpu_blocks.size(), bpc));
+  const uint64_t job_id = jobs_.Create(TransferKind::kLoad, request_id, n);
   CopyRecord record{CopyDirection::kHostToDevice, job_id, request_id, first_chunk, {}, {}, 0};
   for (size_t i = 0; i < n; ++i) {
-    const OffloadKey& key = req->spec.chunk_keys[first_chunk + i];
+    const OffloadKey& key = req->chunk_keys()[first_chunk + i];
     if (!cpu_->ReadyRow(key)) {
       // This chunk and every later one: a load serves a prefix only.
-      for (size_t j = i; j < n; ++j) jobs_[job_id].chunks[j] = Outcome(ChunkOutcome::kMiss);
+      for (size_t j = i; j < n; ++j) jobs_.Settle(job_id, j, Outcome(ChunkOutcome::kMiss));
       break;
     }
     record.keys.push_back(key);
@@ -161,29 +115,28 @@ Result<uint64_t> TieredStoreImpl::Load(uint64_t request_id, size_t first_chunk, 
 
 Result<uint64_t> TieredStoreImpl::Prefetch(std::span<const OffloadKey> keys) {
   std::lock_guard lock(mu_);
-  const uint64_t job_id = NewJob(TransferKind::kPrefetch, 0, keys.size());
-  UserJob& job = jobs_[job_id];
+  const uint64_t job_id = jobs_.Create(TransferKind::kPrefetch, 0, keys.size());
   FsJobRecord batch{FsJobRecord::Kind::kPromote, {}, {}, 0, job_id, {}};
   for (size_t i = 0; i < keys.size(); ++i) {
     if (cpu_->Contains(keys[i])) {
-      job.chunks[i] = Outcome(ChunkOutcome::kAlreadyCached);
+      jobs_.Settle(job_id, i, Outcome(ChunkOutcome::kAlreadyCached));
       continue;
     }
-    if (tiers_.empty()) {
-      job.chunks[i] = Outcome(ChunkOutcome::kMiss);
+    if (router_.empty()) {
+      jobs_.Settle(job_id, i, Outcome(ChunkOutcome::kMiss));
       continue;
     }
     const OffloadKey one[] = {keys[i]};
     std::optional<PreparedWrite> prepared = cpu_->PrepareWrite(one, /*apply_threshold=*/false);
     if (!prepared || prepared->rows.empty()) {
-      job.chunks[i] = Outcome(ChunkOutcome::kNoSpace, Status(StatusCode::kNoSpace, "no CPU row could be freed"));
+      jobs_.Settle(job_id, i, Outcome(ChunkOutcome::kNoSpace, Status(StatusCode::kNoSpace, "no CPU row could be freed")));
       continue;
     }
     batch.keys.push_back(keys[i]);
     batch.rows.push_back(prepared->rows[0]);
     batch.index.push_back(i);
   }
-  job.outstanding += batch.keys.size();
+  for (size_t i : batch.index) jobs_.Expect(job_id, i);
   if (!batch.keys.empty()) SubmitPromotion(0, std::move(batch));
   MaybeFinishJob(job_id);
   return job_id;
@@ -195,44 +148,28 @@ void TieredStoreImpl::SubmitCopy(CopyRecord record, std::span<const uint32_t> ro
   ptrs.reserve(rows.size());
   for (uint32_t row : rows) ptrs.push_back(RowPtr(row));
   record.bytes = rows.size() * row_bytes_;
-  UserJob& job = jobs_[record.job_id];
+  for (size_t k : record.index) jobs_.Expect(record.job_id, k);
   Result<uint64_t> ticket = stager_->Submit(record.direction, ptrs, gpu_blocks);
   if (!ticket.ok()) {
-    job.outstanding += record.keys.size();
     OnCopyFinished(record, ticket.status());
     return;
   }
-  job.outstanding += record.keys.size();
-  (record.direction == CopyDirection::kDeviceToHost ? in_clock_ : out_clock_).Start();
-  copies_.emplace(*ticket, std::move(record));
+  cpu_stats_.clock(record.direction).Start();
+  jobs_.AddCopy(*ticket, std::move(record));
 }
 
-void TieredStoreImpl::FinishChunk(uint64_t job_id, size_t index, ChunkResult result) {
-  UserJob& job = jobs_.at(job_id);
-  job.chunks[index] = std::move(result);
-  --job.outstanding;
-}
-
-// With mu_ held. Moves a job with nothing outstanding to the finished list.
+// With mu_ held. Moves a job with nothing pending to the finished list.
 void TieredStoreImpl::MaybeFinishJob(uint64_t job_id) {
-  auto it = jobs_.find(job_id);
-  if (it == jobs_.end() || it->second.outstanding > 0) return;
-  finished_.push_back(TransferResult{job_id, it->second.kind, it->second.request_id, std::move(it->second.chunks)});
-  jobs_.erase(it);
-  changed_cv_.notify_all();
+  if (jobs_.FinishIfDone(job_id)) changed_cv_.notify_all();
 }
 
 size_t TieredStoreImpl::PollFinished(std::vector<TransferResult>* out) {
   std::lock_guard lock(mu_);
-  const size_t n = finished_.size();
-  for (TransferResult& r : finished_) out->push_back(std::move(r));
-  finished_.clear();
-  return n;
+  return jobs_.Poll(out);
 }
 
 bool TieredStoreImpl::IdleLocked() const {
-  if (!jobs_.empty() || !copies_.empty()) return false;
-  return std::all_of(tiers_.begin(), tiers_.end(), [](const SecondaryTier& t) { return t.jobs.empty(); });
+  return jobs_.Idle() && router_.Idle();
 }
 
 Status TieredStoreImpl::WaitIdle(uint32_t timeout_ms) {

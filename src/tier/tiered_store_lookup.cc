@@ -6,45 +6,27 @@
 
 namespace kvtier::internal {
 
-// With mu_ held. Starts lookups for tiers that have no verdict yet; answers
-// for the first tier (in order) that is not a miss.
-TierVerdict TieredStoreImpl::SecondaryVerdict(RequestState& req, const OffloadKey& key, int* tier,
-                                              std::vector<std::vector<OffloadKey>>* to_lookup) {
-  std::vector<TierVerdict>& verdicts = req.verdicts[key];
-  verdicts.resize(tiers_.size(), TierVerdict::kUnknown);
-  for (size_t t = 0; t < tiers_.size(); ++t) {
-    if (verdicts[t] != TierVerdict::kUnknown) continue;
-    verdicts[t] = TierVerdict::kInFlight;
-    (*to_lookup)[t].push_back(key);
-  }
-  for (size_t t = 0; t < tiers_.size(); ++t) {
-    if (verdicts[t] == TierVerdict::kMiss) continue;
-    *tier = static_cast<int>(t);
-    return verdicts[t] == TierVerdict::kHit ? TierVerdict::kHit : TierVerdict::kInFlight;
-  }
-  return TierVerdict::kMiss;
-}
-
-// With mu_ held. The verdict of a key the CPU tier does not hold; a secondary
-// hit reserves a not-ready CPU row and joins that tier's promotion batch.
+// With mu_ held. The verdict of a key the CPU tier does not hold: the
+// request's tier verdicts (lookups start for tiers that have none yet), the
+// first tier that is not a miss answering. A secondary hit reserves a
+// not-ready CPU row and joins that tier's promotion batch.
 ChunkVerdict TieredStoreImpl::SecondaryLookup(RequestState& req, const OffloadKey& key, int* source, Walk* walk) {
-  if (tiers_.empty()) return ChunkVerdict::kMiss;
-  int tier = -1;
-  const TierVerdict verdict = SecondaryVerdict(req, key, &tier, &walk->to_lookup);
-  if (verdict == TierVerdict::kInFlight) return ChunkVerdict::kRetry;
-  if (verdict == TierVerdict::kMiss) return ChunkVerdict::kMiss;
+  if (router_.empty()) return ChunkVerdict::kMiss;
+  const TierRouter::Route route = TierRouter::FirstAnswer(requests_.AskTiers(req, key, &walk->to_lookup));
+  if (route.verdict == TierVerdict::kInFlight) return ChunkVerdict::kRetry;
+  if (route.verdict == TierVerdict::kMiss) return ChunkVerdict::kMiss;
   const OffloadKey keys[] = {key};
   std::optional<PreparedWrite> prepared = cpu_->PrepareWrite(keys, /*apply_threshold=*/false, &walk->walked);
-  SecondaryTier& from = tiers_[static_cast<size_t>(tier)];
+  const size_t tier = static_cast<size_t>(route.tier);
   if (!prepared || prepared->rows.empty()) {
-    ++from.promotions_failed;  // no CPU row could be freed: a miss, as in vLLM
+    router_.CountPromotion(tier, /*ok=*/false);  // no CPU row could be freed: a miss, as in vLLM
     return ChunkVerdict::kMiss;
   }
-  FsJobRecord& batch = walk->promote[static_cast<size_t>(tier)];
+  FsJobRecord& batch = walk->promote[tier];
   batch.keys.push_back(key);
   batch.rows.push_back(prepared->rows[0]);
-  *source = tier + 1;
-  req.promoted_from[key] = tier + 1;
+  *source = route.tier + 1;
+  requests_.NotePromotion(req, key, *source);
   return ChunkVerdict::kHitPending;
 }
 
@@ -52,43 +34,31 @@ ChunkVerdict TieredStoreImpl::SecondaryLookup(RequestState& req, const OffloadKe
 // definite verdict: a CPU hit, a hit in secondary tier t (the tiers before it
 // missed), or a miss everywhere.
 void TieredStoreImpl::CountVerdict(RequestState& req, size_t chunk, ChunkVerdict verdict, int source) {
-  if (verdict == ChunkVerdict::kRetry || req.counted[chunk]) return;
-  req.counted[chunk] = true;
+  if (verdict == ChunkVerdict::kRetry || !requests_.FirstCount(req, chunk)) return;
   if (source == 0) {
-    ++cpu_hits_;
+    ++cpu_stats_.hits;
     return;
   }
-  ++cpu_misses_;
-  const size_t missed = source > 0 ? static_cast<size_t>(source - 1) : tiers_.size();
-  for (size_t t = 0; t < missed; ++t) ++tiers_[t].misses;
-  if (source > 0) ++tiers_[static_cast<size_t>(source - 1)].hits;
+  ++cpu_stats_.misses;
+  router_.CountLookup(source > 0 ? std::optional<size_t>(source - 1) : std::nullopt);
 }
 
-// With mu_ held. Pins a ready row the request asked to keep resident.
+// With mu_ held. Pins a ready row the request asked to keep resident: the
+// first pin of a key holds its row until the last pinning request finishes.
 void TieredStoreImpl::PinIfWanted(RequestState& req, size_t chunk, const OffloadKey& key) {
-  if ((chunk + 1) * chunk_tokens_ > req.spec.pin_tokens || req.pinned.contains(key)) return;
-  auto it = pin_counts_.find(key);
-  if (it == pin_counts_.end()) {
-    if (pin_counts_.size() >= pinned_rows_max_) {
-      ++pins_refused_;
-      return;
-    }
-    const OffloadKey keys[] = {key};
-    cpu_->Acquire(keys);
-    it = pin_counts_.emplace(key, 0).first;
-  }
-  ++it->second;
-  req.pinned.insert(key);
+  if (requests_.Pin(req, chunk, key) != PinResult::kFirst) return;
+  const OffloadKey keys[] = {key};
+  cpu_->Acquire(keys);
 }
 
 PrefixLookup TieredStoreImpl::WalkPrefix(uint64_t request_id, RequestState& req, size_t first_chunk) {
   PrefixLookup out;
   Walk walk;
-  walk.to_lookup.resize(tiers_.size());
-  walk.promote.assign(tiers_.size(), FsJobRecord{FsJobRecord::Kind::kPromote, {}, {}, 0, 0, {}});
+  walk.to_lookup.resize(router_.size());
+  walk.promote.assign(router_.size(), FsJobRecord{FsJobRecord::Kind::kPromote, {}, {}, 0, 0, {}});
   bool leading = true;  // still in the leading run of hits
-  for (size_t i = first_chunk; i < req.spec.chunk_keys.size(); ++i) {
-    const OffloadKey& key = req.spec.chunk_keys[i];
+  for (size_t i = first_chunk; i < req.chunk_keys().size(); ++i) {
+    const OffloadKey& key = req.chunk_keys()[i];
     walk.walked.insert(key);
     ChunkVerdict verdict = ChunkVerdict::kHitPending;
     int source = 0;
@@ -104,10 +74,7 @@ PrefixLookup TieredStoreImpl::WalkPrefix(uint64_t request_id, RequestState& req,
         verdict = SecondaryLookup(req, key, &source, &walk);
         break;
     }
-    if (source == 0) {
-      auto origin = req.promoted_from.find(key);
-      if (origin != req.promoted_from.end()) source = origin->second;
-    }
+    if (source == 0) source = requests_.PromotedFrom(req, key);  // 0 unless promoted for it
     CountVerdict(req, i, verdict, source);
     out.verdicts.push_back(verdict);
     out.source_tier.push_back(source);
@@ -117,56 +84,34 @@ PrefixLookup TieredStoreImpl::WalkPrefix(uint64_t request_id, RequestState& req,
     if (verdict != ChunkVerdict::kHit) out.pending = true;
   }
   SubmitLookups(request_id, walk.to_lookup);
-  for (size_t t = 0; t < tiers_.size(); ++t) {
+  for (size_t t = 0; t < router_.size(); ++t) {
     if (!walk.promote[t].keys.empty()) SubmitPromotion(t, std::move(walk.promote[t]));
   }
   return out;
 }
 
 void TieredStoreImpl::SubmitLookups(uint64_t request_id, std::vector<std::vector<OffloadKey>>& to_lookup) {
-  for (size_t t = 0; t < tiers_.size(); ++t) {
+  for (size_t t = 0; t < router_.size(); ++t) {
     if (to_lookup[t].empty()) continue;
-    Result<uint64_t> id = tiers_[t].fs->SubmitLookup(to_lookup[t]);
-    if (id.ok()) {
-      tiers_[t].jobs.emplace(*id, FsJobRecord{FsJobRecord::Kind::kLookup, std::move(to_lookup[t]), {}, request_id, 0, {}});
-      continue;
-    }
+    FsJobRecord record{FsJobRecord::Kind::kLookup, std::move(to_lookup[t]), {}, request_id, 0, {}};
+    if (router_.Submit(t, record).ok()) continue;
     // A lookup that cannot start counts as a miss (as vLLM's failing batch_lookup).
-    RequestState& req = requests_.at(request_id);
-    for (const OffloadKey& key : to_lookup[t]) req.verdicts[key][t] = TierVerdict::kMiss;
+    for (const OffloadKey& key : record.keys) requests_.SetVerdict(request_id, key, t, TierVerdict::kMiss);
   }
 }
 
 // With mu_ held. The rows were reserved by PrepareWrite (not ready).
 void TieredStoreImpl::SubmitPromotion(size_t tier, FsJobRecord record) {
-  std::vector<std::span<uint8_t>> rows;
-  rows.reserve(record.rows.size());
-  for (uint32_t row : record.rows) rows.emplace_back(RowPtr(row), row_bytes_);
-  Result<uint64_t> id = tiers_[tier].fs->SubmitLoad(record.keys, rows);
-  if (id.ok()) {
-    tiers_[tier].jobs.emplace(*id, std::move(record));
-    return;
-  }
+  const Status submitted = router_.Submit(tier, record);
+  if (submitted.ok()) return;
   // Nothing was read: give the rows back and report the failure.
-  JobResult failed{0, JobKind::kLoad, std::vector<KeyResult>(record.keys.size(), KeyResult{KeyOutcome::kError, id.status()})};
+  JobResult failed{0, JobKind::kLoad, std::vector<KeyResult>(record.keys.size(), KeyResult{KeyOutcome::kError, submitted})};
   OnPromotionFinished(tier, record, failed);
-}
-
-// With mu_ held. A promotion of `key` failed: drop the hit verdicts that
-// started it, so the next lookup asks the tiers again.
-void TieredStoreImpl::ForgetHitVerdicts(const OffloadKey& key) {
-  for (auto& [id, req] : requests_) {
-    auto it = req.verdicts.find(key);
-    if (it == req.verdicts.end()) continue;
-    for (TierVerdict& v : it->second) {
-      if (v == TierVerdict::kHit) v = TierVerdict::kUnknown;
-    }
-  }
 }
 
 Result<PrefixLookup> TieredStoreImpl::Lookup(uint64_t request_id, size_t first_chunk) {
   std::lock_guard lock(mu_);
-  KVTIER_ASSIGN_OR_RETURN(RequestState * req, FindRequest(request_id));
+  KVTIER_ASSIGN_OR_RETURN(RequestState * req, requests_.Find(request_id));
   return WalkPrefix(request_id, *req, first_chunk);
 }
 
@@ -174,7 +119,7 @@ Result<PrefixLookup> TieredStoreImpl::LookupWait(uint64_t request_id, size_t fir
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   std::unique_lock lock(mu_);
   while (true) {
-    KVTIER_ASSIGN_OR_RETURN(RequestState * req, FindRequest(request_id));
+    KVTIER_ASSIGN_OR_RETURN(RequestState * req, requests_.Find(request_id));
     PrefixLookup out = WalkPrefix(request_id, *req, first_chunk);
     if (!out.pending) return out;
     if (changed_cv_.wait_until(lock, deadline) == std::cv_status::timeout) return out;

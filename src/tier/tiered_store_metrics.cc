@@ -61,33 +61,22 @@ TieredStoreMetrics TieredStoreImpl::Metrics() const {
   std::lock_guard lock(mu_);
   TieredStoreMetrics m;
   m.row_bytes = row_bytes_;
-  m.pins_refused = pins_refused_;
+  m.pins_refused = requests_.pins_refused();
   TierUsage cpu;
   cpu.name = "cpu";
-  cpu.hits = cpu_hits_;
-  cpu.misses = cpu_misses_;
-  cpu.rows_in = rows_in_, cpu.bytes_in = bytes_in_, cpu.rows_out = rows_out_, cpu.bytes_out = bytes_out_;
-  cpu.in_busy_s = in_clock_.seconds(), cpu.out_busy_s = out_clock_.seconds();
+  const CpuCounters& c = cpu_stats_;
+  cpu.hits = c.hits;
+  cpu.misses = c.misses;
+  cpu.rows_in = c.rows_in, cpu.bytes_in = c.bytes_in, cpu.rows_out = c.rows_out, cpu.bytes_out = c.bytes_out;
+  cpu.in_busy_s = c.in_clock.seconds(), cpu.out_busy_s = c.out_clock.seconds();
   cpu.rows = cpu_->rows();
   cpu.rows_used = cpu_->used_rows();
   cpu.usage = static_cast<double>(cpu.rows_used) / static_cast<double>(cpu.rows);
-  cpu.rows_pinned = pin_counts_.size();
+  cpu.rows_pinned = requests_.pinned_keys();
   cpu.rows_evicted = cpu_->counters().rows_evicted;
-  cpu.stores_no_space = stores_no_space_;
+  cpu.stores_no_space = c.stores_no_space;
   m.tiers.push_back(cpu);
-  for (const SecondaryTier& tier : tiers_) {
-    const FsTierMetrics fs = tier.fs->Metrics();
-    TierUsage u;
-    u.name = tier.name;
-    u.hits = tier.hits, u.misses = tier.misses;
-    u.promotions = tier.promotions, u.promotions_failed = tier.promotions_failed;
-    u.rows_in = fs.rows_stored, u.bytes_in = fs.bytes_stored;
-    u.rows_out = fs.rows_loaded, u.bytes_out = fs.bytes_loaded;
-    u.stores_dropped = fs.rows_dropped;
-    u.stores_failed = fs.store_errors;
-    u.stores_skipped = fs.rows_skipped_exists;
-    m.tiers.push_back(u);
-  }
+  for (size_t t = 0; t < router_.size(); ++t) m.tiers.push_back(router_.Usage(t));
   return m;
 }
 
@@ -117,7 +106,7 @@ std::string TieredStoreImpl::PrometheusText() const {
   }
   Family(&own, "kvtier_cpu_pins_refused_total", "counter", "tier=\"cpu\"", static_cast<double>(m.pins_refused));
   texts.push_back(std::move(own));
-  for (const SecondaryTier& tier : tiers_) texts.push_back(tier.fs->PrometheusText(tier.name));
+  for (size_t t = 0; t < router_.size(); ++t) texts.push_back(router_.PrometheusText(t));
   return MergeExpositions(texts);
 }
 

@@ -73,7 +73,8 @@ GpuCopyMode ToGpuCopyMode(GpuCopy copy) {
 TieredStoreImpl::TieredStoreImpl(const TieredStoreOptions& options, const OffloadConfig& config)
     : options_(options),
       config_(config),
-      chunk_tokens_(uint64_t{options.engine.gpu_block_size_tokens} * config.blocks_per_chunk) {}
+      requests_({uint64_t{options.engine.gpu_block_size_tokens} * config.blocks_per_chunk, config.offload_prompt_only,
+                 config.secondary_tiers.size()}) {}
 
 Status TieredStoreImpl::Init() {
   // The row size comes from the layout; the stager is created once the
@@ -96,7 +97,8 @@ Status TieredStoreImpl::Init() {
   KVTIER_ASSIGN_OR_RETURN(stager_, Stager::Create(std::move(stager)));
   cpu_ = std::make_unique<CpuTier>(config_.eviction_policy, static_cast<uint32_t>(rows), config_.store_threshold,
                                    config_.max_tracker_size);
-  pinned_rows_max_ = options_.pinned_bytes_max / row_bytes_;
+  requests_.set_pin_rows_max(options_.pinned_bytes_max / row_bytes_);
+  router_.AttachRows(region_->bytes(), row_bytes_);
   KVTIER_RETURN_IF_ERROR(OpenSecondaryTiers());
   progress_ = std::thread([this] { ProgressLoop(); });
   return Status::Ok();
@@ -117,7 +119,7 @@ Status TieredStoreImpl::OpenSecondaryTiers() {
       return Status(tier.status().code(), "secondary_tiers[" + std::to_string(i) + "] (" + fs.root_dir +
                                               "): " + tier.status().message());
     }
-    tiers_.push_back(SecondaryTier{"fs" + std::to_string(i), std::move(tier).value(), {}, 0, 0, 0, 0});
+    router_.AddTier("fs" + std::to_string(i), std::move(tier).value());
   }
   return Status::Ok();
 }

@@ -17,7 +17,7 @@ void TieredStoreImpl::Wake() {
 
 void TieredStoreImpl::ProgressLoop() {
   std::vector<FinishedCopy> copies;
-  std::vector<std::vector<JobResult>> fs_results(tiers_.size());
+  std::vector<std::vector<JobResult>> fs_results(router_.size());
   while (true) {
     {
       std::unique_lock lock(wake_mu_);
@@ -29,9 +29,9 @@ void TieredStoreImpl::ProgressLoop() {
     // submitter holds mu_ until its record exists (see the header).
     copies.clear();
     stager_->PollFinished(&copies);
-    for (size_t t = 0; t < tiers_.size(); ++t) {
+    for (size_t t = 0; t < router_.size(); ++t) {
       fs_results[t].clear();
-      tiers_[t].fs->PollFinished(&fs_results[t]);
+      router_.Poll(t, &fs_results[t]);
     }
     std::lock_guard lock(mu_);
     ApplyCompletions(copies, fs_results);
@@ -42,20 +42,15 @@ void TieredStoreImpl::ProgressLoop() {
 void TieredStoreImpl::ApplyCompletions(std::vector<FinishedCopy>& copies,
                                        std::vector<std::vector<JobResult>>& fs_results) {
   for (FinishedCopy& done : copies) {
-    auto it = copies_.find(done.ticket);
-    if (it == copies_.end()) continue;
-    CopyRecord record = std::move(it->second);
-    copies_.erase(it);
-    (record.direction == CopyDirection::kDeviceToHost ? in_clock_ : out_clock_).Stop();
-    OnCopyFinished(record, done.status);
+    std::optional<CopyRecord> record = jobs_.TakeCopy(done.ticket);
+    if (!record) continue;
+    cpu_stats_.clock(record->direction).Stop();
+    OnCopyFinished(*record, done.status);
   }
-  for (size_t t = 0; t < tiers_.size(); ++t) {
+  for (size_t t = 0; t < router_.size(); ++t) {
     for (JobResult& result : fs_results[t]) {
-      auto it = tiers_[t].jobs.find(result.job_id);
-      if (it == tiers_[t].jobs.end()) continue;
-      FsJobRecord record = std::move(it->second);
-      tiers_[t].jobs.erase(it);
-      OnFsJobFinished(t, record, result);
+      std::optional<FsJobRecord> record = router_.Take(t, result.job_id);
+      if (record) OnFsJobFinished(t, *record, result);
     }
   }
 }
@@ -66,28 +61,28 @@ void TieredStoreImpl::OnCopyFinished(CopyRecord& record, const Status& status) {
       OnStoreCopied(record);
     } else {
       cpu_->CompleteWrite(record.keys, /*success=*/false);
-      for (size_t k : record.index) FinishChunk(record.job_id, k, ChunkResult{ChunkOutcome::kError, status});
+      for (size_t k : record.index) jobs_.Complete(record.job_id, k, ChunkResult{ChunkOutcome::kError, status});
     }
   } else {
     cpu_->Release(record.keys);
     if (status.ok()) {
-      rows_out_ += record.keys.size();
-      bytes_out_ += record.bytes;
+      cpu_stats_.rows_out += record.keys.size();
+      cpu_stats_.bytes_out += record.bytes;
     }
     const ChunkOutcome outcome = status.ok() ? ChunkOutcome::kOk : ChunkOutcome::kError;
-    for (size_t k : record.index) FinishChunk(record.job_id, k, ChunkResult{outcome, status});
+    for (size_t k : record.index) jobs_.Complete(record.job_id, k, ChunkResult{outcome, status});
   }
   MaybeFinishJob(record.job_id);
 }
 
 void TieredStoreImpl::OnStoreCopied(CopyRecord& record) {
   cpu_->CompleteWrite(record.keys, /*success=*/true);
-  rows_in_ += record.keys.size();
-  bytes_in_ += record.bytes;
-  auto req = requests_.find(record.request_id);
+  cpu_stats_.rows_in += record.keys.size();
+  cpu_stats_.bytes_in += record.bytes;
+  RequestState* req = requests_.FindOrNull(record.request_id);
   for (size_t k = 0; k < record.keys.size(); ++k) {
-    FinishChunk(record.job_id, record.index[k], ChunkResult{ChunkOutcome::kOk, Status::Ok()});
-    if (req != requests_.end()) PinIfWanted(req->second, record.first_chunk + record.index[k], record.keys[k]);
+    jobs_.Complete(record.job_id, record.index[k], ChunkResult{ChunkOutcome::kOk, Status::Ok()});
+    if (req != nullptr) PinIfWanted(*req, record.first_chunk + record.index[k], record.keys[k]);
   }
   WriteThrough(record.keys);
 }
@@ -95,18 +90,9 @@ void TieredStoreImpl::OnStoreCopied(CopyRecord& record) {
 // With mu_ held. Each secondary tier holds a reader reference on the rows
 // until its store finishes, so they cannot be evicted while being written.
 void TieredStoreImpl::WriteThrough(std::span<const OffloadKey> keys) {
-  for (SecondaryTier& tier : tiers_) {
-    std::vector<uint32_t> rows = cpu_->Acquire(keys);
-    std::vector<std::span<const uint8_t>> spans;
-    spans.reserve(rows.size());
-    for (uint32_t row : rows) spans.emplace_back(RowPtr(row), row_bytes_);
-    Result<uint64_t> id = tier.fs->SubmitStore(keys, spans);
-    if (!id.ok()) {
-      cpu_->Release(keys);
-      continue;
-    }
-    FsJobRecord record{FsJobRecord::Kind::kWriteThrough, {keys.begin(), keys.end()}, std::move(rows), 0, 0, {}};
-    tier.jobs.emplace(*id, std::move(record));
+  for (size_t t = 0; t < router_.size(); ++t) {
+    FsJobRecord record{FsJobRecord::Kind::kWriteThrough, {keys.begin(), keys.end()}, cpu_->Acquire(keys), 0, 0, {}};
+    if (!router_.Submit(t, record).ok()) cpu_->Release(keys);
   }
 }
 
@@ -134,36 +120,34 @@ void TieredStoreImpl::OnPromotionFinished(size_t tier, FsJobRecord& record, JobR
     const bool from_prefetch = record.job_id != 0;
     if (r.outcome == KeyOutcome::kOk) {
       cpu_->CompleteWrite(one, /*success=*/true);
-      ++tiers_[tier].promotions;
-      if (from_prefetch) FinishChunk(record.job_id, record.index[k], ChunkResult{ChunkOutcome::kOk, Status::Ok()});
+      router_.CountPromotion(tier, /*ok=*/true);
+      if (from_prefetch) jobs_.Complete(record.job_id, record.index[k], ChunkResult{ChunkOutcome::kOk, Status::Ok()});
       continue;
     }
-    if (from_prefetch && r.outcome == KeyOutcome::kMiss && tier + 1 < tiers_.size()) {
+    if (from_prefetch && r.outcome == KeyOutcome::kMiss && router_.NextTier(tier)) {
       next.keys.push_back(record.keys[k]);
       next.rows.push_back(record.rows[k]);
       next.index.push_back(record.index[k]);
       continue;
     }
     cpu_->CompleteWrite(one, /*success=*/false);
-    if (!from_prefetch) ++tiers_[tier].promotions_failed;  // a lookup hit whose file went away or was bad
-    ForgetHitVerdicts(record.keys[k]);
+    if (!from_prefetch) router_.CountPromotion(tier, /*ok=*/false);  // a lookup hit whose file went away or was bad
+    requests_.ForgetHits(record.keys[k]);
     if (from_prefetch) {
       const bool miss = r.outcome == KeyOutcome::kMiss || r.outcome == KeyOutcome::kCorrupt;
-      FinishChunk(record.job_id, record.index[k], ChunkResult{miss ? ChunkOutcome::kMiss : ChunkOutcome::kError, r.status});
+      jobs_.Complete(record.job_id, record.index[k], ChunkResult{miss ? ChunkOutcome::kMiss : ChunkOutcome::kError, r.status});
     }
   }
-  if (!next.keys.empty()) SubmitPromotion(tier + 1, std::move(next));
+  if (!next.keys.empty()) SubmitPromotion(*router_.NextTier(tier), std::move(next));
   if (record.job_id != 0) MaybeFinishJob(record.job_id);
 }
 
 void TieredStoreImpl::OnLookupFinished(size_t tier, FsJobRecord& record, JobResult& result) {
-  auto req = requests_.find(record.request_id);
-  if (req == requests_.end()) return;  // finished meanwhile: its verdicts are gone
   for (size_t k = 0; k < record.keys.size(); ++k) {
-    std::vector<TierVerdict>& verdicts = req->second.verdicts[record.keys[k]];
-    verdicts.resize(tiers_.size(), TierVerdict::kUnknown);
-    // A failed lookup counts as a miss, as vLLM's failing batch_lookup.
-    verdicts[tier] = result.keys[k].outcome == KeyOutcome::kOk ? TierVerdict::kHit : TierVerdict::kMiss;
+    // A failed lookup counts as a miss, as vLLM's failing batch_lookup. A
+    // request finished meanwhile has no verdicts left to set.
+    const TierVerdict verdict = result.keys[k].outcome == KeyOutcome::kOk ? TierVerdict::kHit : TierVerdict::kMiss;
+    if (!requests_.SetVerdict(record.request_id, record.keys[k], tier, verdict)) return;
   }
 }
 

@@ -4,7 +4,9 @@
 // restart); two stores on one root share rows; a file that vanishes cuts the
 // prefix there; pinned prefixes survive eviction pressure; stores beyond the
 // offloadable range or the CPU tier's capacity get clear results, not hangs;
-// rows promoted from fs are not written back; bad configs name the key.
+// rows promoted from fs are not written back; a request finished while its
+// store and its lookups run lets them finish, keeps no pin and no verdict;
+// bad configs name the key.
 // Content is seeded (the seed is printed) and compared byte for byte.
 #include "kvtier/tiered_store.h"
 
@@ -342,6 +344,53 @@ TEST_F(TieredStoreTest, PrefetchWarmsTheCpuTier) {
   ASSERT_OK_AND_ASSIGN(PrefixLookup lookup, store->Lookup(2, 0));
   EXPECT_EQ(lookup.hit_chunks, 6u);
   EXPECT_FALSE(lookup.pending) << "prefetched rows are CPU hits at once";
+}
+
+// FinishRequest while the request's store copy and fs lookups are running:
+// the jobs still report (to the request id they were started for), nothing
+// stays pinned whichever finishes first (FinishRequest usually wins the first
+// race; the second forces the copy first), the id is unknown until started
+// again, and a restarted id asks the tiers afresh.
+TEST_F(TieredStoreTest, FinishingARequestLetsItsJobsFinish) {
+  SCOPED_TRACE("seed " + std::to_string(seed_));
+  const std::vector<OffloadKey> keys = RandomKeys(4);
+  auto store = Open(Config(16, dir_.path().string()), 8 * 8192);
+  ASSERT_NE(store, nullptr);
+  ASSERT_OK(store->StartRequest(1, RequestSpec{keys, 0, std::nullopt, 4 * kChunkTokens}));
+  std::vector<uint32_t> blocks = Blocks(4);
+  FillChunks(keys, blocks);
+  ASSERT_OK_AND_ASSIGN(const uint64_t job, store->Store(1, 0, blocks));
+  ASSERT_OK(store->FinishRequest(1));
+  TransferResult stored = WaitJob(store.get(), job);
+  EXPECT_EQ(stored.request_id, 1u);
+  EXPECT_EQ(stored.OkPrefix(), 4u);
+  ASSERT_OK(store->WaitIdle(30000));
+  EXPECT_EQ(store->Metrics().tiers[0].rows_pinned, 0u) << "a finished request holds no pin";
+  // The other order, forced: the copy finishes (and pins) first.
+  const std::vector<OffloadKey> more = RandomKeys(4);
+  ASSERT_OK(store->StartRequest(3, RequestSpec{more, 0, std::nullopt, 4 * kChunkTokens}));
+  FillChunks(more, blocks);
+  EXPECT_EQ(WaitJob(store.get(), store->Store(3, 0, blocks).value()).OkPrefix(), 4u);
+  EXPECT_EQ(store->Metrics().tiers[0].rows_pinned, 4u);
+  ASSERT_OK(store->FinishRequest(3));
+  EXPECT_EQ(store->Metrics().tiers[0].rows_pinned, 0u);
+  EXPECT_EQ(store->Store(1, 0, blocks).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(store->Lookup(1, 0).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(store->FinishRequest(1).code(), StatusCode::kNotFound);
+
+  auto other = Open(Config(16, dir_.path().string()));
+  ASSERT_NE(other, nullptr);
+  ASSERT_OK(other->StartRequest(2, RequestSpec{keys, 0, std::nullopt, 0}));
+  ASSERT_OK_AND_ASSIGN(PrefixLookup first, other->Lookup(2, 0));
+  EXPECT_EQ(first.verdicts.front(), ChunkVerdict::kRetry) << "fs lookups started";
+  ASSERT_OK(other->FinishRequest(2));
+  ASSERT_OK(other->WaitIdle(30000));  // the finished request's lookups still complete
+  ASSERT_OK(other->StartRequest(2, RequestSpec{keys, 0, std::nullopt, 0}));
+  ASSERT_OK_AND_ASSIGN(PrefixLookup again, other->Lookup(2, 0));
+  EXPECT_EQ(again.verdicts.front(), ChunkVerdict::kRetry) << "the old request's verdicts are gone";
+  ASSERT_OK_AND_ASSIGN(PrefixLookup found, other->LookupWait(2, 0, 20000));
+  EXPECT_EQ(found.hit_chunks, 4u);
+  EXPECT_EQ(found.source_tier, (std::vector<int>{1, 1, 1, 1}));
 }
 
 TEST_F(TieredStoreTest, MetricsExposeEveryTierOnce) {
