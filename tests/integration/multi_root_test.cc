@@ -134,10 +134,23 @@ TEST_F(MultiRootTest, EachBlockLivesOnTheFormulasRootAndLoadsBack) {
   EXPECT_TRUE(testing::WaitForJob(tier, tier->SubmitLookup({}).value()).keys.empty());
 }
 
-TEST_F(MultiRootTest, ReopeningInOrderFindsEveryBlock) {
-  Populate({"a", "b"});
-  auto again = FsTier::Open(Options({"a", "b"}));
+TEST_F(MultiRootTest, ReopeningInOrderFindsEveryBlockOnItsRoot) {
+  const std::vector<std::string> names = {"a", "b"};
+  auto keys = Keys(16);
+  auto rows = Rows(16);
+  {
+    auto first = FsTier::Open(Options(names));
+    ASSERT_TRUE(first.ok()) << first.status().ToString();
+    ASSERT_EQ(Store(first->get(), keys, rows).OkPrefix(), 16u);
+  }
+  auto again = FsTier::Open(Options(names));
   ASSERT_TRUE(again.ok()) << again.status().ToString();
+  auto back = Rows(16);
+  ASSERT_EQ(Load(again->get(), keys, back).OkPrefix(), 16u);
+  EXPECT_EQ(back, rows);
+  for (const OffloadKey& k : keys) {
+    EXPECT_EQ((*again)->BlockPath(k), Root(names[ExpectedRoot(k.hash.Hex(), 2)]).string() + "/" + (*again)->ns().BlockRelPath(k));
+  }
 }
 
 TEST_F(MultiRootTest, ReorderedRootsFailWithTheirPositions) {
