@@ -147,6 +147,10 @@ std::string NormalizedDir(const std::string& dir) {
   return normal;
 }
 
+bool IsList(const FsTierOptions& tier) {
+  return tier.path_sharding == PathSharding::kByBlockHash && tier.root_dir.find(',') != std::string::npos;
+}
+
 // Each root of every tier (a tier's root_dir may list several, L99).
 Status CheckDistinctRootDirs(const std::vector<SecondaryTierOptions>& tiers) {
   std::map<std::string, size_t> first_tier_of_dir;
@@ -159,7 +163,8 @@ Status CheckDistinctRootDirs(const std::vector<SecondaryTierOptions>& tiers) {
       return KeyError("secondary_tiers[" + std::to_string(i) + "].root_dir",
                       Json(root).dump(-1, ' ', false, Json::error_handler_t::replace) +
                           " is the same directory as " + (it->second == i ? "another root of this tier" :
-                          "a root of secondary_tiers[" + std::to_string(it->second) + "].root_dir") +
+                          std::string(IsList(tiers[it->second].fs) ? "a root of " : "") + "secondary_tiers[" +
+                          std::to_string(it->second) + "].root_dir") +
                           "; each fs tier needs its own root_dir");
     }
   }
