@@ -21,7 +21,7 @@ struct CommonFlags {
 };
 
 void AddCommon(CLI::App* cmd, CommonFlags* f) {
-  cmd->add_option("ROOT", f->root, "The root_dir shared by the instances")->required();
+  cmd->add_option("ROOT", f->root, "The root_dir shared by the instances (the roots of a path_sharding tier: a comma-separated list)")->required();
   cmd->add_option("--jobs", f->jobs, "Walker threads")->capture_default_str()->check(CLI::Range(1, 256));
   cmd->add_flag("--force", f->force, "Scan a directory that does not look like a kvtier/vLLM root");
   cmd->add_flag("--json", f->json, "Machine-readable output");

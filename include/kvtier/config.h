@@ -110,7 +110,11 @@ BackpressureOptions DefaultBackpressureOptions(Locality locality);
 // One `fs` entry of `secondary_tiers` (vllm-fs-tier.md §4.4).
 struct FsTierOptions {
   // `root_dir` (required): base directory of the tier; non-empty, no NUL.
+  // With path_sharding, a comma-separated list of roots (FORMAT.md L99).
   std::string root_dir;
+  // `path_sharding`: "by_block_hash" (or absent/null: one root). A root_dir
+  // with a comma requires it (as vLLM PR #53133).
+  PathSharding path_sharding = PathSharding::kNone;
   // `n_read_threads`: load-priority I/O parallelism, > 0; default 16.
   int n_read_threads = 16;
   // `n_write_threads`: store-priority I/O parallelism, > 0; default 16.

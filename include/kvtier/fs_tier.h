@@ -51,8 +51,15 @@ struct StoreBackpressure {
   uint32_t warmup_completions = 3;      // samples before the detector may trip
 };
 
+// `path_sharding` (vLLM PR #53133): how blocks spread over several roots.
+enum class PathSharding {
+  kNone,         // root_dir is one directory, used verbatim (FORMAT.md L1)
+  kByBlockHash,  // "by_block_hash": root_dir is a comma-separated list; a block's root is its hash mod the count (L99)
+};
+
 struct FsTierOpenOptions {
-  std::string root_dir;          // required; used verbatim, as vLLM does
+  std::string root_dir;          // required; used verbatim, as vLLM does (a comma list with path_sharding)
+  PathSharding path_sharding = PathSharding::kNone;  // kByBlockHash: root_dir lists the roots (L99)
   NamespaceSpec ns;              // the model configuration (names the directories)
   uint64_t row_bytes = 0;        // size of every block file, > 0 (a multiple of 4096 for O_DIRECT)
   int n_read_threads = 16;       // concurrent load/lookup block operations

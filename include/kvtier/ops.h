@@ -42,7 +42,10 @@ struct ScanProgress {
 };
 
 struct ScanOptions {
-  std::string root;             // required
+  // Required. A comma-separated list names the roots of one path_sharding
+  // tier (FORMAT.md L99): reports cover them all, paths in them are prefixed
+  // with their root, and a list that contradicts a root's marker (L100) is refused.
+  std::string root;
   int jobs = 4;                 // walker threads
   bool force = false;           // walk a root that does not look like one
   uint64_t tmp_grace_s = 3600;  // temp and probe files younger than this are in flight
@@ -90,6 +93,7 @@ enum class FindingKind {
   kStaleTmp, kProbeLeftover, kStrayFile, kEmptyDir,
   kUnreadable,  // a directory or file of the layout that could not be read
   kNotRegular,  // a directory, symlink, FIFO, socket or device at a block or config.json name
+  kWrongRoot,   // several roots: a block on a root other than its own (L101); never removed
 };
 std::string_view FindingKindName(FindingKind kind);
 

@@ -11,6 +11,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "format/root_list.h"
 #include "kvtier/layout.h"
 
 namespace kvtier::internal {
@@ -341,10 +342,18 @@ Status RunPhase(FsTier* tier, Pump* pump, const std::vector<Lane*>& lanes, Lane*
   return Status::Ok();
 }
 
-void RemoveNamespace(const std::string& root, const Namespace& ns) {
+// --root a,b: the roots of a path_sharding tier (FORMAT.md L99); one root otherwise.
+std::vector<std::string> BenchRoots(const std::string& root) {
+  auto roots = format::SplitRootDirs(root, root.find(',') != std::string::npos);
+  return roots.ok() ? *roots : std::vector<std::string>{root};
+}
+
+void RemoveNamespace(const std::string& root_list, const Namespace& ns) {
   std::error_code ec;
-  std::filesystem::remove_all(JoinRoot(root, ns.block_dir_name()), ec);
-  std::filesystem::remove_all(JoinRoot(root, ns.dir_name()), ec);
+  for (const std::string& root : BenchRoots(root_list)) {
+    std::filesystem::remove_all(JoinRoot(root, ns.block_dir_name()), ec);
+    std::filesystem::remove_all(JoinRoot(root, ns.dir_name()), ec);
+  }
 }
 
 void CollectErrors(const Lane& lane, BenchFsResult* r) {
@@ -364,7 +373,9 @@ Result<NamespaceSpec> BenchFsNamespaceSpec(const BenchFsOptions& o) {
 }  // namespace
 
 Result<BenchFsResult> RunBenchFs(const BenchFsOptions& o) {
-  KVTIER_RETURN_IF_ERROR(CheckBenchArgs(o.root, o.row_bytes, o.rows, o.queue_depth));
+  for (const std::string& root : BenchRoots(o.root)) {
+    KVTIER_RETURN_IF_ERROR(CheckBenchArgs(root, o.row_bytes, o.rows, o.queue_depth));
+  }
   if (o.batch < 1 || o.batch > 4096) return InvalidArgument("--batch must be in [1, 4096]");
   if (o.poll_us < 1 || o.poll_us > 100000)
     return InvalidArgument("--poll-us must be in [1, 100000]");
@@ -393,12 +404,15 @@ Result<BenchFsResult> RunBenchFs(const BenchFsOptions& o) {
   const uint64_t mixed_loads =
       std::min<uint64_t>(o.mixed_rows, std::max<uint64_t>(1, o.rows - half));
   const uint64_t stream_rows = o.mixed ? std::max<uint64_t>(o.rows, 8 * mixed_loads) : 0;
-  KVTIER_RETURN_IF_ERROR(CheckFreeSpace(o.root, o.row_bytes * (o.rows + stream_rows)));
+  for (const std::string& root : BenchRoots(o.root)) {
+    KVTIER_RETURN_IF_ERROR(CheckFreeSpace(root, o.row_bytes * (o.rows + stream_rows)));
+  }
 
   SlotArena arena(o.row_bytes, buffered_rows - 1);
   FsTierOpenOptions topt;
   topt.registered_memory = {arena.all()};
   topt.root_dir = o.root;
+  if (o.root.find(',') != std::string::npos) topt.path_sharding = PathSharding::kByBlockHash;
   topt.ns = spec;
   topt.row_bytes = o.row_bytes;
   topt.n_read_threads = o.queue_depth;

@@ -219,6 +219,23 @@ Status ParseRootDir(const Json& value, const std::string& path, FsTierOptions& o
   return Status::Ok();
 }
 
+// null means one root, as vLLM's path_sharding=None (PR #53133).
+Status ParsePathSharding(const Json& value, const std::string& path, FsTierOptions& out) {
+  if (value.is_null()) {
+    out.path_sharding = PathSharding::kNone;
+    return Status::Ok();
+  }
+  if (value.is_string() && value.get_ref<const std::string&>() == "by_block_hash") {
+    out.path_sharding = PathSharding::kByBlockHash;
+    return Status::Ok();
+  }
+  return KeyError(path, "expected \"by_block_hash\" or null, got " + DescribeValue(value));
+}
+
+void EmitPathSharding(const FsTierOptions& out, std::string_view name, Json& obj) {
+  if (out.path_sharding == PathSharding::kByBlockHash) obj[std::string(name)] = "by_block_hash";
+}
+
 // null means "unspecified", as vLLM's locality=None.
 Status ParseLocality(const Json& value, const std::string& path, FsTierOptions& out) {
   if (value.is_null()) {
@@ -266,6 +283,7 @@ constexpr KeySpec<FsTierOptions> kFsTierKeys[] = {
     {"module_path", kVllm, kOptional, &RejectPythonClass<FsTierOptions>, nullptr},
     {"type", kVllm, kRequired, nullptr, &EmitTierType},
     {"root_dir", kVllm, kRequired, &ParseRootDir, &EmitField<&FsTierOptions::root_dir>},
+    {"path_sharding", kVllm, kOptional, &ParsePathSharding, &EmitPathSharding},
     IntegerKey<&FsTierOptions::n_read_threads, kPositive>("n_read_threads", kVllm),
     IntegerKey<&FsTierOptions::n_write_threads, kPositive>("n_write_threads", kVllm),
     BoolKey<&FsTierOptions::enable_kv_events>("enable_kv_events", kVllm),
@@ -403,6 +421,7 @@ std::string_view TierTypeToString(TierType type) { return NameOf(kTierTypeNames,
 FsTierOpenOptions FsTierOpenOptionsFromConfig(const FsTierOptions& tier) {
   FsTierOpenOptions open;
   open.root_dir = tier.root_dir;
+  open.path_sharding = tier.path_sharding;
   open.n_read_threads = tier.n_read_threads;
   open.n_write_threads = tier.n_write_threads;
   open.stores_while_loading_max = tier.stores_while_loading_max;

@@ -14,6 +14,7 @@
 
 #include "config/config_json.h"
 #include "config/config_keys.h"
+#include "format/root_list.h"
 #include "kvtier/config.h"
 #include "util/read_file.h"
 
@@ -114,6 +115,17 @@ Status CheckTierType(const Json& tier, const std::string& path) {
                                  DescribeValue(*it));
 }
 
+// vLLM PR #53133: a ',' in root_dir needs path_sharding "by_block_hash";
+// the listed roots are stripped and must be non-empty and distinct (L99).
+Status CheckRootList(const FsTierOptions& tier, const std::string& path) {
+  Result<std::vector<std::string>> roots =
+      format::SplitRootDirs(tier.root_dir, tier.path_sharding == PathSharding::kByBlockHash);
+  if (roots.ok()) return Status::Ok();
+  std::string why = roots.status().message();
+  if (why.starts_with("root_dir: ")) why = why.substr(10);
+  return KeyError(JoinKeyPath(path, "root_dir"), why);
+}
+
 Result<SecondaryTierOptions> ParseTier(const Json& tier, const std::string& path,
                                        const Json* top_level_backpressure) {
   if (!tier.is_object()) return KeyError(path, "expected a tier object, got " + DescribeValue(tier));
@@ -121,6 +133,7 @@ Result<SecondaryTierOptions> ParseTier(const Json& tier, const std::string& path
   SecondaryTierOptions out;
   out.type = TierType::kFs;
   KVTIER_RETURN_IF_ERROR(internal::ApplyFsTierKeys(tier, path, out.fs));
+  KVTIER_RETURN_IF_ERROR(CheckRootList(out.fs, path));
   KVTIER_ASSIGN_OR_RETURN(out.fs.backpressure,
                           ResolveTierBackpressure(tier, path, out.fs.locality, top_level_backpressure));
   return out;
@@ -134,15 +147,25 @@ std::string NormalizedDir(const std::string& dir) {
   return normal;
 }
 
+bool IsList(const FsTierOptions& tier) {
+  return tier.path_sharding == PathSharding::kByBlockHash && tier.root_dir.find(',') != std::string::npos;
+}
+
+// Each root of every tier (a tier's root_dir may list several, L99).
 Status CheckDistinctRootDirs(const std::vector<SecondaryTierOptions>& tiers) {
   std::map<std::string, size_t> first_tier_of_dir;
   for (size_t i = 0; i < tiers.size(); ++i) {
-    const auto [it, inserted] = first_tier_of_dir.emplace(NormalizedDir(tiers[i].fs.root_dir), i);
-    if (!inserted) {
+    const bool sharded = tiers[i].fs.path_sharding == PathSharding::kByBlockHash;
+    const Result<std::vector<std::string>> roots = format::SplitRootDirs(tiers[i].fs.root_dir, sharded);
+    for (const std::string& root : roots.value()) {  // CheckRootList passed
+      const auto [it, inserted] = first_tier_of_dir.emplace(NormalizedDir(root), i);
+      if (inserted) continue;
       return KeyError("secondary_tiers[" + std::to_string(i) + "].root_dir",
-                      Json(tiers[i].fs.root_dir).dump(-1, ' ', false, Json::error_handler_t::replace) +
-                          " is the same directory as secondary_tiers[" + std::to_string(it->second) +
-                          "].root_dir; each fs tier needs its own root_dir");
+                      Json(root).dump(-1, ' ', false, Json::error_handler_t::replace) +
+                          " is the same directory as " + (it->second == i ? "another root of this tier" :
+                          std::string(IsList(tiers[it->second].fs) ? "a root of " : "") + "secondary_tiers[" +
+                          std::to_string(it->second) + "].root_dir") +
+                          "; each fs tier needs its own root_dir");
     }
   }
   return Status::Ok();
@@ -208,6 +231,7 @@ Result<FsTierOptions> ParseFsTierConfig(std::string_view json_text) {
   tier["type"] = TierTypeToString(TierType::kFs);
   FsTierOptions out;
   KVTIER_RETURN_IF_ERROR(internal::ApplyFsTierKeys(tier, "", out));
+  KVTIER_RETURN_IF_ERROR(CheckRootList(out, ""));
   KVTIER_ASSIGN_OR_RETURN(out.backpressure, ResolveTierBackpressure(tier, "", out.locality, nullptr));
   return out;
 }

@@ -2,6 +2,8 @@
 #pragma once
 
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "fs/block_ops.h"
 #include "fs/lease.h"
@@ -15,6 +17,11 @@ Result<std::unique_ptr<FsTier>> OpenFsTier(const FsTierOpenOptions& options);
 // chooses one from options.backend.
 Result<std::unique_ptr<FsTier>> OpenFsTierWithBackend(const FsTierOpenOptions& options,
                                                        std::unique_ptr<IoBackend> backend);
+
+// A tier over several roots (path_sharding, FORMAT.md L99): `roots` is the
+// split root_dir; one single-root tier per root behind a router.
+Result<std::unique_ptr<FsTier>> OpenMultiRootTier(const FsTierOpenOptions& options,
+                                                  const std::vector<std::string>& roots);
 
 // Starts the engine thread over a prepared namespace and backend.
 std::unique_ptr<FsTier> MakeFsTierImpl(const FsTierOpenOptions& options, Namespace ns,

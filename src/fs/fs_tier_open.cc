@@ -21,6 +21,7 @@
 
 #include "fs/fs_tier_internal.h"
 #include "format/layout_names.h"
+#include "format/root_list.h"
 #include "fs/tier_dirs.h"
 #include "util/log.h"
 
@@ -230,6 +231,12 @@ Result<std::unique_ptr<FsTier>> OpenFsTierWithBackend(const FsTierOpenOptions& o
 namespace kvtier {
 
 Result<std::unique_ptr<FsTier>> FsTier::Open(const FsTierOpenOptions& options) {
+  // L99: a list of roots (or a ',' that would be one without path_sharding: an error, as in vLLM).
+  const bool sharded = options.path_sharding == PathSharding::kByBlockHash;
+  if (sharded || options.root_dir.find(',') != std::string::npos) {
+    KVTIER_ASSIGN_OR_RETURN(std::vector<std::string> roots, format::SplitRootDirs(options.root_dir, sharded));
+    return internal::OpenMultiRootTier(options, roots);
+  }
   return internal::OpenFsTier(options);
 }
 

@@ -223,14 +223,23 @@ class FsckRun {
 }  // namespace
 }  // namespace internal
 
-Result<FsckReport> Fsck(const FsckOptions& options) {
-  KVTIER_ASSIGN_OR_RETURN(internal::TreeScan scan, internal::ScanTree(options));
+namespace internal {
+
+FsckReport FsckScanned(const FsckOptions& options, const TreeScan& scan) {
   FsckReport report;
   report.files_scanned = scan.files;
-  internal::FsckRun run(options, scan, &report);
+  FsckRun run(options, scan, &report);
   for (const auto& [name, ns] : scan.namespaces) run.Namespace(ns);
   for (const std::string& s : scan.root_strays) run.RootStray(s);
   return report;
+}
+
+}  // namespace internal
+
+Result<FsckReport> Fsck(const FsckOptions& options) {
+  if (internal::IsRootList(options.root)) return internal::FsckRoots(options);
+  KVTIER_ASSIGN_OR_RETURN(internal::TreeScan scan, internal::ScanTree(options));
+  return internal::FsckScanned(options, scan);
 }
 
 }  // namespace kvtier

@@ -18,8 +18,8 @@ namespace {
 
 class GcRun {
  public:
-  GcRun(const GcOptions& o, const TreeScan& scan, GcReport* report)
-      : o_(o), editor_(scan.root_fd), report_(report), now_(std::time(nullptr)) {}
+  GcRun(const GcOptions& o, const TreeScan& scan, GcReport* report, const std::set<std::string>* no_reclaim = nullptr)
+      : o_(o), editor_(scan.root_fd), report_(report), now_(std::time(nullptr)), no_reclaim_(no_reclaim) {}
 
   void Run(TreeScan& scan) {
     for (const auto& [name, ns] : scan.namespaces) {
@@ -37,7 +37,7 @@ class GcRun {
         total += ns_bytes;
         continue;
       }
-      if (Orphaned(ns)) {
+      if ((no_reclaim_ == nullptr || no_reclaim_->count(name) == 0) && Orphaned(ns)) {
         ReclaimNamespace(ns);
         continue;
       }
@@ -46,6 +46,7 @@ class GcRun {
     }
     if (o_.max_bytes) Capacity(candidates, total);
   }
+  bool WouldReclaim(const NsScan& ns) const { return Orphaned(ns); }
 
  private:
   void Reclaim(const ScannedFile& f, const char* reason) {
@@ -72,7 +73,7 @@ class GcRun {
 
   // L92: no live lease and no activity within --older-than. Fails closed:
   // a namespace whose leases or parts could not be read is kept, and said so.
-  bool Orphaned(const NsScan& ns) {
+  bool Orphaned(const NsScan& ns) const {
     if (!o_.older_than_s || LiveLeases(ns, o_.lease_ttl_s, now_) > 0) return false;
     int64_t newest = 0;
     for (const ScannedFile& b : ns.blocks) newest = std::max(newest, b.activity());
@@ -90,6 +91,7 @@ class GcRun {
     for (const ScannedFile& b : ns.blocks) Reclaim(b, "orphaned_namespace");
     for (const ScannedFile& l : ns.leases) Reclaim(l, "orphaned_namespace");
     if (ns.has_config) Reclaim(ns.config, "orphaned_namespace");
+    if (ns.root_marker) Reclaim(*ns.root_marker, "orphaned_namespace");  // L100
     if (!o_.dry_run) RemoveEmptyDirs(ns);
   }
 
@@ -127,15 +129,36 @@ class GcRun {
   TreeEditor editor_;
   GcReport* report_;
   int64_t now_;
+  const std::set<std::string>* no_reclaim_;  // namespaces never reclaimed whole (several roots)
 };
 
 }  // namespace
+
+GcReport GcScanned(const GcOptions& o, TreeScan& scan, const std::set<std::string>& no_reclaim) {
+  GcReport report;
+  report.dry_run = o.dry_run;
+  report.files_scanned = scan.files;
+  GcRun(o, scan, &report, &no_reclaim).Run(scan);
+  return report;
+}
+
+std::set<std::string> OrphanedNamespaces(const GcOptions& o, const TreeScan& scan) {
+  GcReport scratch;  // the reasons for keeping one are reported by the real run
+  GcRun run(o, scan, &scratch);
+  std::set<std::string> out;
+  for (const auto& [name, ns] : scan.namespaces) {
+    if (run.WouldReclaim(ns)) out.insert(name);
+  }
+  return out;
+}
+
 }  // namespace internal
 
 Result<GcReport> Gc(const GcOptions& options) {
   if (options.max_bytes && options.low_water_bytes && *options.low_water_bytes > *options.max_bytes) {
     return InvalidArgument("--low-water must not exceed --max-bytes");
   }
+  if (internal::IsRootList(options.root)) return internal::GcRoots(options);
   KVTIER_ASSIGN_OR_RETURN(internal::TreeScan scan, internal::ScanTree(options));
   GcReport report;
   report.dry_run = options.dry_run;

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <set>
 #include <string>
 
 #include "format/layout_names.h"
@@ -26,6 +27,20 @@ ConfigInfo ParseConfig(const NsScan& ns);
 uint64_t LiveLeases(const NsScan& ns, uint64_t ttl_s, int64_t now);
 // The size most blocks of the namespace have (0 without blocks).
 uint64_t MostCommonSize(const NsScan& ns);
+
+// du, fsck and gc over one scanned root (the public functions scan first).
+DuReport DuScanned(const TreeScan& scan);
+FsckReport FsckScanned(const FsckOptions& options, const TreeScan& scan);
+// Namespaces in `no_reclaim` are never reclaimed whole (several roots decide together).
+GcReport GcScanned(const GcOptions& options, TreeScan& scan, const std::set<std::string>& no_reclaim);
+// The namespaces gc would reclaim whole (L92) by what this scan shows.
+std::set<std::string> OrphanedNamespaces(const GcOptions& options, const TreeScan& scan);
+
+// Several roots of one tier (FORMAT.md L99): `root` holds a ','.
+bool IsRootList(const std::string& root);
+Result<DuReport> DuRoots(const ScanOptions& options);
+Result<FsckReport> FsckRoots(const FsckOptions& options);
+Result<GcReport> GcRoots(const GcOptions& options);
 
 // Changes a scanned tree only through directory fds opened from its root
 // one component at a time (O_NOFOLLOW), and removes a name only while it is

@@ -61,8 +61,9 @@ uint64_t MostCommonSize(const NsScan& ns) {
 
 }  // namespace internal
 
-Result<DuReport> Du(const ScanOptions& options) {
-  KVTIER_ASSIGN_OR_RETURN(internal::TreeScan scan, internal::ScanTree(options));
+namespace internal {
+
+DuReport DuScanned(const TreeScan& scan) {
   DuReport report;
   report.files_scanned = scan.files;
   const int64_t now = std::time(nullptr);
@@ -71,7 +72,7 @@ Result<DuReport> Du(const ScanOptions& options) {
     u.dir = name;
     u.digest = ns.digest;
     u.has_config = ns.has_config;
-    internal::ConfigInfo info = internal::ParseConfig(ns);
+    ConfigInfo info = ParseConfig(ns);
     u.model = info.model.empty() ? name.substr(0, name.size() - format::kDigestHexChars - 1) : info.model;  // L2
     u.tokens_per_hash = info.tokens_per_hash;
     u.blocks_per_file = info.blocks_per_file;
@@ -86,7 +87,7 @@ Result<DuReport> Du(const ScanOptions& options) {
       u.newest_activity = std::max(u.newest_activity, b.activity());
       u.oldest_activity = u.oldest_activity == 0 ? b.activity() : std::min(u.oldest_activity, b.activity());
     }
-    u.live_leases = internal::LiveLeases(ns, internal::kDefaultLeaseTtlS, now);
+    u.live_leases = LiveLeases(ns, kDefaultLeaseTtlS, now);
     u.leases_known = ns.leases_known;
     report.unreadable.insert(report.unreadable.end(), ns.unreadable.begin(), ns.unreadable.end());
     report.total_bytes += u.bytes;
@@ -96,11 +97,19 @@ Result<DuReport> Du(const ScanOptions& options) {
   return report;
 }
 
+}  // namespace internal
+
+Result<DuReport> Du(const ScanOptions& options) {
+  if (internal::IsRootList(options.root)) return internal::DuRoots(options);
+  KVTIER_ASSIGN_OR_RETURN(internal::TreeScan scan, internal::ScanTree(options));
+  return internal::DuScanned(scan);
+}
+
 std::string_view FindingKindName(FindingKind kind) {
   static constexpr std::string_view kNames[] = {"config_missing", "config_torn", "config_digest_mismatch",
                                                 "bad_name", "size_mismatch", "crc_mismatch", "stale_tmp",
                                                 "probe_leftover", "stray_file", "empty_dir", "unreadable",
-                                                "not_regular"};
+                                                "not_regular", "wrong_root"};
   return kNames[static_cast<int>(kind)];
 }
 

@@ -143,9 +143,24 @@ void ReadConfig(int ns_fd, const DirEntry& e, const std::string& rel, NsScan* ns
 
 // .kvtier/leases (L73, L74). Any error here leaves the leases unknown, and
 // gc then keeps the namespace (fail closed).
+// .kvtier/root_slot.json (L100): recorded for gc, which removes it with its
+// namespace, and for the tools over several roots, which check it. Read
+// capped; anything but a regular file is left alone.
+void ScanRootMarker(int meta_fd, const std::string& rel, NsScan* ns) {
+  const std::string name(format::kRootMarkerName);
+  UniqueFd fd;
+  struct stat st;
+  if (OpenRegularAt(meta_fd, name, /*no_atime=*/false, &fd, &st) != 0) return;
+  ns->root_marker = Scanned(rel + "/" + name, st);
+  std::string body(format::kRootMarkerBytesMax + 1, '\0');
+  const ssize_t n = pread(fd.get(), body.data(), body.size(), 0);
+  if (n > 0) ns->root_slot = format::ParseRootMarker(body.substr(0, static_cast<size_t>(n)));
+}
+
 void ScanLeases(int ns_fd, const std::string& rel, NsScan* ns) {
   UniqueFd meta, leases;
   int err = OpenDirAt(ns_fd, std::string(format::kMetaDirName), &meta);
+  if (err == 0) ScanRootMarker(meta.get(), rel, ns);
   if (err == 0) err = OpenDirAt(meta.get(), std::string(format::kLeaseDirName), &leases);
   if (err == ENOENT) return;  // no lease was ever taken here
   const std::string dir = rel + "/" + std::string(format::kLeaseDirName);

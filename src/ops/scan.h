@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "format/root_list.h"
 #include "kvtier/ops.h"
 #include "util/dir_fd.h"
 
@@ -43,6 +44,8 @@ struct NsScan {
   std::vector<ScannedFile> probes;     // .o_direct_probe_<n>.tmp, .xattr_probe_<n>.tmp
   std::vector<ScannedFile> leases;     // .kvtier/leases/<host>-<pid>-<n>.lease (and their .tmp)
   bool leases_known = true;            // false: .kvtier or leases/ or a lease could not be read
+  std::optional<ScannedFile> root_marker;     // .kvtier/root_slot.json, a regular file (L100)
+  std::optional<format::RootSlot> root_slot;  // what it says, when it parses
   std::vector<std::string> empty_dirs;
   std::vector<std::pair<std::string, std::string>> bad_names;  // path, why
   std::vector<std::string> strays;
