@@ -138,6 +138,12 @@ struct FsTierOptions {
   IoBackendKind io_backend = IoBackendKind::kAuto;
   // `o_direct`: use O_DIRECT when the startup probe allows it; default true.
   bool o_direct = true;
+  // `checksum_blocks` (vLLM PR #57912, where vLLM's default is false): store
+  // each block's CRC32C in the xattr user.vllm.kv_crc32c and verify it on
+  // load (FORMAT.md L60, L67); the tier's open fails where the filesystem has
+  // no user xattrs. false: no CRC is computed, written or checked. kvtier's
+  // default: true.
+  bool checksum_blocks = true;
   // `stores_while_loading_max`: store operations running at once while loads
   // are active (read priority at the disk); 0: no cap; default 2.
   int stores_while_loading_max = 2;

@@ -70,6 +70,10 @@ struct FsTierOpenOptions {
   StoreBackpressure backpressure;  // latency-based dropping of stores (off by default)
   IoBackendKind backend = IoBackendKind::kAuto;
   bool o_direct = true;  // use O_DIRECT after a successful probe (buffered otherwise)
+  // CRC32C of every block in the xattr user.vllm.kv_crc32c, written on store
+  // and verified on load (FORMAT.md L60, L67, L99); Open fails where user
+  // xattrs do not work. false: no CRC computed, written or checked.
+  bool checksum_blocks = true;
   // Memory that row buffers will come from (the CPU tier's region). With
   // io_uring it is registered once, so reads and writes into it skip the
   // per-I/O page mapping. Not owned; must outlive the tier. Where the kernel

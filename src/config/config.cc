@@ -411,6 +411,7 @@ FsTierOpenOptions FsTierOpenOptionsFromConfig(const FsTierOptions& tier) {
   open.store_queue_bytes_max = tier.store_queue_bytes_max;
   open.backend = tier.io_backend;
   open.o_direct = tier.o_direct;
+  open.checksum_blocks = tier.checksum_blocks;
   if (const std::optional<BackpressureOptions>& bp = tier.backpressure) {
     open.backpressure = {.enabled = true,
                          .high_water_s_per_mib = bp->high_water_s_per_mib,
