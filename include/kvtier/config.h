@@ -246,6 +246,12 @@ FsTierOpenOptions FsTierOpenOptionsFromConfig(const FsTierOptions& tier);
 // ParseOffloadConfig(OffloadConfigToJson(config), engine) returns an equal one.
 std::string OffloadConfigToJson(const OffloadConfig& config);
 
+// One line for each key of `config` that vLLM also defines and whose value
+// is kvtier's default where vLLM's default differs, e.g.
+// "secondary_tiers[0].checksum_blocks: true (kvtier's default; vLLM's default
+// is false)". `kvtier config check` prints them on stderr (stdout stays JSON).
+std::vector<std::string> KvtierDefaultNotes(const OffloadConfig& config);
+
 // The JSON spellings of the enums ("TieringOffloadingSpec", "arc", "REMOTE", "fs", ...).
 std::string_view SpecNameToString(SpecName spec_name);
 std::string_view EvictionPolicyToString(EvictionPolicy policy);
