@@ -170,9 +170,9 @@ Status ProbeXattr(int ns_fd, const std::string& root_dir, const std::string& ns_
   unlinkat(ns_fd, name.c_str(), 0);
   if (s.ok()) return s;
   return s.WithContext("fs tier under root_dir " + root_dir +
-                       ": checksum_blocks needs user xattrs (user.vllm.kv_crc32c), which this filesystem does "
-                       "not provide; set \"checksum_blocks\": false in the tier's config to run without "
-                       "block checksums");
+                       ": checksum_blocks needs user xattrs (user.vllm.kv_crc32c) and they do not work "
+                       "here; set \"checksum_blocks\": false in the tier's config to run without block "
+                       "checksums");
 }
 
 uint64_t RandomU63() {

@@ -1,7 +1,8 @@
 // The store state machine: statx(dest) -> open(tmp, O_EXCL) [-> mkdirs ->
-// open again] -> write (resumed when short) -> [fdatasync] -> fsetxattr(crc)
-// (with checksum_blocks) -> close -> rename -> [fsync dir]. Any failure after the temp file exists
-// closes it and unlinks it, so no temp file outlives a failed store.
+// open again] -> write (resumed when short) -> [fdatasync] -> [fsetxattr(crc),
+// with checksum_blocks] -> close -> rename -> [fsync dir]. Any failure after
+// the temp file exists closes it and unlinks it, so no temp file outlives a
+// failed store.
 // Paths are relative to the tier's root fd and resolved as kResolveInTree
 // (block_ops.h) says: a symlinked shard directory fails the store; so does
 // anything but a regular file at the destination (fsck --repair removes it),
