@@ -143,7 +143,8 @@ bool ProbeODirect(int ns_fd, const std::string& ns_dir, uint64_t suffix, bool wa
 }
 
 // Sets the CRC attribute to 4 zero bytes on an open probe file and reads it
-// back: some filesystems accept a set they do not keep.
+// back: some filesystems accept a set they do not keep. kUnavailable means
+// user xattrs do not work here (EOPNOTSUPP, or other bytes came back).
 Status SetAndReadBack(int fd, const std::string& shown) {
   const uint8_t zero[format::kCrcXattrBytes] = {};
   if (fsetxattr(fd, format::kCrcXattr, zero, sizeof zero, 0) != 0) return ErrnoToStatus(errno, "fsetxattr " + shown);
@@ -151,7 +152,7 @@ Status SetAndReadBack(int fd, const std::string& shown) {
   const ssize_t n = fgetxattr(fd, format::kCrcXattr, back, sizeof back);
   if (n < 0) return ErrnoToStatus(errno, "fgetxattr " + shown);
   if (n != sizeof zero || std::memcmp(back, zero, sizeof zero) != 0) {
-    return ErrnoToStatus(EIO, "fgetxattr " + shown + " read back other bytes than were set");
+    return Status(StatusCode::kUnavailable, "fgetxattr " + shown + " read back other bytes than were set");
   }
   return Status::Ok();
 }
@@ -159,16 +160,24 @@ Status SetAndReadBack(int fd, const std::string& shown) {
 // FORMAT.md L99, as vLLM's probe_xattr (PR #57912): with checksum_blocks,
 // ".xattr_probe_<n>.tmp" must take and give back the CRC attribute, or the
 // tier does not start: silently storing blocks without their CRC would
-// defeat the option.
+// defeat the option. A probe that fails for another reason (a full volume:
+// tmpfs counts xattrs against its inode space) proves nothing either way;
+// the tier starts, still checks loads, and a store that cannot set the
+// attribute fails, as it would on any volume that fills up later.
 Status ProbeXattr(int ns_fd, const std::string& root_dir, const std::string& ns_dir, uint64_t suffix) {
   const std::string name = format::XattrProbeName(suffix);
   const std::string shown = ns_dir + "/" + name;
   const int fd = openat(ns_fd, name.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoToStatus(errno, "create " + shown);  // not about xattrs: no advice
-  const Status s = SetAndReadBack(fd, shown);
-  close(fd);
-  unlinkat(ns_fd, name.c_str(), 0);
+  Status s = fd < 0 ? ErrnoToStatus(errno, "create " + shown) : SetAndReadBack(fd, shown);
+  if (fd >= 0) {
+    close(fd);
+    unlinkat(ns_fd, name.c_str(), 0);
+  }
   if (s.ok()) return s;
+  if (s.code() != StatusCode::kUnavailable) {
+    LogWarning("the user-xattr probe failed (" + s.ToString() + "): checksum_blocks stays on");
+    return Status::Ok();
+  }
   return s.WithContext("fs tier under root_dir " + root_dir +
                        ": checksum_blocks needs user xattrs (user.vllm.kv_crc32c) and they do not work "
                        "here; set \"checksum_blocks\": false in the tier's config to run without block "
