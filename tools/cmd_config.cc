@@ -1,5 +1,6 @@
 // `kvtier config check FILE`: validates a kv_connector_extra_config file the
-// way the store will read it, and prints the effective configuration.
+// way the store will read it, and prints the effective configuration (and,
+// on stderr, the values that are kvtier's defaults where vLLM's differ).
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -29,6 +30,11 @@ void RegisterConfigCommand(CLI::App* app, CliContext* ctx) {
       return;
     }
     std::cout << OffloadConfigToJson(*cfg) << "\n";
+    // Where kvtier's default departs from vLLM's, say so: the same file means
+    // something else to vLLM's own tier.
+    for (const std::string& note : KvtierDefaultNotes(*cfg)) {
+      std::fprintf(stderr, "kvtier config check: note: %s\n", note.c_str());
+    }
     ctx->exit_code = 0;
   });
 }

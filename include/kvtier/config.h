@@ -142,6 +142,12 @@ struct FsTierOptions {
   IoBackendKind io_backend = IoBackendKind::kAuto;
   // `o_direct`: use O_DIRECT when the startup probe allows it; default true.
   bool o_direct = true;
+  // `checksum_blocks` (vLLM PR #57912, where vLLM's default is false): store
+  // each block's CRC32C in the xattr user.vllm.kv_crc32c and verify it on
+  // load (FORMAT.md L60, L67); the tier's open fails where the filesystem has
+  // no user xattrs. false: no CRC is computed, written or checked. kvtier's
+  // default: true.
+  bool checksum_blocks = true;
   // `stores_while_loading_max`: store operations running at once while loads
   // are active (read priority at the disk); 0: no cap; default 2.
   int stores_while_loading_max = 2;
@@ -243,6 +249,12 @@ FsTierOpenOptions FsTierOpenOptionsFromConfig(const FsTierOptions& tier);
 // by ParseOffloadConfig(text, engine),
 // ParseOffloadConfig(OffloadConfigToJson(config), engine) returns an equal one.
 std::string OffloadConfigToJson(const OffloadConfig& config);
+
+// One line for each key of `config` that vLLM also defines and whose value
+// is kvtier's default where vLLM's default differs, e.g.
+// "secondary_tiers[0].checksum_blocks: true (kvtier's default; vLLM's default
+// is false)". `kvtier config check` prints them on stderr (stdout stays JSON).
+std::vector<std::string> KvtierDefaultNotes(const OffloadConfig& config);
 
 // The JSON spellings of the enums ("TieringOffloadingSpec", "arc", "REMOTE", "fs", ...).
 std::string_view SpecNameToString(SpecName spec_name);

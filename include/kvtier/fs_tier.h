@@ -5,9 +5,10 @@
 // return a job id at once (they never wait for I/O); PollFinished hands back
 // finished jobs with one result per key, so a caller keeps the prefix that
 // loaded. Stores follow vLLM's procedure (FORMAT.md L54-L61): skip if the file
-// exists, write a temp file beside it, set the CRC32C xattr, rename. Loads
-// return a block only if its size and (when present) CRC32C match; a corrupt
-// block is never returned and its file is removed.
+// exists, write a temp file beside it, set the CRC32C xattr (checksum_blocks,
+// L99), rename. Loads return a block only if its size and (when present and
+// checksum_blocks is on) CRC32C match; a corrupt block is never returned and
+// its file is removed.
 //
 // Thread safety: every method may be called from any thread. Buffer
 // ownership: the row buffers passed to a job must stay valid, and a store's
@@ -77,6 +78,10 @@ struct FsTierOpenOptions {
   StoreBackpressure backpressure;  // latency-based dropping of stores (off by default)
   IoBackendKind backend = IoBackendKind::kAuto;
   bool o_direct = true;  // use O_DIRECT after a successful probe (buffered otherwise)
+  // CRC32C of every block in the xattr user.vllm.kv_crc32c, written on store
+  // and verified on load (FORMAT.md L60, L67, L99); Open fails where user
+  // xattrs do not work. false: no CRC computed, written or checked.
+  bool checksum_blocks = true;
   // Memory that row buffers will come from (the CPU tier's region). With
   // io_uring it is registered once, so reads and writes into it skip the
   // per-I/O page mapping. Not owned; must outlive the tier. Where the kernel
@@ -134,7 +139,9 @@ struct FsTierMetrics {
 class FsTier {
  public:
   // Creates the namespace and block directories and config.json (when
-  // absent), probes O_DIRECT and user xattrs, and starts the engine.
+  // absent), probes O_DIRECT and (with checksum_blocks) user xattrs, and
+  // starts the engine. With checksum_blocks, a filesystem without user
+  // xattrs fails the open (kUnavailable, naming root_dir), as vLLM's tier.
   static Result<std::unique_ptr<FsTier>> Open(const FsTierOpenOptions& options);
   virtual ~FsTier() = default;
 
@@ -156,6 +163,7 @@ class FsTier {
   virtual const Namespace& ns() const = 0;
   virtual std::string_view backend_name() const = 0;
   virtual bool o_direct() const = 0;
+  // true when checksum_blocks is on (the open proved user xattrs work).
   virtual bool xattrs_supported() const = 0;
   // The absolute path of a key's block file.
   virtual std::string BlockPath(const OffloadKey& key) const = 0;

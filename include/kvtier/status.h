@@ -77,7 +77,8 @@ inline Status Internal(std::string message) {
 // become status codes: ENOENT -> kNotFound, ENOSPC/EDQUOT -> kNoSpace,
 // EACCES/EPERM/EROFS -> kPermissionDenied, EAGAIN -> kBusy,
 // ETIMEDOUT/ECANCELED -> kTimedOut, EINVAL -> kInvalidArgument,
-// ENOSYS/EOPNOTSUPP -> kUnavailable, anything else -> kIoError.
+// ENOSYS/EOPNOTSUPP -> kUnavailable, EBADMSG (a bad checksum) -> kCorruption,
+// anything else -> kIoError.
 // `what` names the operation and path, e.g. "open /x/y.bin".
 Status ErrnoToStatus(int sys_errno, std::string_view what);
 

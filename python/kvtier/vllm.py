@@ -6,8 +6,9 @@ Add to vLLM's ``kv_connector_extra_config`` (``spec_name: "TieringOffloadingSpec
 
 vLLM's ``SecondaryTierFactory`` imports this module and builds the class with the tier's other
 keys: vLLM's fs-tier keys (``root_dir``, ``n_read_threads``, ``n_write_threads``,
-``enable_kv_events``, ``locality``, ``backpressure``) and kvtier's own (docs/config.md); an
-unknown key or a broken rule raises ``kvtier.KvtierError`` naming the key. Blocks, paths and
+``enable_kv_events``, ``locality``, ``backpressure``, and PR #57912's ``checksum_blocks``, on by
+default in kvtier) and kvtier's own (docs/config.md); an unknown key or a broken rule raises
+``kvtier.KvtierError`` naming the key. Blocks, paths and
 ``config.json`` are vLLM's, so vLLM's own ``"type": "fs"`` tier on the same root reads what this
 tier writes, and the reverse.
 

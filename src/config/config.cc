@@ -44,6 +44,9 @@ struct KeySpec {
   Status (*parse)(const Json& value, const std::string& path, Out& out);
   // Adds the key to `obj`. nullptr: never printed.
   void (*emit)(const Out& out, std::string_view name, Json& obj);
+  // A vLLM key whose kvtier default differs: vLLM's default, as JSON text
+  // (`config check` says which value is kvtier's own). nullptr: the same.
+  const char* vllm_default = nullptr;
 };
 
 // ---- Enum spellings ---------------------------------------------------------
@@ -164,8 +167,9 @@ constexpr KeySpec<ClassOf<Field>> IntegerKey(std::string_view name, KeyOrigin or
 }
 
 template <auto Field>
-constexpr KeySpec<ClassOf<Field>> BoolKey(std::string_view name, KeyOrigin origin) {
-  return {name, origin, Presence::kOptional, &ParseBoolField<Field>, &EmitField<Field>};
+constexpr KeySpec<ClassOf<Field>> BoolKey(std::string_view name, KeyOrigin origin,
+                                         const char* vllm_default = nullptr) {
+  return {name, origin, Presence::kOptional, &ParseBoolField<Field>, &EmitField<Field>, vllm_default};
 }
 
 template <auto Field, const auto& Names>
@@ -295,6 +299,8 @@ constexpr KeySpec<FsTierOptions> kFsTierKeys[] = {
     IntegerKey<&FsTierOptions::store_queue_bytes_max, kPositive>("store_queue_bytes_max", kKvtier),
     EnumKey<&FsTierOptions::io_backend, kIoBackendNames>("io_backend", kKvtier),
     BoolKey<&FsTierOptions::o_direct>("o_direct", kKvtier),
+    // vLLM PR #57912; kvtier checks blocks unless told not to.
+    BoolKey<&FsTierOptions::checksum_blocks>("checksum_blocks", kVllm, /*vllm_default=*/"false"),
 };
 
 constexpr KeySpec<OffloadConfig> kTopLevelKeys[] = {
@@ -386,6 +392,24 @@ void EmitSecondaryTiers(const OffloadConfig& out, std::string_view name, Json& o
   obj[std::string(name)] = std::move(tiers);
 }
 
+// "<prefix>.<key>: <value> (kvtier's default; vLLM's default is <v>)" for each
+// row of `keys` with a vllm_default whose value in `out` is kvtier's default.
+template <class Out, size_t N>
+void AddKvtierDefaultNotes(const Out& out, std::string_view prefix, const KeySpec<Out> (&keys)[N],
+                           std::vector<std::string>* notes) {
+  const Out defaults{};
+  for (const KeySpec<Out>& key : keys) {
+    if (key.vllm_default == nullptr || key.emit == nullptr) continue;
+    Json value = Json::object(), kvtier_default = Json::object();
+    key.emit(out, key.name, value);
+    key.emit(defaults, key.name, kvtier_default);
+    if (value != kvtier_default) continue;
+    const std::string shown = value.empty() ? "unset" : value.begin()->dump();
+    notes->push_back(JoinKeyPath(prefix, key.name) + ": " + shown + " (kvtier's default; vLLM's default is " +
+                     key.vllm_default + ")");
+  }
+}
+
 }  // namespace
 
 namespace internal {
@@ -411,6 +435,15 @@ std::string OffloadConfigToJson(const OffloadConfig& config) {
   return EmitKeyTable(config, kTopLevelKeys).dump(2, ' ', false, Json::error_handler_t::replace);
 }
 
+std::vector<std::string> KvtierDefaultNotes(const OffloadConfig& config) {
+  std::vector<std::string> notes;
+  for (size_t i = 0; i < config.secondary_tiers.size(); ++i) {
+    AddKvtierDefaultNotes(config.secondary_tiers[i].fs, "secondary_tiers[" + std::to_string(i) + "]", kFsTierKeys,
+                          &notes);
+  }
+  return notes;
+}
+
 std::string_view SpecNameToString(SpecName spec_name) { return NameOf(kSpecNames, spec_name); }
 std::string_view EvictionPolicyToString(EvictionPolicy policy) {
   return NameOf(kEvictionPolicyNames, policy);
@@ -430,6 +463,7 @@ FsTierOpenOptions FsTierOpenOptionsFromConfig(const FsTierOptions& tier) {
   open.store_queue_bytes_max = tier.store_queue_bytes_max;
   open.backend = tier.io_backend;
   open.o_direct = tier.o_direct;
+  open.checksum_blocks = tier.checksum_blocks;
   if (const std::optional<BackpressureOptions>& bp = tier.backpressure) {
     open.backpressure = {.enabled = true,
                          .high_water_s_per_mib = bp->high_water_s_per_mib,

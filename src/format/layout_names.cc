@@ -129,6 +129,8 @@ std::string ConfigTmpName(uint64_t suffix) { return "config.json_" + std::to_str
 
 std::string ODirectProbeName(uint64_t suffix) { return ".o_direct_probe_" + std::to_string(suffix) + ".tmp"; }
 
+std::string XattrProbeName(uint64_t suffix) { return ".xattr_probe_" + std::to_string(suffix) + ".tmp"; }
+
 bool IsLeaseName(std::string_view name) {
   auto stem = Between(name, "", ".lease");
   if (!stem || !IsUtf8Name(name)) return false;

@@ -46,7 +46,9 @@ struct TierShared {
   bool o_direct = false;
   Durability durability = Durability::kNone;
   uint32_t io_timeout_ms = 0;
-  std::atomic<bool> xattrs_ok{true};  // cleared (and logged once) on EOPNOTSUPP
+  // checksum_blocks (L99): stores write the CRC32C xattr and loads verify it.
+  // Off: neither computes a CRC or touches the xattr, as vLLM with it false.
+  bool checksum = true;
   std::atomic<uint64_t> tmp_counter{0};
   uint64_t tmp_base = 0;  // random; temp names are <dest>_<(base + n) mod 2^63>.tmp
   std::atomic<uint64_t> checksum_ns{0};  // time spent computing CRC32C (both directions)

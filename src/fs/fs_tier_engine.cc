@@ -102,7 +102,7 @@ class FsTierImpl final : public FsTier {
   const Namespace& ns() const override { return ns_; }
   std::string_view backend_name() const override { return backend_->name(); }
   bool o_direct() const override { return shared_->o_direct; }
-  bool xattrs_supported() const override { return shared_->xattrs_ok; }
+  bool xattrs_supported() const override { return shared_->checksum; }
   std::string BlockPath(const OffloadKey& key) const override {
     return JoinRoot(options_.root_dir, ns_.BlockRelPath(key));
   }

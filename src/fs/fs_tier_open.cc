@@ -1,5 +1,6 @@
 // FsTier start-up: directories, config.json (written once, atomically), and
-// the O_DIRECT and xattr probes, all with plain syscalls before the engine runs.
+// the O_DIRECT and (with checksum_blocks) xattr probes, all with plain
+// syscalls before the engine runs.
 // root_dir is the operator's and is created like `mkdir -p`; below it, on a
 // volume others may write, everything goes through directory fds that
 // follow no symlink (tier_dirs.h): a symlinked <NS>, <NS>_r<rank> or .kvtier
@@ -122,33 +123,66 @@ int OpenProbe(int ns_fd, const std::string& name, bool want_direct) {
 }
 
 // FORMAT.md L63: one page written with O_DIRECT into a probe file in the
-// namespace directory, then removed. Also tells whether user xattrs work.
-void Probe(int ns_fd, const std::string& ns_dir, uint64_t suffix, bool want_direct, bool* direct_ok,
-           bool* xattrs_ok) {
+// namespace directory, then removed. Whether O_DIRECT works.
+bool ProbeODirect(int ns_fd, const std::string& ns_dir, uint64_t suffix, bool want_direct) {
+  if (!want_direct) return false;
   const std::string name = format::ODirectProbeName(suffix);
-  *direct_ok = false;
-  *xattrs_ok = true;
+  bool direct_ok = false;
   const int fd = OpenProbe(ns_fd, name, want_direct);
-  if (fd >= 0 && want_direct && (fcntl(fd, F_GETFL) & O_DIRECT) != 0) {
+  if (fd >= 0 && (fcntl(fd, F_GETFL) & O_DIRECT) != 0) {
     void* page = std::aligned_alloc(4096, 4096);
     std::memset(page, 0, 4096);
-    *direct_ok = write(fd, page, 4096) == 4096;
+    direct_ok = write(fd, page, 4096) == 4096;
     std::free(page);
   }
   if (fd >= 0) {
-    const uint8_t zero[4] = {};
-    if (fsetxattr(fd, format::kCrcXattr, zero, format::kCrcXattrBytes, 0) != 0 && (errno == EOPNOTSUPP || errno == ENOTSUP)) {
-      *xattrs_ok = false;
-    }
     close(fd);
     unlinkat(ns_fd, name.c_str(), 0);
   }
-  if (want_direct && !*direct_ok) {
-    LogWarning("O_DIRECT is not usable under " + ns_dir + " (tmpfs, overlayfs or FUSE?): buffered I/O");
+  if (!direct_ok) LogWarning("O_DIRECT is not usable under " + ns_dir + " (tmpfs, overlayfs or FUSE?): buffered I/O");
+  return direct_ok;
+}
+
+// Sets the CRC attribute to 4 zero bytes on an open probe file and reads it
+// back: some filesystems accept a set they do not keep. kUnavailable means
+// user xattrs do not work here (EOPNOTSUPP, or other bytes came back).
+Status SetAndReadBack(int fd, const std::string& shown) {
+  const uint8_t zero[format::kCrcXattrBytes] = {};
+  if (fsetxattr(fd, format::kCrcXattr, zero, sizeof zero, 0) != 0) return ErrnoToStatus(errno, "fsetxattr " + shown);
+  uint8_t back[8];
+  const ssize_t n = fgetxattr(fd, format::kCrcXattr, back, sizeof back);
+  if (n < 0) return ErrnoToStatus(errno, "fgetxattr " + shown);
+  if (n != sizeof zero || std::memcmp(back, zero, sizeof zero) != 0) {
+    return Status(StatusCode::kUnavailable, "fgetxattr " + shown + " read back other bytes than were set");
   }
-  if (!*xattrs_ok) {
-    LogWarning("no user xattrs under " + ns_dir + ": blocks are stored without CRC32C (size checks only)");
+  return Status::Ok();
+}
+
+// FORMAT.md L99, as vLLM's probe_xattr (PR #57912): with checksum_blocks,
+// ".xattr_probe_<n>.tmp" must take and give back the CRC attribute, or the
+// tier does not start: silently storing blocks without their CRC would
+// defeat the option. A probe that fails for another reason (a full volume:
+// tmpfs counts xattrs against its inode space) proves nothing either way;
+// the tier starts, still checks loads, and a store that cannot set the
+// attribute fails, as it would on any volume that fills up later.
+Status ProbeXattr(int ns_fd, const std::string& root_dir, const std::string& ns_dir, uint64_t suffix) {
+  const std::string name = format::XattrProbeName(suffix);
+  const std::string shown = ns_dir + "/" + name;
+  const int fd = openat(ns_fd, name.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
+  Status s = fd < 0 ? ErrnoToStatus(errno, "create " + shown) : SetAndReadBack(fd, shown);
+  if (fd >= 0) {
+    close(fd);
+    unlinkat(ns_fd, name.c_str(), 0);
   }
+  if (s.ok()) return s;
+  if (s.code() != StatusCode::kUnavailable) {
+    LogWarning("the user-xattr probe failed (" + s.ToString() + "): checksum_blocks stays on");
+    return Status::Ok();
+  }
+  return s.WithContext("fs tier under root_dir " + root_dir +
+                       ": checksum_blocks needs user xattrs (user.vllm.kv_crc32c) and they do not work "
+                       "here; set \"checksum_blocks\": false in the tier's config to run without block "
+                       "checksums");
 }
 
 uint64_t RandomU63() {
@@ -205,13 +239,12 @@ Result<std::unique_ptr<FsTier>> OpenFsTierWithBackend(const FsTierOpenOptions& o
                                    JoinRoot(o.root_dir, ns.block_dir_name()), durable).status());
   shared->tmp_base = RandomU63();
   KVTIER_RETURN_IF_ERROR(WriteConfigOnce(ns_fd.get(), ns_dir, ns.config_json(), shared->tmp_base));
-  bool direct_ok = false, xattrs_ok = true;
-  Probe(ns_fd.get(), ns_dir, shared->tmp_base, o.o_direct, &direct_ok, &xattrs_ok);
+  shared->o_direct = ProbeODirect(ns_fd.get(), ns_dir, shared->tmp_base, o.o_direct);
+  if (o.checksum_blocks) KVTIER_RETURN_IF_ERROR(ProbeXattr(ns_fd.get(), o.root_dir, ns_dir, shared->tmp_base));
+  shared->checksum = o.checksum_blocks;
   shared->row_bytes = o.row_bytes;
-  shared->o_direct = direct_ok;
   shared->durability = o.durability;
   shared->io_timeout_ms = o.io_timeout_ms;
-  shared->xattrs_ok = xattrs_ok;
   if (!backend) {
     KVTIER_ASSIGN_OR_RETURN(backend, MakeBackend(o));
   }

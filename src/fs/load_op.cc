@@ -3,8 +3,9 @@
 // (files vanish under gc and other instances). A short file is corrupt and
 // unlinked, as vLLM does (L65); a longer one is never returned but left in
 // place (L66: it may be a valid row of another page size); a CRC mismatch is
-// never returned and the file is removed (L67). Files without the xattr
-// (written by vLLM) are accepted on size (L68).
+// never returned, the file is removed and the key fails with EBADMSG, as
+// vLLM's (L67). Files without the xattr (written by vLLM) are accepted on
+// size (L68). With checksum_blocks off there is no fgetxattr and no CRC (L99).
 // Also the lookup op: one statx per key (L70).
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -145,14 +146,15 @@ class LoadOp final : public FsBlockOp {
       return Close(KeyOutcome::kCorrupt, Corruption(Path() + " is longer than a row (" +
                                                     std::to_string(stx_.stx_size) + " bytes)"));
     }
-    state_ = shared_->xattrs_ok ? kXattr : kRead;
+    state_ = shared_->checksum ? kXattr : kRead;  // off: no getxattr, no CRC (L99)
   }
   void AfterXattr(int64_t res) {
     if (Replaced(res)) return;
     if (res == 4) {
       has_crc_ = true;
     } else if ((res >= 0 && res != 4) || res == -ERANGE) {  // ERANGE: longer than our buffer
-      return Close(KeyOutcome::kCorrupt, Corruption(Path() + ": CRC attribute of " + std::to_string(res) + " bytes"),
+      return Close(KeyOutcome::kCorrupt, ErrnoToStatus(EBADMSG, Path() + ": CRC attribute of " +
+                                                                    (res < 0 ? "over 8" : std::to_string(res)) + " bytes"),
                    /*unlink=*/true);
     } else if (res != -ENODATA && res != -EOPNOTSUPP && res != -ENOTSUP) {
       return Close(KeyOutcome::kError, ErrnoToStatus(static_cast<int>(-res), "fgetxattr " + Path()));
@@ -171,7 +173,7 @@ class LoadOp final : public FsBlockOp {
       const uint32_t want = uint32_t{crc_be_[0]} << 24 | uint32_t{crc_be_[1]} << 16 |
                             uint32_t{crc_be_[2]} << 8 | crc_be_[3];
       if (TimedCrc32c(shared_, row_) != want) {
-        return Close(KeyOutcome::kCorrupt, Corruption(Path() + ": CRC32C mismatch"), /*unlink=*/true);
+        return Close(KeyOutcome::kCorrupt, ErrnoToStatus(EBADMSG, Path() + ": CRC32C mismatch"), /*unlink=*/true);
       }
     }
     bytes = row_.size();

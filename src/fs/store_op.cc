@@ -1,7 +1,8 @@
 // The store state machine: statx(dest) -> open(tmp, O_EXCL) [-> mkdirs ->
-// open again] -> write (resumed when short) -> [fdatasync] -> fsetxattr(crc)
-// -> close -> rename -> [fsync dir]. Any failure after the temp file exists
-// closes it and unlinks it, so no temp file outlives a failed store.
+// open again] -> write (resumed when short) -> [fdatasync] -> [fsetxattr(crc),
+// with checksum_blocks] -> close -> rename -> [fsync dir]. Any failure after
+// the temp file exists closes it and unlinks it, so no temp file outlives a
+// failed store.
 // Paths are relative to the tier's root fd and resolved as kResolveInTree
 // (block_ops.h) says: a symlinked shard directory fails the store; so does
 // anything but a regular file at the destination (fsck --repair removes it),
@@ -17,7 +18,6 @@
 #include "fs/block_ops.h"
 #include "format/layout_names.h"
 #include "util/crc32c.h"
-#include "util/log.h"
 
 namespace kvtier::internal {
 namespace {
@@ -107,7 +107,7 @@ class StoreOp final : public FsBlockOp {
       case kMkdirParent: return AfterMkdirParent(res);
       case kMkdir: return AfterMkdir(res);
       case kWrite: return AfterWrite(res);
-      case kSync: return res < 0 ? Fail(res, "fdatasync") : Go(shared_->xattrs_ok ? kXattr : kClose);
+      case kSync: return res < 0 ? Fail(res, "fdatasync") : Go(shared_->checksum ? kXattr : kClose);
       case kXattr: return AfterXattr(res);
       case kClose: return AfterClose(res);
       case kRename: return AfterRename(res);
@@ -166,8 +166,10 @@ class StoreOp final : public FsBlockOp {
     if (res != -ENOENT) return Finish(res, "statx " + Shown(dest_));
     // The checksum is computed here, on the engine thread, and only for rows
     // that will be written: submitting stays cheap for the caller.
-    const uint32_t crc = TimedCrc32c(shared_, row_);
-    for (int i = 0; i < 4; ++i) crc_be_[i] = static_cast<uint8_t>(crc >> (24 - 8 * i));  // big-endian
+    if (shared_->checksum) {
+      const uint32_t crc = TimedCrc32c(shared_, row_);
+      for (int i = 0; i < 4; ++i) crc_be_[i] = static_cast<uint8_t>(crc >> (24 - 8 * i));  // big-endian
+    }
     Go(kOpen);
   }
   void AfterOpen(int64_t res) {
@@ -226,16 +228,12 @@ class StoreOp final : public FsBlockOp {
     if (res == 0) return Fail(-EIO, "write " + Shown(tmp_) + " made no progress");
     written_ += static_cast<uint64_t>(res);
     if (written_ < row_.size()) return;  // a short write: resume with the rest
-    Go(shared_->durability != Durability::kNone ? kSync : shared_->xattrs_ok ? kXattr : kClose);
+    Go(shared_->durability != Durability::kNone ? kSync : shared_->checksum ? kXattr : kClose);
   }
+  // As vLLM with checksum_blocks (L99): a block is never published without
+  // its CRC, so a failed fsetxattr fails the store (the open's probe has
+  // shown that this filesystem takes user xattrs).
   void AfterXattr(int64_t res) {
-    if (res == -EOPNOTSUPP || res == -ENOTSUP) {
-      if (shared_->xattrs_ok.exchange(false)) {
-        LogWarning("the filesystem under " + Shown(block_dir_) +
-                   " has no user xattrs: blocks are stored without their CRC32C (size checks only)");
-      }
-      return Go(kClose);
-    }
     if (res < 0) return Fail(res, "fsetxattr " + Shown(tmp_));
     Go(kClose);
   }

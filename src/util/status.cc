@@ -63,6 +63,7 @@ static StatusCode CodeForErrno(int sys_errno) {
     case EINVAL: return StatusCode::kInvalidArgument;
     case ENOSYS:
     case EOPNOTSUPP: return StatusCode::kUnavailable;
+    case EBADMSG: return StatusCode::kCorruption;  // also ext4's and XFS's EFSBADCRC
     default: return StatusCode::kIoError;
   }
 }

@@ -299,7 +299,7 @@ ScanResult Scan(const fs::path& root, const FsTier& tier, Problems* problems) {
       ++scan.block_tmp;  // C6: an orphan of a killed store, 0..row_bytes long
       const uintmax_t size = fs::file_size(path, sec);
       if (!sec && size > kRow) problems->Report() << "temp file longer than a row (C6): " << path;
-    } else if (name.rfind(".o_direct_probe_", 0) == 0 && EndsWith(name, ".tmp")) {
+    } else if ((name.rfind(".o_direct_probe_", 0) == 0 || name.rfind(".xattr_probe_", 0) == 0) && EndsWith(name, ".tmp")) {
       ++scan.probe_tmp;
     } else if (name.rfind("config.json_", 0) == 0 && EndsWith(name, ".tmp")) {
       ++scan.config_tmp;

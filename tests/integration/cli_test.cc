@@ -3,7 +3,8 @@
 // `kvtier hash` in human mode prints each block's hash and file path
 // (absolute and with presence when --root is given), honours
 // PYTHONHASHSEED / --seed like vLLM, warns when xxhash hashes are random, and
-// reads a namespace back from an existing config.json.
+// reads a namespace back from an existing config.json; `config check` prints
+// the effective config and notes where a value is kvtier's default, not vLLM's.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -159,6 +160,25 @@ TEST(Cli, ConfigCheckPrintsEffectiveConfigOrNamesTheBadKey) {
   EXPECT_NE(bad.err.find("block_size"), std::string::npos) << bad.err;
   auto missing = RunCommand({CliPath(), "config", "check", dir.path() / "absent.json"});
   EXPECT_EQ(missing.exit_code, 1) << missing.err;
+}
+
+// checksum_blocks: kvtier's default (true) is not vLLM's (false). `config
+// check` prints the effective value in the JSON on stdout and says on stderr
+// that it is kvtier's default; a tier that sets it false gets no note.
+TEST(Cli, ConfigCheckSaysChecksumBlocksIsKvtiersDefault) {
+  auto r = RunCommand({CliPath(), "config", "check", testing::SourceDir() / "configs/default.json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["secondary_tiers"][0]["checksum_blocks"], true) << r.out;
+  EXPECT_NE(r.err.find("note: secondary_tiers[0].checksum_blocks: true (kvtier's default; vLLM's default is false)"),
+            std::string::npos)
+      << r.err;
+  testing::TempDir dir;
+  testing::WriteFileOrDie(dir.path() / "off.json", R"({"spec_name": "TieringOffloadingSpec", "cpu_bytes_to_use": 1,
+      "secondary_tiers": [{"type": "fs", "root_dir": "/kv", "checksum_blocks": false}]})");
+  auto off = RunCommand({CliPath(), "config", "check", dir.path() / "off.json"});
+  ASSERT_EQ(off.exit_code, 0) << off.err;
+  EXPECT_EQ(nlohmann::json::parse(off.out)["secondary_tiers"][0]["checksum_blocks"], false) << off.out;
+  EXPECT_EQ(off.err.find("checksum_blocks"), std::string::npos) << off.err;
 }
 
 // `kvtier bench tiers`: 300 rows go through a CPU tier of 32 rows to fs and

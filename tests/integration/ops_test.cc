@@ -7,7 +7,8 @@
 // directories), by size (least recently used first, down to the low water),
 // with --keep and with a live lease; a symlink out of the root is never
 // followed; a root that does not look like one is refused; and gc plus
-// fsck --repair running while a writer stores lose nothing it acknowledged.
+// fsck --repair running while a writer stores lose nothing it acknowledged;
+// vLLM's .xattr_probe_<n>.tmp leftovers are probe leftovers.
 #include <gtest/gtest.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -164,6 +165,34 @@ TEST_F(OpsTest, EveryFindingKindWithItsRuleAndRepair) {
   ASSERT_OK_AND_ASSIGN(FsckReport after, Fsck(o));
   std::set<std::string> left = Kinds(after);
   EXPECT_EQ(left, (std::set<std::string>{"stray_file@L90", "bad_name@L94", "config_missing@L78"}));
+}
+
+// vLLM's checksum probe (PR #57912, FORMAT.md L82, L99), which kvtier's tier
+// now makes too: an old ".xattr_probe_<n>.tmp" is a probe_leftover that fsck
+// --repair and gc remove; a young one is left alone; a near miss is a stray.
+TEST_F(OpsTest, XattrProbeLeftoversAreProbeLeftovers) {
+  Write("org/a", 1);
+  const std::string ns = NsDir("org/a");
+  for (const std::string name : {".xattr_probe_12.tmp", ".xattr_probe_012.tmp", ".xattr_probe_13.tmp"}) {
+    testing::WriteFileOrDie(P(ns + "/" + name), "");
+  }
+  Age(ns + "/.xattr_probe_12.tmp", 7200);
+  Age(ns + "/.xattr_probe_012.tmp", 7200);
+  FsckOptions o = FsckOpts();
+  ASSERT_OK_AND_ASSIGN(FsckReport found, Fsck(o));
+  std::set<std::string> seen;
+  for (const Finding& f : found.findings) seen.insert(std::string(FindingKindName(f.kind)) + " " + f.path);
+  EXPECT_EQ(seen, (std::set<std::string>{"probe_leftover " + ns + "/.xattr_probe_12.tmp",
+                                         "stray_file " + ns + "/.xattr_probe_012.tmp"}));
+  o.repair = true;
+  ASSERT_OK_AND_ASSIGN(FsckReport repaired, Fsck(o));
+  EXPECT_FALSE(fs::exists(P(ns + "/.xattr_probe_12.tmp")));
+  EXPECT_TRUE(fs::exists(P(ns + "/.xattr_probe_012.tmp"))) << "a near miss is never removed";
+  EXPECT_TRUE(fs::exists(P(ns + "/.xattr_probe_13.tmp"))) << "a young probe may be a tier starting now";
+  Age(ns + "/.xattr_probe_13.tmp", 7200);
+  ASSERT_OK_AND_ASSIGN(GcReport gc, Gc(GcOpts()));
+  EXPECT_FALSE(fs::exists(P(ns + "/.xattr_probe_13.tmp"))) << "gc removes an old probe file";
+  EXPECT_TRUE(fs::exists(P(ns + "/.xattr_probe_012.tmp")));
 }
 
 TEST_F(OpsTest, CliExitCodesFollowE2fsck) {

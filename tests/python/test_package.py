@@ -3,11 +3,13 @@
 Proves: every golden case computed by vLLM's code (hashes, chunk keys, block paths, namespace
 directory, config.json bytes) comes out of the package byte-exact; FsTier stores and loads
 zero-copy through memoryview, bytearray, numpy arrays and (where installed) torch tensors, holds
-the buffers while jobs run and never returns a corrupt block; errors are KvtierError with
+the buffers while jobs run and never returns a corrupt block (EBADMSG, as vLLM), and with
+checksum_blocks false writes and checks no CRC; errors are KvtierError with
 kvtier's status code; du/fsck/gc return Python objects; config_check validates; the GIL is
 released while a tool walks a tree.
 """
 
+import errno
 import json
 import os
 import threading
@@ -135,6 +137,26 @@ def test_corrupt_block_is_never_returned(tier):
     assert res.outcomes == ["ok", "corrupt"] and res.ok_prefix == 1
     assert not os.path.exists(path), "a corrupt block file is removed"
     assert tier.metrics()["rows_corrupt"] == 1
+    # vLLM (PR #57912) fails such a key with OSError(EBADMSG); kvtier's status carries the same errno.
+    assert f"errno {errno.EBADMSG}: {os.strerror(errno.EBADMSG)}" in res.errors[1], res.errors
+
+
+def test_checksum_blocks_off_writes_and_checks_no_crc(tmp_path, ns):
+    keys = keys_for(2, "nocrc")
+    rows = [np.full(ROW, 5, np.uint8), np.full(ROW, 6, np.uint8)]
+    off = kvtier.FsTier(ns, ROW, {"root_dir": str(tmp_path), "checksum_blocks": False})
+    try:
+        assert not off.xattrs_supported
+        run(off, off.submit_store(keys, rows))
+        path = off.block_path(keys[1])
+        assert "user.vllm.kv_crc32c" not in os.listxattr(path)
+        os.setxattr(path, "user.vllm.kv_crc32c", b"\x00\x00\x00\x00")  # wrong, and never read
+        outs = [np.zeros(ROW, np.uint8), np.zeros(ROW, np.uint8)]
+        assert run(off, off.submit_load(keys, outs)).ok_prefix == 2
+        assert all((o == r).all() for o, r in zip(outs, rows))
+        assert off.metrics()["checksum_ns"] == 0
+    finally:
+        off.close()
 
 
 def test_lookup_reports_hits_and_misses(tier):
@@ -210,6 +232,7 @@ def test_config_check(tmp_path):
     effective = json.loads(kvtier.config_check(json.dumps(cfg)))
     assert effective["block_size"] == 64 and effective["eviction_policy"] == "lru"
     assert effective["secondary_tiers"][0]["n_read_threads"] == 16
+    assert effective["secondary_tiers"][0]["checksum_blocks"] is True  # kvtier's default; vLLM's is false
     cfg["secondary_tiers"][0]["durabilty"] = "full"
     with pytest.raises(kvtier.KvtierError) as e:
         kvtier.config_check(json.dumps(cfg))

@@ -5,7 +5,8 @@ Proves: vLLM's SecondaryTierFactory builds the tier from `module_path`; vLLM's s
 passes with it; blocks stored through KvtierFsTier are found and loaded byte-exact by vLLM's own
 "fs" tier on the same root, and the reverse, with the same namespace and files; a corrupt block
 is never promoted and the prefix before it is kept (partial success); unknown keys are refused;
-the newer upstream interface (backpressure_detector, chunk_ids, transfer_bytes) works; drain_jobs
+the newer upstream interface (backpressure_detector, chunk_ids, transfer_bytes) works; vLLM PR
+#57912's checksum_blocks key reaches the tier and vLLM's unchecksummed blocks load; drain_jobs
 leaves every job with exactly one result; kvtier's metrics reach vLLM's stats.
 Skips (one line saying why) where ../shared/vllm is absent.
 """
@@ -89,6 +90,37 @@ def test_blocks_shared_both_ways(h, tmp_path, writer, reader):
         assert block_files(tmp_path) == files, "the reader wrote or removed block files"
         configs = list(Path(tmp_path).glob("*/config.json"))
         assert len(configs) == 1, f"both tiers must use one namespace, found {configs}"
+    finally:
+        r.shutdown()
+
+
+@pytest.mark.parametrize("checksum", [True, False])
+def test_checksum_blocks_key(h, tmp_path, checksum):
+    """vLLM PR #57912's tier key reaches the tier through vLLM's factory: on, each block file has
+    the 4-byte CRC32C xattr; off, none. Blocks vLLM's own (pinned, checksum-less) fs tier wrote
+    have no xattr and load either way."""
+    ps = prompts(h, 1, f"{SALT}-crc-{checksum}")
+    v = h.Engine([h.vllm_tier(tmp_path / "v")])
+    try:
+        v.store_prompts(ps)
+    finally:
+        v.shutdown()
+    eng = h.Engine([h.kvtier_tier(tmp_path / "k", checksum_blocks=checksum)])
+    try:
+        eng.store_prompts(ps)
+        for name in block_files(tmp_path / "k"):
+            attrs = os.listxattr(tmp_path / "k" / name)
+            assert ("user.vllm.kv_crc32c" in attrs) == checksum, (name, attrs)
+            if checksum:
+                assert len(os.getxattr(tmp_path / "k" / name, "user.vllm.kv_crc32c")) == 4
+    finally:
+        eng.shutdown()
+    for name in block_files(tmp_path / "v"):
+        assert "user.vllm.kv_crc32c" not in os.listxattr(tmp_path / "v" / name)
+    r = h.Engine([h.kvtier_tier(tmp_path / "v", checksum_blocks=checksum)])
+    try:
+        n, data = r.fetch(ps[0])
+        assert n == len(ps[0]) and data == [h.content(k) for k in ps[0]], "vLLM's unchecksummed blocks load"
     finally:
         r.shutdown()
 

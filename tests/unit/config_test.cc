@@ -12,6 +12,8 @@
 // the keys vLLM consumes and unknown keys rejected by name; and
 // FsTierOpenOptionsFromConfig() must carry every configured field into the
 // FsTier's options (backpressure enabled exactly when configured).
+// KvtierDefaultNotes() names the values that are kvtier's defaults where
+// vLLM's differ (checksum_blocks).
 #include "kvtier/config.h"
 
 #include <gtest/gtest.h>
@@ -22,6 +24,7 @@
 #include <string>
 #include <string_view>
 #include <tuple>
+#include <vector>
 
 #include "support/test_support.h"
 
@@ -630,6 +633,7 @@ TEST(ConfigSingleTier, MinimalTierTakesTheDocumentedDefaults) {
   EXPECT_EQ(t.store_queue_bytes_max, uint64_t{1} << 30);
   EXPECT_EQ(t.io_backend, IoBackendKind::kAuto);
   EXPECT_TRUE(t.o_direct);
+  EXPECT_TRUE(t.checksum_blocks) << "kvtier's default, where vLLM's is false";
   EXPECT_EQ(t.stores_while_loading_max, 2);
 }
 
@@ -641,7 +645,7 @@ constexpr std::string_view kEveryFsTierKey = R"({
     "backpressure": {"backpressure_cls": "EMABackpressureDetector", "policy_cls": "DropStorePolicy",
                      "high_water_s": 0.5, "low_water_s": 0.25, "alpha": 0.75, "warmup": 7},
     "io_timeout_ms": 1234, "stores_while_loading_max": 9, "durability": "full",
-    "store_queue_bytes_max": 65536, "io_backend": "syscall", "o_direct": false})";
+    "store_queue_bytes_max": 65536, "io_backend": "syscall", "o_direct": false, "checksum_blocks": false})";
 
 FsTierOptions EveryFsTierKeyExpected() {
   FsTierOptions t;
@@ -658,6 +662,7 @@ FsTierOptions EveryFsTierKeyExpected() {
   t.store_queue_bytes_max = 65536;
   t.io_backend = IoBackendKind::kSyscall;
   t.o_direct = false;
+  t.checksum_blocks = false;
   return t;
 }
 
@@ -674,6 +679,7 @@ TEST(ConfigSingleTier, EveryVllmAndKvtierKeyReachesItsField) {
   EXPECT_EQ(t.store_queue_bytes_max, 65536u);
   EXPECT_EQ(t.io_backend, IoBackendKind::kSyscall);
   EXPECT_FALSE(t.o_direct);
+  EXPECT_FALSE(t.checksum_blocks);
   ASSERT_TRUE(t.backpressure.has_value());
   EXPECT_EQ(t.backpressure->high_water_s_per_mib, 0.5);
   EXPECT_EQ(t.backpressure->low_water_s_per_mib, 0.25);
@@ -746,6 +752,7 @@ TEST(ConfigSingleTier, OpenOptionsCopyEveryConfiguredField) {
   EXPECT_EQ(o.store_queue_bytes_max, 65536u);
   EXPECT_EQ(o.backend, IoBackendKind::kSyscall);
   EXPECT_FALSE(o.o_direct);
+  EXPECT_FALSE(o.checksum_blocks);
   EXPECT_TRUE(o.backpressure.enabled);
   EXPECT_EQ(o.backpressure.high_water_s_per_mib, 0.5);
   EXPECT_EQ(o.backpressure.low_water_s_per_mib, 0.25);
@@ -767,6 +774,33 @@ TEST(ConfigSingleTier, OpenOptionsOfADefaultTierMatchTheTiersDefaults) {
   EXPECT_EQ(o.durability, Durability::kNone);
   EXPECT_EQ(o.backend, IoBackendKind::kAuto);
   EXPECT_TRUE(o.o_direct);
+  EXPECT_TRUE(o.checksum_blocks);
+}
+
+// checksum_blocks is vLLM's key (PR #57912), listed without "(kvtier)", and a
+// boolean; kvtier's default (true) differs from vLLM's (false), and
+// KvtierDefaultNotes (printed by `kvtier config check`) says so for each tier
+// that takes it, and only those.
+TEST(ConfigSingleTier, ChecksumBlocksIsVllmsKeyWithKvtiersOwnDefault) {
+  ASSERT_OK_AND_ASSIGN(FsTierOptions on, ParseFsTierConfig(R"({"root_dir": "/x", "checksum_blocks": true})"));
+  EXPECT_TRUE(on.checksum_blocks);
+  EXPECT_TRUE(IsTierKeyError(ParseFsTierConfig(R"({"root_dir": "/x", "checksum_blocks": 1})"), "checksum_blocks",
+                             "expected true or false"));
+  const auto unknown = Parse(TieringWith(R"({"type": "fs", "root_dir": "/kv", "checksums": true})"));
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.status().message().find("checksum_blocks,"), std::string::npos) << unknown.status().ToString();
+  EXPECT_EQ(unknown.status().message().find("checksum_blocks (kvtier)"), std::string::npos);
+
+  ASSERT_OK_AND_ASSIGN(OffloadConfig c, Parse(R"({"spec_name": "TieringOffloadingSpec", "cpu_bytes_to_use": 1,
+      "secondary_tiers": [{"type": "fs", "root_dir": "/a"}, {"type": "fs", "root_dir": "/b", "checksum_blocks": false},
+                          {"type": "fs", "root_dir": "/c", "checksum_blocks": true}]})"));
+  EXPECT_EQ(KvtierDefaultNotes(c),
+            (std::vector<std::string>{
+                "secondary_tiers[0].checksum_blocks: true (kvtier's default; vLLM's default is false)",
+                "secondary_tiers[2].checksum_blocks: true (kvtier's default; vLLM's default is false)"}));
+  ASSERT_OK_AND_ASSIGN(OffloadConfig none, Parse(R"({"cpu_bytes_to_use": 1})"));
+  EXPECT_TRUE(KvtierDefaultNotes(none).empty());
+  EXPECT_NE(OffloadConfigToJson(c).find("\"checksum_blocks\": false"), std::string::npos);
 }
 
 TEST(ConfigSingleTier, OpenOptionsFromAParsedRemoteTierEnableItsBackpressure) {

@@ -22,6 +22,7 @@ TEST(Status, ErrnoMapping) {
       {EAGAIN, StatusCode::kBusy},          {ETIMEDOUT, StatusCode::kTimedOut},
       {ECANCELED, StatusCode::kTimedOut},   {EINVAL, StatusCode::kInvalidArgument},
       {ENOSYS, StatusCode::kUnavailable},   {EIO, StatusCode::kIoError},
+      {EBADMSG, StatusCode::kCorruption},  // a CRC mismatch, as vLLM's OSError(EBADMSG)
       {0, StatusCode::kInternal}};
   for (const auto& [err, code] : cases) {
     Status s = ErrnoToStatus(err, "open /x");
