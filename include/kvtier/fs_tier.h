@@ -6,7 +6,7 @@
 // finished jobs with one result per key, so a caller keeps the prefix that
 // loaded. Stores follow vLLM's procedure (FORMAT.md L54-L61): skip if the file
 // exists, write a temp file beside it, set the CRC32C xattr (checksum_blocks,
-// L99), rename. Loads return a block only if its size and (when present and
+// L102), rename. Loads return a block only if its size and (when present and
 // checksum_blocks is on) CRC32C match; a corrupt block is never returned and
 // its file is removed.
 //
@@ -79,7 +79,7 @@ struct FsTierOpenOptions {
   IoBackendKind backend = IoBackendKind::kAuto;
   bool o_direct = true;  // use O_DIRECT after a successful probe (buffered otherwise)
   // CRC32C of every block in the xattr user.vllm.kv_crc32c, written on store
-  // and verified on load (FORMAT.md L60, L67, L99); Open fails where user
+  // and verified on load (FORMAT.md L60, L67, L102); Open fails where user
   // xattrs do not work. false: no CRC computed, written or checked.
   bool checksum_blocks = true;
   // Memory that row buffers will come from (the CPU tier's region). With

@@ -71,7 +71,7 @@ std::string BlockTmpName(std::string_view block_name, uint64_t suffix);
 // L28: "config.json_<decimal>.tmp".
 bool IsConfigTmpName(std::string_view name);
 std::string ConfigTmpName(uint64_t suffix);
-// L63: ".o_direct_probe_<decimal>.tmp"; L99 (vLLM PR #57912): ".xattr_probe_<decimal>.tmp".
+// L63: ".o_direct_probe_<decimal>.tmp"; L102 (vLLM PR #57912): ".xattr_probe_<decimal>.tmp".
 bool IsProbeName(std::string_view name);
 std::string ODirectProbeName(uint64_t suffix);
 std::string XattrProbeName(uint64_t suffix);

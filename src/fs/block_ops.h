@@ -46,7 +46,7 @@ struct TierShared {
   bool o_direct = false;
   Durability durability = Durability::kNone;
   uint32_t io_timeout_ms = 0;
-  // checksum_blocks (L99): stores write the CRC32C xattr and loads verify it.
+  // checksum_blocks (L102): stores write the CRC32C xattr and loads verify it.
   // Off: neither computes a CRC or touches the xattr, as vLLM with it false.
   bool checksum = true;
   std::atomic<uint64_t> tmp_counter{0};

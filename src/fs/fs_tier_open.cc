@@ -158,7 +158,7 @@ Status SetAndReadBack(int fd, const std::string& shown) {
   return Status::Ok();
 }
 
-// FORMAT.md L99, as vLLM's probe_xattr (PR #57912): with checksum_blocks,
+// FORMAT.md L102, as vLLM's probe_xattr (PR #57912): with checksum_blocks,
 // ".xattr_probe_<n>.tmp" must take and give back the CRC attribute, or the
 // tier does not start: silently storing blocks without their CRC would
 // defeat the option. A probe that fails for another reason (a full volume:

@@ -5,7 +5,7 @@
 // place (L66: it may be a valid row of another page size); a CRC mismatch is
 // never returned, the file is removed and the key fails with EBADMSG, as
 // vLLM's (L67). Files without the xattr (written by vLLM) are accepted on
-// size (L68). With checksum_blocks off there is no fgetxattr and no CRC (L99).
+// size (L68). With checksum_blocks off there is no fgetxattr and no CRC (L102).
 // Also the lookup op: one statx per key (L70).
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -146,7 +146,7 @@ class LoadOp final : public FsBlockOp {
       return Close(KeyOutcome::kCorrupt, Corruption(Path() + " is longer than a row (" +
                                                     std::to_string(stx_.stx_size) + " bytes)"));
     }
-    state_ = shared_->checksum ? kXattr : kRead;  // off: no getxattr, no CRC (L99)
+    state_ = shared_->checksum ? kXattr : kRead;  // off: no getxattr, no CRC (L102)
   }
   void AfterXattr(int64_t res) {
     if (Replaced(res)) return;

@@ -230,7 +230,7 @@ class StoreOp final : public FsBlockOp {
     if (written_ < row_.size()) return;  // a short write: resume with the rest
     Go(shared_->durability != Durability::kNone ? kSync : shared_->checksum ? kXattr : kClose);
   }
-  // As vLLM with checksum_blocks (L99): a block is never published without
+  // As vLLM with checksum_blocks (L102): a block is never published without
   // its CRC, so a failed fsetxattr fails the store (the open's probe has
   // shown that this filesystem takes user xattrs).
   void AfterXattr(int64_t res) {

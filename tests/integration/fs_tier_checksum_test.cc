@@ -1,5 +1,5 @@
 // Proves the fs tier's checksum_blocks option (vLLM PR #57912; FORMAT.md
-// L60, L67, L68, L99) on real files, once per backend:
+// L60, L67, L68, L102) on real files, once per backend:
 //  * on: the open probes user xattrs under vLLM's probe name
 //    ".xattr_probe_<n>.tmp" (seen with inotify) and leaves nothing behind;
 //    on a filesystem without user xattrs (a ramfs this test mounts when it

@@ -167,7 +167,7 @@ TEST_F(OpsTest, EveryFindingKindWithItsRuleAndRepair) {
   EXPECT_EQ(left, (std::set<std::string>{"stray_file@L90", "bad_name@L94", "config_missing@L78"}));
 }
 
-// vLLM's checksum probe (PR #57912, FORMAT.md L82, L99), which kvtier's tier
+// vLLM's checksum probe (PR #57912, FORMAT.md L82, L102), which kvtier's tier
 // now makes too: an old ".xattr_probe_<n>.tmp" is a probe_leftover that fsck
 // --repair and gc remove; a young one is left alone; a near miss is a stray.
 TEST_F(OpsTest, XattrProbeLeftoversAreProbeLeftovers) {
