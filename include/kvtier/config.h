@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "kvtier/fs_tier.h"
+#include "kvtier/options.h"
 #include "kvtier/result.h"
 
 namespace kvtier {
@@ -45,39 +46,10 @@ enum class EvictionPolicy {
   kArc,  // "arc"
 };
 
-// `gpu_copy` (kvtier's own): how GPU pages move between device memory and
-// CPU rows. The copy engines cost no SM time but move small scattered pages
-// slowly; staging them in a device buffer (64 MiB per direction) or a copy
-// kernel over the link moves them at close to the link's speed.
-enum class GpuCopy {
-  kAuto,    // "auto": pages averaging < 64 KiB: loads staged, stores by the kernel; else the copy engines
-  kDma,     // "dma": the copy engines only, page by page
-  kKernel,  // "kernel": the copy kernel over the link (no device memory)
-  kStaged,  // "staged": through the device staging buffer
-};
-
-// `locality` of an fs tier. It is echoed in KV events and selects the
-// backpressure defaults.
-enum class Locality {
-  kUnspecified,  // the key is absent (or null): treated as LOCAL for defaults
-  kLocal,        // "LOCAL": assumed local SSD
-  kRemote,       // "REMOTE": assumed network storage
-};
-
 // `secondary_tiers[i].type`. vLLM also has "obj", "p2p", "example" and
 // out-of-tree classes; kvtier implements only the filesystem tier.
 enum class TierType {
   kFs,  // "fs"
-};
-
-// `backpressure.backpressure_cls`: how store pressure is detected.
-enum class BackpressureDetector {
-  kEma,  // "EMABackpressureDetector": EMA of store latency per MiB
-};
-
-// `backpressure.policy_cls`: what happens to cascade stores under pressure.
-enum class BackpressurePolicy {
-  kDropStore,  // "DropStorePolicy": stores to the tier are dropped (blocks stay CPU-only)
 };
 
 // Store backpressure of one secondary tier (vllm-fs-tier.md §4.7): pressure

@@ -24,21 +24,10 @@
 
 #include "kvtier/hashing.h"
 #include "kvtier/layout.h"
+#include "kvtier/options.h"
 #include "kvtier/result.h"
 
 namespace kvtier {
-
-enum class Durability {
-  kNone,  // as vLLM: no fsync (a crash can lose recent blocks, never tear a checked one)
-  kFile,  // fdatasync the temp file before the rename
-  kFull,  // kFile, plus fsync of the directory after the rename
-};
-
-enum class IoBackendKind {
-  kAuto,     // io_uring; the syscall pool (with a logged warning) if the kernel refuses a ring
-  kUring,    // io_uring or fail
-  kSyscall,  // the syscall thread pool
-};
 
 // Store backpressure as vLLM's EMABackpressureDetector (PR #50045): an EMA of
 // store latency per MiB; above the high water mark new stores are dropped
