@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "kvtier/fs_tier.h"
+#include "kvtier/fs_tier_options.h"
 #include "kvtier/options.h"
 #include "kvtier/result.h"
 
@@ -50,29 +51,6 @@ enum class EvictionPolicy {
 // out-of-tree classes; kvtier implements only the filesystem tier.
 enum class TierType {
   kFs,  // "fs"
-};
-
-// Store backpressure of one secondary tier (vllm-fs-tier.md §4.7): pressure
-// starts when the EMA of store latency per MiB exceeds the high water mark
-// and ends when it falls below the low water mark. Loads and promotions are
-// never dropped. Invariant after parsing: 0 < low < high, 0 < alpha <= 1.
-struct BackpressureOptions {
-  // `backpressure_cls` (required in JSON).
-  BackpressureDetector detector = BackpressureDetector::kEma;
-  // `policy_cls`; default DropStorePolicy.
-  BackpressurePolicy policy = BackpressurePolicy::kDropStore;
-  // `high_water_s`, seconds of store latency per MiB. Default 0.005 for a
-  // LOCAL or unspecified tier, 0.020 for REMOTE.
-  double high_water_s_per_mib = 0.005;
-  // `low_water_s`, seconds per MiB. Default 0.001 for LOCAL or unspecified,
-  // 0.005 for REMOTE.
-  double low_water_s_per_mib = 0.001;
-  // `alpha`: EMA smoothing factor in (0, 1]; default 0.3.
-  double ema_alpha = 0.3;
-  // `warmup`: store completions observed before pressure can start; default 3.
-  uint32_t warmup_completions = 3;
-
-  bool operator==(const BackpressureOptions&) const = default;
 };
 
 // The default water marks for a locality (the rest of the struct keeps its

@@ -17,28 +17,19 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "kvtier/fs_tier_options.h"
 #include "kvtier/hashing.h"
 #include "kvtier/layout.h"
 #include "kvtier/options.h"
 #include "kvtier/result.h"
 
 namespace kvtier {
-
-// Store backpressure as vLLM's EMABackpressureDetector (PR #50045): an EMA of
-// store latency per MiB; above the high water mark new stores are dropped
-// until it falls below the low water mark. Loads are never dropped.
-struct StoreBackpressure {
-  bool enabled = false;
-  double high_water_s_per_mib = 0.005;  // enter pressure above this
-  double low_water_s_per_mib = 0.001;   // leave pressure below this
-  double ema_alpha = 0.3;               // weight of the newest sample
-  uint32_t warmup_completions = 3;      // samples before the detector may trip
-};
 
 struct FsTierOpenOptions {
   std::string root_dir;          // required; used verbatim, as vLLM does
@@ -56,7 +47,7 @@ struct FsTierOpenOptions {
   Durability durability = Durability::kNone;
   uint32_t io_timeout_ms = 30000;  // deadline of every I/O; 0: none
   uint64_t store_queue_bytes_max = uint64_t{1} << 30;  // queued store bytes before stores are dropped
-  StoreBackpressure backpressure;  // latency-based dropping of stores (off by default)
+  std::optional<BackpressureOptions> backpressure;  // latency-based dropping of stores; none (default): off
   IoBackendKind backend = IoBackendKind::kAuto;
   bool o_direct = true;  // use O_DIRECT after a successful probe (buffered otherwise)
   // Memory that row buffers will come from (the CPU tier's region). With

@@ -411,13 +411,7 @@ FsTierOpenOptions FsTierOpenOptionsFromConfig(const FsTierOptions& tier) {
   open.store_queue_bytes_max = tier.store_queue_bytes_max;
   open.backend = tier.io_backend;
   open.o_direct = tier.o_direct;
-  if (const std::optional<BackpressureOptions>& bp = tier.backpressure) {
-    open.backpressure = {.enabled = true,
-                         .high_water_s_per_mib = bp->high_water_s_per_mib,
-                         .low_water_s_per_mib = bp->low_water_s_per_mib,
-                         .ema_alpha = bp->ema_alpha,
-                         .warmup_completions = bp->warmup_completions};
-  }
+  open.backpressure = tier.backpressure;
   return open;
 }
 

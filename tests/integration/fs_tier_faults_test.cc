@@ -161,10 +161,10 @@ TEST_F(FaultTest, DurabilityModesIssueTheirSyncs) {
 TEST_F(FaultTest, BackpressureDropsStoresButNeverLoads) {
   FsTierOpenOptions o;
   o.store_queue_bytes_max = 2 * kRow;
-  o.backpressure.enabled = true;
-  o.backpressure.high_water_s_per_mib = 1e-12;  // any completed store trips it
-  o.backpressure.low_water_s_per_mib = 1e-13;
-  o.backpressure.warmup_completions = 1;
+  o.backpressure = BackpressureOptions{};
+  o.backpressure->high_water_s_per_mib = 1e-12;  // any completed store trips it
+  o.backpressure->low_water_s_per_mib = 1e-13;
+  o.backpressure->warmup_completions = 1;
   auto tier = Open({}, o);
   auto keys = Keys(3);
   auto rows = Rows(3);

@@ -746,11 +746,7 @@ TEST(ConfigSingleTier, OpenOptionsCopyEveryConfiguredField) {
   EXPECT_EQ(o.store_queue_bytes_max, 65536u);
   EXPECT_EQ(o.backend, IoBackendKind::kSyscall);
   EXPECT_FALSE(o.o_direct);
-  EXPECT_TRUE(o.backpressure.enabled);
-  EXPECT_EQ(o.backpressure.high_water_s_per_mib, 0.5);
-  EXPECT_EQ(o.backpressure.low_water_s_per_mib, 0.25);
-  EXPECT_EQ(o.backpressure.ema_alpha, 0.75);
-  EXPECT_EQ(o.backpressure.warmup_completions, 7u);
+  EXPECT_EQ(o.backpressure, t.backpressure);
   // What the config does not hold is left for the caller.
   EXPECT_EQ(o.row_bytes, 0u);
   EXPECT_TRUE(o.registered_memory.empty());
@@ -760,7 +756,7 @@ TEST(ConfigSingleTier, OpenOptionsCopyEveryConfiguredField) {
 TEST(ConfigSingleTier, OpenOptionsOfADefaultTierMatchTheTiersDefaults) {
   ASSERT_OK_AND_ASSIGN(FsTierOptions t, ParseFsTierConfig(R"({"root_dir": "/x"})"));
   const FsTierOpenOptions o = FsTierOpenOptionsFromConfig(t);
-  EXPECT_FALSE(o.backpressure.enabled);
+  EXPECT_FALSE(o.backpressure.has_value());
   EXPECT_EQ(o.n_read_threads, 16);
   EXPECT_EQ(o.stores_while_loading_max, 2);
   EXPECT_EQ(o.io_timeout_ms, 30000u);
@@ -773,10 +769,10 @@ TEST(ConfigSingleTier, OpenOptionsFromAParsedRemoteTierEnableItsBackpressure) {
   ASSERT_OK_AND_ASSIGN(FsTierOptions t, ParseFsTierConfig(R"({"root_dir": "/x", "locality": "REMOTE",
       "backpressure": {"backpressure_cls": "EMABackpressureDetector", "warmup": 1}})"));
   const FsTierOpenOptions o = FsTierOpenOptionsFromConfig(t);
-  EXPECT_TRUE(o.backpressure.enabled);
-  EXPECT_EQ(o.backpressure.high_water_s_per_mib, 0.020);
-  EXPECT_EQ(o.backpressure.low_water_s_per_mib, 0.005);
-  EXPECT_EQ(o.backpressure.warmup_completions, 1u);
+  ASSERT_TRUE(o.backpressure.has_value());
+  EXPECT_EQ(o.backpressure->high_water_s_per_mib, 0.020);
+  EXPECT_EQ(o.backpressure->low_water_s_per_mib, 0.005);
+  EXPECT_EQ(o.backpressure->warmup_completions, 1u);
 }
 
 }  // namespace
