@@ -28,7 +28,6 @@
 #include <string_view>
 #include <vector>
 
-#include "kvtier/fs_tier.h"
 #include "kvtier/fs_tier_options.h"
 #include "kvtier/options.h"
 #include "kvtier/result.h"
@@ -56,44 +55,6 @@ enum class TierType {
 // The default water marks for a locality (the rest of the struct keeps its
 // member defaults).
 BackpressureOptions DefaultBackpressureOptions(Locality locality);
-
-// One `fs` entry of `secondary_tiers` (vllm-fs-tier.md §4.4).
-struct FsTierOptions {
-  // `root_dir` (required): base directory of the tier; non-empty, no NUL.
-  std::string root_dir;
-  // `n_read_threads`: load-priority I/O parallelism, > 0; default 16.
-  int n_read_threads = 16;
-  // `n_write_threads`: store-priority I/O parallelism, > 0; default 16.
-  int n_write_threads = 16;
-  // `enable_kv_events`: emit BlockStored events (medium STORAGE); default false.
-  bool enable_kv_events = false;
-  // `locality`: "LOCAL", "REMOTE" or absent; default unspecified.
-  Locality locality = Locality::kUnspecified;
-  // `backpressure`: the tier's own object, else the top-level default (with
-  // this tier's locality defaults), else none: stores are never dropped.
-  std::optional<BackpressureOptions> backpressure;
-
-  // kvtier's own keys (vLLM ignores them; see docs/config.md):
-  // `io_timeout_ms`: deadline of every I/O, so a hung network mount fails the
-  // job instead of the server; 0 disables; default 30000.
-  uint32_t io_timeout_ms = 30000;
-  // `durability`: "none" (as vLLM), "file" (fdatasync before rename) or
-  // "full" (also fsync the directory); default "none".
-  Durability durability = Durability::kNone;
-  // `store_queue_bytes_max`: queued store bytes beyond which new stores are
-  // dropped (loads never are); > 0; default 1 GiB.
-  uint64_t store_queue_bytes_max = uint64_t{1} << 30;
-  // `io_backend`: "auto" (io_uring, else syscall threads with a warning),
-  // "uring" or "syscall"; default "auto".
-  IoBackendKind io_backend = IoBackendKind::kAuto;
-  // `o_direct`: use O_DIRECT when the startup probe allows it; default true.
-  bool o_direct = true;
-  // `stores_while_loading_max`: store operations running at once while loads
-  // are active (read priority at the disk); 0: no cap; default 2.
-  int stores_while_loading_max = 2;
-
-  bool operator==(const FsTierOptions&) const = default;
-};
 
 // One entry of `secondary_tiers`.
 struct SecondaryTierOptions {
@@ -176,12 +137,6 @@ Result<OffloadConfig> LoadOffloadConfigFile(const std::string& path, const Engin
 // gets the tier's locality defaults. kInvalidArgument for malformed JSON, a
 // non-object, unknown keys, `type` or `module_path`, and broken rules.
 Result<FsTierOptions> ParseFsTierConfig(std::string_view json_text);
-
-// The FsTier options that an fs tier's config sets (root_dir, threads,
-// deadlines, durability, queues, backpressure, backend, O_DIRECT). The
-// caller fills what the config does not hold: ns, row_bytes,
-// registered_memory and on_job_finished.
-FsTierOpenOptions FsTierOpenOptionsFromConfig(const FsTierOptions& tier);
 
 // The normalized JSON of `config` (two-space indent, every key written, derived
 // values as `block_size` when it was given, else `blocks_per_chunk`; each

@@ -17,7 +17,6 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -31,25 +30,14 @@
 
 namespace kvtier {
 
+// What FsTier::Open needs: the tier's options, as an fs entry of the config
+// sets them (ParseFsTierConfig, OffloadConfig::secondary_tiers[i].fs), and
+// what only the caller knows.
 struct FsTierOpenOptions {
-  std::string root_dir;          // required; used verbatim, as vLLM does
-  NamespaceSpec ns;              // the model configuration (names the directories)
-  uint64_t row_bytes = 0;        // size of every block file, > 0 (a multiple of 4096 for O_DIRECT)
-  int n_read_threads = 16;       // concurrent load/lookup block operations
-  int n_write_threads = 16;      // concurrent store block operations
-  // Read priority at the disk: while loads are running or queued (and for
-  // 10 ms after the last; lookups do not count), at most this many stores
-  // run at once, so a load never queues in the device behind a full set of
-  // store writes. Running stores finish; new ones wait (and, past
-  // store_queue_bytes_max, are dropped). 0: no cap (stores keep all
-  // n_write_threads slots).
-  int stores_while_loading_max = 2;
-  Durability durability = Durability::kNone;
-  uint32_t io_timeout_ms = 30000;  // deadline of every I/O; 0: none
-  uint64_t store_queue_bytes_max = uint64_t{1} << 30;  // queued store bytes before stores are dropped
-  std::optional<BackpressureOptions> backpressure;  // latency-based dropping of stores; none (default): off
-  IoBackendKind backend = IoBackendKind::kAuto;
-  bool o_direct = true;  // use O_DIRECT after a successful probe (buffered otherwise)
+  // root_dir is required; locality and enable_kv_events are not used here.
+  FsTierOptions tier;
+  NamespaceSpec ns;        // the model configuration (names the directories)
+  uint64_t row_bytes = 0;  // size of every block file, > 0 (a multiple of 4096 for O_DIRECT)
   // Memory that row buffers will come from (the CPU tier's region). With
   // io_uring it is registered once, so reads and writes into it skip the
   // per-I/O page mapping. Not owned; must outlive the tier. Where the kernel

@@ -400,21 +400,6 @@ std::string_view EvictionPolicyToString(EvictionPolicy policy) {
 std::string_view LocalityToString(Locality locality) { return NameOf(kLocalityNames, locality); }
 std::string_view TierTypeToString(TierType type) { return NameOf(kTierTypeNames, type); }
 
-FsTierOpenOptions FsTierOpenOptionsFromConfig(const FsTierOptions& tier) {
-  FsTierOpenOptions open;
-  open.root_dir = tier.root_dir;
-  open.n_read_threads = tier.n_read_threads;
-  open.n_write_threads = tier.n_write_threads;
-  open.stores_while_loading_max = tier.stores_while_loading_max;
-  open.durability = tier.durability;
-  open.io_timeout_ms = tier.io_timeout_ms;
-  open.store_queue_bytes_max = tier.store_queue_bytes_max;
-  open.backend = tier.io_backend;
-  open.o_direct = tier.o_direct;
-  open.backpressure = tier.backpressure;
-  return open;
-}
-
 BackpressureOptions DefaultBackpressureOptions(Locality locality) {
   BackpressureOptions out;
   if (locality == Locality::kRemote) {

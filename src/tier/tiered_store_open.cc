@@ -90,7 +90,8 @@ Status TieredStoreImpl::OpenSecondaryTiers() {
   ns.blocks_per_file = config_.blocks_per_chunk;
   for (size_t i = 0; i < config_.secondary_tiers.size(); ++i) {
     const FsTierOptions& fs = config_.secondary_tiers[i].fs;
-    FsTierOpenOptions open = FsTierOpenOptionsFromConfig(fs);
+    FsTierOpenOptions open;
+    open.tier = fs;
     open.ns = ns;
     open.row_bytes = row_bytes_;
     open.registered_memory = {region_->bytes()};
