@@ -13,7 +13,7 @@
 //           once, timed from the first Submit to WaitIdle.
 // Each figure is the best of --repeat passes after one untimed warm-up pass;
 // GB = 1e9 bytes. The target is kvtier / probe >= 0.90.
-// On a GPU, --copy picks the stager's path (GpuCopyMode): the copy engines,
+// On a GPU, --copy picks the stager's path (GpuCopy): the copy engines,
 // the copy kernel over the link, the device staging buffer, or auto (staged
 // for small pages); the report says how many segments each path moved.
 //
@@ -55,14 +55,14 @@ struct Flags {
   int repeat = 3;
   uint64_t seed = 1;
   bool json = false;
-  std::string copy = "auto";  // GpuCopyMode: auto, dma, kernel, staged
+  std::string copy = "auto";  // GpuCopy: auto, dma, kernel, staged
 };
 
-GpuCopyMode CopyMode(const Flags& f) {
-  if (f.copy == "dma") return GpuCopyMode::kDma;
-  if (f.copy == "kernel") return GpuCopyMode::kKernel;
-  if (f.copy == "staged") return GpuCopyMode::kStaged;
-  return GpuCopyMode::kAuto;
+GpuCopy CopyMode(const Flags& f) {
+  if (f.copy == "dma") return GpuCopy::kDma;
+  if (f.copy == "kernel") return GpuCopy::kKernel;
+  if (f.copy == "staged") return GpuCopy::kStaged;
+  return GpuCopy::kAuto;
 }
 
 struct Figures {
@@ -190,7 +190,7 @@ Result<std::unique_ptr<Stager>> MakeStager(const Flags& f, Memory* m) {
     dev.tensors.push_back(KvTensorSpec{reinterpret_cast<uintptr_t>(m->device() + t * tensor_bytes), page, page,
                                        static_cast<uint32_t>(f.rows * f.blocks_per_chunk)});
   }
-  StagerOptions options{{dev}, f.blocks_per_chunk, {}, GpuCopyMode::kAuto, {}};
+  StagerOptions options{{dev}, f.blocks_per_chunk, {}, GpuCopy::kAuto, {}};
   options.gpu_copy = CopyMode(f);
   options.host_ranges = {m->host_bytes()};
   KVTIER_ASSIGN_OR_RETURN(auto stager, Stager::Create(std::move(options)));

@@ -28,7 +28,8 @@
 #include <string_view>
 #include <vector>
 
-#include "kvtier/fs_tier.h"
+#include "kvtier/fs_tier_options.h"
+#include "kvtier/options.h"
 #include "kvtier/result.h"
 
 namespace kvtier {
@@ -45,115 +46,15 @@ enum class EvictionPolicy {
   kArc,  // "arc"
 };
 
-// `gpu_copy` (kvtier's own): how GPU pages move between device memory and
-// CPU rows. The copy engines cost no SM time but move small scattered pages
-// slowly; staging them in a device buffer (64 MiB per direction) or a copy
-// kernel over the link moves them at close to the link's speed.
-enum class GpuCopy {
-  kAuto,    // "auto": pages averaging < 64 KiB: loads staged, stores by the kernel; else the copy engines
-  kDma,     // "dma": the copy engines only, page by page
-  kKernel,  // "kernel": the copy kernel over the link (no device memory)
-  kStaged,  // "staged": through the device staging buffer
-};
-
-// `locality` of an fs tier. It is echoed in KV events and selects the
-// backpressure defaults.
-enum class Locality {
-  kUnspecified,  // the key is absent (or null): treated as LOCAL for defaults
-  kLocal,        // "LOCAL": assumed local SSD
-  kRemote,       // "REMOTE": assumed network storage
-};
-
 // `secondary_tiers[i].type`. vLLM also has "obj", "p2p", "example" and
 // out-of-tree classes; kvtier implements only the filesystem tier.
 enum class TierType {
   kFs,  // "fs"
 };
 
-// `backpressure.backpressure_cls`: how store pressure is detected.
-enum class BackpressureDetector {
-  kEma,  // "EMABackpressureDetector": EMA of store latency per MiB
-};
-
-// `backpressure.policy_cls`: what happens to cascade stores under pressure.
-enum class BackpressurePolicy {
-  kDropStore,  // "DropStorePolicy": stores to the tier are dropped (blocks stay CPU-only)
-};
-
-// Store backpressure of one secondary tier (vllm-fs-tier.md §4.7): pressure
-// starts when the EMA of store latency per MiB exceeds the high water mark
-// and ends when it falls below the low water mark. Loads and promotions are
-// never dropped. Invariant after parsing: 0 < low < high, 0 < alpha <= 1.
-struct BackpressureOptions {
-  // `backpressure_cls` (required in JSON).
-  BackpressureDetector detector = BackpressureDetector::kEma;
-  // `policy_cls`; default DropStorePolicy.
-  BackpressurePolicy policy = BackpressurePolicy::kDropStore;
-  // `high_water_s`, seconds of store latency per MiB. Default 0.005 for a
-  // LOCAL or unspecified tier, 0.020 for REMOTE.
-  double high_water_s_per_mib = 0.005;
-  // `low_water_s`, seconds per MiB. Default 0.001 for LOCAL or unspecified,
-  // 0.005 for REMOTE.
-  double low_water_s_per_mib = 0.001;
-  // `alpha`: EMA smoothing factor in (0, 1]; default 0.3.
-  double ema_alpha = 0.3;
-  // `warmup`: store completions observed before pressure can start; default 3.
-  uint32_t warmup_completions = 3;
-
-  bool operator==(const BackpressureOptions&) const = default;
-};
-
 // The default water marks for a locality (the rest of the struct keeps its
 // member defaults).
 BackpressureOptions DefaultBackpressureOptions(Locality locality);
-
-// One `fs` entry of `secondary_tiers` (vllm-fs-tier.md §4.4).
-struct FsTierOptions {
-  // `root_dir` (required): base directory of the tier; non-empty, no NUL.
-  // With path_sharding, a comma-separated list of roots (FORMAT.md L99).
-  std::string root_dir;
-  // `path_sharding`: "by_block_hash" (or absent/null: one root). A root_dir
-  // with a comma requires it (as vLLM PR #53133).
-  PathSharding path_sharding = PathSharding::kNone;
-  // `n_read_threads`: load-priority I/O parallelism, > 0; default 16.
-  int n_read_threads = 16;
-  // `n_write_threads`: store-priority I/O parallelism, > 0; default 16.
-  int n_write_threads = 16;
-  // `enable_kv_events`: emit BlockStored events (medium STORAGE); default false.
-  bool enable_kv_events = false;
-  // `locality`: "LOCAL", "REMOTE" or absent; default unspecified.
-  Locality locality = Locality::kUnspecified;
-  // `backpressure`: the tier's own object, else the top-level default (with
-  // this tier's locality defaults), else none: stores are never dropped.
-  std::optional<BackpressureOptions> backpressure;
-
-  // kvtier's own keys (vLLM ignores them; see docs/config.md):
-  // `io_timeout_ms`: deadline of every I/O, so a hung network mount fails the
-  // job instead of the server; 0 disables; default 30000.
-  uint32_t io_timeout_ms = 30000;
-  // `durability`: "none" (as vLLM), "file" (fdatasync before rename) or
-  // "full" (also fsync the directory); default "none".
-  Durability durability = Durability::kNone;
-  // `store_queue_bytes_max`: queued store bytes beyond which new stores are
-  // dropped (loads never are); > 0; default 1 GiB.
-  uint64_t store_queue_bytes_max = uint64_t{1} << 30;
-  // `io_backend`: "auto" (io_uring, else syscall threads with a warning),
-  // "uring" or "syscall"; default "auto".
-  IoBackendKind io_backend = IoBackendKind::kAuto;
-  // `o_direct`: use O_DIRECT when the startup probe allows it; default true.
-  bool o_direct = true;
-  // `checksum_blocks` (vLLM PR #57912, where vLLM's default is false): store
-  // each block's CRC32C in the xattr user.vllm.kv_crc32c and verify it on
-  // load (FORMAT.md L60, L67); the tier's open fails where the filesystem has
-  // no user xattrs. false: no CRC is computed, written or checked. kvtier's
-  // default: true.
-  bool checksum_blocks = true;
-  // `stores_while_loading_max`: store operations running at once while loads
-  // are active (read priority at the disk); 0: no cap; default 2.
-  int stores_while_loading_max = 2;
-
-  bool operator==(const FsTierOptions&) const = default;
-};
 
 // One entry of `secondary_tiers`.
 struct SecondaryTierOptions {
@@ -236,12 +137,6 @@ Result<OffloadConfig> LoadOffloadConfigFile(const std::string& path, const Engin
 // gets the tier's locality defaults. kInvalidArgument for malformed JSON, a
 // non-object, unknown keys, `type` or `module_path`, and broken rules.
 Result<FsTierOptions> ParseFsTierConfig(std::string_view json_text);
-
-// The FsTier options that an fs tier's config sets (root_dir, threads,
-// deadlines, durability, queues, backpressure, backend, O_DIRECT). The
-// caller fills what the config does not hold: ns, row_bytes,
-// registered_memory and on_job_finished.
-FsTierOpenOptions FsTierOpenOptionsFromConfig(const FsTierOptions& tier);
 
 // The normalized JSON of `config` (two-space indent, every key written, derived
 // values as `block_size` when it was given, else `blocks_per_chunk`; each

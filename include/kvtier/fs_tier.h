@@ -23,65 +23,22 @@
 #include <string_view>
 #include <vector>
 
+#include "kvtier/fs_tier_options.h"
 #include "kvtier/hashing.h"
 #include "kvtier/layout.h"
+#include "kvtier/options.h"
 #include "kvtier/result.h"
 
 namespace kvtier {
 
-enum class Durability {
-  kNone,  // as vLLM: no fsync (a crash can lose recent blocks, never tear a checked one)
-  kFile,  // fdatasync the temp file before the rename
-  kFull,  // kFile, plus fsync of the directory after the rename
-};
-
-enum class IoBackendKind {
-  kAuto,     // io_uring; the syscall pool (with a logged warning) if the kernel refuses a ring
-  kUring,    // io_uring or fail
-  kSyscall,  // the syscall thread pool
-};
-
-// Store backpressure as vLLM's EMABackpressureDetector (PR #50045): an EMA of
-// store latency per MiB; above the high water mark new stores are dropped
-// until it falls below the low water mark. Loads are never dropped.
-struct StoreBackpressure {
-  bool enabled = false;
-  double high_water_s_per_mib = 0.005;  // enter pressure above this
-  double low_water_s_per_mib = 0.001;   // leave pressure below this
-  double ema_alpha = 0.3;               // weight of the newest sample
-  uint32_t warmup_completions = 3;      // samples before the detector may trip
-};
-
-// `path_sharding` (vLLM PR #53133): how blocks spread over several roots.
-enum class PathSharding {
-  kNone,         // root_dir is one directory, used verbatim (FORMAT.md L1)
-  kByBlockHash,  // "by_block_hash": root_dir is a comma-separated list; a block's root is its hash mod the count (L99)
-};
-
+// What FsTier::Open needs: the tier's options, as an fs entry of the config
+// sets them (ParseFsTierConfig, OffloadConfig::secondary_tiers[i].fs), and
+// what only the caller knows.
 struct FsTierOpenOptions {
-  std::string root_dir;          // required; used verbatim, as vLLM does (a comma list with path_sharding)
-  PathSharding path_sharding = PathSharding::kNone;  // kByBlockHash: root_dir lists the roots (L99)
-  NamespaceSpec ns;              // the model configuration (names the directories)
-  uint64_t row_bytes = 0;        // size of every block file, > 0 (a multiple of 4096 for O_DIRECT)
-  int n_read_threads = 16;       // concurrent load/lookup block operations
-  int n_write_threads = 16;      // concurrent store block operations
-  // Read priority at the disk: while loads are running or queued (and for
-  // 10 ms after the last; lookups do not count), at most this many stores
-  // run at once, so a load never queues in the device behind a full set of
-  // store writes. Running stores finish; new ones wait (and, past
-  // store_queue_bytes_max, are dropped). 0: no cap (stores keep all
-  // n_write_threads slots).
-  int stores_while_loading_max = 2;
-  Durability durability = Durability::kNone;
-  uint32_t io_timeout_ms = 30000;  // deadline of every I/O; 0: none
-  uint64_t store_queue_bytes_max = uint64_t{1} << 30;  // queued store bytes before stores are dropped
-  StoreBackpressure backpressure;  // latency-based dropping of stores (off by default)
-  IoBackendKind backend = IoBackendKind::kAuto;
-  bool o_direct = true;  // use O_DIRECT after a successful probe (buffered otherwise)
-  // CRC32C of every block in the xattr user.vllm.kv_crc32c, written on store
-  // and verified on load (FORMAT.md L60, L67, L102); Open fails where user
-  // xattrs do not work. false: no CRC computed, written or checked.
-  bool checksum_blocks = true;
+  // root_dir is required; locality and enable_kv_events are not used here.
+  FsTierOptions tier;
+  NamespaceSpec ns;        // the model configuration (names the directories)
+  uint64_t row_bytes = 0;  // size of every block file, > 0 (a multiple of 4096 for O_DIRECT)
   // Memory that row buffers will come from (the CPU tier's region). With
   // io_uring it is registered once, so reads and writes into it skip the
   // per-I/O page mapping. Not owned; must outlive the tier. Where the kernel

@@ -24,7 +24,8 @@ std::string ConfigText(const pb::object& config) {
 }
 
 FsTierOpenOptions OpenOptions(const Namespace& ns, uint64_t row_bytes, const pb::object& config) {
-  FsTierOpenOptions o = FsTierOpenOptionsFromConfig(Unwrap(ParseFsTierConfig(ConfigText(config))));
+  FsTierOpenOptions o;
+  o.tier = Unwrap(ParseFsTierConfig(ConfigText(config)));
   o.ns = ns.spec();
   o.row_bytes = row_bytes;
   return o;

@@ -411,19 +411,19 @@ Result<BenchFsResult> RunBenchFs(const BenchFsOptions& o) {
   SlotArena arena(o.row_bytes, buffered_rows - 1);
   FsTierOpenOptions topt;
   topt.registered_memory = {arena.all()};
-  topt.root_dir = o.root;
-  if (o.root.find(',') != std::string::npos) topt.path_sharding = PathSharding::kByBlockHash;
+  topt.tier.root_dir = o.root;
+  if (o.root.find(',') != std::string::npos) topt.tier.path_sharding = PathSharding::kByBlockHash;
   topt.ns = spec;
   topt.row_bytes = o.row_bytes;
-  topt.n_read_threads = o.queue_depth;
-  topt.n_write_threads = o.queue_depth;
-  topt.backend = o.backend;
-  topt.o_direct = o.o_direct;
-  topt.io_timeout_ms = o.io_timeout_ms;
-  topt.stores_while_loading_max = o.stores_while_loading_max;
+  topt.tier.n_read_threads = o.queue_depth;
+  topt.tier.n_write_threads = o.queue_depth;
+  topt.tier.io_backend = o.backend;
+  topt.tier.o_direct = o.o_direct;
+  topt.tier.io_timeout_ms = o.io_timeout_ms;
+  topt.tier.stores_while_loading_max = o.stores_while_loading_max;
   // Enough queued store bytes for the stream of --mixed: nothing is dropped.
-  topt.store_queue_bytes_max = std::max<uint64_t>(
-      topt.store_queue_bytes_max,
+  topt.tier.store_queue_bytes_max = std::max<uint64_t>(
+      topt.tier.store_queue_bytes_max,
       o.row_bytes * static_cast<uint64_t>(2 * o.queue_depth + 2 * stream_depth + o.batch));
   Result<std::unique_ptr<FsTier>> opened = FsTier::Open(topt);
   if (!opened.ok()) {

@@ -451,29 +451,6 @@ std::string_view EvictionPolicyToString(EvictionPolicy policy) {
 std::string_view LocalityToString(Locality locality) { return NameOf(kLocalityNames, locality); }
 std::string_view TierTypeToString(TierType type) { return NameOf(kTierTypeNames, type); }
 
-FsTierOpenOptions FsTierOpenOptionsFromConfig(const FsTierOptions& tier) {
-  FsTierOpenOptions open;
-  open.root_dir = tier.root_dir;
-  open.path_sharding = tier.path_sharding;
-  open.n_read_threads = tier.n_read_threads;
-  open.n_write_threads = tier.n_write_threads;
-  open.stores_while_loading_max = tier.stores_while_loading_max;
-  open.durability = tier.durability;
-  open.io_timeout_ms = tier.io_timeout_ms;
-  open.store_queue_bytes_max = tier.store_queue_bytes_max;
-  open.backend = tier.io_backend;
-  open.o_direct = tier.o_direct;
-  open.checksum_blocks = tier.checksum_blocks;
-  if (const std::optional<BackpressureOptions>& bp = tier.backpressure) {
-    open.backpressure = {.enabled = true,
-                         .high_water_s_per_mib = bp->high_water_s_per_mib,
-                         .low_water_s_per_mib = bp->low_water_s_per_mib,
-                         .ema_alpha = bp->ema_alpha,
-                         .warmup_completions = bp->warmup_completions};
-  }
-  return open;
-}
-
 BackpressureOptions DefaultBackpressureOptions(Locality locality) {
   BackpressureOptions out;
   if (locality == Locality::kRemote) {

@@ -35,7 +35,7 @@ class FsTierImpl final : public FsTier {
              std::unique_ptr<IoBackend> backend, std::unique_ptr<Lease> lease)
       : options_(o), ns_(std::move(ns)), shared_(std::move(shared)), backend_(std::move(backend)),
         lease_(std::move(lease)),
-        scheduler_(Limits(o)), detector_(o.backpressure) {
+        scheduler_(Limits(o)), detector_(o.tier.backpressure) {
     engine_ = std::thread([this] { Run(); });
   }
   ~FsTierImpl() override {
@@ -52,7 +52,7 @@ class FsTierImpl final : public FsTier {
     KVTIER_RETURN_IF_ERROR(CheckRows(keys.size(), rows));
     const uint64_t bytes = keys.size() * options_.row_bytes;
     if (detector_.pressured()) return Drop(keys.size(), "store latency above the high water mark");
-    if (metrics_.store_queue_bytes.fetch_add(bytes) + bytes > options_.store_queue_bytes_max) {
+    if (metrics_.store_queue_bytes.fetch_add(bytes) + bytes > options_.tier.store_queue_bytes_max) {
       metrics_.store_queue_bytes -= bytes;
       return Drop(keys.size(), "store queue full");
     }
@@ -104,15 +104,15 @@ class FsTierImpl final : public FsTier {
   bool o_direct() const override { return shared_->o_direct; }
   bool xattrs_supported() const override { return shared_->checksum; }
   std::string BlockPath(const OffloadKey& key) const override {
-    return JoinRoot(options_.root_dir, ns_.BlockRelPath(key));
+    return JoinRoot(options_.tier.root_dir, ns_.BlockRelPath(key));
   }
 
  private:
   static SchedulerLimits Limits(const FsTierOpenOptions& o) {
     SchedulerLimits limits;
-    limits.reads_in_flight_max = o.n_read_threads;
-    limits.writes_in_flight_max = o.n_write_threads;
-    limits.stores_while_reading_max = o.stores_while_loading_max;
+    limits.reads_in_flight_max = o.tier.n_read_threads;
+    limits.writes_in_flight_max = o.tier.n_write_threads;
+    limits.stores_while_loading_max = o.tier.stores_while_loading_max;
     return limits;
   }
 

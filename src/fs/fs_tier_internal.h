@@ -14,7 +14,7 @@ namespace kvtier::internal {
 
 Result<std::unique_ptr<FsTier>> OpenFsTier(const FsTierOpenOptions& options);
 // The same with a given backend (tests inject faults this way); nullptr
-// chooses one from options.backend.
+// chooses one from options.tier.io_backend.
 Result<std::unique_ptr<FsTier>> OpenFsTierWithBackend(const FsTierOpenOptions& options,
                                                        std::unique_ptr<IoBackend> backend);
 

@@ -192,12 +192,12 @@ uint64_t RandomU63() {
 }
 
 Result<std::unique_ptr<IoBackend>> MakeBackend(const FsTierOpenOptions& o) {
-  const int ops = o.n_read_threads + o.n_write_threads;
-  if (o.backend != IoBackendKind::kSyscall) {
+  const int ops = o.tier.n_read_threads + o.tier.n_write_threads;
+  if (o.tier.io_backend != IoBackendKind::kSyscall) {
     unsigned entries = 64;
     while (entries < static_cast<unsigned>(4 * ops)) entries *= 2;  // 2 SQEs per op, with room
     auto uring = MakeUringBackend(entries);
-    if (uring.ok() || o.backend == IoBackendKind::kUring) return uring;
+    if (uring.ok() || o.tier.io_backend == IoBackendKind::kUring) return uring;
     LogWarning("io_uring is unavailable (" + uring.status().ToString() +
                "): falling back to a pool of " + std::to_string(ops) + " syscall threads");
   }
@@ -205,12 +205,12 @@ Result<std::unique_ptr<IoBackend>> MakeBackend(const FsTierOpenOptions& o) {
 }
 
 Status ValidateOptions(const FsTierOpenOptions& o) {
-  if (o.root_dir.empty()) return InvalidArgument("fs tier: root_dir is required");
+  if (o.tier.root_dir.empty()) return InvalidArgument("fs tier: root_dir is required");
   if (o.row_bytes == 0) return InvalidArgument("fs tier: row_bytes must be > 0");
-  if (o.n_read_threads < 1 || o.n_write_threads < 1) {
+  if (o.tier.n_read_threads < 1 || o.tier.n_write_threads < 1) {
     return InvalidArgument("fs tier: n_read_threads and n_write_threads must be >= 1");
   }
-  if (o.stores_while_loading_max < 0) {
+  if (o.tier.stores_while_loading_max < 0) {
     return InvalidArgument("fs tier: stores_while_loading_max must be >= 0 (0: no cap)");
   }
   return Status::Ok();
@@ -226,25 +226,25 @@ Result<std::unique_ptr<FsTier>> OpenFsTierWithBackend(const FsTierOpenOptions& o
                                                        std::unique_ptr<IoBackend> backend) {
   KVTIER_RETURN_IF_ERROR(ValidateOptions(o));
   KVTIER_ASSIGN_OR_RETURN(Namespace ns, Namespace::Create(o.ns));
-  const std::string ns_dir = JoinRoot(o.root_dir, ns.dir_name());
-  const bool durable = o.durability == Durability::kFull;
-  KVTIER_RETURN_IF_ERROR(MkdirAll(o.root_dir, durable));
+  const std::string ns_dir = JoinRoot(o.tier.root_dir, ns.dir_name());
+  const bool durable = o.tier.durability == Durability::kFull;
+  KVTIER_RETURN_IF_ERROR(MkdirAll(o.tier.root_dir, durable));
   auto shared = std::make_unique<TierShared>();
-  KVTIER_ASSIGN_OR_RETURN(shared->root, OpenRootDir(o.root_dir));
-  shared->root_dir = o.root_dir;
+  KVTIER_ASSIGN_OR_RETURN(shared->root, OpenRootDir(o.tier.root_dir));
+  shared->root_dir = o.tier.root_dir;
   KVTIER_ASSIGN_OR_RETURN(UniqueFd ns_fd, MakeTierDir(shared->root.get(), ns.dir_name(), ns_dir, durable));
   // The block directory is only checked here: the ops resolve their paths
   // from the root fd, refusing symlinks on the way (block_ops.h).
   KVTIER_RETURN_IF_ERROR(MakeTierDir(shared->root.get(), ns.block_dir_name(),
-                                   JoinRoot(o.root_dir, ns.block_dir_name()), durable).status());
+                                   JoinRoot(o.tier.root_dir, ns.block_dir_name()), durable).status());
   shared->tmp_base = RandomU63();
   KVTIER_RETURN_IF_ERROR(WriteConfigOnce(ns_fd.get(), ns_dir, ns.config_json(), shared->tmp_base));
-  shared->o_direct = ProbeODirect(ns_fd.get(), ns_dir, shared->tmp_base, o.o_direct);
-  if (o.checksum_blocks) KVTIER_RETURN_IF_ERROR(ProbeXattr(ns_fd.get(), o.root_dir, ns_dir, shared->tmp_base));
-  shared->checksum = o.checksum_blocks;
+  shared->o_direct = ProbeODirect(ns_fd.get(), ns_dir, shared->tmp_base, o.tier.o_direct);
+  if (o.tier.checksum_blocks) KVTIER_RETURN_IF_ERROR(ProbeXattr(ns_fd.get(), o.tier.root_dir, ns_dir, shared->tmp_base));
+  shared->checksum = o.tier.checksum_blocks;
   shared->row_bytes = o.row_bytes;
-  shared->durability = o.durability;
-  shared->io_timeout_ms = o.io_timeout_ms;
+  shared->durability = o.tier.durability;
+  shared->io_timeout_ms = o.tier.io_timeout_ms;
   if (!backend) {
     KVTIER_ASSIGN_OR_RETURN(backend, MakeBackend(o));
   }
@@ -265,9 +265,9 @@ namespace kvtier {
 
 Result<std::unique_ptr<FsTier>> FsTier::Open(const FsTierOpenOptions& options) {
   // L99: a list of roots (or a ',' that would be one without path_sharding: an error, as in vLLM).
-  const bool sharded = options.path_sharding == PathSharding::kByBlockHash;
-  if (sharded || options.root_dir.find(',') != std::string::npos) {
-    KVTIER_ASSIGN_OR_RETURN(std::vector<std::string> roots, format::SplitRootDirs(options.root_dir, sharded));
+  const bool sharded = options.tier.path_sharding == PathSharding::kByBlockHash;
+  if (sharded || options.tier.root_dir.find(',') != std::string::npos) {
+    KVTIER_ASSIGN_OR_RETURN(std::vector<std::string> roots, format::SplitRootDirs(options.tier.root_dir, sharded));
     return internal::OpenMultiRootTier(options, roots);
   }
   return internal::OpenFsTier(options);

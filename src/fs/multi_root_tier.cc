@@ -263,8 +263,8 @@ Status EqualizeODirect(MultiRootTier* tier, const FsTierOpenOptions& base, const
   for (size_t i = 0; i < roots.size(); ++i) {
     if (!tier->child(i).o_direct()) continue;
     FsTierOpenOptions o = base;
-    o.root_dir = roots[i];
-    o.o_direct = false;
+    o.tier.root_dir = roots[i];
+    o.tier.o_direct = false;
     KVTIER_RETURN_IF_ERROR(tier->OpenChild(i, o).WithContext("root_dir[" + std::to_string(i) + "]"));
   }
   return Status::Ok();
@@ -278,10 +278,10 @@ Result<std::unique_ptr<FsTier>> OpenMultiRootTier(const FsTierOpenOptions& o, co
   KVTIER_RETURN_IF_ERROR(CheckRootSet(roots, ns, states));
   auto tier = std::make_unique<MultiRootTier>(o, ns, roots.size());
   FsTierOpenOptions base = o;
-  base.path_sharding = PathSharding::kNone;
+  base.tier.path_sharding = PathSharding::kNone;
   for (size_t i = 0; i < roots.size(); ++i) {
     FsTierOpenOptions child = base;
-    child.root_dir = roots[i];
+    child.tier.root_dir = roots[i];
     KVTIER_RETURN_IF_ERROR(tier->OpenChild(i, child).WithContext("root_dir[" + std::to_string(i) + "]"));
   }
   KVTIER_RETURN_IF_ERROR(EqualizeODirect(tier.get(), base, roots));

@@ -57,7 +57,7 @@ bool IoScheduler::StartOne(IoClass slot, std::vector<IoRequest>* out) {
 }
 
 bool IoScheduler::StoreMayStart() const {
-  return !reading_ || limits_.stores_while_reading_max <= 0 || stores_running_ < limits_.stores_while_reading_max;
+  return !reading_ || limits_.stores_while_loading_max <= 0 || stores_running_ < limits_.stores_while_loading_max;
 }
 
 // Loads count as active while any runs or waits, and for read_linger_ns

@@ -12,7 +12,7 @@
 //  * Read priority at the disk: while loads (read-class ops that move data;
 //    existence lookups do not count) run or wait (and for a short
 //    linger after the last one, so a caller's gap between two loads does not
-//    reopen the gate), at most `stores_while_reading_max` stores run at once,
+//    reopen the gate), at most `stores_while_loading_max` stores run at once,
 //    whatever slots are free. A saturating store stream would otherwise keep
 //    every write slot busy and a load would queue in the device behind all
 //    of their writes; running stores are never interrupted.
@@ -48,11 +48,15 @@ class BlockOp {
   virtual bool ReadsData() const { return true; }
 };
 
+// The fs tier sets the two budgets and stores_while_loading_max from its
+// options of the same meaning (FsTierOptions: n_read_threads,
+// n_write_threads, stores_while_loading_max), which hold their one default;
+// the zeros here only stand for "set me" (tests set them too).
 struct SchedulerLimits {
-  int reads_in_flight_max = 16;   // concurrent read-class ops
-  int writes_in_flight_max = 16;  // concurrent write-class ops
-  int retries_max = 64;           // EINTR/EAGAIN re-issues per request before giving up
-  int stores_while_reading_max = 0;   // store ops at once while loads are active; 0: no cap
+  int reads_in_flight_max = 0;   // concurrent read-class ops, > 0
+  int writes_in_flight_max = 0;  // concurrent write-class ops, > 0
+  int retries_max = 64;          // EINTR/EAGAIN re-issues per request before giving up
+  int stores_while_loading_max = 0;  // store ops at once while loads are active; 0: no cap
   uint64_t read_linger_ns = 10'000'000;  // loads count as active this long after the last one
 };
 

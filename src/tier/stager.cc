@@ -123,7 +123,7 @@ class StagerImpl final : public Stager {
 
  private:
   const RowLayout layout_;
-  const GpuCopyMode gpu_copy_;
+  const GpuCopy gpu_copy_;
   const std::vector<std::span<uint8_t>> host_ranges_;
   std::vector<size_t> host_slots_;  // stand-in slots
   std::vector<size_t> cuda_slots_;  // GPU slots

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "kvtier/kv_cache.h"
+#include "kvtier/options.h"
 #include "kvtier/result.h"
 
 namespace kvtier::internal {
@@ -27,16 +28,13 @@ enum class CopyDirection {
   kHostToDevice,  // a load: CPU row -> GPU pages
 };
 
-// How a CUDA device's copies run (the host stand-in ignores it). Copy
-// engines (DMA) cost no SM time but move small scattered pages slowly; the
-// copy kernel (copy_kernel.h) moves them at the link's speed on a few SMs.
-enum class GpuCopyMode {
-  kAuto,    // small segments (mean < kKernelBelowMeanBytes): loads staged, stores by the kernel; else DMA
-  kDma,     // copy engines only (cudaMemcpyBatchAsync)
-  kKernel,  // the kernel for every batch
-  kStaged,  // every batch through a device staging buffer (staged_copy.h)
-};
-// kAuto sends a batch whose segments average below this through the staging
+// How a CUDA device's copies run is the config's GpuCopy (kvtier/options.h;
+// the host stand-in ignores it). Copy engines (DMA, cudaMemcpyBatchAsync)
+// cost no SM time but move small scattered pages slowly; the copy kernel
+// (copy_kernel.h) moves them at the link's speed on a few SMs; kStaged puts
+// every batch through a device staging buffer (staged_copy.h).
+//
+// GpuCopy::kAuto sends a batch whose segments average below this through the staging
 // buffer (a load) or the kernel (a store; each falls back to the other), and
 // larger ones to the copy engines directly. Measured on an H100 (PCIe 5 x16,
 // 55 GB/s probe): batched DMA of scattered 64 KiB pages 52.8 GB/s, of 16 KiB
@@ -49,7 +47,7 @@ struct StagerOptions {
   // Called (from a kvtier thread, without locks held) after a ticket becomes
   // pollable; may be empty.
   std::function<void()> on_finished;
-  GpuCopyMode gpu_copy = GpuCopyMode::kAuto;
+  GpuCopy gpu_copy = GpuCopy::kAuto;  // OffloadConfig::gpu_copy
   // Pinned, device-mapped memory (HostRegion) that rows come from. The kernel
   // only runs on batches whose rows all lie inside these ranges (checked with
   // the driver at Create); other batches, or none given, use DMA.

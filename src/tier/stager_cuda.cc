@@ -3,7 +3,7 @@
 // engine's stream). A batch's merged segments go to the copy engines in one
 // cudaMemcpyBatchAsync when they are large; small ones go through a device
 // staging buffer (staged_copy.h) or, failing that, to the copy kernel over
-// the link when the rows lie in mapped pinned memory (GpuCopyMode); then an
+// the link when the rows lie in mapped pinned memory (GpuCopy); then an
 // event.
 // Per stream, a completion thread waits for the events in order (blocking
 // sync: it sleeps, it does not spin) and finishes the tickets. No host
@@ -113,7 +113,7 @@ struct DeviceStreams {
 
 class CudaCopierImpl final : public CudaCopier {
  public:
-  CudaCopierImpl(TicketBook* book, GpuCopyMode mode) : book_(book), mode_(mode) {}
+  CudaCopierImpl(TicketBook* book, GpuCopy mode) : book_(book), mode_(mode) {}
   ~CudaCopierImpl() override;
   Status Init(const CudaCopierOptions& options);
   void Start(uint64_t ticket, CopyDirection direction,
@@ -141,7 +141,7 @@ class CudaCopierImpl final : public CudaCopier {
   void Finish(Pending pending);
 
   TicketBook* const book_;
-  const GpuCopyMode mode_;
+  const GpuCopy mode_;
   std::vector<std::span<uint8_t>> mapped_;  // host ranges every device can address as is
   std::atomic<uint64_t> kernel_segments_{0};
   std::atomic<uint64_t> dma_segments_{0};
@@ -274,20 +274,20 @@ void CudaCopierImpl::KeepMappedRanges(const std::vector<std::span<uint8_t>>& ran
 
 CudaCopierImpl::Path CudaCopierImpl::ChoosePath(const DeviceStreams& dev, CopyDirection direction,
                                                 std::span<const CopySegment> segments) const {
-  if (mode_ == GpuCopyMode::kDma || segments.empty()) return Path::kDma;
+  if (mode_ == GpuCopy::kDma || segments.empty()) return Path::kDma;
   uint64_t bytes = 0;
   for (const CopySegment& s : segments) bytes += s.bytes;
-  if (mode_ == GpuCopyMode::kAuto && bytes >= kKernelBelowMeanBytes * segments.size()) return Path::kDma;
+  if (mode_ == GpuCopy::kAuto && bytes >= kKernelBelowMeanBytes * segments.size()) return Path::kDma;
   // Small pages, auto: SM writes to host memory are posted and run close to
   // the link's speed, so stores take the kernel; SM reads of host memory do
   // less well than DMA into the staging buffer, so loads are staged.
-  if (mode_ == GpuCopyMode::kAuto && direction == CopyDirection::kDeviceToHost && KernelReaches(dev, segments)) {
+  if (mode_ == GpuCopy::kAuto && direction == CopyDirection::kDeviceToHost && KernelReaches(dev, segments)) {
     return Path::kKernel;
   }
-  if (mode_ != GpuCopyMode::kKernel && dev.staged[static_cast<int>(direction)]->Accepts(segments)) {
+  if (mode_ != GpuCopy::kKernel && dev.staged[static_cast<int>(direction)]->Accepts(segments)) {
     return Path::kStaged;
   }
-  if (mode_ != GpuCopyMode::kStaged && KernelReaches(dev, segments)) return Path::kKernel;
+  if (mode_ != GpuCopy::kStaged && KernelReaches(dev, segments)) return Path::kKernel;
   return Path::kDma;
 }
 

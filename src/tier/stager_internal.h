@@ -113,7 +113,7 @@ class CudaCopier {
 
 struct CudaCopierOptions {
   std::vector<int> ordinals;  // may repeat when several slots share a GPU
-  GpuCopyMode mode = GpuCopyMode::kAuto;
+  GpuCopy mode = GpuCopy::kAuto;
   std::vector<std::span<uint8_t>> host_ranges;  // as StagerOptions::host_ranges
 };
 

@@ -52,23 +52,6 @@ size_t TransferResult::OkPrefix() const {
 }  // namespace kvtier
 
 namespace kvtier::internal {
-namespace {
-
-GpuCopyMode ToGpuCopyMode(GpuCopy copy) {
-  switch (copy) {
-    case GpuCopy::kDma:
-      return GpuCopyMode::kDma;
-    case GpuCopy::kKernel:
-      return GpuCopyMode::kKernel;
-    case GpuCopy::kStaged:
-      return GpuCopyMode::kStaged;
-    case GpuCopy::kAuto:
-      break;
-  }
-  return GpuCopyMode::kAuto;
-}
-
-}  // namespace
 
 TieredStoreImpl::TieredStoreImpl(const TieredStoreOptions& options, const OffloadConfig& config)
     : options_(options),
@@ -91,7 +74,7 @@ Status TieredStoreImpl::Init() {
     return Status(StatusCode::kInvalidArgument, "config key 'cpu_bytes_to_use': more than 2^32 rows");
   }
   KVTIER_ASSIGN_OR_RETURN(region_, HostRegion::Allocate(rows * row_bytes_));
-  StagerOptions stager{options_.devices, config_.blocks_per_chunk, [this] { Wake(); }, ToGpuCopyMode(config_.gpu_copy),
+  StagerOptions stager{options_.devices, config_.blocks_per_chunk, [this] { Wake(); }, config_.gpu_copy,
                        {}};
   stager.host_ranges = {region_->bytes()};
   KVTIER_ASSIGN_OR_RETURN(stager_, Stager::Create(std::move(stager)));
@@ -109,7 +92,8 @@ Status TieredStoreImpl::OpenSecondaryTiers() {
   ns.blocks_per_file = config_.blocks_per_chunk;
   for (size_t i = 0; i < config_.secondary_tiers.size(); ++i) {
     const FsTierOptions& fs = config_.secondary_tiers[i].fs;
-    FsTierOpenOptions open = FsTierOpenOptionsFromConfig(fs);
+    FsTierOpenOptions open;
+    open.tier = fs;
     open.ns = ns;
     open.row_bytes = row_bytes_;
     open.registered_memory = {region_->bytes()};

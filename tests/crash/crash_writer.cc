@@ -180,14 +180,14 @@ int main(int argc, char** argv) {
   const Args args = ParseArgs(argc, argv);
 
   kvtier::FsTierOpenOptions o;
-  o.root_dir = args.root;
+  o.tier.root_dir = args.root;
   o.ns = kvtier::crash::CrashSpec();
   o.row_bytes = args.row_bytes;
-  o.n_read_threads = 2;
-  o.n_write_threads = args.threads;
-  o.durability = WithInjectedFault(args.durability);
-  o.backend = args.backend;
-  o.o_direct = args.o_direct;
+  o.tier.n_read_threads = 2;
+  o.tier.n_write_threads = args.threads;
+  o.tier.durability = WithInjectedFault(args.durability);
+  o.tier.io_backend = args.backend;
+  o.tier.o_direct = args.o_direct;
   auto opened = kvtier::FsTier::Open(o);
   if (!opened.ok()) {
     std::fprintf(stderr, "crash_writer: open: %s\n", opened.status().ToString().c_str());

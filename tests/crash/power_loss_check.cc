@@ -29,11 +29,11 @@ namespace fs = std::filesystem;
 
 FsTierOpenOptions CheckOptions(const fs::path& root) {
   FsTierOpenOptions o;
-  o.root_dir = root.string();
+  o.tier.root_dir = root.string();
   o.ns = crash::CrashSpec();
   o.row_bytes = kRow;
-  o.n_read_threads = 4;
-  o.n_write_threads = 1;
+  o.tier.n_read_threads = 4;
+  o.tier.n_write_threads = 1;
   return o;
 }
 

@@ -339,12 +339,12 @@ std::string RawProblem(const fs::path& path, uint64_t index, bool xattrs, Oracle
 
 FsTierOpenOptions Options(const fs::path& root, IoBackendKind backend) {
   FsTierOpenOptions o;
-  o.root_dir = root.string();
+  o.tier.root_dir = root.string();
   o.ns = crash::CrashSpec();
   o.row_bytes = kRow;
-  o.n_read_threads = 4;
-  o.n_write_threads = 1;
-  o.backend = backend;
+  o.tier.n_read_threads = 4;
+  o.tier.n_write_threads = 1;
+  o.tier.io_backend = backend;
   return o;
 }
 

@@ -86,11 +86,11 @@ class EngineTierTest : public ::testing::Test {
 
   EngineTierOptions Options(std::span<uint8_t> region) const {
     EngineTierOptions o;
-    o.fs.root_dir = root_.path().string();
+    o.fs.tier.root_dir = root_.path().string();
     o.fs.ns = Spec();
     o.fs.row_bytes = kRow;
-    o.fs.n_read_threads = 4;
-    o.fs.n_write_threads = 4;
+    o.fs.tier.n_read_threads = 4;
+    o.fs.tier.n_write_threads = 4;
     o.rows = region;
     return o;
   }
@@ -333,7 +333,7 @@ TEST_F(EngineTierTest, InvalidJobsAreRefusedAndProduceNoResult) {
 TEST_F(EngineTierTest, RegionThatIsNotWholeRowsIsRefused) {
   testing::TempDir other;
   EngineTierOptions o = Options(rows().subspan(0, 3 * kRow + 512));
-  o.fs.root_dir = other.path().string();
+  o.fs.tier.root_dir = other.path().string();
   Result<std::unique_ptr<EngineTier>> ragged = EngineTier::Open(o);
   ASSERT_FALSE(ragged.ok());
   EXPECT_EQ(ragged.status().code(), StatusCode::kInvalidArgument) << ragged.status().ToString();

@@ -72,14 +72,14 @@ std::vector<OffloadKey> Keys(size_t n, uint8_t salt) {
 
 FsTierOpenOptions Options(const fs::path& root, bool checksum, IoBackendKind backend = IoBackendKind::kAuto) {
   FsTierOpenOptions o;
-  o.root_dir = root.string();
+  o.tier.root_dir = root.string();
   o.ns.model_name = "checksum/model";
   o.ns.kv_cache_groups.push_back({16, {"l0"}});
   o.row_bytes = kRow;
-  o.n_read_threads = 2;
-  o.n_write_threads = 2;
-  o.backend = backend;
-  o.checksum_blocks = checksum;
+  o.tier.n_read_threads = 2;
+  o.tier.n_write_threads = 2;
+  o.tier.io_backend = backend;
+  o.tier.checksum_blocks = checksum;
   return o;
 }
 
@@ -111,7 +111,7 @@ class FsTierChecksumTest : public ::testing::TestWithParam<IoBackendKind> {
 
   std::unique_ptr<FsTier> Open(bool checksum, Durability durability = Durability::kNone) {
     FsTierOpenOptions o = Options(root_.path(), checksum, GetParam());
-    o.durability = durability;
+    o.tier.durability = durability;
     auto tier = FsTier::Open(o);
     if (!tier.ok() && tier.status().code() == StatusCode::kUnavailable && GetParam() == IoBackendKind::kUring) {
       return nullptr;

@@ -26,12 +26,12 @@ constexpr uint64_t kRow = 8192;
 class FaultTest : public ::testing::Test {
  protected:
   std::unique_ptr<FsTier> Open(testing::FaultPlan plan, FsTierOpenOptions o = {}) {
-    if (o.root_dir.empty()) o.root_dir = root_.path().string();
+    if (o.tier.root_dir.empty()) o.tier.root_dir = root_.path().string();
     o.ns.model_name = "faulty/model";
     o.row_bytes = kRow;
-    o.n_read_threads = 3;
-    o.n_write_threads = 3;
-    o.o_direct = false;  // short transfers with O_DIRECT would need aligned offsets
+    o.tier.n_read_threads = 3;
+    o.tier.n_write_threads = 3;
+    o.tier.o_direct = false;  // short transfers with O_DIRECT would need aligned offsets
     auto fake = std::make_unique<testing::FakeBackend>(seed_, plan);
     fake_ = fake.get();
     return internal::OpenFsTierWithBackend(o, std::move(fake)).value();
@@ -142,8 +142,8 @@ TEST_F(FaultTest, DurabilityModesIssueTheirSyncs) {
   for (Durability d : {Durability::kNone, Durability::kFile, Durability::kFull}) {
     testing::TempDir fresh;
     FsTierOpenOptions o;
-    o.root_dir = fresh.path().string();
-    o.durability = d;
+    o.tier.root_dir = fresh.path().string();
+    o.tier.durability = d;
     auto tier = Open({}, o);
     auto keys = Keys(2);  // same shard directories: created by the first store only
     auto rows = Rows(2);
@@ -160,11 +160,11 @@ TEST_F(FaultTest, DurabilityModesIssueTheirSyncs) {
 
 TEST_F(FaultTest, BackpressureDropsStoresButNeverLoads) {
   FsTierOpenOptions o;
-  o.store_queue_bytes_max = 2 * kRow;
-  o.backpressure.enabled = true;
-  o.backpressure.high_water_s_per_mib = 1e-12;  // any completed store trips it
-  o.backpressure.low_water_s_per_mib = 1e-13;
-  o.backpressure.warmup_completions = 1;
+  o.tier.store_queue_bytes_max = 2 * kRow;
+  o.tier.backpressure = BackpressureOptions{};
+  o.tier.backpressure->high_water_s_per_mib = 1e-12;  // any completed store trips it
+  o.tier.backpressure->low_water_s_per_mib = 1e-13;
+  o.tier.backpressure->warmup_completions = 1;
   auto tier = Open({}, o);
   auto keys = Keys(3);
   auto rows = Rows(3);
@@ -210,8 +210,8 @@ TEST_F(FaultTest, LoadsCapTheStoresRunningBesideThem) {
     SCOPED_TRACE("stores_while_loading_max " + std::to_string(cap));
     testing::TempDir root;
     FsTierOpenOptions o;
-    o.root_dir = root.path().string();
-    o.stores_while_loading_max = cap;
+    o.tier.root_dir = root.path().string();
+    o.tier.stores_while_loading_max = cap;
     testing::FaultPlan plan;
     plan.slow_one_in = 2;
     auto tier = Open(plan, o);

@@ -70,13 +70,13 @@ class FsTierHostileTest : public ::testing::TestWithParam<IoBackendKind> {
 
   Result<std::unique_ptr<FsTier>> Open() {
     FsTierOpenOptions o;
-    o.root_dir = root_.path().string();
+    o.tier.root_dir = root_.path().string();
     o.ns = Spec();
     o.row_bytes = kRow;
-    o.n_read_threads = 2;
-    o.n_write_threads = 2;
-    o.io_timeout_ms = 2000;
-    o.backend = GetParam();
+    o.tier.n_read_threads = 2;
+    o.tier.n_write_threads = 2;
+    o.tier.io_timeout_ms = 2000;
+    o.tier.io_backend = GetParam();
     return FsTier::Open(o);
   }
 

@@ -50,12 +50,12 @@ class FsTierTest : public ::testing::TestWithParam<IoBackendKind> {
   void SetUp() override {
     rng_.seed(testing::TestSeed());
     FsTierOpenOptions o;
-    o.root_dir = root_.path().string();
+    o.tier.root_dir = root_.path().string();
     o.ns = Spec();
     o.row_bytes = kRow;
-    o.n_read_threads = 4;
-    o.n_write_threads = 4;
-    o.backend = GetParam();
+    o.tier.n_read_threads = 4;
+    o.tier.n_write_threads = 4;
+    o.tier.io_backend = GetParam();
     auto tier = FsTier::Open(o);
     if (!tier.ok() && tier.status().code() == StatusCode::kUnavailable) GTEST_SKIP() << tier.status().ToString();
     ASSERT_TRUE(tier.ok()) << tier.status().ToString();
@@ -214,10 +214,10 @@ TEST(FsTierRegistered, RowsInRegisteredMemoryUseFixedBuffers) {
   std::mt19937_64 rng(testing::TestSeed());
   for (size_t i = 0; i < kRows * kRow; ++i) region[i] = static_cast<uint8_t>(rng());
   FsTierOpenOptions o;
-  o.root_dir = root.path().string();
+  o.tier.root_dir = root.path().string();
   o.ns = Spec();
   o.row_bytes = kRow;
-  o.backend = IoBackendKind::kUring;
+  o.tier.io_backend = IoBackendKind::kUring;
   o.registered_memory = {std::span<uint8_t>(region, kRows * 2 * kRow)};
   auto opened = FsTier::Open(o);
   if (!opened.ok() && opened.status().code() == StatusCode::kUnavailable) GTEST_SKIP() << opened.status().ToString();
@@ -249,10 +249,10 @@ TEST(FsTierDurability, FileAndFullModesStoreAndLoad) {
   for (Durability d : {Durability::kFile, Durability::kFull}) {
     testing::TempDir root;
     FsTierOpenOptions o;
-    o.root_dir = root.path().string();
+    o.tier.root_dir = root.path().string();
     o.ns = Spec();
     o.row_bytes = kRow;
-    o.durability = d;
+    o.tier.durability = d;
     ASSERT_OK_AND_ASSIGN(auto tier, FsTier::Open(o));
     AlignedRow row, back;
     std::memset(row.data, 0x5c, kRow);
@@ -278,14 +278,14 @@ TEST(FsTierOpen, BadOptionsAndUnwritableRootsAreClearErrors) {
   o.row_bytes = kRow;
   EXPECT_EQ(FsTier::Open(o).status().code(), StatusCode::kInvalidArgument);  // no root
   testing::TempDir root;
-  o.root_dir = root.path().string();
-  o.stores_while_loading_max = -1;
+  o.tier.root_dir = root.path().string();
+  o.tier.stores_while_loading_max = -1;
   auto negative = FsTier::Open(o);
   EXPECT_EQ(negative.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(negative.status().message().find("stores_while_loading_max"), std::string::npos)
       << negative.status().ToString();
-  o.stores_while_loading_max = 0;
-  o.root_dir = "/dev/null/invalid_path";
+  o.tier.stores_while_loading_max = 0;
+  o.tier.root_dir = "/dev/null/invalid_path";
   auto bad = FsTier::Open(o);
   EXPECT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("/dev/null/invalid_path"), std::string::npos) << bad.status().ToString();

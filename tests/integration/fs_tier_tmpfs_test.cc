@@ -54,12 +54,12 @@ std::vector<OffloadKey> Keys(size_t n) {
 
 std::unique_ptr<FsTier> OpenOn(const fs::path& root, IoBackendKind backend) {
   FsTierOpenOptions o;
-  o.root_dir = root.string();
+  o.tier.root_dir = root.string();
   o.ns.model_name = "tmpfs/model";
   o.row_bytes = kRow;
-  o.n_read_threads = 2;
-  o.n_write_threads = 2;
-  o.backend = backend;
+  o.tier.n_read_threads = 2;
+  o.tier.n_write_threads = 2;
+  o.tier.io_backend = backend;
   auto tier = FsTier::Open(o);
   EXPECT_TRUE(tier.ok()) << tier.status().ToString();
   return tier.ok() ? std::move(tier).value() : nullptr;

@@ -582,11 +582,11 @@ NamespaceSpec Spec() {
 
 std::unique_ptr<FsTier> OpenTier(const fs::path& root, std::string* error, int threads = 4) {
   FsTierOpenOptions o;
-  o.root_dir = root.string();
+  o.tier.root_dir = root.string();
   o.ns = Spec();
   o.row_bytes = kRow;
-  o.n_read_threads = threads;
-  o.n_write_threads = threads;
+  o.tier.n_read_threads = threads;
+  o.tier.n_write_threads = threads;
   auto tier = FsTier::Open(o);
   if (!tier.ok()) {
     *error = tier.status().ToString();

@@ -95,7 +95,7 @@ class GpuStager : public ::testing::Test {
 
   // Slots in order of first appearance of each tensor's device. The rows'
   // region is given to the stager as mapped memory unless `map_rows` is false.
-  void Create(uint32_t bpc, size_t rows, GpuCopyMode mode = GpuCopyMode::kAuto, bool map_rows = true) {
+  void Create(uint32_t bpc, size_t rows, GpuCopy mode = GpuCopy::kAuto, bool map_rows = true) {
     StagerOptions options{{}, bpc, {}, mode, {}};
     for (const GpuTensor& t : tensors_) {
       if (options.devices.empty() || options.devices.back().device != t.device) {
@@ -201,7 +201,7 @@ TEST_F(GpuStager, CopyEnginesAloneRoundTripByteExact) {
   SCOPED_TRACE("seed " + std::to_string(seed_));
   ASSERT_NO_FATAL_FAILURE(AddTensor(0, 4096, 4096 + 512, 128));
   ASSERT_NO_FATAL_FAILURE(AddTensor(0, 100, 103, 128));
-  ASSERT_NO_FATAL_FAILURE(Create(4, 32, GpuCopyMode::kDma));
+  ASSERT_NO_FATAL_FAILURE(Create(4, 32, GpuCopy::kDma));
   for (int round = 0; round < 3; ++round) ASSERT_NO_FATAL_FAILURE(RoundTrip(8 + round * 4, 128));
   EXPECT_EQ(stager_->gpu_copy_counts().kernel_segments, 0u);
   EXPECT_GT(stager_->gpu_copy_counts().dma_segments, 0u);
@@ -214,7 +214,7 @@ TEST_F(GpuStager, CopyKernelAloneRoundTripsByteExact) {
   ASSERT_NO_FATAL_FAILURE(AddTensor(0, 4096, 4096 + 512, 128));
   ASSERT_NO_FATAL_FAILURE(AddTensor(0, 100, 103, 128));       // unaligned: the byte path
   ASSERT_NO_FATAL_FAILURE(AddTensor(0, 200704, 200704, 128));  // > 64 KiB: cut into pieces
-  ASSERT_NO_FATAL_FAILURE(Create(2, 32, GpuCopyMode::kKernel));
+  ASSERT_NO_FATAL_FAILURE(Create(2, 32, GpuCopy::kKernel));
   for (int round = 0; round < 3; ++round) ASSERT_NO_FATAL_FAILURE(RoundTrip(4 + round * 4, 128));
   EXPECT_GT(stager_->gpu_copy_counts().kernel_segments, 0u);
   EXPECT_EQ(stager_->gpu_copy_counts().dma_segments, 0u);
@@ -227,7 +227,7 @@ TEST_F(GpuStager, StagingBufferAloneRoundTripsByteExact) {
   ASSERT_NO_FATAL_FAILURE(AddTensor(0, 4096, 4096 + 512, 128));
   ASSERT_NO_FATAL_FAILURE(AddTensor(0, 100, 103, 128));       // unaligned pages and staging offsets
   ASSERT_NO_FATAL_FAILURE(AddTensor(0, 200704, 200704, 128));  // cut into pieces by the kernel
-  ASSERT_NO_FATAL_FAILURE(Create(2, 32, GpuCopyMode::kStaged, /*map_rows=*/false));  // staging needs no mapping
+  ASSERT_NO_FATAL_FAILURE(Create(2, 32, GpuCopy::kStaged, /*map_rows=*/false));  // staging needs no mapping
   for (int round = 0; round < 3; ++round) ASSERT_NO_FATAL_FAILURE(RoundTrip(4 + round * 4, 128));
   EXPECT_GT(stager_->gpu_copy_counts().staged_segments, 0u);
   EXPECT_EQ(stager_->gpu_copy_counts().kernel_segments + stager_->gpu_copy_counts().dma_segments, 0u);
@@ -241,7 +241,7 @@ TEST_F(GpuStager, StagedBatchesLargerThanTheBufferMoveInRounds) {
   SCOPED_TRACE("seed " + std::to_string(seed_));
   // 48 rows of 16 pages of 120 KiB (never merged: strided) = 90 MiB a ticket.
   ASSERT_NO_FATAL_FAILURE(AddTensor(0, 122880, 131072, 2048));
-  ASSERT_NO_FATAL_FAILURE(Create(16, 96, GpuCopyMode::kStaged));
+  ASSERT_NO_FATAL_FAILURE(Create(16, 96, GpuCopy::kStaged));
   ASSERT_NO_FATAL_FAILURE(RoundTrip(48, 2048));
   ASSERT_NO_FATAL_FAILURE(RoundTrip(40, 2048));
   EXPECT_GT(stager_->gpu_copy_counts().staged_segments, 0u);
@@ -254,7 +254,7 @@ TEST_F(GpuStager, AutoPicksThePathByDirectionAndPageSize) {
   if (!CopyKernelBuilt()) GTEST_SKIP() << "kvtier was built without nvcc: no copy kernel";
   SCOPED_TRACE("seed " + std::to_string(seed_));
   ASSERT_NO_FATAL_FAILURE(AddTensor(0, 16384, 16384 + 4096, 64));
-  ASSERT_NO_FATAL_FAILURE(Create(1, 32, GpuCopyMode::kAuto));
+  ASSERT_NO_FATAL_FAILURE(Create(1, 32, GpuCopy::kAuto));
   ASSERT_NO_FATAL_FAILURE(RoundTrip(8, 64));
   EXPECT_EQ(stager_->gpu_copy_counts().kernel_segments, 8u);  // strided pages never merge
   EXPECT_EQ(stager_->gpu_copy_counts().staged_segments, 8u);
@@ -262,7 +262,7 @@ TEST_F(GpuStager, AutoPicksThePathByDirectionAndPageSize) {
   TearDown();
   tensors_.clear();
   ASSERT_NO_FATAL_FAILURE(AddTensor(0, 262144, 262144 + 4096, 16));
-  ASSERT_NO_FATAL_FAILURE(Create(1, 8, GpuCopyMode::kAuto));
+  ASSERT_NO_FATAL_FAILURE(Create(1, 8, GpuCopy::kAuto));
   ASSERT_NO_FATAL_FAILURE(RoundTrip(4, 16));
   EXPECT_EQ(stager_->gpu_copy_counts().kernel_segments + stager_->gpu_copy_counts().staged_segments, 0u);
   EXPECT_GT(stager_->gpu_copy_counts().dma_segments, 0u);
@@ -272,7 +272,7 @@ TEST_F(GpuStager, RowsOutsideTheMappedRangesNeverReachTheKernel) {
   KVTIER_REQUIRE_GPU();
   SCOPED_TRACE("seed " + std::to_string(seed_));
   ASSERT_NO_FATAL_FAILURE(AddTensor(0, 4096, 4096, 64));
-  ASSERT_NO_FATAL_FAILURE(Create(1, 32, GpuCopyMode::kKernel, /*map_rows=*/false));
+  ASSERT_NO_FATAL_FAILURE(Create(1, 32, GpuCopy::kKernel, /*map_rows=*/false));
   ASSERT_NO_FATAL_FAILURE(RoundTrip(8, 64));
   EXPECT_EQ(stager_->gpu_copy_counts().kernel_segments, 0u);
   EXPECT_GT(stager_->gpu_copy_counts().dma_segments, 0u);

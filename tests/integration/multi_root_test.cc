@@ -40,14 +40,14 @@ class MultiRootTest : public ::testing::Test {
 
   FsTierOpenOptions Options(const std::vector<std::string>& names) const {
     FsTierOpenOptions o;
-    for (size_t i = 0; i < names.size(); ++i) o.root_dir += (i ? " , " : " ") + Root(names[i]).string();
-    o.path_sharding = PathSharding::kByBlockHash;
+    for (size_t i = 0; i < names.size(); ++i) o.tier.root_dir += (i ? " , " : " ") + Root(names[i]).string();
+    o.tier.path_sharding = PathSharding::kByBlockHash;
     o.ns.model_name = "test/multi-root";
     o.ns.kv_cache_groups.push_back({16, {"l0"}});
     o.row_bytes = kRow;
-    o.n_read_threads = 4;
-    o.n_write_threads = 4;
-    o.backend = IoBackendKind::kSyscall;  // works everywhere; the engine per root is the same code
+    o.tier.n_read_threads = 4;
+    o.tier.n_write_threads = 4;
+    o.tier.io_backend = IoBackendKind::kSyscall;  // works everywhere; the engine per root is the same code
     return o;
   }
 
@@ -205,7 +205,7 @@ TEST_F(MultiRootTest, TreesWithoutMarkersAreCheckedBySampling) {
 
 TEST_F(MultiRootTest, ACommaWithoutPathShardingIsRefused) {
   FsTierOpenOptions o = Options({"a", "b"});
-  o.path_sharding = PathSharding::kNone;
+  o.tier.path_sharding = PathSharding::kNone;
   const std::string err = OpenError(o);
   EXPECT_NE(err.find("path_sharding"), std::string::npos) << err;
   EXPECT_FALSE(fs::exists(Root("a")));

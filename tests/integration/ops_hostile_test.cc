@@ -44,7 +44,7 @@ class OpsHostileTest : public ::testing::Test {
   // Stores n rows in namespace "org/<model>" and returns their paths relative to the root.
   std::vector<std::string> Write(const std::string& model, size_t n) {
     FsTierOpenOptions o;
-    o.root_dir = root_.path().string();
+    o.tier.root_dir = root_.path().string();
     o.ns.model_name = "org/" + model;
     o.ns.kv_cache_groups.push_back({16, {"l0"}});
     o.row_bytes = kRow;

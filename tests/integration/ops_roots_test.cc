@@ -39,13 +39,13 @@ class OpsRootsTest : public ::testing::Test {
     FsTierOpenOptions o;
     for (const char* n : {"a", "b", "c"}) {
       roots_.push_back((dir_.path() / n).string());
-      o.root_dir += (o.root_dir.empty() ? "" : ",") + roots_.back();
+      o.tier.root_dir += (o.tier.root_dir.empty() ? "" : ",") + roots_.back();
     }
-    o.path_sharding = PathSharding::kByBlockHash;
+    o.tier.path_sharding = PathSharding::kByBlockHash;
     o.ns.model_name = "test/ops-roots";
     o.ns.kv_cache_groups.push_back({16, {"l0"}});
     o.row_bytes = kRow;
-    o.backend = IoBackendKind::kSyscall;
+    o.tier.io_backend = IoBackendKind::kSyscall;
     auto tier = FsTier::Open(o).value();
     std::vector<std::vector<uint8_t>> rows(kBlocks, std::vector<uint8_t>(kRow, 0x5a));
     std::vector<std::span<const uint8_t>> spans(rows.begin(), rows.end());

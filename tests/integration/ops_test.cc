@@ -50,10 +50,10 @@ class OpsTest : public ::testing::Test {
  protected:
   std::unique_ptr<FsTier> Open(const std::string& model) {
     FsTierOpenOptions o;
-    o.root_dir = root_.path().string();
+    o.tier.root_dir = root_.path().string();
     o.ns = Spec(model);
     o.row_bytes = kRow;
-    o.n_read_threads = o.n_write_threads = 2;
+    o.tier.n_read_threads = o.tier.n_write_threads = 2;
     return FsTier::Open(o).value();
   }
   // Stores n rows through a tier and closes it (its lease goes away).

@@ -1,7 +1,7 @@
 // Proves the store-latency detector: no verdict before the warm-up count, an
 // EMA with the configured weight, pressure entered above the high water mark
 // and left only below the low water mark (hysteresis), and nothing at all
-// when disabled.
+// without backpressure options.
 #include <gtest/gtest.h>
 
 #include "fs/backpressure.h"
@@ -13,8 +13,7 @@ constexpr uint64_t kMiB = 1 << 20;
 constexpr uint64_t kMs = 1000000;  // ns
 
 TEST(StoreLatencyDetector, WarmupEmaAndHysteresis) {
-  StoreBackpressure o;
-  o.enabled = true;
+  BackpressureOptions o;
   o.high_water_s_per_mib = 0.005;
   o.low_water_s_per_mib = 0.001;
   o.ema_alpha = 0.5;
@@ -37,7 +36,7 @@ TEST(StoreLatencyDetector, WarmupEmaAndHysteresis) {
 }
 
 TEST(StoreLatencyDetector, DisabledNeverTrips) {
-  StoreLatencyDetector d(StoreBackpressure{});
+  StoreLatencyDetector d(std::nullopt);
   for (int i = 0; i < 10; ++i) d.Add(kMiB, 1000 * kMs);
   EXPECT_FALSE(d.pressured());
 }

@@ -9,9 +9,7 @@
 // config. The file loader is tested against real files in a TempDir.
 // ParseFsTierConfig() (one tier's keys, as an out-of-tree vLLM tier gets
 // them) is checked the same way: defaults, every key set off its default,
-// the keys vLLM consumes and unknown keys rejected by name; and
-// FsTierOpenOptionsFromConfig() must carry every configured field into the
-// FsTier's options (backpressure enabled exactly when configured).
+// the keys vLLM consumes and unknown keys rejected by name.
 // KvtierDefaultNotes() names the values that are kvtier's defaults where
 // vLLM's differ (checksum_blocks).
 #include "kvtier/config.h"
@@ -740,43 +738,6 @@ TEST(ConfigSingleTier, MalformedTextAndNonObjectsAreRejected) {
   }
 }
 
-TEST(ConfigSingleTier, OpenOptionsCopyEveryConfiguredField) {
-  const FsTierOptions t = EveryFsTierKeyExpected();
-  const FsTierOpenOptions o = FsTierOpenOptionsFromConfig(t);
-  EXPECT_EQ(o.root_dir, "/mnt/kv");
-  EXPECT_EQ(o.n_read_threads, 3);
-  EXPECT_EQ(o.n_write_threads, 5);
-  EXPECT_EQ(o.stores_while_loading_max, 9);
-  EXPECT_EQ(o.durability, Durability::kFull);
-  EXPECT_EQ(o.io_timeout_ms, 1234u);
-  EXPECT_EQ(o.store_queue_bytes_max, 65536u);
-  EXPECT_EQ(o.backend, IoBackendKind::kSyscall);
-  EXPECT_FALSE(o.o_direct);
-  EXPECT_FALSE(o.checksum_blocks);
-  EXPECT_TRUE(o.backpressure.enabled);
-  EXPECT_EQ(o.backpressure.high_water_s_per_mib, 0.5);
-  EXPECT_EQ(o.backpressure.low_water_s_per_mib, 0.25);
-  EXPECT_EQ(o.backpressure.ema_alpha, 0.75);
-  EXPECT_EQ(o.backpressure.warmup_completions, 7u);
-  // What the config does not hold is left for the caller.
-  EXPECT_EQ(o.row_bytes, 0u);
-  EXPECT_TRUE(o.registered_memory.empty());
-  EXPECT_FALSE(static_cast<bool>(o.on_job_finished));
-}
-
-TEST(ConfigSingleTier, OpenOptionsOfADefaultTierMatchTheTiersDefaults) {
-  ASSERT_OK_AND_ASSIGN(FsTierOptions t, ParseFsTierConfig(R"({"root_dir": "/x"})"));
-  const FsTierOpenOptions o = FsTierOpenOptionsFromConfig(t);
-  EXPECT_FALSE(o.backpressure.enabled);
-  EXPECT_EQ(o.n_read_threads, 16);
-  EXPECT_EQ(o.stores_while_loading_max, 2);
-  EXPECT_EQ(o.io_timeout_ms, 30000u);
-  EXPECT_EQ(o.durability, Durability::kNone);
-  EXPECT_EQ(o.backend, IoBackendKind::kAuto);
-  EXPECT_TRUE(o.o_direct);
-  EXPECT_TRUE(o.checksum_blocks);
-}
-
 // checksum_blocks is vLLM's key (PR #57912), listed without "(kvtier)", and a
 // boolean; kvtier's default (true) differs from vLLM's (false), and
 // KvtierDefaultNotes (printed by `kvtier config check`) says so for each tier
@@ -801,16 +762,6 @@ TEST(ConfigSingleTier, ChecksumBlocksIsVllmsKeyWithKvtiersOwnDefault) {
   ASSERT_OK_AND_ASSIGN(OffloadConfig none, Parse(R"({"cpu_bytes_to_use": 1})"));
   EXPECT_TRUE(KvtierDefaultNotes(none).empty());
   EXPECT_NE(OffloadConfigToJson(c).find("\"checksum_blocks\": false"), std::string::npos);
-}
-
-TEST(ConfigSingleTier, OpenOptionsFromAParsedRemoteTierEnableItsBackpressure) {
-  ASSERT_OK_AND_ASSIGN(FsTierOptions t, ParseFsTierConfig(R"({"root_dir": "/x", "locality": "REMOTE",
-      "backpressure": {"backpressure_cls": "EMABackpressureDetector", "warmup": 1}})"));
-  const FsTierOpenOptions o = FsTierOpenOptionsFromConfig(t);
-  EXPECT_TRUE(o.backpressure.enabled);
-  EXPECT_EQ(o.backpressure.high_water_s_per_mib, 0.020);
-  EXPECT_EQ(o.backpressure.low_water_s_per_mib, 0.005);
-  EXPECT_EQ(o.backpressure.warmup_completions, 1u);
 }
 
 }  // namespace

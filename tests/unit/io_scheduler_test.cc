@@ -3,7 +3,7 @@
 // overtake stores; idle slots steal from the other queue; -EAGAIN/-EINTR
 // re-issue the same request (bounded); completions in any order reach the
 // right op; finished ops free their slots; while loads are active (and for
-// the linger after), stores are capped at stores_while_reading_max whatever
+// the linger after), stores are capped at stores_while_loading_max whatever
 // slots are free, and the cap lifts once the linger has passed.
 #include <gtest/gtest.h>
 
@@ -92,7 +92,7 @@ std::unique_ptr<IoScheduler> Backlog(SchedulerLimits limits, int stores, int rea
 
 SchedulerLimits Capped(int reads, int writes, int cap) {
   SchedulerLimits limits{reads, writes, 8};
-  limits.stores_while_reading_max = cap;
+  limits.stores_while_loading_max = cap;
   return limits;
 }
 

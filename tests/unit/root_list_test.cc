@@ -108,7 +108,6 @@ TEST(RootListConfigTest, PathShardingIsParsedAndPrinted) {
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->path_sharding, PathSharding::kByBlockHash);
   EXPECT_EQ(r->root_dir, " /mnt/a , /mnt/b ");  // kept raw, as vLLM keeps it; split at open
-  EXPECT_EQ(FsTierOpenOptionsFromConfig(*r).path_sharding, PathSharding::kByBlockHash);
   EXPECT_EQ(ParseFsTierConfig(R"({"root_dir": "/a", "path_sharding": null})")->path_sharding, PathSharding::kNone);
   EXPECT_FALSE(ParseFsTierConfig(R"({"root_dir": "/a", "path_sharding": "by_hash"})").ok());
 }

@@ -61,7 +61,7 @@ TEST(RowLayout, MultiDeviceMultiTensorOffsetsAreHandComputed) {
   EXPECT_EQ(layout.SlotBytes(0), 2304u);
   EXPECT_EQ(layout.SlotBytes(1), 3840u);
 
-  StagerOptions options{devices, 3, {}, GpuCopyMode::kAuto, {}};
+  StagerOptions options{devices, 3, {}, GpuCopy::kAuto, {}};
   ASSERT_OK_AND_ASSIGN(auto stager, Stager::Create(options));
   EXPECT_EQ(stager->row_bytes(), 8192u);
   EXPECT_EQ(stager->backend_name(), "host");
@@ -127,7 +127,7 @@ TEST(RowLayout, RejectsEveryBrokenRuleNamingTheTensor) {
     ASSERT_FALSE(layout.ok());
     EXPECT_EQ(layout.status().code(), StatusCode::kInvalidArgument);
     EXPECT_NE(layout.status().message().find(c.expected), std::string::npos) << layout.status().ToString();
-    auto stager = Stager::Create(StagerOptions{devices, bpc, {}, GpuCopyMode::kAuto, {}});
+    auto stager = Stager::Create(StagerOptions{devices, bpc, {}, GpuCopy::kAuto, {}});
     ASSERT_FALSE(stager.ok());
     EXPECT_EQ(stager.status().code(), StatusCode::kInvalidArgument);
   }
@@ -138,7 +138,7 @@ TEST(Stager, SubmitRejectsBadBatchesAndCopiesNothing) {
   std::vector<DeviceKvCache> devices(2);
   devices[0].tensors = {Tensor(reinterpret_cast<uintptr_t>(gpu0.data()), 64, 64, 8)};
   devices[1].tensors = {Tensor(reinterpret_cast<uintptr_t>(gpu1.data()), 64, 64, 5)};
-  ASSERT_OK_AND_ASSIGN(auto stager, Stager::Create(StagerOptions{devices, 2, {}, GpuCopyMode::kAuto, {}}));
+  ASSERT_OK_AND_ASSIGN(auto stager, Stager::Create(StagerOptions{devices, 2, {}, GpuCopy::kAuto, {}}));
   std::vector<uint8_t> row(stager->row_bytes(), kRowSentinel);
   uint8_t* rows[] = {row.data()};
 
@@ -175,7 +175,7 @@ TEST(Stager, CudaDeviceWithoutAGpuIsUnavailable) {
   devices[0].tensors = {Tensor(0x1000, 64, 64, 4)};
   devices[1].device = 0;
   devices[1].tensors = {Tensor(0x1000, 64, 64, 4)};
-  auto stager = Stager::Create(StagerOptions{devices, 1, {}, GpuCopyMode::kAuto, {}});
+  auto stager = Stager::Create(StagerOptions{devices, 1, {}, GpuCopy::kAuto, {}});
   ASSERT_FALSE(stager.ok());
   EXPECT_EQ(stager.status().code(), StatusCode::kUnavailable);
   // Built with CUDA (no driver or no GPU here) or without it.
@@ -349,7 +349,7 @@ class RoundTrip : public ::testing::Test {
   // kGapSentinel in every stride gap; `rows` rows filled with kRowSentinel.
   void Build(const std::vector<TensorShapes>& slots, uint32_t num_blocks, uint32_t bpc, size_t rows,
              std::function<void()> on_finished = {}) {
-    StagerOptions options{{}, bpc, std::move(on_finished), GpuCopyMode::kAuto, {}};
+    StagerOptions options{{}, bpc, std::move(on_finished), GpuCopy::kAuto, {}};
     buffers_.assign(slots.size(), {});
     for (size_t w = 0; w < slots.size(); ++w) {
       DeviceKvCache dev;

@@ -52,12 +52,12 @@ class TierRouterFsTest : public ::testing::Test {
     router_.AttachRows(region_->bytes(), kRowBytes);
     for (int t = 0; t < 2; ++t) {
       FsTierOpenOptions o;
-      o.root_dir = roots_[t].path().string();
+      o.tier.root_dir = roots_[t].path().string();
       o.ns.model_name = "test/router";
       o.ns.kv_cache_groups.push_back({16, {"l0"}});
       o.row_bytes = kRowBytes;
-      o.n_read_threads = 2;
-      o.n_write_threads = 2;
+      o.tier.n_read_threads = 2;
+      o.tier.n_write_threads = 2;
       o.registered_memory = {region_->bytes()};
       ASSERT_OK_AND_ASSIGN(std::unique_ptr<FsTier> tier, FsTier::Open(o));
       router_.AddTier("fs" + std::to_string(t), std::move(tier));

@@ -1,0 +1,100 @@
+// The options of one fs tier: the keys of an `fs` entry of
+// `secondary_tiers` (vllm-fs-tier.md §4.4; vLLM's keys and kvtier's own,
+// docs/config.md), each with its one default. The config parser fills
+// FsTierOptions from its key table (config.cc) and FsTier::Open takes the
+// same struct (FsTierOpenOptions::tier, fs_tier.h), so nothing copies the
+// options field by field between the two. Shared enums: options.h.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "kvtier/options.h"
+
+namespace kvtier {
+
+// Store backpressure of one fs tier (vllm-fs-tier.md §4.7; vLLM's
+// EMABackpressureDetector, PR #50045): pressure starts when the EMA of store
+// latency per MiB exceeds the high water mark and ends when it falls below
+// the low water mark; while it lasts, new stores are dropped. Loads and
+// promotions are never dropped. Invariant after parsing: 0 < low < high,
+// 0 < alpha <= 1.
+struct BackpressureOptions {
+  // `backpressure_cls` (required in JSON).
+  BackpressureDetector detector = BackpressureDetector::kEma;
+  // `policy_cls`; default DropStorePolicy.
+  BackpressurePolicy policy = BackpressurePolicy::kDropStore;
+  // `high_water_s`, seconds of store latency per MiB. Default 0.005 for a
+  // LOCAL or unspecified tier, 0.020 for REMOTE.
+  double high_water_s_per_mib = 0.005;
+  // `low_water_s`, seconds per MiB. Default 0.001 for LOCAL or unspecified,
+  // 0.005 for REMOTE.
+  double low_water_s_per_mib = 0.001;
+  // `alpha`: EMA smoothing factor in (0, 1] (the weight of the newest
+  // sample); default 0.3.
+  double ema_alpha = 0.3;
+  // `warmup`: store completions observed before pressure can start; default 3.
+  uint32_t warmup_completions = 3;
+
+  bool operator==(const BackpressureOptions&) const = default;
+};
+
+// One `fs` entry of `secondary_tiers`.
+struct FsTierOptions {
+  // `root_dir` (required): base directory of the tier, used verbatim as vLLM
+  // does; non-empty, no NUL.
+  // With path_sharding, a comma-separated list of roots (FORMAT.md L99).
+  std::string root_dir;
+  // `path_sharding`: "by_block_hash" (or absent/null: one root). A root_dir
+  // with a comma requires it (as vLLM PR #53133).
+  PathSharding path_sharding = PathSharding::kNone;
+  // `n_read_threads`: load/lookup block operations at once, > 0; default 16.
+  int n_read_threads = 16;
+  // `n_write_threads`: store block operations at once, > 0; default 16.
+  int n_write_threads = 16;
+  // `enable_kv_events`: emit BlockStored events (medium STORAGE); default
+  // false. Read by the vLLM integration; FsTier itself ignores it.
+  bool enable_kv_events = false;
+  // `locality`: "LOCAL", "REMOTE" or absent; default unspecified. It selects
+  // the backpressure defaults when parsing; FsTier itself ignores it.
+  Locality locality = Locality::kUnspecified;
+  // `backpressure`: the tier's own object, else the top-level default (with
+  // this tier's locality defaults), else none: stores are never dropped for
+  // latency.
+  std::optional<BackpressureOptions> backpressure;
+
+  // kvtier's own keys (vLLM ignores them; see docs/config.md):
+  // `io_timeout_ms`: deadline of every I/O, so a hung network mount fails the
+  // job instead of the server; 0 disables; default 30000.
+  uint32_t io_timeout_ms = 30000;
+  // `durability`: "none" (as vLLM), "file" (fdatasync before rename) or
+  // "full" (also fsync the directory); default "none".
+  Durability durability = Durability::kNone;
+  // `store_queue_bytes_max`: queued store bytes beyond which new stores are
+  // dropped (loads never are); > 0; default 1 GiB.
+  uint64_t store_queue_bytes_max = uint64_t{1} << 30;
+  // `io_backend`: "auto" (io_uring, else syscall threads with a warning),
+  // "uring" or "syscall"; default "auto".
+  IoBackendKind io_backend = IoBackendKind::kAuto;
+  // `o_direct`: use O_DIRECT when the startup probe allows it (buffered
+  // otherwise); default true.
+  bool o_direct = true;
+  // `checksum_blocks` (vLLM PR #57912, where vLLM's default is false): store
+  // each block's CRC32C in the xattr user.vllm.kv_crc32c and verify it on
+  // load (FORMAT.md L60, L67, L102); the tier's open fails where the
+  // filesystem has no user xattrs. false: no CRC is computed, written or
+  // checked. kvtier's default: true.
+  bool checksum_blocks = true;
+  // `stores_while_loading_max`: read priority at the disk. While loads are
+  // running or queued (and for 10 ms after the last; lookups do not count),
+  // at most this many stores run at once, so a load never queues in the
+  // device behind a full set of store writes. Running stores finish; new
+  // ones wait (and, past store_queue_bytes_max, are dropped). 0: no cap
+  // (stores keep all n_write_threads slots); default 2.
+  int stores_while_loading_max = 2;
+
+  bool operator==(const FsTierOptions&) const = default;
+};
+
+}  // namespace kvtier

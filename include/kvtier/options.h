@@ -1,0 +1,60 @@
+// The enums of kvtier's options, shared by the config parser (config.h) and
+// the components that the options tune (fs_tier_options.h, the stager), so
+// that config.h needs no component's header and each option has one type.
+// The JSON spelling of each value is in the config key tables (config.cc,
+// docs/config.md). Nothing here but enums.
+#pragma once
+
+namespace kvtier {
+
+// `durability` of an fs tier: what a store syncs before it is reported.
+enum class Durability {
+  kNone,  // as vLLM: no fsync (a crash can lose recent blocks, never tear a checked one)
+  kFile,  // fdatasync the temp file before the rename
+  kFull,  // kFile, plus fsync of the directory after the rename
+};
+
+// `io_backend` of an fs tier: what runs its I/O.
+enum class IoBackendKind {
+  kAuto,     // io_uring; the syscall pool (with a logged warning) if the kernel refuses a ring
+  kUring,    // io_uring or fail
+  kSyscall,  // the syscall thread pool
+};
+
+// `locality` of an fs tier. It is echoed in KV events and selects the
+// backpressure defaults.
+enum class Locality {
+  kUnspecified,  // the key is absent (or null): treated as LOCAL for defaults
+  kLocal,        // "LOCAL": assumed local SSD
+  kRemote,       // "REMOTE": assumed network storage
+};
+
+// `backpressure.backpressure_cls`: how store pressure is detected.
+enum class BackpressureDetector {
+  kEma,  // "EMABackpressureDetector": EMA of store latency per MiB
+};
+
+// `backpressure.policy_cls`: what happens to cascade stores under pressure.
+enum class BackpressurePolicy {
+  kDropStore,  // "DropStorePolicy": stores to the tier are dropped (blocks stay CPU-only)
+};
+
+// `gpu_copy` (kvtier's own): how GPU pages move between device memory and
+// CPU rows. The copy engines cost no SM time but move small scattered pages
+// slowly; staging them in a device buffer (64 MiB per direction) or a copy
+// kernel over the link moves them at close to the link's speed.
+enum class GpuCopy {
+  kAuto,    // "auto": pages averaging < 64 KiB: loads staged, stores by the kernel; else the copy engines
+  kDma,     // "dma": the copy engines only, page by page
+  kKernel,  // "kernel": the copy kernel over the link (no device memory)
+  kStaged,  // "staged": through the device staging buffer
+};
+
+// `path_sharding` of an fs tier (vLLM PR #53133): how blocks spread over
+// several roots.
+enum class PathSharding {
+  kNone,         // root_dir is one directory, used verbatim (FORMAT.md L1)
+  kByBlockHash,  // "by_block_hash": root_dir is a comma-separated list; a block's root is its hash mod the count (L99)
+};
+
+}  // namespace kvtier
