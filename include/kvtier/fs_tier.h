@@ -22,6 +22,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kvtier/export.h"
 #include "kvtier/hashing.h"
 #include "kvtier/layout.h"
 #include "kvtier/result.h"
@@ -89,7 +90,7 @@ enum class KeyOutcome : uint8_t {
   kDropped,        // store: refused by backpressure, nothing written
   kError,          // an I/O error or an expired deadline; see KeyResult::status
 };
-std::string_view KeyOutcomeName(KeyOutcome outcome);
+KVTIER_API std::string_view KeyOutcomeName(KeyOutcome outcome);
 
 struct KeyResult {
   KeyOutcome outcome = KeyOutcome::kError;
@@ -103,7 +104,7 @@ struct JobResult {
   JobKind kind = JobKind::kLoad;
   std::vector<KeyResult> keys;  // in submission order
   // How many leading keys are kOk (for loads: the prefix that can be used).
-  size_t OkPrefix() const;
+  KVTIER_API size_t OkPrefix() const;
 };
 
 struct FsTierMetrics {
@@ -124,7 +125,7 @@ struct FsTierMetrics {
   uint64_t load_latency_us[kLatencyBuckets] = {};
 };
 
-class FsTier {
+class KVTIER_API FsTier {
  public:
   // Creates the namespace and block directories and config.json (when
   // absent), probes O_DIRECT and user xattrs, and starts the engine.
