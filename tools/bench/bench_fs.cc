@@ -1,5 +1,5 @@
 // `kvtier bench fs` (see bench_fs.h).
-#include "cli/bench_fs.h"
+#include "bench/bench_fs.h"
 
 #include <sys/prctl.h>
 
