@@ -586,6 +586,61 @@ class BenchFsPhases {
   FsTierMetrics after_store_;  // the load phase's histogram starts from here
 };
 
+// BenchFsJson's parts: "mixed", "lookup" and "details" (figures a person
+// rarely needs: per-thread CPU, the tier's histogram, how things were measured).
+nlohmann::json MixedJson(const BenchFsMixed& m) {
+  return {{"load_p50_us", Round(m.loaded_load.p50_us, 1)},
+          {"load_p99_us", Round(m.loaded_load.p99_us, 1)},
+          {"unloaded_load_p99_us", Round(m.unloaded_load.p99_us, 1)},
+          {"ratio_p99", Round(m.ratio_p99(), 3)}};
+}
+
+nlohmann::json LookupJson(const BenchFsResult::Lookups& l) {
+  return {{"keys", l.keys},
+          {"hits", l.hits},
+          {"keys_per_s", Round(l.keys_per_s(), 0)},
+          {"wall_s", Round(l.wall_s, 4)},
+          {"cpu_s", Round(l.cpu_s, 4)},
+          {"keys_per_job", kBenchLookupBatch}};
+}
+
+nlohmann::json PhaseDetailJson(const DirectionFigures& f, double hist_p50_us, double hist_p99_us) {
+  nlohmann::json d = FiguresDetailJson(f);
+  d["tier_hist_p50_us"] = Round(hist_p50_us, 1);
+  d["tier_hist_p99_us"] = Round(hist_p99_us, 1);
+  return d;
+}
+
+nlohmann::json MixedDetailJson(const BenchFsResult& r) {
+  const BenchFsMixed& m = *r.mixed;
+  return {{"unloaded_load_p50_us", Round(m.unloaded_load.p50_us, 1)},
+          {"unloaded_load_gbps", Round(m.unloaded_load.gbps(), 4)},
+          {"load_gbps", Round(m.loaded_load.gbps(), 4)},
+          {"load_rows", m.loaded_load.rows},
+          {"store_stream_gbps", Round(m.store_stream.gbps(), 4)},
+          {"store_stream_rows", m.store_stream.rows},
+          {"store_stream_exhausted", m.stream_exhausted},
+          {"load_depth", r.mixed_load_depth},
+          {"store_depth", r.mixed_store_depth}};
+}
+
+nlohmann::json DetailsJson(const BenchFsResult& r) {
+  nlohmann::json d;
+  d["store"] = PhaseDetailJson(r.store, r.store_hist_p50_us, r.store_hist_p99_us);
+  d["load"] = PhaseDetailJson(r.load, r.load_hist_p50_us, r.load_hist_p99_us);
+  if (r.mixed) d["mixed"] = MixedDetailJson(r);
+  d["latency"] =
+      "per row, SubmitStore/SubmitLoad to the PollFinished that returned it (polled every " +
+      std::to_string(r.poll_us) +
+      " us); tier_hist_*: the tier's power-of-two histogram, interpolated";
+  d["cpu"] =
+      "getrusage(RUSAGE_SELF) user+sys over the phase (tier engine and io_uring workers included), "
+      "minus the "
+      "benchmark's fill/verify (harness_cpu_s) and its sleeps between polls (poll_wait_cpu_s)";
+  d["units"] = "GB = 1e9 bytes";
+  return d;
+}
+
 }  // namespace
 
 Result<BenchFsResult> RunBenchFs(const BenchFsOptions& o) {
@@ -625,21 +680,11 @@ nlohmann::json BenchFsJson(const BenchFsResult& r) {
   nlohmann::json j;
   j["store"] = FiguresJson(r.store);
   j["load"] = FiguresJson(r.load);
-  if (r.mixed) {
-    j["mixed"] = {{"load_p50_us", Round(r.mixed->loaded_load.p50_us, 1)},
-                  {"load_p99_us", Round(r.mixed->loaded_load.p99_us, 1)},
-                  {"unloaded_load_p99_us", Round(r.mixed->unloaded_load.p99_us, 1)},
-                  {"ratio_p99", Round(r.mixed->ratio_p99(), 3)}};
-  }
+  if (r.mixed) j["mixed"] = MixedJson(*r.mixed);
   j["backend"] = r.backend;
   j["o_direct"] = r.o_direct;
   j["fixed_buffer_ios"] = r.fixed_buffer_ios;
-  j["lookup"] = {{"keys", r.lookups.keys},
-                 {"hits", r.lookups.hits},
-                 {"keys_per_s", Round(r.lookups.keys_per_s(), 0)},
-                 {"wall_s", Round(r.lookups.wall_s, 4)},
-                 {"cpu_s", Round(r.lookups.cpu_s, 4)},
-                 {"keys_per_job", kBenchLookupBatch}};
+  j["lookup"] = LookupJson(r.lookups);
   j["xattrs"] = r.xattrs;
   j["row_bytes"] = r.row_bytes;
   j["rows"] = r.rows;
@@ -657,34 +702,7 @@ nlohmann::json BenchFsJson(const BenchFsResult& r) {
   j["rows_missing"] = r.rows_missing;
   j["load_errors"] = r.load_errors;
   if (!r.first_error.empty()) j["first_error"] = r.first_error;
-  nlohmann::json d;
-  d["store"] = FiguresDetailJson(r.store);
-  d["store"]["tier_hist_p50_us"] = Round(r.store_hist_p50_us, 1);
-  d["store"]["tier_hist_p99_us"] = Round(r.store_hist_p99_us, 1);
-  d["load"] = FiguresDetailJson(r.load);
-  d["load"]["tier_hist_p50_us"] = Round(r.load_hist_p50_us, 1);
-  d["load"]["tier_hist_p99_us"] = Round(r.load_hist_p99_us, 1);
-  if (r.mixed) {
-    d["mixed"] = {{"unloaded_load_p50_us", Round(r.mixed->unloaded_load.p50_us, 1)},
-                  {"unloaded_load_gbps", Round(r.mixed->unloaded_load.gbps(), 4)},
-                  {"load_gbps", Round(r.mixed->loaded_load.gbps(), 4)},
-                  {"load_rows", r.mixed->loaded_load.rows},
-                  {"store_stream_gbps", Round(r.mixed->store_stream.gbps(), 4)},
-                  {"store_stream_rows", r.mixed->store_stream.rows},
-                  {"store_stream_exhausted", r.mixed->stream_exhausted},
-                  {"load_depth", r.mixed_load_depth},
-                  {"store_depth", r.mixed_store_depth}};
-  }
-  d["latency"] =
-      "per row, SubmitStore/SubmitLoad to the PollFinished that returned it (polled every " +
-      std::to_string(r.poll_us) +
-      " us); tier_hist_*: the tier's power-of-two histogram, interpolated";
-  d["cpu"] =
-      "getrusage(RUSAGE_SELF) user+sys over the phase (tier engine and io_uring workers included), "
-      "minus the "
-      "benchmark's fill/verify (harness_cpu_s) and its sleeps between polls (poll_wait_cpu_s)";
-  d["units"] = "GB = 1e9 bytes";
-  j["details"] = std::move(d);
+  j["details"] = DetailsJson(r);
   j["kept"] = r.kept;
   if (r.kept) j["namespace_dir"] = r.namespace_dir;
   return j;
