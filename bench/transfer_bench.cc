@@ -31,7 +31,7 @@
 #include <thread>
 #include <vector>
 
-#include "cli/bench_common.h"
+#include "bench/bench_common.h"
 #include "tier/host_region.h"
 #include "tier/stager.h"
 #include "tier/stager_internal.h"

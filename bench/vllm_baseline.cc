@@ -16,7 +16,7 @@
 // after vLLM's start-up probe. Files use kvtier's (= vLLM's) hash-sharded
 // layout under --root, in their own namespace, with the same keys and row
 // content as `kvtier bench fs`, and the figures are computed and printed the
-// same way (cli/bench_common.h), so the two can be compared line by line.
+// same way (tools/bench/bench_common.h), so the two can be compared line by line.
 //
 // Latency here is the wall time of one row's syscalls on its thread (no
 // queueing: a thread takes a row only when it is free).
@@ -39,7 +39,7 @@
 #include <thread>
 #include <vector>
 
-#include "cli/bench_common.h"
+#include "bench/bench_common.h"
 #include "kvtier/layout.h"
 #include "util/crc32c.h"
 

@@ -1,4 +1,4 @@
-// `kvtier bench`: flag wiring over the benchmark functions in src/cli/.
+// `kvtier bench`: flag wiring over the benchmark functions in tools/bench/.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <iostream>
@@ -6,8 +6,8 @@
 #include <memory>
 #include <string>
 
-#include "cli/bench_fs.h"
-#include "cli/bench_tiers.h"
+#include "bench/bench_fs.h"
+#include "bench/bench_tiers.h"
 #include "commands.h"
 
 namespace kvtier::internal {

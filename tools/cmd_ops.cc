@@ -1,5 +1,5 @@
 // `kvtier du`, `kvtier fsck`, `kvtier gc`: flag wiring over src/ops and the
-// report formatters in src/cli/ops_command.h.
+// report formatters in tools/cli/ops_command.h.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>

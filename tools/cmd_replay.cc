@@ -1,5 +1,5 @@
 // `kvtier replay`: flag wiring and the processes of the instances (see
-// src/replay/replay.h for what one instance does).
+// tools/replay/replay.h for what one instance does).
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <fstream>

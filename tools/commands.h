@@ -26,7 +26,7 @@ void RegisterOpsCommands(CLI::App* app, CliContext* ctx);
 void RegisterReplayCommand(CLI::App* app, CliContext* ctx);
 
 // --layers N and --kv-groups FILE.json (the model's KV-cache groups, which
-// name the fs namespace) on a command that writes one (src/cli/kv_groups.h).
+// name the fs namespace) on a command that writes one (tools/cli/kv_groups.h).
 void AddKvGroupFlags(CLI::App* cmd, KvGroupFlags* flags);
 
 }  // namespace kvtier::internal

@@ -1,5 +1,6 @@
-// kvtier: the operators' CLI. Subcommands are thin wrappers over library
-// functions in src/cli/; this file only wires flags to them.
+// kvtier: the operators' CLI. Subcommands are thin wrappers over the
+// functions in tools/cli/, tools/bench/ and tools/replay/; this file only
+// wires flags to them.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>

@@ -12,11 +12,12 @@
 #include <string_view>
 #include <vector>
 
+#include "kvtier/export.h"
 #include "kvtier/result.h"
 
 namespace kvtier {
 
-class BigInt {
+class KVTIER_API BigInt {
  public:
   BigInt() = default;  // zero
   explicit BigInt(int64_t value);

@@ -28,6 +28,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kvtier/export.h"
 #include "kvtier/fs_tier_options.h"
 #include "kvtier/options.h"
 #include "kvtier/result.h"
@@ -54,7 +55,7 @@ enum class TierType {
 
 // The default water marks for a locality (the rest of the struct keeps its
 // member defaults).
-BackpressureOptions DefaultBackpressureOptions(Locality locality);
+KVTIER_API BackpressureOptions DefaultBackpressureOptions(Locality locality);
 
 // One entry of `secondary_tiers`.
 struct SecondaryTierOptions {
@@ -121,13 +122,13 @@ inline constexpr int kOffloadConfigDepthMax = 32;
 // malformed JSON (with line, column and byte offset), a non-object top level,
 // nesting deeper than kOffloadConfigDepthMax, an EngineContext with a zero
 // block size, and every broken key rule (docs/config.md).
-Result<OffloadConfig> ParseOffloadConfig(std::string_view json_text, const EngineContext& engine);
+KVTIER_API Result<OffloadConfig> ParseOffloadConfig(std::string_view json_text, const EngineContext& engine);
 
 // Reads the file at `path` and parses it as above. File errors come from
 // ErrnoToStatus (kNotFound for ENOENT, kPermissionDenied, kIoError, ...); a
 // file larger than kOffloadConfigBytesMax is kInvalidArgument; parse errors
 // are prefixed with "config file <path>: ".
-Result<OffloadConfig> LoadOffloadConfigFile(const std::string& path, const EngineContext& engine);
+KVTIER_API Result<OffloadConfig> LoadOffloadConfigFile(const std::string& path, const EngineContext& engine);
 
 // Parses the keys of one fs tier as an out-of-tree vLLM secondary tier
 // receives them (`secondary_tiers[i]` without `type` and `module_path`, which
@@ -136,14 +137,14 @@ Result<OffloadConfig> LoadOffloadConfigFile(const std::string& path, const Engin
 // "secondary_tiers[i]." prefix) as ParseOffloadConfig. A `backpressure` object
 // gets the tier's locality defaults. kInvalidArgument for malformed JSON, a
 // non-object, unknown keys, `type` or `module_path`, and broken rules.
-Result<FsTierOptions> ParseFsTierConfig(std::string_view json_text);
+KVTIER_API Result<FsTierOptions> ParseFsTierConfig(std::string_view json_text);
 
 // The normalized JSON of `config` (two-space indent, every key written, derived
 // values as `block_size` when it was given, else `blocks_per_chunk`; each
 // tier's effective backpressure written in the tier). For any config returned
 // by ParseOffloadConfig(text, engine),
 // ParseOffloadConfig(OffloadConfigToJson(config), engine) returns an equal one.
-std::string OffloadConfigToJson(const OffloadConfig& config);
+KVTIER_API std::string OffloadConfigToJson(const OffloadConfig& config);
 
 // One line for each key of `config` that vLLM also defines and whose value
 // is kvtier's default where vLLM's default differs, e.g.
@@ -152,9 +153,9 @@ std::string OffloadConfigToJson(const OffloadConfig& config);
 std::vector<std::string> KvtierDefaultNotes(const OffloadConfig& config);
 
 // The JSON spellings of the enums ("TieringOffloadingSpec", "arc", "REMOTE", "fs", ...).
-std::string_view SpecNameToString(SpecName spec_name);
-std::string_view EvictionPolicyToString(EvictionPolicy policy);
-std::string_view LocalityToString(Locality locality);  // "" for kUnspecified
-std::string_view TierTypeToString(TierType type);
+KVTIER_API std::string_view SpecNameToString(SpecName spec_name);
+KVTIER_API std::string_view EvictionPolicyToString(EvictionPolicy policy);
+KVTIER_API std::string_view LocalityToString(Locality locality);  // "" for kUnspecified
+KVTIER_API std::string_view TierTypeToString(TierType type);
 
 }  // namespace kvtier

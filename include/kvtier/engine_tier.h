@@ -29,6 +29,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kvtier/export.h"
 #include "kvtier/fs_tier.h"
 #include "kvtier/hashing.h"
 #include "kvtier/result.h"
@@ -61,7 +62,7 @@ struct EngineTierStats {
   uint64_t jobs_in_flight = 0;
 };
 
-class EngineTier {
+class KVTIER_API EngineTier {
  public:
   // kInvalidArgument for an empty region or one that is not whole rows; else
   // FsTier::Open's errors.

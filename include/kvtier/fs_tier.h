@@ -23,6 +23,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kvtier/export.h"
 #include "kvtier/fs_tier_options.h"
 #include "kvtier/hashing.h"
 #include "kvtier/layout.h"
@@ -58,7 +59,7 @@ enum class KeyOutcome : uint8_t {
   kDropped,        // store: refused by backpressure, nothing written
   kError,          // an I/O error or an expired deadline; see KeyResult::status
 };
-std::string_view KeyOutcomeName(KeyOutcome outcome);
+KVTIER_API std::string_view KeyOutcomeName(KeyOutcome outcome);
 
 struct KeyResult {
   KeyOutcome outcome = KeyOutcome::kError;
@@ -72,7 +73,7 @@ struct JobResult {
   JobKind kind = JobKind::kLoad;
   std::vector<KeyResult> keys;  // in submission order
   // How many leading keys are kOk (for loads: the prefix that can be used).
-  size_t OkPrefix() const;
+  KVTIER_API size_t OkPrefix() const;
 };
 
 struct FsTierMetrics {
@@ -93,7 +94,7 @@ struct FsTierMetrics {
   uint64_t load_latency_us[kLatencyBuckets] = {};
 };
 
-class FsTier {
+class KVTIER_API FsTier {
  public:
   // Creates the namespace and block directories and config.json (when
   // absent), probes O_DIRECT and (with checksum_blocks) user xattrs, and

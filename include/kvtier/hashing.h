@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "kvtier/big_int.h"
+#include "kvtier/export.h"
 #include "kvtier/result.h"
 #include "kvtier/status.h"
 
@@ -33,17 +34,17 @@ enum class HashAlgo {
 };
 
 // "sha256" -> kSha256 ...; kInvalidArgument naming the valid names otherwise.
-Result<HashAlgo> ParseHashAlgo(std::string_view name);
-std::string_view HashAlgoName(HashAlgo algo);
+KVTIER_API Result<HashAlgo> ParseHashAlgo(std::string_view name);
+KVTIER_API std::string_view HashAlgoName(HashAlgo algo);
 // 32 for the SHA-256 variants, 16 for the XXH3-128 variants.
-size_t HashAlgoDigestBytes(HashAlgo algo);
+KVTIER_API size_t HashAlgoDigestBytes(HashAlgo algo);
 // xxhash variants are not collision resistant, so vLLM keeps their seed secret.
-bool HashAlgoIsCryptographic(HashAlgo algo);
+KVTIER_API bool HashAlgoIsCryptographic(HashAlgo algo);
 
 // The bytes of one block hash: 32 (SHA-256) or 16 (XXH3-128) from the
 // hashers; any 1..32 bytes are accepted as a key (vLLM's own tests name files
 // after 8-byte keys).
-class BlockHash {
+class KVTIER_API BlockHash {
  public:
   static constexpr size_t kMaxBytes = 32;
   BlockHash() = default;
@@ -77,9 +78,9 @@ struct NoneHashSeed {
 // whatever it holds. Unset: "vllm-none-hash" for the SHA-256 variants; 32
 // random bytes as hex for the xxhash variants (logs a warning: such hashes
 // never match another process's).
-NoneHashSeed ResolveNoneHashSeed(HashAlgo algo, std::optional<std::string_view> pythonhashseed);
+KVTIER_API NoneHashSeed ResolveNoneHashSeed(HashAlgo algo, std::optional<std::string_view> pythonhashseed);
 // NONE_HASH = H(seed as a Python str).
-BlockHash ComputeNoneHash(HashAlgo algo, std::string_view seed);
+KVTIER_API BlockHash ComputeNoneHash(HashAlgo algo, std::string_view seed);
 
 struct MmFeature {
   std::string identifier;  // the item's mm hash / identifier string
@@ -109,7 +110,7 @@ struct BlockHashTrace {
   std::vector<std::string> extra_keys_repr;             // Python repr of extra_keys ("None", ...)
 };
 
-class BlockHasher {
+class KVTIER_API BlockHasher {
  public:
   // hash_block_size (tokens per hash, > 0) is vLLM's tokens_per_hash.
   // kInvalidArgument when it is 0 or none_hash has the wrong length for algo.
@@ -151,18 +152,18 @@ struct OffloadKey {
   BlockHash hash;
   uint32_t group_idx = 0;
 
-  std::vector<uint8_t> Bytes() const;
-  std::string Hex() const;
+  KVTIER_API std::vector<uint8_t> Bytes() const;
+  KVTIER_API std::string Hex() const;
   friend bool operator==(const OffloadKey& a, const OffloadKey& b) = default;
 };
 
 // hashes_per_chunk = tokens_per_block * blocks_per_chunk / tokens_per_hash.
 // kInvalidArgument when any input is 0 or the chunk is not a whole number of hashes.
-Result<uint32_t> HashesPerChunk(uint32_t tokens_per_block, uint32_t blocks_per_chunk,
+KVTIER_API Result<uint32_t> HashesPerChunk(uint32_t tokens_per_block, uint32_t blocks_per_chunk,
                                 uint32_t tokens_per_hash);
 
 // One key per complete chunk: chunk i takes block_hashes[(i+1)*hashes_per_chunk - 1].
-std::vector<OffloadKey> ChunkOffloadKeys(std::span<const BlockHash> block_hashes,
+KVTIER_API std::vector<OffloadKey> ChunkOffloadKeys(std::span<const BlockHash> block_hashes,
                                          uint32_t hashes_per_chunk, uint32_t group_idx);
 
 }  // namespace kvtier

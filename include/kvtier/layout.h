@@ -15,6 +15,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kvtier/export.h"
 #include "kvtier/hashing.h"
 #include "kvtier/result.h"
 
@@ -48,7 +49,7 @@ struct NamespaceSpec {
   std::optional<std::string> storage_format;    // written only when set (newer vLLM)
 };
 
-class Namespace {
+class KVTIER_API Namespace {
  public:
   // kInvalidArgument for an empty model name, a string that is not UTF-8 or
   // holds NUL, or a size/rank out of range (sizes >= 1, rank >= 0).
@@ -79,6 +80,6 @@ class Namespace {
 
 // root_dir + "/" + relpath, with root_dir used verbatim as vLLM does (a
 // trailing '/' gives "//", which POSIX treats as one separator).
-std::string JoinRoot(std::string_view root_dir, std::string_view relpath);
+KVTIER_API std::string JoinRoot(std::string_view root_dir, std::string_view relpath);
 
 }  // namespace kvtier

@@ -32,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "kvtier/export.h"
 #include "kvtier/result.h"
 
 namespace kvtier {
@@ -83,10 +84,10 @@ struct DuReport {
   uint64_t total_bytes = 0, total_blocks = 0, files_scanned = 0;
   std::vector<ScanProblem> unreadable;  // the totals leave these out
   // 0: complete; 8 (e2fsck's "operational error"): parts could not be read.
-  int ExitCode() const;
+  KVTIER_API int ExitCode() const;
 };
 
-Result<DuReport> Du(const ScanOptions& options);
+KVTIER_API Result<DuReport> Du(const ScanOptions& options);
 
 enum class FindingKind {
   kConfigMissing, kConfigTorn, kConfigDigestMismatch, kBadName, kSizeMismatch, kCrcMismatch,
@@ -95,10 +96,10 @@ enum class FindingKind {
   kNotRegular,  // a directory, symlink, FIFO, socket or device at a block or config.json name
   kWrongRoot,   // several roots: a block on a root other than its own (L101); never removed
 };
-std::string_view FindingKindName(FindingKind kind);
+KVTIER_API std::string_view FindingKindName(FindingKind kind);
 
 enum class RepairAction { kNone, kRemoved, kQuarantined };
-std::string_view RepairActionName(RepairAction action);
+KVTIER_API std::string_view RepairActionName(RepairAction action);
 
 struct Finding {
   FindingKind kind;
@@ -119,10 +120,10 @@ struct FsckReport {
   uint64_t files_scanned = 0, blocks_checked = 0, blocks_verified = 0;
   uint64_t verified_without_noatime = 0;  // read where O_NOATIME was refused (atime may have moved)
   // e2fsck's convention: 0 clean, 1 problems repaired, 4 problems left.
-  int ExitCode() const;
+  KVTIER_API int ExitCode() const;
 };
 
-Result<FsckReport> Fsck(const FsckOptions& options);
+KVTIER_API Result<FsckReport> Fsck(const FsckOptions& options);
 
 struct GcOptions : ScanOptions {
   bool dry_run = false;
@@ -148,9 +149,9 @@ struct GcReport {
   // be read, because a part (its leases above all) could not: gc fails closed.
   std::vector<ScanProblem> kept;
   // 0: complete; 8 (e2fsck's "operational error"): parts could not be read.
-  int ExitCode() const;
+  KVTIER_API int ExitCode() const;
 };
 
-Result<GcReport> Gc(const GcOptions& options);
+KVTIER_API Result<GcReport> Gc(const GcOptions& options);
 
 }  // namespace kvtier

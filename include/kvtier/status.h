@@ -10,6 +10,8 @@
 #include <string_view>
 #include <utility>
 
+#include "kvtier/export.h"
+
 namespace kvtier {
 
 enum class StatusCode : int {
@@ -28,9 +30,9 @@ enum class StatusCode : int {
 };
 
 // Stable lower-case name of a code ("ok", "not_found", ...), for logs and JSON.
-std::string_view StatusCodeName(StatusCode code);
+KVTIER_API std::string_view StatusCodeName(StatusCode code);
 
-class [[nodiscard]] Status {
+class [[nodiscard]] KVTIER_API Status {
  public:
   // The OK status. Cheap: no allocation.
   Status() = default;
@@ -80,7 +82,7 @@ inline Status Internal(std::string message) {
 // ENOSYS/EOPNOTSUPP -> kUnavailable, EBADMSG (a bad checksum) -> kCorruption,
 // anything else -> kIoError.
 // `what` names the operation and path, e.g. "open /x/y.bin".
-Status ErrnoToStatus(int sys_errno, std::string_view what);
+KVTIER_API Status ErrnoToStatus(int sys_errno, std::string_view what);
 
 }  // namespace kvtier
 

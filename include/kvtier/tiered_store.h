@@ -43,6 +43,7 @@
 #include <vector>
 
 #include "kvtier/config.h"
+#include "kvtier/export.h"
 #include "kvtier/fs_tier.h"
 #include "kvtier/hashing.h"
 #include "kvtier/kv_cache.h"
@@ -88,7 +89,7 @@ enum class ChunkVerdict : uint8_t {
   kRetry,       // a secondary-tier lookup is in flight: ask again
   kMiss,        // in no tier (or no CPU row could be reserved for it)
 };
-std::string_view ChunkVerdictName(ChunkVerdict verdict);
+KVTIER_API std::string_view ChunkVerdictName(ChunkVerdict verdict);
 
 struct PrefixLookup {
   // Verdicts from first_chunk on, up to and including the first kMiss.
@@ -111,7 +112,7 @@ enum class ChunkOutcome : uint8_t {
   kNoSpace,        // no CPU row could be made free (all held, pinned or being written)
   kError,          // a copy or I/O failed; see ChunkResult::status
 };
-std::string_view ChunkOutcomeName(ChunkOutcome outcome);
+KVTIER_API std::string_view ChunkOutcomeName(ChunkOutcome outcome);
 
 struct ChunkResult {
   ChunkOutcome outcome = ChunkOutcome::kError;
@@ -126,7 +127,7 @@ struct TransferResult {
   uint64_t request_id = 0;  // 0 for Prefetch
   std::vector<ChunkResult> chunks;
   // Leading chunks whose outcome is kOk (or kAlreadyCached).
-  size_t OkPrefix() const;
+  KVTIER_API size_t OkPrefix() const;
 };
 
 struct TierUsage {
@@ -153,7 +154,7 @@ struct TieredStoreMetrics {
   uint64_t pins_refused = 0;     // chunks not pinned because of pinned_bytes_max
 };
 
-class TieredStore {
+class KVTIER_API TieredStore {
  public:
   // Parses the config (errors name the key), lays out rows, allocates the CPU
   // region, opens the secondary tiers and starts the progress thread.

@@ -1,8 +1,10 @@
 // The library's version string ("0.1.0").
 #pragma once
 
+#include "kvtier/export.h"
+
 namespace kvtier {
 
-const char* Version();
+KVTIER_API const char* Version();
 
 }  // namespace kvtier

@@ -40,7 +40,7 @@ fi
 
 # Where GCC 12 reported -Wrestrict in Release: "DIR SOURCE", SOURCE relative
 # to DIR, the source (and build) subdirectory whose CMakeLists.txt builds it.
-restrict_objects=("src cli/bench_fs.cc" "src fs/store_op.cc" "src hash/extra_keys.cc" "src replay/plot.cc"
+restrict_objects=("tools bench/bench_fs.cc" "src fs/store_op.cc" "src hash/extra_keys.cc" "tools replay/plot.cc"
   "tests integration/cli_test.cc" "tests integration/cli_namespace_test.cc" "tests unit/trace_test.cc"
   "tests integration/cli_names_test.cc")
 

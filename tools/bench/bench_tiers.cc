@@ -1,5 +1,5 @@
 // `kvtier bench tiers` (see bench_tiers.h).
-#include "cli/bench_tiers.h"
+#include "bench/bench_tiers.h"
 
 #include <algorithm>
 #include <chrono>

@@ -35,7 +35,7 @@
 #include <optional>
 #include <string>
 
-#include "cli/bench_common.h"
+#include "bench/bench_common.h"
 #include "cli/kv_groups.h"
 #include "kvtier/fs_tier.h"
 #include "kvtier/result.h"

@@ -8,7 +8,7 @@
 #include <map>
 #include <sstream>
 
-#include "cli/bench_common.h"
+#include "bench/bench_common.h"
 #include "cli/ops_command.h"
 #include "util/name_escape.h"
 

@@ -1,5 +1,5 @@
 // Shared benchmark pieces (see bench_common.h).
-#include "cli/bench_common.h"
+#include "bench/bench_common.h"
 
 #include <fcntl.h>
 #include <sys/resource.h>

@@ -43,7 +43,7 @@
 #include <string_view>
 #include <vector>
 
-#include "cli/bench_common.h"
+#include "bench/bench_common.h"
 #include "cli/kv_groups.h"
 #include "kvtier/result.h"
 

@@ -1,5 +1,5 @@
 // `kvtier bench fs` (see bench_fs.h).
-#include "cli/bench_fs.h"
+#include "bench/bench_fs.h"
 
 #include <sys/prctl.h>
 
@@ -370,9 +370,8 @@ Result<NamespaceSpec> BenchFsNamespaceSpec(const BenchFsOptions& o) {
   return spec;
 }
 
-}  // namespace
-
-Result<BenchFsResult> RunBenchFs(const BenchFsOptions& o) {
+// kInvalidArgument (exit 2) for options out of range.
+Status CheckBenchFsOptions(const BenchFsOptions& o) {
   for (const std::string& root : BenchRoots(o.root)) {
     KVTIER_RETURN_IF_ERROR(CheckBenchArgs(root, o.row_bytes, o.rows, o.queue_depth));
   }
@@ -386,31 +385,38 @@ Result<BenchFsResult> RunBenchFs(const BenchFsOptions& o) {
   if (o.mixed_store_depth < 0 || o.mixed_store_depth > 8192) {
     return InvalidArgument("--mixed-store-depth must be in [0, 8192] (0: twice the queue depth)");
   }
-  const int stream_depth = o.mixed_store_depth == 0 ? 2 * o.queue_depth : o.mixed_store_depth;
-  // Slot buffers of the largest phase, plus the base row of the content.
-  const uint64_t buffered_rows =
+  return Status::Ok();
+}
+
+// The sizes of a run, derived from its (checked) options.
+struct BenchFsPlan {
+  int stream_depth = 0;        // store rows outstanding in the --mixed stream
+  uint64_t buffered_rows = 0;  // slot buffers of the largest phase, plus the content's base row
+  uint64_t half = 0;           // unloaded loads: rows [0, n); loaded: [half, half + n)
+  uint64_t mixed_loads = 0;    // n: timed loads per mixed sub-phase
+  uint64_t stream_rows = 0;    // rows the store stream of --mixed may write (0 without it)
+};
+
+BenchFsPlan PlanBenchFs(const BenchFsOptions& o) {
+  BenchFsPlan p;
+  p.stream_depth = o.mixed_store_depth == 0 ? 2 * o.queue_depth : o.mixed_store_depth;
+  p.buffered_rows =
       1 + static_cast<uint64_t>(std::max(
               std::max(o.queue_depth, o.batch),
-              o.mixed ? stream_depth + std::max(o.mixed_load_depth, o.batch) + 2 * o.batch : 0));
-  KVTIER_RETURN_IF_ERROR(CheckBufferMemory(o.row_bytes, buffered_rows));
-
-  KVTIER_ASSIGN_OR_RETURN(const NamespaceSpec spec, BenchFsNamespaceSpec(o));
-  KVTIER_ASSIGN_OR_RETURN(Namespace ns, Namespace::Create(spec));
-  RemoveNamespace(o.root, ns);  // an earlier run's files (--keep) would be skipped, not stored
+              o.mixed ? p.stream_depth + std::max(o.mixed_load_depth, o.batch) + 2 * o.batch : 0));
   // The store stream of --mixed writes up to stream_rows more rows: enough to
   // outlast the timed loads, which are slow under a saturating stream.
-  const uint64_t half =
-      o.rows >= 2 ? o.rows / 2 : 0;  // unloaded loads: rows [0, n); loaded: [half, half + n)
-  const uint64_t mixed_loads =
-      std::min<uint64_t>(o.mixed_rows, std::max<uint64_t>(1, o.rows - half));
-  const uint64_t stream_rows = o.mixed ? std::max<uint64_t>(o.rows, 8 * mixed_loads) : 0;
-  for (const std::string& root : BenchRoots(o.root)) {
-    KVTIER_RETURN_IF_ERROR(CheckFreeSpace(root, o.row_bytes * (o.rows + stream_rows)));
-  }
+  p.half = o.rows >= 2 ? o.rows / 2 : 0;
+  p.mixed_loads = std::min<uint64_t>(o.mixed_rows, std::max<uint64_t>(1, o.rows - p.half));
+  p.stream_rows = o.mixed ? std::max<uint64_t>(o.rows, 8 * p.mixed_loads) : 0;
+  return p;
+}
 
-  SlotArena arena(o.row_bytes, buffered_rows - 1);
+// The fs tier of the run, its I/O into the arena's registered rows.
+Result<std::unique_ptr<FsTier>> OpenBenchTier(const BenchFsOptions& o, const NamespaceSpec& spec,
+                                              int stream_depth, SlotArena* arena) {
   FsTierOpenOptions topt;
-  topt.registered_memory = {arena.all()};
+  topt.registered_memory = {arena->all()};
   topt.tier.root_dir = o.root;
   if (o.root.find(',') != std::string::npos) topt.tier.path_sharding = PathSharding::kByBlockHash;
   topt.ns = spec;
@@ -432,12 +438,16 @@ Result<BenchFsResult> RunBenchFs(const BenchFsOptions& o) {
     return Status(s.code() == StatusCode::kInvalidArgument ? StatusCode::kIoError : s.code(),
                   "open the fs tier under " + o.root + ": " + s.ToString());
   }
-  std::unique_ptr<FsTier> tier = std::move(opened).value();
+  return opened;
+}
 
+// The result's description of the run, before any phase.
+BenchFsResult BenchFsHeader(const BenchFsOptions& o, const FsTier& tier, const Namespace& ns,
+                            int stream_depth) {
   BenchFsResult r;
-  r.backend = std::string(tier->backend_name());
-  r.o_direct = tier->o_direct();
-  r.xattrs = tier->xattrs_supported();
+  r.backend = std::string(tier.backend_name());
+  r.o_direct = tier.o_direct();
+  r.xattrs = tier.xattrs_supported();
   r.root = o.root;
   r.namespace_dir = JoinRoot(o.root, ns.dir_name());
   r.row_bytes = o.row_bytes;
@@ -449,109 +459,223 @@ Result<BenchFsResult> RunBenchFs(const BenchFsOptions& o) {
   r.mixed_store_depth = stream_depth;
   r.io_timeout_ms = o.io_timeout_ms;
   r.stores_while_loading_max = o.stores_while_loading_max;
+  return r;
+}
+
+Lane MakeLane(JobKind kind, int depth, uint64_t first, uint64_t count) {
+  Lane lane;
+  lane.kind = kind;
+  lane.depth = depth;
+  lane.first = first;
+  lane.count = count;
+  return lane;
+}
+
+// p50 and p99 of the tier's power-of-two histogram over a phase.
+void HistogramPercentiles(const uint64_t* after, const uint64_t* before, double* p50, double* p99) {
+  uint64_t hist[FsTierMetrics::kLatencyBuckets];
+  HistogramDelta(after, before, hist);
+  *p50 = HistogramPercentileUs(hist, 50);
+  *p99 = HistogramPercentileUs(hist, 99);
+}
+
+void AddLoadErrors(const Lane& lane, BenchFsResult* r) {
+  r->rows_corrupt += lane.corrupt;
+  r->rows_missing += lane.missing;
+  r->load_errors += lane.errors;
+  CollectErrors(lane, r);
+}
+
+// The measured phases of a run, in order: store, load, lookups and, with
+// --mixed, loads alone and then under a store stream. Every phase starts
+// from the arena's first row.
+class BenchFsPhases {
+ public:
+  BenchFsPhases(const BenchFsOptions& o, const BenchFsPlan& plan, FsTier* tier, SlotArena* arena,
+                BenchFsResult* r)
+      : o_(o),
+        plan_(plan),
+        tier_(tier),
+        arena_(arena),
+        rows_(o.seed, o.row_bytes),
+        pump_(tier, &rows_, o),
+        r_(r) {}
+
+  Status Run() {
+    KVTIER_RETURN_IF_ERROR(Store());
+    KVTIER_RETURN_IF_ERROR(Load());
+    KVTIER_RETURN_IF_ERROR(RunLookups(tier_, rows_, o_.rows, o_.queue_depth, &r_->lookups));
+    if (!o_.mixed) return Status::Ok();
+    BenchFsMixed mixed;
+    KVTIER_RETURN_IF_ERROR(UnloadedLoads(&mixed));
+    KVTIER_RETURN_IF_ERROR(LoadsUnderStream(&mixed));
+    r_->mixed = mixed;
+    return Status::Ok();
+  }
+
+ private:
+  Status Store() {
+    const FsTierMetrics before = tier_->Metrics();
+    Lane store = MakeLane(JobKind::kStore, o_.queue_depth, 0, o_.rows);
+    arena_->Reset();
+    store.Allocate(arena_, o_.batch);
+    KVTIER_RETURN_IF_ERROR(RunPhase(tier_, &pump_, {&store}, &store, &r_->store, o_.row_bytes));
+    after_store_ = tier_->Metrics();
+    HistogramPercentiles(after_store_.store_latency_us, before.store_latency_us,
+                         &r_->store_hist_p50_us, &r_->store_hist_p99_us);
+    r_->rows_stored = store.ok;
+    r_->rows_skipped = store.skipped;
+    r_->store_errors = store.errors;
+    CollectErrors(store, r_);
+    return Status::Ok();
+  }
+
+  Status Load() {
+    r_->page_cache_dropped = DropPageCache(&r_->page_cache_note);
+    Lane load = MakeLane(JobKind::kLoad, o_.queue_depth, 0, o_.rows);
+    arena_->Reset();
+    load.Allocate(arena_, o_.batch);
+    KVTIER_RETURN_IF_ERROR(RunPhase(tier_, &pump_, {&load}, &load, &r_->load, o_.row_bytes));
+    FsTierMetrics after_load = tier_->Metrics();
+    HistogramPercentiles(after_load.load_latency_us, after_store_.load_latency_us,
+                         &r_->load_hist_p50_us, &r_->load_hist_p99_us);
+    r_->rows_verified = load.ok;
+    r_->rows_corrupt = load.corrupt;
+    r_->rows_missing = load.missing;
+    r_->load_errors = load.errors;
+    CollectErrors(load, r_);
+    r_->fixed_buffer_ios = tier_->Metrics().fixed_buffer_ios;
+    return Status::Ok();
+  }
+
+  // --mixed, first: the timed loads alone, on rows [0, n).
+  Status UnloadedLoads(BenchFsMixed* mixed) {
+    std::string ignored;
+    DropPageCache(&ignored);
+    Lane alone = MakeLane(JobKind::kLoad, o_.mixed_load_depth, 0, plan_.mixed_loads);
+    arena_->Reset();
+    alone.Allocate(arena_, o_.batch);
+    KVTIER_RETURN_IF_ERROR(
+        RunPhase(tier_, &pump_, {&alone}, &alone, &mixed->unloaded_load, o_.row_bytes));
+    AddLoadErrors(alone, r_);
+    return Status::Ok();
+  }
+
+  // --mixed, then: the same kind of loads on rows [half, half + n) under a
+  // saturating store stream on new keys.
+  Status LoadsUnderStream(BenchFsMixed* mixed) {
+    std::string ignored;
+    DropPageCache(&ignored);
+    // By default a backlog beyond the write slots: saturating. Its rows are
+    // bounded by the disk space checked before the run.
+    Lane stream = MakeLane(JobKind::kStore, plan_.stream_depth, o_.rows, plan_.stream_rows);
+    stream.stream = true;
+    arena_->Reset();
+    stream.Allocate(arena_, o_.batch);
+    Lane under = MakeLane(JobKind::kLoad, o_.mixed_load_depth, plan_.half, plan_.mixed_loads);
+    under.gate = &stream;  // start once the stream is in full swing
+    under.gate_rows = static_cast<uint64_t>(o_.queue_depth);
+    under.Allocate(arena_, o_.batch);
+    KVTIER_RETURN_IF_ERROR(
+        RunPhase(tier_, &pump_, {&stream, &under}, &under, &mixed->loaded_load, o_.row_bytes));
+    mixed->store_stream = stream.Figures(o_.row_bytes);
+    // Loads that ran after the stream ran out were not measured under load.
+    mixed->stream_exhausted =
+        stream.next >= stream.count && under.last_done_ns > stream.last_done_ns;
+    AddLoadErrors(under, r_);
+    r_->store_errors += stream.errors;
+    CollectErrors(stream, r_);
+    return Status::Ok();
+  }
+
+  const BenchFsOptions& o_;
+  const BenchFsPlan& plan_;
+  FsTier* tier_;
+  SlotArena* arena_;
+  BenchRows rows_;
+  Pump pump_;
+  BenchFsResult* r_;
+  FsTierMetrics after_store_;  // the load phase's histogram starts from here
+};
+
+// BenchFsJson's parts: "mixed", "lookup" and "details" (figures a person
+// rarely needs: per-thread CPU, the tier's histogram, how things were measured).
+nlohmann::json MixedJson(const BenchFsMixed& m) {
+  return {{"load_p50_us", Round(m.loaded_load.p50_us, 1)},
+          {"load_p99_us", Round(m.loaded_load.p99_us, 1)},
+          {"unloaded_load_p99_us", Round(m.unloaded_load.p99_us, 1)},
+          {"ratio_p99", Round(m.ratio_p99(), 3)}};
+}
+
+nlohmann::json LookupJson(const BenchFsResult::Lookups& l) {
+  return {{"keys", l.keys},
+          {"hits", l.hits},
+          {"keys_per_s", Round(l.keys_per_s(), 0)},
+          {"wall_s", Round(l.wall_s, 4)},
+          {"cpu_s", Round(l.cpu_s, 4)},
+          {"keys_per_job", kBenchLookupBatch}};
+}
+
+nlohmann::json PhaseDetailJson(const DirectionFigures& f, double hist_p50_us, double hist_p99_us) {
+  nlohmann::json d = FiguresDetailJson(f);
+  d["tier_hist_p50_us"] = Round(hist_p50_us, 1);
+  d["tier_hist_p99_us"] = Round(hist_p99_us, 1);
+  return d;
+}
+
+nlohmann::json MixedDetailJson(const BenchFsResult& r) {
+  const BenchFsMixed& m = *r.mixed;
+  return {{"unloaded_load_p50_us", Round(m.unloaded_load.p50_us, 1)},
+          {"unloaded_load_gbps", Round(m.unloaded_load.gbps(), 4)},
+          {"load_gbps", Round(m.loaded_load.gbps(), 4)},
+          {"load_rows", m.loaded_load.rows},
+          {"store_stream_gbps", Round(m.store_stream.gbps(), 4)},
+          {"store_stream_rows", m.store_stream.rows},
+          {"store_stream_exhausted", m.stream_exhausted},
+          {"load_depth", r.mixed_load_depth},
+          {"store_depth", r.mixed_store_depth}};
+}
+
+nlohmann::json DetailsJson(const BenchFsResult& r) {
+  nlohmann::json d;
+  d["store"] = PhaseDetailJson(r.store, r.store_hist_p50_us, r.store_hist_p99_us);
+  d["load"] = PhaseDetailJson(r.load, r.load_hist_p50_us, r.load_hist_p99_us);
+  if (r.mixed) d["mixed"] = MixedDetailJson(r);
+  d["latency"] =
+      "per row, SubmitStore/SubmitLoad to the PollFinished that returned it (polled every " +
+      std::to_string(r.poll_us) +
+      " us); tier_hist_*: the tier's power-of-two histogram, interpolated";
+  d["cpu"] =
+      "getrusage(RUSAGE_SELF) user+sys over the phase (tier engine and io_uring workers included), "
+      "minus the "
+      "benchmark's fill/verify (harness_cpu_s) and its sleeps between polls (poll_wait_cpu_s)";
+  d["units"] = "GB = 1e9 bytes";
+  return d;
+}
+
+}  // namespace
+
+Result<BenchFsResult> RunBenchFs(const BenchFsOptions& o) {
+  KVTIER_RETURN_IF_ERROR(CheckBenchFsOptions(o));
+  const BenchFsPlan plan = PlanBenchFs(o);
+  KVTIER_RETURN_IF_ERROR(CheckBufferMemory(o.row_bytes, plan.buffered_rows));
+
+  KVTIER_ASSIGN_OR_RETURN(const NamespaceSpec spec, BenchFsNamespaceSpec(o));
+  KVTIER_ASSIGN_OR_RETURN(Namespace ns, Namespace::Create(spec));
+  RemoveNamespace(o.root, ns);  // an earlier run's files (--keep) would be skipped, not stored
+  for (const std::string& root : BenchRoots(o.root)) {
+    KVTIER_RETURN_IF_ERROR(CheckFreeSpace(root, o.row_bytes * (o.rows + plan.stream_rows)));
+  }
+
+  SlotArena arena(o.row_bytes, plan.buffered_rows - 1);
+  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<FsTier> tier,
+                          OpenBenchTier(o, spec, plan.stream_depth, &arena));
+  BenchFsResult r = BenchFsHeader(o, *tier, ns, plan.stream_depth);
 
   const int old_slack = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
   prctl(PR_SET_TIMERSLACK, 1000, 0, 0, 0);  // 1 µs: poll sleeps as short as asked
-
-  BenchRows rows(o.seed, o.row_bytes);
-  Pump pump(tier.get(), &rows, o);
-  Status status = [&]() -> Status {
-    // ---- store ----
-    FsTierMetrics m0 = tier->Metrics();
-    Lane store;
-    store.kind = JobKind::kStore;
-    store.depth = o.queue_depth;
-    store.first = 0;
-    store.count = o.rows;
-    arena.Reset();
-    store.Allocate(&arena, o.batch);
-    KVTIER_RETURN_IF_ERROR(RunPhase(tier.get(), &pump, {&store}, &store, &r.store, o.row_bytes));
-    FsTierMetrics m1 = tier->Metrics();
-    uint64_t hist[FsTierMetrics::kLatencyBuckets];
-    HistogramDelta(m1.store_latency_us, m0.store_latency_us, hist);
-    r.store_hist_p50_us = HistogramPercentileUs(hist, 50);
-    r.store_hist_p99_us = HistogramPercentileUs(hist, 99);
-    r.rows_stored = store.ok;
-    r.rows_skipped = store.skipped;
-    r.store_errors = store.errors;
-    CollectErrors(store, &r);
-    store.slots.clear();
-
-    // ---- load ----
-    r.page_cache_dropped = DropPageCache(&r.page_cache_note);
-    Lane load;
-    load.kind = JobKind::kLoad;
-    load.depth = o.queue_depth;
-    load.first = 0;
-    load.count = o.rows;
-    arena.Reset();
-    load.Allocate(&arena, o.batch);
-    KVTIER_RETURN_IF_ERROR(RunPhase(tier.get(), &pump, {&load}, &load, &r.load, o.row_bytes));
-    FsTierMetrics m2 = tier->Metrics();
-    HistogramDelta(m2.load_latency_us, m1.load_latency_us, hist);
-    r.load_hist_p50_us = HistogramPercentileUs(hist, 50);
-    r.load_hist_p99_us = HistogramPercentileUs(hist, 99);
-    r.rows_verified = load.ok;
-    r.rows_corrupt = load.corrupt;
-    r.rows_missing = load.missing;
-    r.load_errors = load.errors;
-    CollectErrors(load, &r);
-    r.fixed_buffer_ios = tier->Metrics().fixed_buffer_ios;
-    load.slots.clear();
-    KVTIER_RETURN_IF_ERROR(RunLookups(tier.get(), rows, o.rows, o.queue_depth, &r.lookups));
-
-    if (!o.mixed) return Status::Ok();
-    // ---- mixed: loads alone, then under a saturating store stream ----
-    BenchFsMixed mixed;
-    const uint64_t n = mixed_loads;
-    std::string ignored;
-    DropPageCache(&ignored);
-    Lane alone;
-    alone.kind = JobKind::kLoad;
-    alone.depth = o.mixed_load_depth;
-    alone.first = 0;
-    alone.count = n;
-    arena.Reset();
-    alone.Allocate(&arena, o.batch);
-    KVTIER_RETURN_IF_ERROR(RunPhase(tier.get(), &pump, {&alone}, &alone, &mixed.unloaded_load, o.row_bytes));
-
-    DropPageCache(&ignored);
-    Lane stream;
-    stream.kind = JobKind::kStore;
-    stream.depth = stream_depth;  // by default a backlog beyond the write slots: saturating
-    stream.first = o.rows;        // new keys
-    stream.count = stream_rows;   // bounded by the disk space checked above
-    stream.stream = true;
-    arena.Reset();
-    stream.Allocate(&arena, o.batch);
-    Lane under;
-    under.kind = JobKind::kLoad;
-    under.depth = o.mixed_load_depth;
-    under.first = half;
-    under.count = n;
-    under.gate = &stream;  // start once the stream is in full swing
-    under.gate_rows = static_cast<uint64_t>(o.queue_depth);
-    under.Allocate(&arena, o.batch);
-    KVTIER_RETURN_IF_ERROR(
-        RunPhase(tier.get(), &pump, {&stream, &under}, &under, &mixed.loaded_load, o.row_bytes));
-    mixed.store_stream = stream.Figures(o.row_bytes);
-    // Loads that ran after the stream ran out were not measured under load.
-    mixed.stream_exhausted =
-        stream.next >= stream.count && under.last_done_ns > stream.last_done_ns;
-    if (under.corrupt + under.missing + under.errors + alone.corrupt + alone.missing +
-            alone.errors >
-        0) {
-      r.rows_corrupt += under.corrupt + alone.corrupt;
-      r.rows_missing += under.missing + alone.missing;
-      r.load_errors += under.errors + alone.errors;
-    }
-    r.store_errors += stream.errors;
-    CollectErrors(alone, &r);
-    CollectErrors(under, &r);
-    CollectErrors(stream, &r);
-    r.mixed = mixed;
-    return Status::Ok();
-  }();
+  BenchFsPhases phases(o, plan, tier.get(), &arena, &r);
+  Status status = phases.Run();
   prctl(PR_SET_TIMERSLACK, old_slack > 0 ? old_slack : 50000, 0, 0, 0);
 
   Status idle = tier->WaitIdle(60000);
@@ -570,21 +694,11 @@ nlohmann::json BenchFsJson(const BenchFsResult& r) {
   nlohmann::json j;
   j["store"] = FiguresJson(r.store);
   j["load"] = FiguresJson(r.load);
-  if (r.mixed) {
-    j["mixed"] = {{"load_p50_us", Round(r.mixed->loaded_load.p50_us, 1)},
-                  {"load_p99_us", Round(r.mixed->loaded_load.p99_us, 1)},
-                  {"unloaded_load_p99_us", Round(r.mixed->unloaded_load.p99_us, 1)},
-                  {"ratio_p99", Round(r.mixed->ratio_p99(), 3)}};
-  }
+  if (r.mixed) j["mixed"] = MixedJson(*r.mixed);
   j["backend"] = r.backend;
   j["o_direct"] = r.o_direct;
   j["fixed_buffer_ios"] = r.fixed_buffer_ios;
-  j["lookup"] = {{"keys", r.lookups.keys},
-                 {"hits", r.lookups.hits},
-                 {"keys_per_s", Round(r.lookups.keys_per_s(), 0)},
-                 {"wall_s", Round(r.lookups.wall_s, 4)},
-                 {"cpu_s", Round(r.lookups.cpu_s, 4)},
-                 {"keys_per_job", kBenchLookupBatch}};
+  j["lookup"] = LookupJson(r.lookups);
   j["xattrs"] = r.xattrs;
   j["row_bytes"] = r.row_bytes;
   j["rows"] = r.rows;
@@ -602,34 +716,7 @@ nlohmann::json BenchFsJson(const BenchFsResult& r) {
   j["rows_missing"] = r.rows_missing;
   j["load_errors"] = r.load_errors;
   if (!r.first_error.empty()) j["first_error"] = r.first_error;
-  nlohmann::json d;
-  d["store"] = FiguresDetailJson(r.store);
-  d["store"]["tier_hist_p50_us"] = Round(r.store_hist_p50_us, 1);
-  d["store"]["tier_hist_p99_us"] = Round(r.store_hist_p99_us, 1);
-  d["load"] = FiguresDetailJson(r.load);
-  d["load"]["tier_hist_p50_us"] = Round(r.load_hist_p50_us, 1);
-  d["load"]["tier_hist_p99_us"] = Round(r.load_hist_p99_us, 1);
-  if (r.mixed) {
-    d["mixed"] = {{"unloaded_load_p50_us", Round(r.mixed->unloaded_load.p50_us, 1)},
-                  {"unloaded_load_gbps", Round(r.mixed->unloaded_load.gbps(), 4)},
-                  {"load_gbps", Round(r.mixed->loaded_load.gbps(), 4)},
-                  {"load_rows", r.mixed->loaded_load.rows},
-                  {"store_stream_gbps", Round(r.mixed->store_stream.gbps(), 4)},
-                  {"store_stream_rows", r.mixed->store_stream.rows},
-                  {"store_stream_exhausted", r.mixed->stream_exhausted},
-                  {"load_depth", r.mixed_load_depth},
-                  {"store_depth", r.mixed_store_depth}};
-  }
-  d["latency"] =
-      "per row, SubmitStore/SubmitLoad to the PollFinished that returned it (polled every " +
-      std::to_string(r.poll_us) +
-      " us); tier_hist_*: the tier's power-of-two histogram, interpolated";
-  d["cpu"] =
-      "getrusage(RUSAGE_SELF) user+sys over the phase (tier engine and io_uring workers included), "
-      "minus the "
-      "benchmark's fill/verify (harness_cpu_s) and its sleeps between polls (poll_wait_cpu_s)";
-  d["units"] = "GB = 1e9 bytes";
-  j["details"] = std::move(d);
+  j["details"] = DetailsJson(r);
   j["kept"] = r.kept;
   if (r.kept) j["namespace_dir"] = r.namespace_dir;
   return j;

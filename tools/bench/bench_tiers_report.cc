@@ -2,7 +2,7 @@
 // people, and the load phase's report from the child process to the parent.
 #include <cstdio>
 
-#include "cli/bench_tiers.h"
+#include "bench/bench_tiers.h"
 
 namespace kvtier::internal {
 namespace {
