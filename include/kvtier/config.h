@@ -150,7 +150,7 @@ KVTIER_API std::string OffloadConfigToJson(const OffloadConfig& config);
 // is kvtier's default where vLLM's default differs, e.g.
 // "secondary_tiers[0].checksum_blocks: true (kvtier's default; vLLM's default
 // is false)". `kvtier config check` prints them on stderr (stdout stays JSON).
-std::vector<std::string> KvtierDefaultNotes(const OffloadConfig& config);
+KVTIER_API std::vector<std::string> KvtierDefaultNotes(const OffloadConfig& config);
 
 // The JSON spellings of the enums ("TieringOffloadingSpec", "arc", "REMOTE", "fs", ...).
 KVTIER_API std::string_view SpecNameToString(SpecName spec_name);
