@@ -7,10 +7,14 @@ A thin binding over kvtier's C++ library (``kvtier._kvtier``):
 * :class:`FsTier`: asynchronous store / load / lookup jobs over caller buffers (zero-copy);
 * :class:`EngineTier`: the same tier driven by an engine's per-step contract (used by
   :mod:`kvtier.vllm`, vLLM's out-of-tree secondary tier ``KvtierFsTier``);
-* operators' tools: :func:`du`, :func:`fsck`, :func:`gc`; :func:`config_check`.
+* operators' tools: :func:`du`, :func:`fsck`, :func:`gc`; :func:`config_check`;
+* kvtier's log (stderr by default): :func:`set_log_sink`, :func:`use_python_logging`,
+  :func:`set_min_log_level`.
 
 Every error is a :class:`KvtierError` carrying kvtier's status (``code``, ``errno``, ``message``).
 """
+
+import logging
 
 from kvtier._kvtier import (
     DuReport,
@@ -32,10 +36,22 @@ from kvtier._kvtier import (
     gc,
     make_key,
     none_hash,
+    set_log_sink,
+    set_min_log_level,
 )
 
 __all__ = [
     "DuReport", "EngineTier", "Finding", "FsckReport", "FsTier", "GcReport", "JobResult", "KvtierError",
     "Namespace", "NamespaceUsage", "Reclaimed", "block_hashes", "chunk_keys", "config_check", "du", "fsck",
-    "gc", "make_key", "none_hash",
+    "gc", "make_key", "none_hash", "set_log_sink", "set_min_log_level", "use_python_logging",
 ]
+
+_LEVELS = {"info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
+
+
+def use_python_logging(logger: logging.Logger | None = None) -> None:
+    """Sends kvtier's log messages to ``logger`` (default ``logging.getLogger("kvtier")``) instead
+    of stderr. Each message takes the GIL on the thread that logs it, kvtier's own threads
+    included; kvtier logs rarely (a degraded mode, a retried failure), never per block."""
+    target = logger if logger is not None else logging.getLogger("kvtier")
+    set_log_sink(lambda level, message: target.log(_LEVELS[level], "%s", message))

@@ -1,6 +1,6 @@
 """Type stubs of kvtier's extension module (python/src/*.cc)."""
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from typing_extensions import Buffer
@@ -249,3 +249,16 @@ def gc(root: str, *, older_than_s: int | None = None, max_bytes: int | None = No
 def config_check(config_json: str, *, gpu_block_size: int = 16) -> str:
     """Validates a ``kv_connector_extra_config`` JSON and returns the effective config (defaults
     filled in); KvtierError(invalid_argument) naming the key otherwise."""
+
+# ---- log ---------------------------------------------------------------------------------------
+
+def set_log_sink(sink: Callable[[str, str], object] | None) -> None:
+    """Sends kvtier's log messages (a degraded mode such as buffered I/O or no CRC xattrs, a
+    retried failure) to ``sink(level, message)`` instead of stderr; ``level`` is "info",
+    "warning" or "error". ``sink`` is called from whichever thread logs, kvtier's own I/O and
+    progress threads included, with the GIL taken for it; an exception it raises goes to
+    ``sys.unraisablehook``. None restores stderr. Once this returns the previous sink is never
+    called again. At interpreter exit stderr is restored."""
+
+def set_min_log_level(level: str) -> None:
+    """Drops kvtier log messages below ``level`` ("info", "warning" or "error"; default "info")."""

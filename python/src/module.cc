@@ -1,11 +1,13 @@
 // The kvtier._kvtier extension module: one binding file per area of the
-// public C++ API (py_hashing.cc, py_fs_tier.cc, py_engine_tier.cc, py_ops.cc).
+// public C++ API (py_hashing.cc, py_fs_tier.cc, py_engine_tier.cc, py_ops.cc,
+// py_log.cc).
 #include "py_common.h"
 
 namespace kvtier::py {
 void BindHashing(pb::module_& m);
 void BindTiers(pb::module_& m);
 void BindOps(pb::module_& m);
+void BindLog(pb::module_& m);
 }  // namespace kvtier::py
 
 PYBIND11_MODULE(_kvtier, m) {
@@ -14,4 +16,5 @@ PYBIND11_MODULE(_kvtier, m) {
   kvtier::py::BindHashing(m);
   kvtier::py::BindTiers(m);
   kvtier::py::BindOps(m);
+  kvtier::py::BindLog(m);
 }
