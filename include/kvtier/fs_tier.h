@@ -10,9 +10,18 @@
 // checksum_blocks is on) CRC32C match; a corrupt block is never returned and
 // its file is removed.
 //
-// Thread safety: every method may be called from any thread. Buffer
-// ownership: the row buffers passed to a job must stay valid, and a store's
-// must stay unmodified, until that job is returned by PollFinished.
+// Thread safety: every method may be called from any thread, concurrently,
+// but not concurrently with (or after) the destructor. Buffer ownership: the
+// row buffers passed to a job must stay valid, and a store's must stay
+// unmodified, until that job is returned by PollFinished (or the tier is
+// destroyed). A row is used with O_DIRECT only when its address and length
+// are multiples of 4096 (and the probe at Open allowed it); others go
+// through the page cache.
+//
+// Errors come back at two levels: a Submit call fails as a whole only for
+// bad arguments (kInvalidArgument, nothing submitted); everything that
+// happens to a key (I/O errors, deadlines, corruption, backpressure) is that
+// key's KeyResult in the job's JobResult.
 #pragma once
 
 #include <cstdint>
@@ -51,6 +60,17 @@ struct FsTierOpenOptions {
   std::function<void()> on_job_finished;
 };
 
+// What happened to one key of a job. KeyResult::status carries the details:
+// - kCorrupt: kCorruption (wrong size, CRC attribute or CRC32C mismatch).
+// - kDropped: kRejected ("store queue full" or "store latency above the
+//   high water mark").
+// - kError: ErrnoToStatus of the failed syscall, named with the path:
+//   kTimedOut (io_timeout_ms expired), kNoSpace (ENOSPC, EDQUOT),
+//   kPermissionDenied (EACCES, EPERM, EROFS), kNotFound (a store whose shard
+//   directories kept vanishing under a concurrent gc), kUnavailable
+//   (EOPNOTSUPP), kIoError (EIO and the rest; also a store whose destination
+//   is not a regular file, or whose path holds a symlink).
+// - kOk, kSkippedExists, kMiss: an OK status.
 enum class KeyOutcome : uint8_t {
   kOk,             // stored / loaded / found
   kSkippedExists,  // store: the file already existed (another writer had it)
@@ -59,6 +79,8 @@ enum class KeyOutcome : uint8_t {
   kDropped,        // store: refused by backpressure, nothing written
   kError,          // an I/O error or an expired deadline; see KeyResult::status
 };
+// Stable lower-case name ("ok", "skipped_exists", "miss", "corrupt",
+// "dropped", "error"), for logs, JSON and the Python binding.
 KVTIER_API std::string_view KeyOutcomeName(KeyOutcome outcome);
 
 struct KeyResult {
@@ -68,6 +90,8 @@ struct KeyResult {
 
 enum class JobKind { kStore, kLoad, kLookup };
 
+// One finished job: the id its Submit call returned, and one KeyResult per
+// submitted key.
 struct JobResult {
   uint64_t job_id = 0;
   JobKind kind = JobKind::kLoad;
@@ -76,6 +100,9 @@ struct JobResult {
   KVTIER_API size_t OkPrefix() const;
 };
 
+// Cumulative counters since Open (the queue depths, in_flight,
+// store_queue_bytes, backpressure_active and the EMA are current values).
+// rows_* count keys by their outcome; *_errors count kError keys.
 struct FsTierMetrics {
   uint64_t rows_stored = 0, bytes_stored = 0, rows_skipped_exists = 0, rows_dropped = 0;
   uint64_t rows_loaded = 0, bytes_loaded = 0, rows_missed = 0, rows_corrupt = 0;
@@ -96,34 +123,78 @@ struct FsTierMetrics {
 
 class KVTIER_API FsTier {
  public:
-  // Creates the namespace and block directories and config.json (when
-  // absent), probes O_DIRECT and (with checksum_blocks) user xattrs, and
-  // starts the engine. With checksum_blocks, a filesystem without user
-  // xattrs fails the open (kUnavailable, naming root_dir), as vLLM's tier.
+  // Creates root_dir (and its missing parents), the namespace and block
+  // directories and config.json (when absent or empty; FORMAT.md L28),
+  // probes O_DIRECT (a refusal is logged: buffered I/O) and, with
+  // tier.checksum_blocks, user xattrs (L102), registers registered_memory
+  // with io_uring (a refusal is logged), takes a heartbeat lease for gc
+  // (L74), and starts the engine thread. Blocks on that file system work;
+  // call it off latency-critical threads.
+  // Errors:
+  // - kInvalidArgument: tier.root_dir empty, row_bytes 0, n_read_threads or
+  //   n_write_threads < 1, stores_while_loading_max < 0, an invalid `ns`
+  //   (Namespace::Create), or root_dir exists and is not a directory;
+  // - kUnavailable: with checksum_blocks, user xattrs do not work under
+  //   root_dir (as vLLM's tier; a probe that fails for another reason is
+  //   logged and the tier starts); io_backend kUring and the kernel refuses
+  //   a ring (or lacks IORING_OP_LINK_TIMEOUT);
+  // - from creating or opening the directories, config.json or the lease,
+  //   ErrnoToStatus naming the path: kPermissionDenied (EACCES, EPERM,
+  //   EROFS), kNoSpace, kNotFound, kIoError (EIO; also ELOOP or ENOTDIR when
+  //   a symlink or a file sits where a directory below root_dir belongs:
+  //   no symlink below root_dir is followed).
   static Result<std::unique_ptr<FsTier>> Open(const FsTierOpenOptions& options);
+  // Finishes every submitted job (queued ones included: their I/O runs,
+  // and on_job_finished is called for them), then stops the engine and
+  // removes the lease. Results not yet polled are discarded. No other
+  // method may run, or be called, during or after it.
   virtual ~FsTier() = default;
 
+  // Stores rows[i] as the block file of keys[i] (vLLM's procedure, FORMAT.md
+  // L54-L61); returns the job id (> 0, unique within this tier) at once. The
+  // whole store is refused, as a finished job whose keys are all kDropped,
+  // while the backpressure detector is tripped or when its bytes would take
+  // the queued store bytes past store_queue_bytes_max. Errors (nothing
+  // submitted): kInvalidArgument when rows.size() != keys.size() or a row is
+  // not row_bytes long.
   virtual Result<uint64_t> SubmitStore(std::span<const OffloadKey> keys,
                                        std::span<const std::span<const uint8_t>> rows) = 0;
+  // Reads the block file of keys[i] into rows[i]; returns the job id at
+  // once. A key's row holds its block only when its outcome is kOk; for any
+  // other outcome the row's bytes are unspecified (a read may have started).
+  // A successful load sets the file's atime when it is over an hour old
+  // (gc's notion of use, L75). Errors: as SubmitStore.
   virtual Result<uint64_t> SubmitLoad(std::span<const OffloadKey> keys,
                                       std::span<const std::span<uint8_t>> rows) = 0;
+  // Asks whether each key's block file exists (a regular file, whatever its
+  // size: one statx, no data read); returns the job id at once. Never fails.
   virtual Result<uint64_t> SubmitLookup(std::span<const OffloadKey> keys) = 0;
 
-  // Appends finished jobs to `out`; never blocks. Returns how many.
+  // Appends finished jobs to `out`, in the order they finished, and forgets
+  // them; never blocks. Returns how many. Each job is returned exactly once.
   virtual size_t PollFinished(std::vector<JobResult>* out) = 0;
-  // Blocks until no job is queued or running; kTimedOut after timeout_ms.
+  // Blocks until every submitted job has finished (is pollable, polled or
+  // not). kTimedOut when some job is still queued or running after
+  // timeout_ms; 0 only checks. Jobs submitted meanwhile are waited for too.
   virtual Status WaitIdle(uint32_t timeout_ms) = 0;
 
+  // A snapshot of the counters: lock-free atomic reads, never blocks (each
+  // counter is read on its own, not all at one instant).
   virtual FsTierMetrics Metrics() const = 0;
   // Prometheus text exposition of Metrics(), labelled tier="<tier_name>".
   virtual std::string PrometheusText(std::string_view tier_name) const = 0;
 
+  // The namespace the tier stores under (valid for the tier's lifetime).
   virtual const Namespace& ns() const = 0;
+  // "io_uring" or "syscall": the backend Open settled on.
   virtual std::string_view backend_name() const = 0;
+  // Whether the O_DIRECT probe at Open succeeded (aligned rows use it).
   virtual bool o_direct() const = 0;
-  // true when checksum_blocks is on (the open proved user xattrs work).
+  // True when checksum_blocks is on (the open proved user xattrs work):
+  // stores set the CRC32C xattr and loads check it where present.
   virtual bool xattrs_supported() const = 0;
-  // The absolute path of a key's block file.
+  // The absolute path of a key's block file (root_dir as given, then the
+  // layout's relative path); it need not exist.
   virtual std::string BlockPath(const OffloadKey& key) const = 0;
 };
 

@@ -24,6 +24,25 @@
 // so a verify pass never makes data look used (where the kernel refuses
 // O_NOATIME, i.e. a non-owner without CAP_FOWNER, the report counts the
 // blocks read without it).
+//
+// Calls: Du, Fsck and Gc are synchronous. Each walks the tree with
+// `jobs` threads of its own and returns when the walk (and any repair or
+// reclaim) is done; nothing outlives the call. They keep no state between
+// calls and share none, so any number may run at once, from any threads or
+// processes, over the same root or others (each acts only on what it has
+// just scanned, and only if it is still the inode scanned).
+//
+// Errors (the Result's Status), common to the three:
+// - kInvalidArgument: `root` is empty; or the root holds entries but none
+//   that looks like a namespace or block directory (FORMAT.md L2) and
+//   `force` is false.
+// - the root itself cannot be opened or listed (opened following symlinks:
+//   the operator named it): ErrnoToStatus of the errno, i.e. kNotFound
+//   (ENOENT), kPermissionDenied (EACCES, EPERM), kIoError (ENOTDIR, ELOOP,
+//   EIO, ...).
+// Anything below the root that cannot be read is not an error of the call:
+// the report lists it (unreadable, kept, or kUnreadable findings) and sets
+// its exit code. An empty root is a valid, empty report.
 #pragma once
 
 #include <cstdint>
@@ -50,7 +69,8 @@ struct ScanOptions {
   int jobs = 4;                 // walker threads
   bool force = false;           // walk a root that does not look like one
   uint64_t tmp_grace_s = 3600;  // temp and probe files younger than this are in flight
-  // Called from walker threads, at most every 100 ms; may be empty.
+  // Called every 100 ms from a kvtier thread while blocks are walked, and
+  // once more on the calling thread when the walk ends; may be empty.
   std::function<void(const ScanProgress&)> progress;
 };
 
@@ -87,6 +107,11 @@ struct DuReport {
   KVTIER_API int ExitCode() const;
 };
 
+// Usage per namespace directory found under options.root (`kvtier du`):
+// block counts and bytes, temp files, ranks, live leases (refreshed within
+// 60 s) and what config.json says. Reads only directories and config.json
+// (at most kConfigBytesMax bytes); changes nothing, and never updates a
+// block's atime. Errors: those listed at the top of this file, no others.
 KVTIER_API Result<DuReport> Du(const ScanOptions& options);
 
 enum class FindingKind {
@@ -96,9 +121,12 @@ enum class FindingKind {
   kNotRegular,  // a directory, symlink, FIFO, socket or device at a block or config.json name
   kWrongRoot,   // several roots: a block on a root other than its own (L101); never removed
 };
+// Stable lower-case name of a kind ("config_missing", "not_regular", ...),
+// as the CLI's JSON and the Python binding report it.
 KVTIER_API std::string_view FindingKindName(FindingKind kind);
 
 enum class RepairAction { kNone, kRemoved, kQuarantined };
+// Stable lower-case name: "none", "removed" or "quarantined".
 KVTIER_API std::string_view RepairActionName(RepairAction action);
 
 struct Finding {
@@ -123,6 +151,19 @@ struct FsckReport {
   KVTIER_API int ExitCode() const;
 };
 
+// Checks every namespace under options.root against layout-spec/FORMAT.md
+// (`kvtier fsck`): one Finding per problem, citing its rule. Without
+// `repair` it changes nothing. With it: short blocks (L65, L80), temp and
+// probe files older than tmp_grace_s (L81, L82), empty layout directories
+// (L91), non-files at layout names (L95, a directory only when empty) and,
+// with verify_data, blocks whose CRC32C does not match (L67) are removed; a
+// torn or mismatched config.json (L77, L79) is moved to
+// <ns>/.kvtier/quarantine/. Bad names (L94) and stray files (L90) are only
+// reported. Each removal happens only if the name is still the inode
+// scanned; a failed repair leaves the finding's action kNone.
+// verify_data reads every block of the expected size (jobs threads) with
+// O_NOATIME where allowed. Parts that cannot be read become kUnreadable
+// findings (L97). Errors: those listed at the top of this file, no others.
 KVTIER_API Result<FsckReport> Fsck(const FsckOptions& options);
 
 struct GcOptions : ScanOptions {
@@ -152,6 +193,16 @@ struct GcReport {
   KVTIER_API int ExitCode() const;
 };
 
+// Reclaims space under options.root (`kvtier gc`), namespaces in `keep`
+// excepted: always stale temp and probe files (older than tmp_grace_s) and
+// blocks shorter than their namespace's most common size; with older_than_s,
+// whole namespaces with no live lease (lease_ttl_s) and no activity for that
+// long (FORMAT.md L92), kept instead (GcReport::kept) where a part or a lease
+// could not be read; with max_bytes, the least recently active blocks until
+// the total is at most low_water_bytes. Removes only layout files, each only
+// if it is still the inode scanned; with dry_run it removes nothing and
+// reports what it would. Errors: kInvalidArgument when low_water_bytes
+// exceeds max_bytes, and those listed at the top of this file.
 KVTIER_API Result<GcReport> Gc(const GcOptions& options);
 
 }  // namespace kvtier
