@@ -1,8 +1,9 @@
 // vllm_baseline: the thread-pool baseline of issue 3's fs benchmark.
 //
 // N plain threads each take the next row and do exactly vLLM's per-block
-// syscalls (vllm-fs-tier.md §2.4, §2.5, §3.2: fs_io_C's batch_store_block /
-// batch_load_block, one block per task):
+// syscalls (layout-spec/FORMAT.md L54-L59, L64-L65; vLLM's fs_io_C
+// extension, PRs #46713 / #49152: batch_store_block / batch_load_block, one
+// block per task):
 //   store: access(dest, F_OK) -> create_directories(shard dirs)
 //          -> open(tmp, O_CREAT|O_EXCL|O_WRONLY|O_TRUNC[|O_DIRECT], 0644)
 //          -> write(full row) -> close -> rename(tmp, dest)   [unlink(tmp) on failure]

@@ -1,6 +1,6 @@
 // EngineTier: an FsTier driven by an inference engine's per-step
 // secondary-tier contract (vLLM's SecondaryTierManager, as called by its
-// TieringOffloadingManager: vllm-upstream-2026-11.md §2.3).
+// TieringOffloadingManager: vllm/v1/kv_offload/tiering/{base,manager}.py).
 //
 // The engine owns one region of host rows (vLLM's primary CPU tier: row i at
 // rows.data() + i * row_bytes) and names rows by slot index; jobs carry the

@@ -2,7 +2,7 @@
 // registered KV tensors in order, each an array of equally spaced pages (one
 // page per GPU block).
 //
-// A CPU row (one offloaded chunk; vllm-fs-tier.md §2.1) is laid out as
+// A CPU row (one offloaded chunk; layout-spec/FORMAT.md L47-L49) is laid out as
 //   [ slot 0 | slot 1 | ... | slot W-1 | padding to a multiple of 4096 ]
 // where slot w holds, for each of device w's tensors in order,
 //   page_bytes x blocks_per_chunk bytes: the chunk's GPU pages back to back.

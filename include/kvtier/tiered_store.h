@@ -2,8 +2,8 @@
 // KV cache (kv_cache.h), answers which prefix chunks of a request are cached
 // in any tier, loads them back into GPU blocks, and stores new chunks
 // GPU -> CPU -> every secondary tier. Semantics follow vLLM's
-// TieringOffloadingSpec (vllm-fs-tier.md §4), so a vLLM
-// `kv_connector_extra_config` works unchanged.
+// TieringOffloadingSpec (vllm/v1/kv_offload/tiering/), so a vLLM
+// `kv_connector_extra_config` works unchanged (docs/config.md).
 //
 // Tiers: "cpu" (the primary tier: one host region of cpu_bytes_to_use carved
 // into rows, LRU or ARC) and "fs0", "fs1", ... (the config's secondary_tiers,

@@ -60,7 +60,8 @@ __all__ = ["KvtierFsTier"]
 
 # EngineTier.lookup's answers, by value (0 miss, 1 hit, 2 retry).
 _VERDICTS = (LookupResult.MISS, LookupResult.HIT, LookupResult.RETRY)
-# Interface drift (vllm-upstream-2026-11.md §2.4), decided once at import.
+# Interface drift after vLLM 7cfb97e (PR #50045 added the backpressure_detector argument and
+# JobResult.transfer_bytes), decided once at import.
 _BASE_TAKES_DETECTOR = "backpressure_detector" in inspect.signature(SecondaryTierManager.__init__).parameters
 _RESULT_HAS_BYTES = "transfer_bytes" in {f.name for f in dataclasses.fields(JobResult)}
 

@@ -1,5 +1,5 @@
 // CachePolicy: which CPU-tier rows to keep and which to evict, with vLLM's
-// semantics (vllm-fs-tier.md §4.5; vLLM's cpu/policies/{lru,arc}.py).
+// semantics (vLLM's vllm/v1/kv_offload/cpu/policies/{lru,arc}.py).
 //
 // The policy owns the key -> RowStatus map; the CPU tier (cpu_tier.h) owns
 // the free-row pool and changes ref_cnt through the pointer Get() returns,

@@ -1,7 +1,7 @@
 // CpuTier: the bookkeeping of the CPU primary tier, as vLLM's
-// CPUOffloadingManager (vllm-fs-tier.md §4.2, §4.5): which key sits in which
-// row, whether the row is ready, how many readers hold it, and which rows to
-// evict. It moves no bytes; TieredStore drives the copies.
+// CPUOffloadingManager (vllm/v1/kv_offload/cpu/manager.py): which key sits
+// in which row, whether the row is ready, how many readers hold it, and
+// which rows to evict. It moves no bytes; TieredStore drives the copies.
 //
 // Row states (RowStatus::ref_cnt): -1 while being written (a GPU store or a
 // promotion from a secondary tier), 0 ready and evictable, > 0 ready and held

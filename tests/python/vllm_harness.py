@@ -1,6 +1,6 @@
 """Builds vLLM's real TieringOffloadingManager (from ../shared/vllm, assembled by the
 ``vllm_tree`` fixture) and plays vLLM's scheduler and GPU worker around it, step by step, as
-vLLM's offloading connector does (vllm-upstream-2026-11.md §2.3). Import only after the
+vLLM's offloading connector does (vllm/v1/kv_offload/tiering/manager.py). Import only after the
 ``vllm_tree`` fixture has put vLLM's modules on sys.path.
 
 The model is small (one full-attention group of LAYERS layers) so rows are small; content of a

@@ -1,7 +1,7 @@
 // Proves the canonical CBOR writer on the encoding examples of RFC 8949
 // Appendix A (shortest integer heads at every width, negative integers,
 // bignums with tags 2 and 3, byte and text strings, arrays, null) and on the
-// golden block of vLLM's sha256_cbor vectors (spec §5.4 example shape).
+// golden block of vLLM's sha256_cbor vectors (layout-spec/FORMAT.md L42).
 #include <gtest/gtest.h>
 
 #include "hash/cbor_writer.h"
