@@ -1,5 +1,6 @@
 // Typed options parsed from vLLM's `kv_connector_extra_config` JSON: the
-// extra config of the OffloadingConnector (vllm-fs-tier.md §4.4, §4.7).
+// extra config of the OffloadingConnector (docs/config.md; backpressure:
+// vLLM PR #50045).
 //
 // ParseOffloadConfig() is strict where vLLM is lenient: unknown keys, wrong
 // JSON types, integers written as floats and out-of-range numbers are all
@@ -41,7 +42,8 @@ enum class SpecName {
   kTieringOffloading,  // "TieringOffloadingSpec": CPU tier plus secondary tiers
 };
 
-// `eviction_policy` of the CPU (primary) tier (vllm-fs-tier.md §4.5).
+// `eviction_policy` of the CPU (primary) tier (vLLM's
+// vllm/v1/kv_offload/cpu/policies/{lru,arc}.py).
 enum class EvictionPolicy {
   kLru,  // "lru"
   kArc,  // "arc"
@@ -67,7 +69,7 @@ struct SecondaryTierOptions {
   bool operator==(const SecondaryTierOptions&) const = default;
 };
 
-// The whole `kv_connector_extra_config` (vllm-fs-tier.md §4.4).
+// The whole `kv_connector_extra_config` (docs/config.md).
 struct OffloadConfig {
   // `spec_name`; default CPUOffloadingSpec.
   SpecName spec_name = SpecName::kCpuOffloading;

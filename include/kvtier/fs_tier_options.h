@@ -1,9 +1,9 @@
 // The options of one fs tier: the keys of an `fs` entry of
-// `secondary_tiers` (vllm-fs-tier.md §4.4; vLLM's keys and kvtier's own,
-// docs/config.md), each with its one default. The config parser fills
-// FsTierOptions from its key table (config.cc) and FsTier::Open takes the
-// same struct (FsTierOpenOptions::tier, fs_tier.h), so nothing copies the
-// options field by field between the two. Shared enums: options.h.
+// `secondary_tiers` (vLLM's keys and kvtier's own, docs/config.md), each
+// with its one default. The config parser fills FsTierOptions from its key
+// table (config.cc) and FsTier::Open takes the same struct
+// (FsTierOpenOptions::tier, fs_tier.h), so nothing copies the options field
+// by field between the two. Shared enums: options.h.
 #pragma once
 
 #include <cstdint>
@@ -14,8 +14,8 @@
 
 namespace kvtier {
 
-// Store backpressure of one fs tier (vllm-fs-tier.md §4.7; vLLM's
-// EMABackpressureDetector, PR #50045): pressure starts when the EMA of store
+// Store backpressure of one fs tier (vLLM's EMABackpressureDetector,
+// PR #50045): pressure starts when the EMA of store
 // latency per MiB exceeds the high water mark and ends when it falls below
 // the low water mark; while it lasts, new stores are dropped. Loads and
 // promotions are never dropped. Invariant after parsing: 0 < low < high,
