@@ -1,4 +1,4 @@
-// Proves the `kvtier hash --input` contract of shared/compat/README.md: every
+// Proves the `kvtier hash --input` contract of tests/data/compat/README.md: every
 // case of vllm_cases.json (computed by vLLM's own code) is fed to the real
 // CLI binary, and its output must equal the case's "expected" member by
 // member. The same cases also go through the library entry point, so a
