@@ -1,6 +1,5 @@
 // ExecuteSync: one IoRequest as plain syscalls (the syscall backend's
-// workers, io_uring's inline ops, and test fakes), plus IoOpName and the
-// monotonic clock.
+// workers, io_uring's inline ops, and test fakes), plus the monotonic clock.
 #include <fcntl.h>
 #include <linux/openat2.h>
 #include <sys/stat.h>
@@ -16,13 +15,6 @@
 #include "io/backend.h"
 
 namespace kvtier::internal {
-
-const char* IoOpName(IoOp op) {
-  static constexpr const char* kNames[] = {"statx", "mkdir", "open", "read", "write", "fdatasync",
-                                           "fsync", "fsetxattr", "fgetxattr", "close", "rename", "unlink",
-                                           "touch_atime"};
-  return kNames[static_cast<int>(op)];
-}
 
 uint64_t MonotonicNowNs() {
   timespec ts;

@@ -28,8 +28,6 @@ enum class IoOp : uint8_t {
   kTouchAtime, // futimens(fd, {now, omit}): explicit atime, as relatime delays it
 };
 
-const char* IoOpName(IoOp op);
-
 // What every kStatx asks for (STATX_TYPE: callers refuse what is not a regular file).
 inline constexpr unsigned kStatxMask = STATX_TYPE | STATX_SIZE | STATX_MTIME | STATX_ATIME | STATX_INO;
 

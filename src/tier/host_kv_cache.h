@@ -30,7 +30,6 @@ class HostKvCache {
   // The registration to pass in TieredStoreOptions::devices.
   DeviceKvCache Registration() const;
   uint32_t num_blocks() const { return num_blocks_; }
-  size_t tensor_count() const { return shapes_.size(); }
   // The copied bytes of block `block` of tensor `tensor`.
   std::span<uint8_t> Page(size_t tensor, uint32_t block);
   // Fills every page of `block` with bytes derived from `seed`.

@@ -103,7 +103,6 @@ class LevelBitset {
 
   // Clears every bit and makes room for positions [0, bits).
   void Reset(size_t bits);
-  bool Test(size_t i) const { return (levels_[0][i >> 6] >> (i & 63)) & 1; }
   void Set(size_t i) {
     for (auto& level : levels_) {
       uint64_t& word = level[i >> 6];
