@@ -8,10 +8,12 @@
 
 #include <atomic>
 #include <cstdint>
+#include <algorithm>
 #include <memory>
 #include <span>
 #include <string>
 
+#include "format/layout_names.h"
 #include "io/scheduler.h"
 #include "kvtier/fs_tier.h"
 #include "util/dir_fd.h"
@@ -79,6 +81,51 @@ std::unique_ptr<FsBlockOp> MakeStoreOp(TierShared* shared, BlockPathParts path,
 // `rel_path`: the block's path relative to root_dir (Namespace::BlockRelPath).
 std::unique_ptr<FsBlockOp> MakeLoadOp(TierShared* shared, std::string rel_path, std::span<uint8_t> row);
 std::unique_ptr<FsBlockOp> MakeLookupOp(TierShared* shared, std::string rel_path);
+
+// Request builders the ops share: each sets the fields of one syscall on a
+// cleared IoRequest (the op sets deadline_ns).
+
+// CLOCK_MONOTONIC deadline of a request issued now (0: none).
+inline uint64_t DeadlineNs(const TierShared& shared) {
+  return shared.io_timeout_ms == 0 ? 0 : MonotonicNowNs() + uint64_t{shared.io_timeout_ms} * 1000000u;
+}
+// statx of `path` below `dirfd`, a symlink counted as itself (never a block).
+inline void StatxNoFollow(IoRequest* req, int dirfd, const char* path, struct statx* out) {
+  req->op = IoOp::kStatx;
+  req->dirfd = dirfd;
+  req->path = path;
+  req->flags = AT_SYMLINK_NOFOLLOW;
+  req->buf = out;
+}
+// An open that stays below `dirfd` and follows no symlink (kResolveInTree).
+inline void OpenInTree(IoRequest* req, int dirfd, const char* path, int flags, uint32_t mode = 0) {
+  req->op = IoOp::kOpen;
+  req->dirfd = dirfd;
+  req->path = path;
+  req->flags = flags;
+  req->mode = mode;
+  req->resolve = kResolveInTree;
+}
+// A syscall on an open fd alone (statx, fdatasync, fsync, close, touch).
+inline void OnFd(IoRequest* req, IoOp op, int fd) {
+  req->op = op;
+  req->fd = fd;
+}
+// fsetxattr / fgetxattr of the CRC32C attribute (FORMAT.md L60, L67).
+inline void CrcXattr(IoRequest* req, IoOp op, int fd, uint8_t* value, uint32_t len) {
+  OnFd(req, op, fd);
+  req->name = format::kCrcXattr;
+  req->buf = value;
+  req->len = len;
+}
+// The rest of a row from byte `done` on (at most 1 GiB per request; a short
+// transfer is resumed).
+inline void RowPart(IoRequest* req, IoOp op, int fd, std::span<const uint8_t> row, uint64_t done) {
+  OnFd(req, op, fd);
+  req->buf = const_cast<uint8_t*>(row.data()) + done;
+  req->len = static_cast<uint32_t>(std::min<uint64_t>(row.size() - done, 1u << 30));
+  req->offset = done;
+}
 
 // True when statx found something that is not a regular file (a directory,
 // FIFO, socket, device or symlink): never a block, whatever its name.

@@ -22,7 +22,6 @@
 namespace kvtier::internal {
 namespace {
 
-using format::kCrcXattr;
 constexpr int64_t kAtimeRefreshS = 3600;
 constexpr int kReopensMax = 3;
 
@@ -44,46 +43,26 @@ class LoadOp final : public FsBlockOp {
   }
 
   bool NextRequest(IoRequest* req) override {
+    if (state_ == kDone) return false;
     *req = IoRequest{};
-    req->deadline_ns = shared_->io_timeout_ms == 0 || state_ == kClose || state_ == kRecheck || state_ == kUnlink
-                           ? 0
-                           : MonotonicNowNs() + uint64_t{shared_->io_timeout_ms} * 1000000u;
+    // Cleanup (close, the recheck and unlink of a corrupt file) has no deadline.
+    const bool cleanup = state_ == kClose || state_ == kRecheck || state_ == kUnlink;
+    req->deadline_ns = cleanup ? 0 : DeadlineNs(*shared_);
+    const int root = shared_->root.get();
     switch (state_) {
       case kOpen:
-        req->op = IoOp::kOpen;
-        req->dirfd = shared_->root.get();
-        req->path = rel_.c_str();
-        req->flags = O_RDONLY | O_NONBLOCK | O_NOFOLLOW | (direct_ ? O_DIRECT : 0);
-        req->resolve = kResolveInTree;
-        return true;
-      case kStat: req->op = IoOp::kStatx; req->fd = fd_; req->buf = &stx_; return true;
-      case kXattr:
-        req->op = IoOp::kFgetxattr;
-        req->fd = fd_;
-        req->name = kCrcXattr;
-        req->buf = crc_be_;
-        req->len = sizeof crc_be_;
-        return true;
-      case kRead:
-        req->op = IoOp::kRead;
-        req->fd = fd_;
-        req->buf = row_.data() + read_;
-        req->len = static_cast<uint32_t>(std::min<uint64_t>(row_.size() - read_, 1u << 30));
-        req->offset = read_;
-        return true;
-      case kTouch: req->op = IoOp::kTouchAtime; req->fd = fd_; return true;
-      case kClose: req->op = IoOp::kClose; req->fd = fd_; return true;
-      case kRecheck:
-        req->op = IoOp::kStatx;
-        req->dirfd = shared_->root.get();
-        req->path = rel_.c_str();
-        req->flags = AT_SYMLINK_NOFOLLOW;
-        req->buf = &again_;
-        return true;
-      case kUnlink: req->op = IoOp::kUnlink; req->dirfd = shared_->root.get(); req->path = rel_.c_str(); return true;
-      case kDone: return false;
+        OpenInTree(req, root, rel_.c_str(), O_RDONLY | O_NONBLOCK | O_NOFOLLOW | (direct_ ? O_DIRECT : 0));
+        break;
+      case kStat: OnFd(req, IoOp::kStatx, fd_); req->buf = &stx_; break;
+      case kXattr: CrcXattr(req, IoOp::kFgetxattr, fd_, crc_be_, sizeof crc_be_); break;
+      case kRead: RowPart(req, IoOp::kRead, fd_, row_, read_); break;
+      case kTouch: OnFd(req, IoOp::kTouchAtime, fd_); break;
+      case kClose: OnFd(req, IoOp::kClose, fd_); break;
+      case kRecheck: StatxNoFollow(req, root, rel_.c_str(), &again_); break;
+      case kUnlink: req->op = IoOp::kUnlink; req->dirfd = root; req->path = rel_.c_str(); break;
+      case kDone: break;
     }
-    return false;
+    return true;
   }
 
   void OnCompletion(int64_t res) override {
@@ -240,12 +219,9 @@ class LookupOp final : public FsBlockOp {
   bool NextRequest(IoRequest* req) override {
     if (done_) return false;
     *req = IoRequest{};
-    req->op = IoOp::kStatx;
-    req->dirfd = shared_->root.get();
-    req->path = rel_.c_str();
-    req->flags = AT_SYMLINK_NOFOLLOW;  // a symlink is no block (its target's file type does not matter)
-    req->buf = &stx_;
-    if (shared_->io_timeout_ms != 0) req->deadline_ns = MonotonicNowNs() + uint64_t{shared_->io_timeout_ms} * 1000000u;
+    // No-follow: a symlink is no block (its target's file type does not matter).
+    StatxNoFollow(req, shared_->root.get(), rel_.c_str(), &stx_);
+    req->deadline_ns = DeadlineNs(*shared_);
     return true;
   }
   void OnCompletion(int64_t res) override {

@@ -22,7 +22,6 @@
 namespace kvtier::internal {
 namespace {
 
-using format::kCrcXattr;  // FORMAT.md L60
 constexpr int kMkdirRoundsMax = 4;
 
 class StoreOp final : public FsBlockOp {
@@ -40,64 +39,12 @@ class StoreOp final : public FsBlockOp {
   }
 
   bool NextRequest(IoRequest* req) override {
+    if (state_ == kDone) return false;
     *req = IoRequest{};
-    req->deadline_ns = cleanup_ ? 0 : Deadline();
+    req->deadline_ns = cleanup_ ? 0 : DeadlineNs(*shared_);
     req->dirfd = shared_->root.get();  // every path below is relative to root_dir
-    switch (state_) {
-      case kStatDest:
-        req->op = IoOp::kStatx;
-        req->path = dest_.c_str();
-        req->flags = AT_SYMLINK_NOFOLLOW;
-        req->buf = &stx_;
-        return true;
-      case kOpen:
-        req->op = IoOp::kOpen;
-        req->path = tmp_.c_str();
-        req->flags = O_CREAT | O_EXCL | O_WRONLY | O_TRUNC | (direct_ ? O_DIRECT : 0);
-        req->mode = 0644;
-        req->resolve = kResolveInTree;
-        return true;
-      case kMkdirParent:
-        req->op = IoOp::kOpen;
-        req->path = mkdir_level_ == 1 ? block_dir_.c_str() : shard1_.c_str();
-        req->flags = O_PATH | O_DIRECTORY;
-        req->resolve = kResolveInTree;
-        return true;
-      case kMkdir:
-        req->op = IoOp::kMkdir;
-        if (mkdir_level_ > 0) req->dirfd = dir_fd_;
-        req->path = MkdirName();
-        req->mode = 0777;
-        return true;
-      case kWrite:
-        req->op = IoOp::kWrite;
-        req->fd = fd_;
-        req->buf = const_cast<uint8_t*>(row_.data()) + written_;
-        req->len = static_cast<uint32_t>(std::min<uint64_t>(row_.size() - written_, 1u << 30));
-        req->offset = written_;
-        return true;
-      case kSync: req->op = IoOp::kFdatasync; req->fd = fd_; return true;
-      case kXattr:
-        req->op = IoOp::kFsetxattr;
-        req->fd = fd_;
-        req->name = kCrcXattr;
-        req->buf = crc_be_;
-        req->len = 4;
-        return true;
-      case kClose: req->op = IoOp::kClose; req->fd = fd_; return true;
-      case kRename: req->op = IoOp::kRename; req->path = tmp_.c_str(); req->path2 = dest_.c_str(); return true;
-      case kOpenDir:
-        req->op = IoOp::kOpen;
-        req->path = SyncDirPath();
-        req->flags = O_RDONLY | O_DIRECTORY;
-        req->resolve = kResolveInTree;
-        return true;
-      case kSyncDir: req->op = IoOp::kFsync; req->fd = fd_; return true;
-      case kCloseDir: req->op = IoOp::kClose; req->fd = fd_; return true;
-      case kUnlinkTmp: req->op = IoOp::kUnlink; req->path = tmp_.c_str(); return true;
-      case kDone: return false;
-    }
-    return false;
+    FillRequest(req);
+    return true;
   }
 
   void OnCompletion(int64_t res) override {
@@ -130,8 +77,33 @@ class StoreOp final : public FsBlockOp {
 
   std::string Shown(const std::string& rel) const { return JoinRoot(shared_->root_dir, rel); }
 
-  uint64_t Deadline() const {
-    return shared_->io_timeout_ms == 0 ? 0 : MonotonicNowNs() + uint64_t{shared_->io_timeout_ms} * 1000000u;
+  // The syscall of state_ (any state but kDone).
+  void FillRequest(IoRequest* req) {
+    const int root = shared_->root.get();
+    switch (state_) {
+      case kStatDest: return StatxNoFollow(req, root, dest_.c_str(), &stx_);
+      case kOpen:
+        return OpenInTree(req, root, tmp_.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_TRUNC | (direct_ ? O_DIRECT : 0),
+                          0644);
+      case kMkdirParent:
+        return OpenInTree(req, root, mkdir_level_ == 1 ? block_dir_.c_str() : shard1_.c_str(), O_PATH | O_DIRECTORY);
+      case kMkdir:
+        req->op = IoOp::kMkdir;
+        if (mkdir_level_ > 0) req->dirfd = dir_fd_;
+        req->path = MkdirName();
+        req->mode = 0777;
+        return;
+      case kWrite: return RowPart(req, IoOp::kWrite, fd_, row_, written_);
+      case kSync: return OnFd(req, IoOp::kFdatasync, fd_);
+      case kXattr: return CrcXattr(req, IoOp::kFsetxattr, fd_, crc_be_, sizeof crc_be_);
+      case kRename: req->op = IoOp::kRename; req->path = tmp_.c_str(); req->path2 = dest_.c_str(); return;
+      case kOpenDir: return OpenInTree(req, root, SyncDirPath(), O_RDONLY | O_DIRECTORY);
+      case kSyncDir: return OnFd(req, IoOp::kFsync, fd_);
+      case kClose:
+      case kCloseDir: return OnFd(req, IoOp::kClose, fd_);
+      case kUnlinkTmp: req->op = IoOp::kUnlink; req->path = tmp_.c_str(); return;
+      case kDone: return;
+    }
   }
   void Go(State next) { state_ = next; }
   void NewTempName() {
