@@ -93,70 +93,99 @@ bool PickleBlockFastIfApplicable(std::span<const uint8_t> parent, std::span<cons
   return false;
 }
 
-template <class Token>
-void PickleBlock(std::span<const uint8_t> parent, std::span<const Token> tokens,
-                 const std::vector<ExtraKey>& extras, ByteSink* sink) {
-  internal::PickleWriter w(sink);
-  w.Begin();
-  w.TupleBegin(3);
-  w.Bytes(parent);
-  w.TupleBegin(tokens.size());
-  for (const Token& t : tokens) w.Int(t);
-  w.TupleEnd(tokens.size());
-  if (extras.empty()) {
-    w.None();
-  } else {
-    w.TupleBegin(extras.size());
-    for (const ExtraKey& k : extras) {
-      switch (k.kind) {
-        case ExtraKey::Kind::kStr: w.Str(k.text); break;
-        case ExtraKey::Kind::kBytes32: w.Bytes(k.digest); break;
-        case ExtraKey::Kind::kMm:
-          w.TupleBegin(2);
-          w.Str(k.text);
-          w.Int(k.offset);
-          w.TupleEnd(2);
-          break;
-      }
-    }
-    w.TupleEnd(extras.size());
-  }
-  w.TupleEnd(3);
-  w.Finish();
-}
-
-template <class Token>
-void CborBlock(std::span<const uint8_t> parent, std::span<const Token> tokens,
-               const std::vector<ExtraKey>& extras, ByteSink* sink) {
-  internal::CborWriter w(sink);
-  w.Begin();
-  w.ArrayHeader(3);
-  w.Bytes(parent);
-  w.ArrayHeader(tokens.size());
-  if constexpr (std::is_same_v<Token, int64_t>) {
-    uint8_t* const begin = sink->Reserve(tokens.size() * 9 + 8);
-    uint8_t* p = begin;
-    for (int64_t t : tokens) p = PutCborInt(p, t);
-    sink->Advance(static_cast<size_t>(p - begin));
-  } else {
+// Pickle and CBOR write the same Python values, (parent, tokens,
+// extra_keys or None); they differ in how a tuple opens and closes (CBOR: a
+// counted array header, nothing at the end), in the names of the str and
+// None calls, in the stream's end, and in the fast path for int64 tokens.
+struct PickleForm {
+  internal::PickleWriter& w;
+  void Open(size_t n) { w.TupleBegin(n); }
+  void Close(size_t n) { w.TupleEnd(n); }
+  void Str(std::string_view s) { w.Str(s); }
+  void None() { w.None(); }
+  void End() { w.Finish(); }
+  template <class Token>
+  void Tokens(std::span<const Token> tokens) {
     for (const Token& t : tokens) w.Int(t);
   }
-  if (extras.empty()) {
-    w.Null();
-    return;
-  }
-  w.ArrayHeader(extras.size());
-  for (const ExtraKey& k : extras) {
-    switch (k.kind) {
-      case ExtraKey::Kind::kStr: w.Text(k.text); break;
-      case ExtraKey::Kind::kBytes32: w.Bytes(k.digest); break;
-      case ExtraKey::Kind::kMm:
-        w.ArrayHeader(2);
-        w.Text(k.text);
-        w.Int(k.offset);
-        break;
+};
+struct CborForm {
+  internal::CborWriter& w;
+  ByteSink* sink;
+  void Open(size_t n) { w.ArrayHeader(n); }
+  void Close(size_t) {}
+  void Str(std::string_view s) { w.Text(s); }
+  void None() { w.Null(); }
+  void End() {}
+  template <class Token>
+  void Tokens(std::span<const Token> tokens) {
+    if constexpr (std::is_same_v<Token, int64_t>) {
+      uint8_t* const begin = sink->Reserve(tokens.size() * 9 + 8);
+      uint8_t* p = begin;
+      for (int64_t t : tokens) p = PutCborInt(p, t);
+      sink->Advance(static_cast<size_t>(p - begin));
+    } else {
+      for (const Token& t : tokens) w.Int(t);
     }
   }
+};
+
+// vLLM's extra_keys tuple: per key a str (LoRA name, cache salt), 32 bytes
+// (prompt embeddings digest) or an (identifier, offset) pair (multimodal).
+template <class Form>
+void WriteExtraKeys(Form f, const std::vector<ExtraKey>& extras) {
+  f.Open(extras.size());
+  for (const ExtraKey& k : extras) {
+    if (k.kind == ExtraKey::Kind::kStr) {
+      f.Str(k.text);
+    } else if (k.kind == ExtraKey::Kind::kBytes32) {
+      f.w.Bytes(k.digest);
+    } else {  // kMm
+      f.Open(2);
+      f.Str(k.text);
+      f.w.Int(k.offset);
+      f.Close(2);
+    }
+  }
+  f.Close(extras.size());
+}
+
+// The general writer of one block's hash input (any extras, any tokens).
+template <class Form, class Token>
+void WriteBlock(Form f, std::span<const uint8_t> parent, std::span<const Token> tokens,
+                const std::vector<ExtraKey>& extras) {
+  f.w.Begin();
+  f.Open(3);
+  f.w.Bytes(parent);
+  f.Open(tokens.size());
+  f.Tokens(tokens);
+  f.Close(tokens.size());
+  if (extras.empty()) {
+    f.None();
+  } else {
+    WriteExtraKeys(f, extras);
+  }
+  f.Close(3);
+  f.End();
+}
+
+// One block's serialized input in `sink`: pickle for sha256 and xxhash (the
+// int32 fast path where it applies), CBOR for the *_cbor algorithms.
+template <class Token>
+void SerializeBlock(bool pickle, std::span<const uint8_t> parent, std::span<const Token> block,
+                    const std::vector<ExtraKey>& extras, ByteSink* sink) {
+  if (!pickle) {
+    internal::CborWriter w(sink);
+    return WriteBlock(CborForm{w, sink}, parent, block, extras);
+  }
+  if (PickleBlockFastIfApplicable<Token>(parent, block, extras, sink)) return;
+  internal::PickleWriter w(sink);
+  WriteBlock(PickleForm{w}, parent, block, extras);
+}
+
+void RecordTrace(const ByteSink& sink, const std::vector<ExtraKey>& extras, BlockHashTrace* trace) {
+  trace->serialized_inputs.emplace_back(sink.view().begin(), sink.view().end());
+  trace->extra_keys_repr.push_back(internal::ExtraKeysRepr(extras));
 }
 
 }  // namespace
@@ -195,14 +224,7 @@ Status BlockHasher::AppendImpl(std::span<const Token> tokens, const RequestExtra
       internal::GenerateExtraKeys(extras, static_cast<int64_t>(start),
                                   static_cast<int64_t>(start + bs), &mm_idx, &extra_keys);
     }
-    auto block = tokens.subspan(start, bs);
-    if (pickle) {
-      if (!PickleBlockFastIfApplicable<Token>(parent.bytes(), block, extra_keys, &sink)) {
-        PickleBlock<Token>(parent.bytes(), block, extra_keys, &sink);
-      }
-    } else {
-      CborBlock<Token>(parent.bytes(), block, extra_keys, &sink);
-    }
+    SerializeBlock<Token>(pickle, parent.bytes(), tokens.subspan(start, bs), extra_keys, &sink);
     BlockHash next;
     next.size_ = static_cast<uint8_t>(digest_bytes);
     if (digest_bytes == 32) {
@@ -210,10 +232,7 @@ Status BlockHasher::AppendImpl(std::span<const Token> tokens, const RequestExtra
     } else {
       internal::Xxh3_128(sink.view(), next.bytes_.data());
     }
-    if (trace) {
-      trace->serialized_inputs.emplace_back(sink.view().begin(), sink.view().end());
-      trace->extra_keys_repr.push_back(internal::ExtraKeysRepr(extra_keys));
-    }
+    if (trace) RecordTrace(sink, extra_keys, trace);
     block_hashes->push_back(next);
     parent = next;
   }
