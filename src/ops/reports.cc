@@ -59,36 +59,44 @@ uint64_t MostCommonSize(const NsScan& ns) {
   return best;
 }
 
-}  // namespace internal
+namespace {
 
-namespace internal {
+// One namespace's du line: the directory's name, config.json's settings,
+// and the blocks' bytes and activity.
+NamespaceUsage Usage(const std::string& name, const NsScan& ns, int64_t now) {
+  const ConfigInfo info = ParseConfig(ns);
+  NamespaceUsage u{
+      .dir = name,
+      .model = info.model.empty() ? name.substr(0, name.size() - format::kDigestHexChars - 1) : info.model,  // L2
+      .digest = ns.digest,
+      .has_config = ns.has_config,
+      .tokens_per_hash = info.tokens_per_hash,
+      .blocks_per_file = info.blocks_per_file,
+      .tp_size = info.tp_size,
+      .groups = info.groups,
+      .dtype = info.dtype,
+      .ranks = ns.ranks,
+      .blocks = ns.blocks.size(),
+      .tmp_files = ns.tmps.size(),
+      .live_leases = LiveLeases(ns, kDefaultLeaseTtlS, now),
+      .leases_known = ns.leases_known,
+  };
+  for (const ScannedFile& b : ns.blocks) {
+    u.bytes += b.size;
+    u.newest_activity = std::max(u.newest_activity, b.activity());
+    u.oldest_activity = u.oldest_activity == 0 ? b.activity() : std::min(u.oldest_activity, b.activity());
+  }
+  return u;
+}
+
+}  // namespace
 
 DuReport DuScanned(const TreeScan& scan) {
+  const int64_t now = std::time(nullptr);
   DuReport report;
   report.files_scanned = scan.files;
-  const int64_t now = std::time(nullptr);
   for (const auto& [name, ns] : scan.namespaces) {
-    NamespaceUsage u;
-    u.dir = name;
-    u.digest = ns.digest;
-    u.has_config = ns.has_config;
-    ConfigInfo info = ParseConfig(ns);
-    u.model = info.model.empty() ? name.substr(0, name.size() - format::kDigestHexChars - 1) : info.model;  // L2
-    u.tokens_per_hash = info.tokens_per_hash;
-    u.blocks_per_file = info.blocks_per_file;
-    u.tp_size = info.tp_size;
-    u.groups = info.groups;
-    u.dtype = info.dtype;
-    u.ranks = ns.ranks;
-    u.blocks = ns.blocks.size();
-    u.tmp_files = ns.tmps.size();
-    for (const auto& b : ns.blocks) {
-      u.bytes += b.size;
-      u.newest_activity = std::max(u.newest_activity, b.activity());
-      u.oldest_activity = u.oldest_activity == 0 ? b.activity() : std::min(u.oldest_activity, b.activity());
-    }
-    u.live_leases = LiveLeases(ns, kDefaultLeaseTtlS, now);
-    u.leases_known = ns.leases_known;
+    NamespaceUsage u = Usage(name, ns, now);
     report.unreadable.insert(report.unreadable.end(), ns.unreadable.begin(), ns.unreadable.end());
     report.total_bytes += u.bytes;
     report.total_blocks += u.blocks;
@@ -114,12 +122,8 @@ std::string_view FindingKindName(FindingKind kind) {
 }
 
 std::string_view RepairActionName(RepairAction action) {
-  switch (action) {
-    case RepairAction::kNone: return "none";
-    case RepairAction::kRemoved: return "removed";
-    case RepairAction::kQuarantined: return "quarantined";
-  }
-  return "none";
+  static constexpr std::string_view kNames[] = {"none", "removed", "quarantined"};
+  return kNames[static_cast<int>(action)];
 }
 
 int DuReport::ExitCode() const { return unreadable.empty() ? 0 : 8; }
