@@ -18,6 +18,11 @@
 // are multiples of 4096 (and the probe at Open allowed it); others go
 // through the page cache.
 //
+// Several roots (path_sharding kByBlockHash, FORMAT.md L99): one engine per
+// root, each with its own queues and the options' limits; a job's keys are
+// split by root and its results merged back into one JobResult, in
+// submission order.
+//
 // Errors come back at two levels: a Submit call fails as a whole only for
 // bad arguments (kInvalidArgument, nothing submitted); everything that
 // happens to a key (I/O errors, deadlines, corruption, backpressure) is that
@@ -102,7 +107,8 @@ struct JobResult {
 
 // Cumulative counters since Open (the queue depths, in_flight,
 // store_queue_bytes, backpressure_active and the EMA are current values).
-// rows_* count keys by their outcome; *_errors count kError keys.
+// rows_* count keys by their outcome; *_errors count kError keys. With
+// several roots: summed over them, the backpressure gauges the worst root's.
 struct FsTierMetrics {
   uint64_t rows_stored = 0, bytes_stored = 0, rows_skipped_exists = 0, rows_dropped = 0;
   uint64_t rows_loaded = 0, bytes_loaded = 0, rows_missed = 0, rows_corrupt = 0;
@@ -143,6 +149,15 @@ class KVTIER_API FsTier {
   //   EROFS), kNoSpace, kNotFound, kIoError (EIO; also ELOOP or ENOTDIR when
   //   a symlink or a file sits where a directory below root_dir belongs:
   //   no symlink below root_dir is followed).
+  // With several roots, before anything is created, also:
+  // - kInvalidArgument: a ',' in root_dir without path_sharding, an empty or
+  //   repeated root in the list, or a list that contradicts what the roots
+  //   hold (a root's marker, L100, or where its blocks lie: the roots were
+  //   reordered or their count changed);
+  // - kNotFound: a root that is absent or empty while another holds the
+  //   namespace (a drive that is not mounted);
+  // - kCorruption: a root marker that cannot be parsed.
+  // Errors of one root carry "root_dir[i]" in their message.
   static Result<std::unique_ptr<FsTier>> Open(const FsTierOpenOptions& options);
   // Finishes every submitted job (queued ones included: their I/O runs,
   // and on_job_finished is called for them), then stops the engine and
@@ -186,14 +201,15 @@ class KVTIER_API FsTier {
 
   // The namespace the tier stores under (valid for the tier's lifetime).
   virtual const Namespace& ns() const = 0;
-  // "io_uring" or "syscall": the backend Open settled on.
+  // "io_uring" or "syscall": the backend Open settled on (the first root's).
   virtual std::string_view backend_name() const = 0;
-  // Whether the O_DIRECT probe at Open succeeded (aligned rows use it).
+  // Whether the O_DIRECT probe at Open succeeded (on every root; aligned
+  // rows use it).
   virtual bool o_direct() const = 0;
   // True when checksum_blocks is on (the open proved user xattrs work):
   // stores set the CRC32C xattr and loads check it where present.
   virtual bool xattrs_supported() const = 0;
-  // The absolute path of a key's block file (root_dir as given, then the
+  // The absolute path of a key's block file (its root as given, then the
   // layout's relative path); it need not exist.
   virtual std::string BlockPath(const OffloadKey& key) const = 0;
 };

@@ -40,6 +40,12 @@
 //   the operator named it): ErrnoToStatus of the errno, i.e. kNotFound
 //   (ENOENT), kPermissionDenied (EACCES, EPERM), kIoError (ENOTDIR, ELOOP,
 //   EIO, ...).
+// With a list of roots (a ',' in `root`, FORMAT.md L99) each root is walked
+// in turn and any error above fails the whole call, its message prefixed
+// with "root_dir[i]"; also kInvalidArgument for a list with an empty or a
+// repeated root, or one that contradicts a root's marker (L100: the roots
+// reordered, or their count changed). Nothing is changed on any root before
+// every root has been walked.
 // Anything below the root that cannot be read is not an error of the call:
 // the report lists it (unreadable, kept, or kUnreadable findings) and sets
 // its exit code. An empty root is a valid, empty report.
@@ -158,8 +164,9 @@ struct FsckReport {
 // (L91), non-files at layout names (L95, a directory only when empty) and,
 // with verify_data, blocks whose CRC32C does not match (L67) are removed; a
 // torn or mismatched config.json (L77, L79) is moved to
-// <ns>/.kvtier/quarantine/. Bad names (L94) and stray files (L90) are only
-// reported. Each removal happens only if the name is still the inode
+// <ns>/.kvtier/quarantine/. Bad names (L94), stray files (L90) and, with a
+// list of roots, blocks on a root other than their own (kWrongRoot, L101)
+// are only reported. Each removal happens only if the name is still the inode
 // scanned; a failed repair leaves the finding's action kNone.
 // verify_data reads every block of the expected size (jobs threads) with
 // O_NOATIME where allowed. Parts that cannot be read become kUnreadable
@@ -201,8 +208,10 @@ struct GcReport {
 // could not be read; with max_bytes, the least recently active blocks until
 // the total is at most low_water_bytes. Removes only layout files, each only
 // if it is still the inode scanned; with dry_run it removes nothing and
-// reports what it would. Errors: kInvalidArgument when low_water_bytes
-// exceeds max_bytes, and those listed at the top of this file.
+// reports what it would. With a list of roots, a namespace is reclaimed only
+// when it is orphaned on every root that holds it, and max_bytes applies to
+// each root. Errors: kInvalidArgument when low_water_bytes exceeds
+// max_bytes, and those listed at the top of this file.
 KVTIER_API Result<GcReport> Gc(const GcOptions& options);
 
 }  // namespace kvtier
