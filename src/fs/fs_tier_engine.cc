@@ -49,7 +49,7 @@ class FsTierImpl final : public FsTier {
 
   Result<uint64_t> SubmitStore(std::span<const OffloadKey> keys,
                                std::span<const std::span<const uint8_t>> rows) override {
-    KVTIER_RETURN_IF_ERROR(CheckRows(keys.size(), rows));
+    KVTIER_RETURN_IF_ERROR(CheckRows(keys.size(), rows, options_.row_bytes));
     const uint64_t bytes = keys.size() * options_.row_bytes;
     if (detector_.pressured()) return Drop(keys.size(), "store latency above the high water mark");
     if (metrics_.store_queue_bytes.fetch_add(bytes) + bytes > options_.tier.store_queue_bytes_max) {
@@ -62,7 +62,7 @@ class FsTierImpl final : public FsTier {
   }
 
   Result<uint64_t> SubmitLoad(std::span<const OffloadKey> keys, std::span<const std::span<uint8_t>> rows) override {
-    KVTIER_RETURN_IF_ERROR(CheckRows(keys.size(), rows));
+    KVTIER_RETURN_IF_ERROR(CheckRows(keys.size(), rows, options_.row_bytes));
     Submission sub = NewSubmission(JobKind::kLoad, keys.size(), IoClass::kRead);
     for (size_t i = 0; i < keys.size(); ++i) {
       sub.ops.push_back(MakeLoadOp(shared_.get(), ns_.BlockRelPath(keys[i]), rows[i]));
@@ -114,17 +114,6 @@ class FsTierImpl final : public FsTier {
     limits.writes_in_flight_max = o.tier.n_write_threads;
     limits.stores_while_loading_max = o.tier.stores_while_loading_max;
     return limits;
-  }
-
-  template <class Rows>
-  Status CheckRows(size_t keys, const Rows& rows) const {
-    if (rows.size() != keys) return InvalidArgument("fs tier: one row buffer per key is required");
-    for (const auto& row : rows) {
-      if (row.size() != options_.row_bytes) {
-        return InvalidArgument("fs tier: row buffers must be row_bytes (" + std::to_string(options_.row_bytes) + ") long");
-      }
-    }
-    return Status::Ok();
   }
 
   BlockPathParts Parts(const OffloadKey& key) const {

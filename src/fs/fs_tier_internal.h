@@ -23,6 +23,19 @@ Result<std::unique_ptr<FsTier>> OpenFsTierWithBackend(const FsTierOpenOptions& o
 Result<std::unique_ptr<FsTier>> OpenMultiRootTier(const FsTierOpenOptions& options,
                                                   const std::vector<std::string>& roots);
 
+// kInvalidArgument unless there is one row of row_bytes per key: the one
+// whole-call error of SubmitStore and SubmitLoad (fs_tier.h).
+template <class Rows>
+Status CheckRows(size_t keys, const Rows& rows, uint64_t row_bytes) {
+  if (rows.size() != keys) return InvalidArgument("fs tier: one row buffer per key is required");
+  for (const auto& row : rows) {
+    if (row.size() != row_bytes) {
+      return InvalidArgument("fs tier: row buffers must be row_bytes (" + std::to_string(row_bytes) + ") long");
+    }
+  }
+  return Status::Ok();
+}
+
 // Starts the engine thread over a prepared namespace and backend.
 std::unique_ptr<FsTier> MakeFsTierImpl(const FsTierOpenOptions& options, Namespace ns,
                                        std::unique_ptr<TierShared> shared,

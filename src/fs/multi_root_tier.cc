@@ -53,7 +53,7 @@ class MultiRootTier final : public FsTier {
 
   Result<uint64_t> SubmitStore(std::span<const OffloadKey> keys,
                                std::span<const std::span<const uint8_t>> rows) override {
-    KVTIER_RETURN_IF_ERROR(CheckRows(keys.size(), rows));
+    KVTIER_RETURN_IF_ERROR(CheckRows(keys.size(), rows, row_bytes_));
     return Route(JobKind::kStore, keys, [&](FsTier& t, std::span<const OffloadKey> part, const std::vector<uint32_t>& at) {
       std::vector<std::span<const uint8_t>> part_rows;
       for (uint32_t k : at) part_rows.push_back(rows[k]);
@@ -62,7 +62,7 @@ class MultiRootTier final : public FsTier {
   }
 
   Result<uint64_t> SubmitLoad(std::span<const OffloadKey> keys, std::span<const std::span<uint8_t>> rows) override {
-    KVTIER_RETURN_IF_ERROR(CheckRows(keys.size(), rows));
+    KVTIER_RETURN_IF_ERROR(CheckRows(keys.size(), rows, row_bytes_));
     return Route(JobKind::kLoad, keys, [&](FsTier& t, std::span<const OffloadKey> part, const std::vector<uint32_t>& at) {
       std::vector<std::span<uint8_t>> part_rows;
       for (uint32_t k : at) part_rows.push_back(rows[k]);
@@ -142,17 +142,6 @@ class MultiRootTier final : public FsTier {
       s->store_latency_us[b] += m.store_latency_us[b];
       s->load_latency_us[b] += m.load_latency_us[b];
     }
-  }
-
-  template <class Rows>
-  Status CheckRows(size_t keys, const Rows& rows) const {
-    if (rows.size() != keys) return InvalidArgument("fs tier: one row buffer per key is required");
-    for (const auto& row : rows) {
-      if (row.size() != row_bytes_) {
-        return InvalidArgument("fs tier: row buffers must be row_bytes (" + std::to_string(row_bytes_) + ") long");
-      }
-    }
-    return Status::Ok();
   }
 
   // Splits `keys` by root, submits one part per root that has keys, and
