@@ -49,7 +49,6 @@ class MultiRootTier final : public FsTier {
     return Status::Ok();
   }
   FsTier& child(size_t i) { return *children_[i]; }
-  size_t n_roots() const { return routes_.size(); }
 
   Result<uint64_t> SubmitStore(std::span<const OffloadKey> keys,
                                std::span<const std::span<const uint8_t>> rows) override {
