@@ -8,7 +8,8 @@
 namespace kvtier::internal {
 namespace {
 
-// The tokens of a request that may be offloaded (vllm-fs-tier.md §4.4).
+// The tokens of a request that may be offloaded (offload_prompt_only and
+// kv_transfer_params.max_offload_tokens, docs/config.md).
 uint64_t OffloadLimitTokens(const RequestSpec& spec, bool prompt_only) {
   uint64_t limit = std::numeric_limits<uint64_t>::max();
   if (prompt_only && spec.prompt_tokens > 0) limit = spec.prompt_tokens;

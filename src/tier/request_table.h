@@ -1,9 +1,10 @@
 // The request table: what the tiered store knows about each live request
-// (vllm-fs-tier.md §4.3-§4.4). Per request: its chunk keys, how far it may be
-// offloaded, each secondary tier's verdict on each key it looked up, the keys
-// it pinned, the keys its lookups promoted (and from where) and which chunks
-// the hit/miss metrics already counted. Across requests: one pin count per
-// pinned key, capped at a number of rows.
+// (vLLM's TieringOffloadingManager, vllm/v1/kv_offload/tiering/manager.py).
+// Per request: its chunk keys, how far it may be offloaded, each secondary
+// tier's verdict on each key it looked up, the keys it pinned, the keys its
+// lookups promoted (and from where) and which chunks the hit/miss metrics
+// already counted. Across requests: one pin count per pinned key, capped at a
+// number of rows.
 //
 // Invariants:
 //  - a request id is live from Start to Finish; 0 is never live;

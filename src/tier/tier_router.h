@@ -1,5 +1,6 @@
 // The tier router: the secondary tiers of a tiered store, in config order,
-// and the rules that pick one (vllm-fs-tier.md §4.2-§4.3):
+// and the rules that pick one (as vLLM's TieringOffloadingManager,
+// vllm/v1/kv_offload/tiering/manager.py):
 //  - lookup: the first tier (in order) whose verdict is not a miss answers
 //    for a key (FirstAnswer);
 //  - promotion: a prefetched key that one tier misses is tried in the next

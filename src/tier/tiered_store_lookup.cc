@@ -1,6 +1,7 @@
-// Maximal-prefix lookup (vllm-fs-tier.md §4.3): the CPU tier first, then the
-// secondary tiers in config order through asynchronous, batched existence
-// checks whose verdicts live as long as the request (§2.6). A secondary hit
+// Maximal-prefix lookup (vLLM's _maximal_prefix_lookup and
+// TieringOffloadingManager.lookup): the CPU tier first, then the secondary
+// tiers in config order through asynchronous, batched existence checks whose
+// verdicts live as long as the request (vLLM's AsyncLookupManager). A secondary hit
 // reserves a CPU row at once and starts a promotion.
 #include "tier/tiered_store_impl.h"
 

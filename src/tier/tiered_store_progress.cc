@@ -1,8 +1,8 @@
 // The progress thread: collects finished copies and fs jobs and applies them
-// (vllm-fs-tier.md §4.2-§4.3): a finished GPU->CPU copy makes its rows ready
-// and writes them through to every secondary tier; a finished promotion makes
-// its row ready (and is never written back); lookup results become the
-// request's verdicts.
+// (vLLM's TieringOffloadingManager, vllm/v1/kv_offload/tiering/manager.py): a
+// finished GPU->CPU copy makes its rows ready and writes them through to every
+// secondary tier; a finished promotion makes its row ready (and is never
+// written back); lookup results become the request's verdicts.
 #include "tier/tiered_store_impl.h"
 
 namespace kvtier::internal {
