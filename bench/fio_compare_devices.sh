@@ -64,9 +64,9 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# Room per device: fio's files and one kvtier round's rows (each round's files
-# are removed before the next), plus the --mixed store stream, plus ext4's own.
-bytes_per_dev=$(( (ROWS * 12 + 2048) * ROW_BYTES / 1 ))
+# Room per device (sparse): kvtier bench fs checks each root for all the rows of a run
+# and its --mixed store stream (N x ROWS each, a conservative check), plus ext4's own.
+bytes_per_dev=$(( (ROWS * 12 * N + 2048) * ROW_BYTES ))
 setup_devices() {
   mkdir -p "$CG"
   for ((i = 0; i < N; i++)); do
