@@ -1,6 +1,8 @@
 // The one home of kvtier's on-disk names (layout-spec/FORMAT.md): every
 // function that builds or parses a name of the layout is here and cites its
 // rule. Code elsewhere calls these and spells no part of the format itself.
+// Several roots of one tier (the root list, placement and the root marker,
+// FORMAT.md L99-L101) are in the sibling root_list.h.
 //
 // Parsers are exact: a name is a layout name only if it matches its rule byte
 // for byte, so the operators' tools (which delete layout files and nothing
