@@ -37,27 +37,8 @@ namespace fs = std::filesystem;
 constexpr uint64_t kRow = 16384;
 constexpr const char* kCrcXattr = "user.vllm.kv_crc32c";
 
-struct Rows {
-  Rows(size_t n, uint64_t seed) : data(static_cast<uint8_t*>(std::aligned_alloc(4096, n * kRow))), count(n) {
-    std::mt19937_64 rng(seed);
-    for (size_t i = 0; i < n * kRow; ++i) data[i] = static_cast<uint8_t>(rng());
-  }
-  ~Rows() { std::free(data); }
-  Rows(const Rows&) = delete;
-  Rows& operator=(const Rows&) = delete;
-  std::span<uint8_t> Row(size_t i) { return {data + i * kRow, kRow}; }
-  std::vector<std::span<const uint8_t>> Const() const {
-    std::vector<std::span<const uint8_t>> out;
-    for (size_t i = 0; i < count; ++i) out.emplace_back(data + i * kRow, kRow);
-    return out;
-  }
-  std::vector<std::span<uint8_t>> Mut() {
-    std::vector<std::span<uint8_t>> out;
-    for (size_t i = 0; i < count; ++i) out.push_back(Row(i));
-    return out;
-  }
-  uint8_t* data;
-  size_t count;
+struct Rows : testing::AlignedRows {
+  Rows(size_t n, uint64_t seed) : AlignedRows(n, kRow, seed) {}
 };
 
 std::vector<OffloadKey> Keys(size_t n, uint8_t salt) {

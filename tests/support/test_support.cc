@@ -156,4 +156,24 @@ CommandResult RunCommand(const std::vector<std::string>& argv, const std::string
   return result;
 }
 
+AlignedRows::AlignedRows(size_t n, uint64_t row_bytes_in, uint64_t seed)
+    : data(static_cast<uint8_t*>(std::aligned_alloc(4096, n * row_bytes_in))), count(n), row_bytes(row_bytes_in) {
+  std::mt19937_64 rng(seed);
+  for (size_t i = 0; i < n * row_bytes; ++i) data[i] = static_cast<uint8_t>(rng());
+}
+
+AlignedRows::~AlignedRows() { std::free(data); }
+
+std::vector<std::span<const uint8_t>> AlignedRows::Const() const {
+  std::vector<std::span<const uint8_t>> out;
+  for (size_t i = 0; i < count; ++i) out.push_back(Row(i));
+  return out;
+}
+
+std::vector<std::span<uint8_t>> AlignedRows::Mut() const {
+  std::vector<std::span<uint8_t>> out;
+  for (size_t i = 0; i < count; ++i) out.push_back(Row(i));
+  return out;
+}
+
 }  // namespace kvtier::testing

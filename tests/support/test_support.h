@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -59,6 +60,22 @@ void WriteFileOrDie(const std::filesystem::path& path, const std::string& bytes)
 // Polls `tier` until job `id` is finished and returns its result; fails the
 // test (and returns an empty result) after timeout_ms. Other finished jobs
 // polled meanwhile are dropped.
+// n rows of row_bytes each in one 4096-aligned buffer (O_DIRECT-able), filled
+// with bytes drawn from `seed`: what the fs tier tests store and load.
+struct AlignedRows {
+  AlignedRows(size_t n, uint64_t row_bytes, uint64_t seed);
+  ~AlignedRows();
+  AlignedRows(const AlignedRows&) = delete;
+  AlignedRows& operator=(const AlignedRows&) = delete;
+  std::span<uint8_t> Row(size_t i) const { return {data + i * row_bytes, row_bytes}; }
+  std::vector<std::span<const uint8_t>> Const() const;
+  std::vector<std::span<uint8_t>> Mut() const;
+
+  uint8_t* data;
+  size_t count;
+  uint64_t row_bytes;
+};
+
 JobResult WaitForJob(FsTier* tier, uint64_t id, int timeout_ms = 20000);
 
 // tests/data/py_golden.json: bytes CPython's pickle and json produce.
