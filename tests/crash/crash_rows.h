@@ -11,6 +11,7 @@
 #include <array>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <optional>
 #include <span>
 #include <string>
@@ -30,6 +31,20 @@ inline NamespaceSpec CrashSpec() {
   spec.model_name = "crash/model";
   spec.kv_cache_groups.push_back({16, {"l0", "l1"}});
   return spec;
+}
+
+// The fs tier that checks what a crash left: the crash namespace, 4 readers,
+// 1 writer (the checks only read and repair).
+inline FsTierOpenOptions CrashTierOptions(const std::filesystem::path& root, uint64_t row_bytes,
+                                          IoBackendKind backend) {
+  FsTierOpenOptions o;
+  o.tier.root_dir = root.string();
+  o.ns = CrashSpec();
+  o.row_bytes = row_bytes;
+  o.tier.n_read_threads = 4;
+  o.tier.n_write_threads = 1;
+  o.tier.io_backend = backend;
+  return o;
 }
 
 inline OffloadKey CrashKey(uint64_t i) {

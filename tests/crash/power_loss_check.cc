@@ -28,13 +28,7 @@ namespace kvtier::powerloss {
 namespace fs = std::filesystem;
 
 FsTierOpenOptions CheckOptions(const fs::path& root) {
-  FsTierOpenOptions o;
-  o.tier.root_dir = root.string();
-  o.ns = crash::CrashSpec();
-  o.row_bytes = kRow;
-  o.tier.n_read_threads = 4;
-  o.tier.n_write_threads = 1;
-  return o;
+  return crash::CrashTierOptions(root, kRow, IoBackendKind::kAuto);
 }
 
 namespace {

@@ -4,7 +4,6 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -12,32 +11,16 @@
 #include <cstdlib>
 #include <cstring>
 
-extern char** environ;
+#include "crash_spawn.h"
 
 namespace kvtier::powerloss {
 
 Status WriterProcess::Start(const std::vector<std::string>& argv,
                             const std::filesystem::path& err_log) {
-  int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0) return ErrnoToStatus(errno, "pipe2");
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_adddup2(&fa, fds[1], STDOUT_FILENO);
-  posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, err_log.c_str(),
-                                   O_WRONLY | O_CREAT | O_APPEND, 0644);
-  std::vector<char*> cargv;
-  for (const std::string& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
-  cargv.push_back(nullptr);
-  const int rc = posix_spawn(&pid_, cargv[0], &fa, nullptr, cargv.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  ::close(fds[1]);
-  if (rc != 0) {
-    ::close(fds[0]);
-    pid_ = -1;
-    return ErrnoToStatus(rc, "posix_spawn " + argv[0]);
-  }
-  fd_ = fds[0];
+  const crash::SpawnedChild child = crash::SpawnWithStdoutPipe(argv, err_log, O_APPEND);
+  if (child.error != 0) return ErrnoToStatus(child.error, child.what);
+  pid_ = child.pid;
+  fd_ = child.stdout_fd;
   if (fcntl(fd_, F_SETFL, O_NONBLOCK) != 0) return ErrnoToStatus(errno, "O_NONBLOCK");
   return Status::Ok();
 }

@@ -30,7 +30,6 @@
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <sys/xattr.h>
 #include <unistd.h>
@@ -54,11 +53,10 @@
 #include <vector>
 
 #include "crash_rows.h"
+#include "crash_spawn.h"
 #include "problems.h"
 #include "kvtier/fs_tier.h"
 #include "support/test_support.h"
-
-extern char** environ;
 
 namespace kvtier {
 namespace {
@@ -166,49 +164,33 @@ bool PumpUntil(int fd, Clock::time_point until, std::string* out) {
 ChildRun RunAndKill(const std::vector<std::string>& argv, const fs::path& err_log,
                     uint32_t kill_after_us) {
   ChildRun run;
-  int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0) {
-    run.problem = std::string("pipe2: ") + std::strerror(errno);
+  const crash::SpawnedChild child = crash::SpawnWithStdoutPipe(argv, err_log, O_TRUNC);
+  if (child.error != 0) {
+    run.problem = child.what + ": " + std::strerror(child.error);
     return run;
   }
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_adddup2(&fa, fds[1], STDOUT_FILENO);
-  posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, err_log.c_str(),
-                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  std::vector<char*> cargv;
-  for (const std::string& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
-  cargv.push_back(nullptr);
-  pid_t pid = -1;
-  const int rc = posix_spawn(&pid, cargv[0], &fa, nullptr, cargv.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  ::close(fds[1]);
-  if (rc != 0) {
-    ::close(fds[0]);
-    run.problem = std::string("posix_spawn ") + argv[0] + ": " + std::strerror(rc);
-    return run;
-  }
+  const pid_t pid = child.pid;
+  const int out_fd = child.stdout_fd;
 
   std::string out;
   bool open = true;
   const auto ready_deadline = Clock::now() + std::chrono::seconds(20);
   while (open && !run.ready && !run.unavailable && Clock::now() < ready_deadline) {
-    open = PumpUntil(fds[0], std::min(ready_deadline, Clock::now() + std::chrono::milliseconds(1)),
+    open = PumpUntil(out_fd, std::min(ready_deadline, Clock::now() + std::chrono::milliseconds(1)),
                      &out);
     if (out.rfind("READY", 0) == 0 && out.find('\n') != std::string::npos) run.ready = true;
     if (out.rfind("UNAVAILABLE", 0) == 0) run.unavailable = true;
   }
   if (run.ready && open) {
-    open = PumpUntil(fds[0], Clock::now() + std::chrono::microseconds(kill_after_us), &out);
+    open = PumpUntil(out_fd, Clock::now() + std::chrono::microseconds(kill_after_us), &out);
   }
   ::kill(pid, SIGKILL);
   while (waitpid(pid, &run.wait_status, 0) < 0 && errno == EINTR) {
   }
   run.killed = WIFSIGNALED(run.wait_status) && WTERMSIG(run.wait_status) == SIGKILL;
   // Drain what it wrote before it died (its pipe end is closed now).
-  while (open) open = PumpUntil(fds[0], Clock::now() + std::chrono::seconds(5), &out);
-  ::close(fds[0]);
+  while (open) open = PumpUntil(out_fd, Clock::now() + std::chrono::seconds(5), &out);
+  ::close(out_fd);
 
   if (!run.ready && !run.unavailable) {
     run.problem = "no READY line; it printed '" + out.substr(0, 200) +
@@ -337,17 +319,6 @@ std::string RawProblem(const fs::path& path, uint64_t index, bool xattrs, Oracle
   return "";
 }
 
-FsTierOpenOptions Options(const fs::path& root, IoBackendKind backend) {
-  FsTierOpenOptions o;
-  o.tier.root_dir = root.string();
-  o.ns = crash::CrashSpec();
-  o.row_bytes = kRow;
-  o.tier.n_read_threads = 4;
-  o.tier.n_write_threads = 1;
-  o.tier.io_backend = backend;
-  return o;
-}
-
 JobResult WaitJob(FsTier* tier, uint64_t id) {
   std::vector<JobResult> done;
   const auto deadline = Clock::now() + std::chrono::seconds(60);
@@ -404,7 +375,7 @@ void PlantCorruptBlocks(const FsTier& tier, bool xattrs, Oracle* oracle) {
 void CheckRoot(const fs::path& root, IoBackendKind backend, bool xattrs,
                const std::set<uint64_t>& acked, Oracle* oracle, Totals* totals,
                ScanResult* scan_out) {
-  auto opened = FsTier::Open(Options(root, backend));
+  auto opened = FsTier::Open(crash::CrashTierOptions(root, kRow, backend));
   ASSERT_TRUE(opened.ok()) << opened.status().ToString();
   std::unique_ptr<FsTier> tier = std::move(opened).value();
   Problems problems;
