@@ -17,6 +17,7 @@ struct BenchFsFlags {
   BenchFsOptions options;
   std::string backend = "auto";
   bool no_direct = false;
+  bool no_checksum = false;
   bool json = false;
 };
 
@@ -28,6 +29,7 @@ int RunBenchFsCommand(const BenchFsFlags& f) {
       {"syscall", IoBackendKind::kSyscall}};
   o.backend = kBackends.at(f.backend);  // CLI11 has checked the name
   o.o_direct = !f.no_direct;
+  o.checksum_blocks = !f.no_checksum;
   Result<BenchFsResult> result = RunBenchFs(o);
   if (!result.ok()) {
     std::fprintf(stderr, "kvtier bench fs: %s\n", result.status().ToString().c_str());
@@ -72,6 +74,8 @@ void RegisterBenchFs(CLI::App* bench, CliContext* ctx) {
   cmd->add_flag("--json", flags->json, "Machine-readable output");
   cmd->add_flag("--keep", o.keep, "Leave the benchmark's files in place");
   cmd->add_flag("--no-direct", flags->no_direct, "Buffered I/O (no O_DIRECT)");
+  cmd->add_flag("--no-checksum", flags->no_checksum,
+                "checksum_blocks: false (no CRC32C, no xattr), as vLLM's default");
   cmd->add_option("--seed", o.seed, "Seed of the keys and the row content")->capture_default_str();
   cmd->add_option("--batch", o.batch, "Rows per submitted job (latency is then per job)")
       ->capture_default_str();

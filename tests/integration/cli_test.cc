@@ -4,12 +4,17 @@
 // (absolute and with presence when --root is given), honours
 // PYTHONHASHSEED / --seed like vLLM, warns when xxhash hashes are random, and
 // reads a namespace back from an existing config.json; `config check` prints
-// the effective config and notes where a value is kvtier's default, not vLLM's.
+// the effective config and notes where a value is kvtier's default, not vLLM's;
+// `bench fs --no-checksum` benchmarks the tier with checksum_blocks off.
 #include <gtest/gtest.h>
+
+#include <sys/xattr.h>
 
 #include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
 
 #include "support/test_support.h"
 
@@ -202,6 +207,32 @@ TEST(Cli, BenchTiersLoadsEveryRowFromFsInAFreshProcess) {
   EXPECT_GT(report["store"]["gbps"].get<double>(), 0);
   EXPECT_GT(report["load"]["gbps"].get<double>(), 0);
   EXPECT_TRUE(std::filesystem::is_empty(root.path()));
+}
+
+// `kvtier bench fs --no-checksum` runs the tier with checksum_blocks off
+// (the figures the issue compares with the plain baseline): its blocks carry
+// no CRC32C xattr, while a default run's blocks all do.
+TEST(Cli, BenchFsNoChecksumWritesBlocksWithoutTheCrcXattr) {
+  for (const bool off : {false, true}) {
+    testing::TempDir root;
+    std::vector<std::string> args = {CliPath(), "bench", "fs", "--root", root.path(), "--row-bytes", "4096",
+                                     "--rows", "6", "--no-direct", "--keep", "--json"};
+    if (off) args.push_back("--no-checksum");
+    auto r = RunCommand(args);
+    ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+    const auto report = nlohmann::json::parse(r.out, nullptr, false);
+    ASSERT_TRUE(report.is_object()) << r.out;
+    EXPECT_EQ(report["xattrs"], !off) << r.out;
+    int blocks = 0, with_crc = 0;
+    for (const auto& e : std::filesystem::recursive_directory_iterator(root.path())) {
+      if (e.path().extension() != ".bin") continue;
+      ++blocks;
+      char value[8];
+      with_crc += getxattr(e.path().c_str(), "user.vllm.kv_crc32c", value, sizeof value) == 4 ? 1 : 0;
+    }
+    EXPECT_EQ(blocks, 6);
+    EXPECT_EQ(with_crc, off ? 0 : 6) << (off ? "--no-checksum" : "default");
+  }
 }
 
 TEST(Cli, BenchTiersRefusesRowBytesThatAreNotPageMultiples) {

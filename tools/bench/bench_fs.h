@@ -49,6 +49,7 @@ struct BenchFsOptions {
   int queue_depth = 32;
   IoBackendKind backend = IoBackendKind::kAuto;
   bool o_direct = true;
+  bool checksum_blocks = true;     // the tier's checksum_blocks (CRC32C xattr per block)
   bool mixed = false;
   bool keep = false;
   uint64_t seed = 1;
