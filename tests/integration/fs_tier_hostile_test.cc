@@ -8,7 +8,8 @@
 // symlinked <NS>, <NS>_r0, .kvtier or leases directory fails the open with
 // its path named and nothing is created in its target. Also proves that the
 // syscall backend ends a syscall that blocks past its deadline, and reports
-// it only once the syscall is over. Every wait is bounded, and a blocked FIFO
+// it only once the syscall is over, and that the io_uring backend cancels a
+// request at its deadline. Every wait is bounded, and a blocked FIFO
 // is released afterwards, so a regression fails instead of hanging. Seeded
 // random rows; seed printed.
 #include <fcntl.h>
@@ -18,6 +19,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <random>
 
 #include "io/backend.h"
@@ -261,6 +263,54 @@ TEST(FsTierSyscallBackendTest, OpenPastItsDeadlineEndsBeforeItIsReported) {
   EXPECT_EQ(c.res, -ETIMEDOUT);
   EXPECT_EQ(writer, -1);
   EXPECT_EQ(writer_errno, ENXIO);
+}
+
+// The io_uring backend: a read that waits (an empty pipe with a writer)
+// ends by its deadline with a cancellation, one whose deadline has already
+// passed never starts, and one that completes in time keeps its result.
+TEST(FsTierUringBackendTest, RequestsEndByTheirDeadlines) {
+  auto made = internal::MakeUringBackend(16);
+  if (!made.ok()) GTEST_SKIP() << "no io_uring here: " << made.status().ToString();
+  std::unique_ptr<internal::IoBackend> backend = std::move(*made);
+  testing::TempDir dir;
+  const fs::path fifo = dir.path() / "fifo";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0644), 0);
+  const int fd = open(fifo.c_str(), O_RDWR | O_CLOEXEC);  // its own writer: opening never blocks
+  ASSERT_GE(fd, 0) << strerror(errno);
+  char buf[8];
+  auto read_req = [&](uint64_t tag, uint64_t deadline_ns) {
+    internal::IoRequest req;
+    req.tag = tag;
+    req.op = internal::IoOp::kRead;
+    req.fd = fd;
+    req.buf = buf;
+    req.len = sizeof buf;
+    req.deadline_ns = deadline_ns;
+    return req;
+  };
+  const uint64_t t0 = internal::MonotonicNowNs();
+  const internal::IoRequest reqs[] = {read_req(1, t0 + 200'000'000), read_req(2, t0 - 1)};
+  ASSERT_OK(backend->Submit(reqs));
+  std::map<uint64_t, int64_t> done;
+  internal::IoCompletion c{};
+  for (int i = 0; i < kJobWaitMs / 100 && done.size() < 2; ++i) {
+    if (backend->Reap({&c, 1}, 100) == 1) done[c.tag] = c.res;
+  }
+  const double waited_s = static_cast<double>(internal::MonotonicNowNs() - t0) * 1e-9;
+  ASSERT_EQ(done.size(), 2u) << "a read outlived its deadline";
+  EXPECT_TRUE(done[1] == -ECANCELED || done[1] == -ETIMEDOUT || done[1] == -EINTR) << done[1];
+  EXPECT_TRUE(done[2] == -ECANCELED || done[2] == -ETIMEDOUT) << done[2];
+  EXPECT_GE(waited_s, 0.15);  // not before its deadline
+  // In time: the data is there before the deadline, so the read keeps it.
+  ASSERT_EQ(write(fd, "abc", 3), 3);
+  const internal::IoRequest in_time = read_req(3, internal::MonotonicNowNs() + 5'000'000'000);
+  ASSERT_OK(backend->Submit({&in_time, 1}));
+  size_t n = 0;
+  for (int i = 0; i < kJobWaitMs / 100 && n == 0; ++i) n = backend->Reap({&c, 1}, 100);
+  ASSERT_EQ(n, 1u);
+  EXPECT_EQ(c.tag, 3u);
+  EXPECT_EQ(c.res, 3);
+  close(fd);
 }
 
 }  // namespace
