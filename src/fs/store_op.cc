@@ -153,11 +153,7 @@ class StoreOp final : public FsBlockOp {
     // Shard directories on demand. On a shared volume another instance may be
     // creating (or gc removing) the same directory at this moment, which can
     // surface as ENOENT or ESTALE: create and try again a few times.
-    if ((res == -ENOENT || res == -ESTALE) && mkdir_rounds_ < kMkdirRoundsMax) {
-      ++mkdir_rounds_;
-      mkdir_level_ = 0;
-      return Go(kMkdir);
-    }
+    if ((res == -ENOENT || res == -ESTALE) && MkdirAgain(res)) return;
     if (res == -EEXIST && ++name_retries_ < 4) return NewTempName();
     if (res == -EINVAL && direct_) {
       direct_ = false;  // this filesystem refuses O_DIRECT for this file: buffered
@@ -168,15 +164,25 @@ class StoreOp final : public FsBlockOp {
     }
     Finish(res, "open " + Shown(tmp_));
   }
-  // A parent vanished or went stale meanwhile: from the top, a few times.
+  // A round of directory creation, deepest first: open the parent of the
+  // missing shard directory (mostly there already: 4096 first-level shards
+  // fill early), and only where that is missing too step up a level. Each
+  // mkdirat that finds its directory present takes the parent's lock for
+  // nothing. A parent that vanished or went stale meanwhile starts a new
+  // round, a few times.
   bool MkdirAgain(int64_t res) {
     if ((res != -ENOENT && res != -ESTALE) || mkdir_rounds_ >= kMkdirRoundsMax) return false;
     ++mkdir_rounds_;
-    mkdir_level_ = 0;
-    Go(kMkdir);
+    mkdir_level_ = 2;
+    Go(kMkdirParent);
     return true;
   }
   void AfterMkdirParent(int64_t res) {
+    if (res == -ENOENT && mkdir_level_ > 0) {  // the parent is missing too: one level up
+      --mkdir_level_;
+      if (mkdir_level_ == 0) Go(kMkdir);  // the block directory itself, in root_dir
+      return;
+    }
     if (MkdirAgain(res)) return;
     if (res < 0) return Finish(res, "open " + Shown(mkdir_level_ == 1 ? block_dir_ : shard1_));
     dir_fd_ = static_cast<int>(res);

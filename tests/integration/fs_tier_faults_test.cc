@@ -5,7 +5,8 @@
 // the load without touching the file; an expired deadline (-ECANCELED) fails
 // the key, never hangs it; slow and shuffled completions change nothing;
 // durability modes issue their syncs; backpressure drops stores, not loads;
-// while loads run, no more than stores_while_loading_max stores do.
+// while loads run, no more than stores_while_loading_max stores do; shard
+// directories are made deepest first.
 // Seeded.
 #include <gtest/gtest.h>
 
@@ -156,6 +157,42 @@ TEST_F(FaultTest, DurabilityModesIssueTheirSyncs) {
       EXPECT_EQ(fsyncs, 0);
     }
   }
+}
+
+// Shard directories are made deepest first: a store whose first-level shard
+// exists makes only the second (no mkdirat that finds its directory there),
+// one whose shards exist makes none, and one whose block directory vanished
+// (gc) makes all three and still lands.
+TEST_F(FaultTest, ShardDirectoriesAreMadeDeepestFirst) {
+  auto tier = Open({});
+  auto key = [](uint8_t b1, uint8_t b2) {
+    std::vector<uint8_t> b(32, 0x33);
+    b[0] = 0x5a;
+    b[1] = b1;
+    b[2] = b2;
+    return OffloadKey{BlockHash::FromBytes(b).value(), 1};
+  };
+  const OffloadKey a = key(0x10, 0x00), same_shard1 = key(0x1f, 0xf0), same_both = key(0x10, 0x01);
+  const fs::path pa = tier->BlockPath(a), pb = tier->BlockPath(same_shard1), pc = tier->BlockPath(same_both);
+  ASSERT_EQ(pa.parent_path().parent_path(), pb.parent_path().parent_path());
+  ASSERT_NE(pa.parent_path(), pb.parent_path());
+  ASSERT_EQ(pa.parent_path(), pc.parent_path());
+  auto rows = Rows(1);
+  size_t seen = 0;
+  auto store_counting_mkdirs = [&](const OffloadKey& k) {
+    EXPECT_EQ(Wait(tier.get(), tier->SubmitStore({&k, 1}, Const(rows)).value()).OkPrefix(), 1u);
+    const auto log = fake_->log();
+    int mkdirs = 0;
+    for (size_t i = seen; i < log.size(); ++i) mkdirs += log[i].op == internal::IoOp::kMkdir;
+    seen = log.size();
+    return mkdirs;
+  };
+  EXPECT_EQ(store_counting_mkdirs(a), 2);            // both shard levels, not the block directory
+  EXPECT_EQ(store_counting_mkdirs(same_shard1), 1);  // the second level only
+  EXPECT_EQ(store_counting_mkdirs(same_both), 0);
+  fs::remove_all(pa.parent_path().parent_path().parent_path());  // the block directory, as gc would
+  EXPECT_EQ(store_counting_mkdirs(a), 3);
+  EXPECT_TRUE(fs::is_regular_file(pa));
 }
 
 TEST_F(FaultTest, BackpressureDropsStoresButNeverLoads) {
