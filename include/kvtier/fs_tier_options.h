@@ -80,6 +80,11 @@ struct FsTierOptions {
   // `o_direct`: use O_DIRECT when the startup probe allows it (buffered
   // otherwise); default true.
   bool o_direct = true;
+  // `inline_metadata`: "auto" (on where root_dir is a local filesystem),
+  // "on" or "off": whether the io_uring engine runs mkdirat, renameat,
+  // unlinkat and fsetxattr on its own thread instead of io_uring's workers
+  // (options.h says why); default "auto". The syscall backend ignores it.
+  InlineMetadata inline_metadata = InlineMetadata::kAuto;
   // `checksum_blocks` (vLLM PR #57912, where vLLM's default is false): store
   // each block's CRC32C in the xattr user.vllm.kv_crc32c and verify it on
   // load (FORMAT.md L60, L67, L102); the tier's open fails where the

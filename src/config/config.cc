@@ -86,6 +86,11 @@ constexpr EnumName<IoBackendKind> kIoBackendNames[] = {
     {IoBackendKind::kUring, "uring"},
     {IoBackendKind::kSyscall, "syscall"},
 };
+constexpr EnumName<InlineMetadata> kInlineMetadataNames[] = {
+    {InlineMetadata::kAuto, "auto"},
+    {InlineMetadata::kOn, "on"},
+    {InlineMetadata::kOff, "off"},
+};
 constexpr EnumName<BackpressureDetector> kDetectorNames[] = {
     {BackpressureDetector::kEma, "EMABackpressureDetector"},
 };
@@ -299,6 +304,7 @@ constexpr KeySpec<FsTierOptions> kFsTierKeys[] = {
     IntegerKey<&FsTierOptions::store_queue_bytes_max, kPositive>("store_queue_bytes_max", kKvtier),
     EnumKey<&FsTierOptions::io_backend, kIoBackendNames>("io_backend", kKvtier),
     BoolKey<&FsTierOptions::o_direct>("o_direct", kKvtier),
+    EnumKey<&FsTierOptions::inline_metadata, kInlineMetadataNames>("inline_metadata", kKvtier),
     // vLLM PR #57912; kvtier checks blocks unless told not to.
     BoolKey<&FsTierOptions::checksum_blocks>("checksum_blocks", kVllm, /*vllm_default=*/"false"),
 };

@@ -6,7 +6,9 @@
 // follow no symlink (tier_dirs.h): a symlinked <NS>, <NS>_r<rank> or .kvtier
 // fails the open with a Status naming it.
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <sys/random.h>
+#include <sys/statfs.h>
 #include <sys/stat.h>
 #include <sys/xattr.h>
 #include <unistd.h>
@@ -191,12 +193,21 @@ uint64_t RandomU63() {
   return v & ((uint64_t{1} << 63) - 1);
 }
 
+bool InlineMetadataFor(const FsTierOptions& t) {
+  switch (t.inline_metadata) {
+    case InlineMetadata::kOn: return true;
+    case InlineMetadata::kOff: return false;
+    case InlineMetadata::kAuto: return LocalFilesystem(t.root_dir);
+  }
+  return false;
+}
+
 Result<std::unique_ptr<IoBackend>> MakeBackend(const FsTierOpenOptions& o) {
   const int ops = o.tier.n_read_threads + o.tier.n_write_threads;
   if (o.tier.io_backend != IoBackendKind::kSyscall) {
     unsigned entries = 64;
-    while (entries < static_cast<unsigned>(4 * ops)) entries *= 2;  // 2 SQEs per op, with room
-    auto uring = MakeUringBackend(entries);
+    while (entries < static_cast<unsigned>(4 * ops)) entries *= 2;  // an SQE per op, with room
+    auto uring = MakeUringBackend(entries, InlineMetadataFor(o.tier));
     if (uring.ok() || o.tier.io_backend == IoBackendKind::kUring) return uring;
     LogWarning("io_uring is unavailable (" + uring.status().ToString() +
                "): falling back to a pool of " + std::to_string(ops) + " syscall threads");
@@ -217,6 +228,21 @@ Status ValidateOptions(const FsTierOpenOptions& o) {
 }
 
 }  // namespace
+
+bool LocalFilesystem(const std::string& dir) {
+  struct statfs st {};
+  if (statfs(dir.c_str(), &st) != 0) return false;
+  switch (static_cast<unsigned long>(st.f_type)) {
+    case EXT4_SUPER_MAGIC:  // also ext2 and ext3
+    case XFS_SUPER_MAGIC:
+    case BTRFS_SUPER_MAGIC:
+    case TMPFS_MAGIC:
+    case F2FS_SUPER_MAGIC:
+      return true;
+    default:
+      return false;
+  }
+}
 
 Result<std::unique_ptr<FsTier>> OpenFsTier(const FsTierOpenOptions& o) {
   return OpenFsTierWithBackend(o, nullptr);

@@ -48,8 +48,11 @@ class IoBackend {
 std::unique_ptr<IoBackend> MakeSyncBackend(int threads);
 
 // io_uring with `entries` submission slots. kUnavailable when the kernel
-// refuses a ring (seccomp, kernel.io_uring_disabled, ENOSYS).
-Result<std::unique_ptr<IoBackend>> MakeUringBackend(unsigned entries);
+// refuses a ring (seccomp, kernel.io_uring_disabled, ENOSYS). With
+// `inline_metadata`, kMkdir, kRename, kUnlink and kFsetxattr run as plain
+// syscalls on the submitting thread during Submit (the fs tier's
+// `inline_metadata` option says when that pays).
+Result<std::unique_ptr<IoBackend>> MakeUringBackend(unsigned entries, bool inline_metadata = false);
 
 // Executes one request synchronously with plain syscalls (shared by the
 // syscall backend and by test fakes).

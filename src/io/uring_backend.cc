@@ -137,6 +137,8 @@ class UringBackend final : public IoBackend {
   }
   std::string_view name() const override { return "io_uring"; }
 
+  explicit UringBackend(bool inline_metadata) : inline_metadata_(inline_metadata) {}
+
   Status Init(unsigned entries) {
     int rc = io_uring_queue_init(entries, &ring_, 0);
     if (rc < 0) {
@@ -275,7 +277,13 @@ class UringBackend final : public IoBackend {
   // which costs more than the syscall: run them here.
   // An openat2 also runs here on a kernel whose ring lacks OPENAT2 (5.5),
   // where ExecuteSync walks the path itself.
+  // With inline_metadata, so do the directory and xattr changes that
+  // io_uring always hands to a worker (see MakeUringBackend).
   bool RunsInline(const IoRequest& r) const {
+    if (inline_metadata_ && (r.op == IoOp::kMkdir || r.op == IoOp::kRename || r.op == IoOp::kUnlink ||
+                             r.op == IoOp::kFsetxattr)) {
+      return true;
+    }
     return (r.op == IoOp::kStatx && r.path == nullptr) || r.op == IoOp::kFgetxattr ||
            (r.op == IoOp::kOpen && r.resolve != 0 && !have_openat2_);
   }
@@ -340,6 +348,7 @@ class UringBackend final : public IoBackend {
   }
 
   io_uring ring_{};
+  const bool inline_metadata_;
   bool ring_ok_ = false;
   int event_fd_ = -1;
   bool supported_[static_cast<int>(IoOp::kTouchAtime) + 1] = {};
@@ -355,8 +364,8 @@ class UringBackend final : public IoBackend {
 
 }  // namespace
 
-Result<std::unique_ptr<IoBackend>> MakeUringBackend(unsigned entries) {
-  auto backend = std::make_unique<UringBackend>();
+Result<std::unique_ptr<IoBackend>> MakeUringBackend(unsigned entries, bool inline_metadata) {
+  auto backend = std::make_unique<UringBackend>(inline_metadata);
   KVTIER_RETURN_IF_ERROR(backend->Init(entries));
   return std::unique_ptr<IoBackend>(std::move(backend));
 }

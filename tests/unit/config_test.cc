@@ -633,6 +633,7 @@ TEST(ConfigSingleTier, MinimalTierTakesTheDocumentedDefaults) {
   EXPECT_TRUE(t.o_direct);
   EXPECT_TRUE(t.checksum_blocks) << "kvtier's default, where vLLM's is false";
   EXPECT_EQ(t.stores_while_loading_max, 2);
+  EXPECT_EQ(t.inline_metadata, InlineMetadata::kAuto);
 }
 
 // Every key set to a value other than its default, so a key that is read
@@ -643,7 +644,8 @@ constexpr std::string_view kEveryFsTierKey = R"({
     "backpressure": {"backpressure_cls": "EMABackpressureDetector", "policy_cls": "DropStorePolicy",
                      "high_water_s": 0.5, "low_water_s": 0.25, "alpha": 0.75, "warmup": 7},
     "io_timeout_ms": 1234, "stores_while_loading_max": 9, "durability": "full",
-    "store_queue_bytes_max": 65536, "io_backend": "syscall", "o_direct": false, "checksum_blocks": false})";
+    "store_queue_bytes_max": 65536, "io_backend": "syscall", "o_direct": false, "checksum_blocks": false,
+    "inline_metadata": "off"})";
 
 FsTierOptions EveryFsTierKeyExpected() {
   FsTierOptions t;
@@ -661,6 +663,7 @@ FsTierOptions EveryFsTierKeyExpected() {
   t.io_backend = IoBackendKind::kSyscall;
   t.o_direct = false;
   t.checksum_blocks = false;
+  t.inline_metadata = InlineMetadata::kOff;
   return t;
 }
 
@@ -678,6 +681,7 @@ TEST(ConfigSingleTier, EveryVllmAndKvtierKeyReachesItsField) {
   EXPECT_EQ(t.io_backend, IoBackendKind::kSyscall);
   EXPECT_FALSE(t.o_direct);
   EXPECT_FALSE(t.checksum_blocks);
+  EXPECT_EQ(t.inline_metadata, InlineMetadata::kOff);
   ASSERT_TRUE(t.backpressure.has_value());
   EXPECT_EQ(t.backpressure->high_water_s_per_mib, 0.5);
   EXPECT_EQ(t.backpressure->low_water_s_per_mib, 0.25);
@@ -724,6 +728,8 @@ TEST(ConfigSingleTier, UnknownKeysAndBrokenRulesNameTheKeyWithoutATierPrefix) {
                              "expected a positive integer"));
   EXPECT_TRUE(IsTierKeyError(ParseFsTierConfig(R"({"root_dir": "/x", "durability": "always"})"), "durability",
                              "\"always\""));
+  EXPECT_TRUE(IsTierKeyError(ParseFsTierConfig(R"({"root_dir": "/x", "inline_metadata": true})"),
+                             "inline_metadata", "\"auto\""));
   EXPECT_TRUE(IsTierKeyError(
       ParseFsTierConfig(R"({"root_dir": "/x", "backpressure": {"backpressure_cls": "EMABackpressureDetector",
                                                              "low_water_s": 0.5, "high_water_s": 0.1}})"),
