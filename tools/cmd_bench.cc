@@ -18,6 +18,7 @@ struct BenchFsFlags {
   std::string backend = "auto";
   bool no_direct = false;
   bool no_checksum = false;
+  std::string inline_metadata = "auto";
   bool json = false;
 };
 
@@ -30,6 +31,9 @@ int RunBenchFsCommand(const BenchFsFlags& f) {
   o.backend = kBackends.at(f.backend);  // CLI11 has checked the name
   o.o_direct = !f.no_direct;
   o.checksum_blocks = !f.no_checksum;
+  static const std::map<std::string, InlineMetadata> kInline = {
+      {"auto", InlineMetadata::kAuto}, {"on", InlineMetadata::kOn}, {"off", InlineMetadata::kOff}};
+  o.inline_metadata = kInline.at(f.inline_metadata);  // checked by CLI11 too
   Result<BenchFsResult> result = RunBenchFs(o);
   if (!result.ok()) {
     std::fprintf(stderr, "kvtier bench fs: %s\n", result.status().ToString().c_str());
@@ -76,6 +80,10 @@ void RegisterBenchFs(CLI::App* bench, CliContext* ctx) {
   cmd->add_flag("--no-direct", flags->no_direct, "Buffered I/O (no O_DIRECT)");
   cmd->add_flag("--no-checksum", flags->no_checksum,
                 "checksum_blocks: false (no CRC32C, no xattr), as vLLM's default");
+  cmd->add_option("--inline-metadata", flags->inline_metadata,
+                  "The tier's inline_metadata: auto | on | off (docs/config.md)")
+      ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->capture_default_str();
   cmd->add_option("--seed", o.seed, "Seed of the keys and the row content")->capture_default_str();
   cmd->add_option("--batch", o.batch, "Rows per submitted job (latency is then per job)")
       ->capture_default_str();

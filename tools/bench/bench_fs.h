@@ -50,6 +50,7 @@ struct BenchFsOptions {
   IoBackendKind backend = IoBackendKind::kAuto;
   bool o_direct = true;
   bool checksum_blocks = true;     // the tier's checksum_blocks (CRC32C xattr per block)
+  InlineMetadata inline_metadata = InlineMetadata::kAuto;  // the tier's inline_metadata
   bool mixed = false;
   bool keep = false;
   uint64_t seed = 1;
