@@ -20,7 +20,7 @@
 #include <deque>
 #include <functional>
 #include <queue>
-#include <unordered_set>
+#include <unordered_map>
 #include <vector>
 
 #include "io/backend.h"
@@ -93,12 +93,16 @@ void Prep(io_uring_sqe* sqe, const IoRequest& r, open_how* how) {
 
 // The deadlines of the requests in the ring: a min-heap with lazy removal
 // (a completed request's entry is dropped when it reaches the top). Tags are
-// never reused, so a stale entry cannot match a later request.
+// never reused, so a stale entry cannot match a later request. One request
+// stuck for its whole deadline pins the top while thousands complete behind
+// it, so the heap is rebuilt from the live entries when stale ones outnumber
+// them: memory stays proportional to the requests in flight.
 class DeadlineSet {
  public:
   void Add(uint64_t tag, uint64_t deadline_ns) {
+    if (heap_.size() > 2 * live_.size() + 1024) Rebuild();
     heap_.push({deadline_ns, tag});
-    live_.insert(tag);
+    live_.emplace(tag, deadline_ns);
   }
   void Done(uint64_t tag) {
     if (!live_.empty()) live_.erase(tag);
@@ -121,12 +125,19 @@ class DeadlineSet {
   }
 
  private:
+  using Entry = std::pair<uint64_t, uint64_t>;  // deadline, tag
+  using Heap = std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>>;
   void DropStale() {
     while (!heap_.empty() && !live_.contains(heap_.top().second)) heap_.pop();
   }
-  using Entry = std::pair<uint64_t, uint64_t>;  // deadline, tag
-  std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> heap_;
-  std::unordered_set<uint64_t> live_;
+  void Rebuild() {
+    std::vector<Entry> entries;
+    entries.reserve(live_.size());
+    for (const auto& [tag, deadline] : live_) entries.push_back({deadline, tag});
+    heap_ = Heap(std::greater<Entry>(), std::move(entries));
+  }
+  Heap heap_;
+  std::unordered_map<uint64_t, uint64_t> live_;  // tag -> deadline
 };
 
 class UringBackend final : public IoBackend {

@@ -313,5 +313,63 @@ TEST(FsTierUringBackendTest, RequestsEndByTheirDeadlines) {
   close(fd);
 }
 
+// The same with thousands of requests completing while one waits: the
+// backend compacts its deadline bookkeeping meanwhile (it keeps memory
+// proportional to the requests in flight), and the waiting one still ends
+// by its own deadline.
+TEST(FsTierUringBackendTest, AWaitingRequestEndsByItsDeadlineWhileThousandsComplete) {
+  auto made = internal::MakeUringBackend(64);
+  if (!made.ok()) GTEST_SKIP() << "no io_uring here: " << made.status().ToString();
+  std::unique_ptr<internal::IoBackend> backend = std::move(*made);
+  testing::TempDir dir;
+  const fs::path fifo = dir.path() / "fifo";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0644), 0);
+  const int pipe_fd = open(fifo.c_str(), O_RDWR | O_CLOEXEC);
+  testing::WriteFileOrDie(dir.path() / "data", "0123456789");
+  const int file_fd = open((dir.path() / "data").c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(pipe_fd, 0);
+  ASSERT_GE(file_fd, 0);
+  char wait_buf[8], buf[4];
+  const uint64_t t0 = internal::MonotonicNowNs();
+  internal::IoRequest waiting{.tag = 1, .op = internal::IoOp::kRead, .fd = pipe_fd, .buf = wait_buf, .len = 8,
+                              .deadline_ns = t0 + 500'000'000};
+  ASSERT_OK(backend->Submit({&waiting, 1}));
+  int64_t waiting_res = 1;
+  internal::IoCompletion c[32];
+  uint64_t tag = 2;
+  int completed = 0;
+  while (completed < 5000 && waiting_res == 1) {
+    internal::IoRequest batch[16];
+    for (auto& r : batch) {
+      r = {.tag = tag++, .op = internal::IoOp::kRead, .fd = file_fd, .buf = buf, .len = 4,
+           .deadline_ns = internal::MonotonicNowNs() + 10'000'000'000};
+    }
+    ASSERT_OK(backend->Submit(batch));
+    for (int got = 0; got < 16;) {
+      const size_t n = backend->Reap(c, 1000);
+      ASSERT_GT(n, 0u) << "reads of a small file did not complete";
+      for (size_t i = 0; i < n; ++i) {
+        if (c[i].tag == 1) {
+          waiting_res = c[i].res;
+          continue;
+        }
+        EXPECT_EQ(c[i].res, 4) << c[i].tag;
+        ++got;
+        ++completed;
+      }
+    }
+  }
+  for (int i = 0; i < kJobWaitMs / 100 && waiting_res == 1; ++i) {
+    const size_t n = backend->Reap(c, 100);
+    for (size_t k = 0; k < n; ++k) waiting_res = c[k].tag == 1 ? c[k].res : waiting_res;
+  }
+  const double waited_s = static_cast<double>(internal::MonotonicNowNs() - t0) * 1e-9;
+  EXPECT_GE(completed, 1100) << "too few completions to exercise the compaction";
+  EXPECT_TRUE(waiting_res == -ECANCELED || waiting_res == -ETIMEDOUT || waiting_res == -EINTR) << waiting_res;
+  EXPECT_GE(waited_s, 0.45);
+  close(pipe_fd);
+  close(file_fd);
+}
+
 }  // namespace
 }  // namespace kvtier
