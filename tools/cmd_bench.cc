@@ -98,7 +98,7 @@ void RegisterBenchFs(CLI::App* bench, CliContext* ctx) {
                   "Store rows outstanding in the --mixed stream (0: twice --queue-depth)")
       ->capture_default_str();
   cmd->add_option("--io-timeout-ms", o.io_timeout_ms,
-                  "Deadline of every I/O (0: none, no linked timeouts)")
+                  "Deadline of every I/O (0: none)")
       ->capture_default_str();
   cmd->add_option("--stores-while-loading", o.stores_while_loading_max,
                   "Stores running at once while loads are active (the tier's stores_while_loading_max; 0: no cap)")

@@ -143,7 +143,7 @@ class KVTIER_API FsTier {
   // - kUnavailable: with checksum_blocks, user xattrs do not work under
   //   root_dir (as vLLM's tier; a probe that fails for another reason is
   //   logged and the tier starts); io_backend kUring and the kernel refuses
-  //   a ring (or lacks IORING_OP_LINK_TIMEOUT);
+  //   a ring (or lacks IORING_OP_ASYNC_CANCEL);
   // - from creating or opening the directories, config.json or the lease,
   //   ErrnoToStatus naming the path: kPermissionDenied (EACCES, EPERM,
   //   EROFS), kNoSpace, kNotFound, kIoError (EIO; also ELOOP or ENOTDIR when

@@ -10,7 +10,7 @@
 // the caller may reuse that buffer as soon as it sees the completion. A wait
 // that only a fatal signal ends (a hard NFS mount, a FUSE daemon that ignores
 // interrupts) therefore holds its request until it returns, exactly as
-// io_uring's linked timeouts cannot cancel such a wait either. The watchdog
+// io_uring's cancellation cannot end such a wait either. The watchdog
 // kicks again every kKickAgainNs, which also covers a signal that lands just
 // before the worker enters the syscall.
 #include <pthread.h>

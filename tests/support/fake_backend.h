@@ -1,7 +1,7 @@
 // FakeBackend: executes requests with real syscalls (ExecuteSync, on real
 // files) and injects faults, seeded: short reads and writes, -EAGAIN/-EINTR,
-// chosen errors per operation, expired deadlines (-ECANCELED, as a linked
-// timeout reports it), slow completions, and completions in shuffled order. It never
+// chosen errors per operation, expired deadlines (-ECANCELED, as a request
+// cancelled at its deadline reports it), slow completions, and completions in shuffled order. It never
 // stands in for the real path: it wraps it.
 #pragma once
 
@@ -22,7 +22,7 @@ struct FaultPlan {
   internal::IoOp error_op = internal::IoOp::kStatx;
   int error_errno = 0;
   int error_one_in = 0;
-  int timeout_one_in = 0;  // -ECANCELED on read/write, as an expired linked timeout
+  int timeout_one_in = 0;  // -ECANCELED on read/write, as a request cancelled at its deadline
   bool shuffle = false;    // completions come back in random order
   int slow_one_in = 0;     // a completion is held back for several reaps
 };

@@ -59,7 +59,7 @@ struct BenchFsOptions {
   int mixed_load_depth = 4;        // rows in flight of the timed loads in --mixed
   uint64_t mixed_rows = 1000;      // timed loads per mixed sub-phase (at most rows)
   int mixed_store_depth = 0;       // store rows outstanding in the stream; 0: 2 x queue_depth
-  uint32_t io_timeout_ms = FsTierOptions{}.io_timeout_ms;  // the tier's default (0: no linked timeouts)
+  uint32_t io_timeout_ms = FsTierOptions{}.io_timeout_ms;  // the tier's default (0: none)
   int stores_while_loading_max = FsTierOptions{}.stores_while_loading_max;  // the tier's default
   KvGroupFlags kv_groups;          // the model's KV-cache groups (name the namespace)
 };
