@@ -75,7 +75,7 @@ command -v fio >/dev/null || { HAVE_FIO=0; echo "fio_compare: fio not found: the
 FRESH_FS=${FRESH_FS:-0}
 if [[ $FRESH_FS == 1 ]]; then
   (( EUID == 0 )) || { echo "fio_compare: FRESH_FS=1 needs root (losetup, mkfs, mount)" >&2; exit 1; }
-  for t in losetup mkfs.ext4; do command -v $t >/dev/null || { echo "fio_compare: FRESH_FS=1 needs $t" >&2; exit 1; }; done
+  for t in losetup mkfs.ext4 mount truncate; do command -v $t >/dev/null || { echo "fio_compare: FRESH_FS=1 needs $t" >&2; exit 1; }; done
 fi
 
 mkdir -p "$DIR"
@@ -83,6 +83,7 @@ WORK=$(mktemp -d "$(realpath "$DIR")/kvtier-fio-compare.XXXXXX")
 RAW=$(mktemp -d "${TMPDIR:-/tmp}/kvtier-fio-compare-json.XXXXXX")
 LOOP=
 cleanup() {
+  set +e  # every step, whatever failed before
   if [[ -n $LOOP ]]; then umount "$WORK/mnt" 2>/dev/null; losetup -d "$LOOP"; fi
   rm -rf "$WORK"
   if [[ "${KEEP_RAW:-0}" == 1 ]]; then echo "raw JSON kept in $RAW" >&2; else rm -rf "$RAW"; fi
@@ -98,8 +99,10 @@ loads=$(( ROWS - ROWS / 2 < 1000 ? ROWS - ROWS / 2 : 1000 ))
 stream=$(( ROWS > 8 * loads ? ROWS : 8 * loads ))
 need=$(( (2 * ROWS + REPEAT * (4 * ROWS + stream)) * ROW_BYTES / 1024 * 105 / 100 ))
 # A fresh filesystem holds one tool's run at a time (fio: its files and the
-# mixed writer's; kvtier: its rows and its --mixed stream), plus ext4's own.
-fresh_bytes=$(( (2 * ROWS + stream + 2048) * ROW_BYTES ))
+# mixed writer's; kvtier: its rows and its --mixed stream), plus ext4's own
+# (journal, inodes, and up to two 4 KiB shard directories per row).
+files=$(( 2 * ROWS + stream ))
+fresh_bytes=$(( files * ROW_BYTES + files * 16384 + (2 << 30) ))
 (( FRESH_FS == 1 )) && need=$(( fresh_bytes / 1024 * 105 / 100 ))
 avail=$(df -Pk "$WORK" | awk 'NR==2 {print $4}')
 if (( avail < need )); then
@@ -116,16 +119,18 @@ if [[ $FRESH_FS == 1 ]]; then
 fi
 # fresh NAME: the directory a tool run writes under (made empty): on a newly
 # made ext4 with FRESH_FS=1, else $WORK/NAME beside the other runs' files.
+# Call it as `d=$(fresh NAME) || exit 1`: inside $(...) set -e is off, so
+# each step checks itself (a failed mount must not put the run on DIR's own
+# filesystem).
 fresh() {
   if [[ $FRESH_FS == 1 ]]; then
     umount "$WORK/mnt" 2>/dev/null || true
-    mkfs.ext4 -q -F -E lazy_itable_init=0,lazy_journal_init=0 "$LOOP"
-    mount "$LOOP" "$WORK/mnt"
-    mkdir -p "$WORK/mnt/$1"
+    mkfs.ext4 -q -F -E lazy_itable_init=0,lazy_journal_init=0 "$LOOP" >&2 &&
+      mount "$LOOP" "$WORK/mnt" && mkdir -p "$WORK/mnt/$1" ||
+      { echo "fio_compare: could not make a fresh ext4 on $LOOP" >&2; return 1; }
     echo "$WORK/mnt/$1"
   else
-    mkdir -p "$WORK/$1"
-    echo "$WORK/$1"
+    mkdir -p "$WORK/$1" && echo "$WORK/$1"
   fi
 }
 drop_caches() {
@@ -140,7 +145,7 @@ start=$(date +%s)
 
 # ---- (a) fio ------------------------------------------------------------------
 if (( HAVE_FIO )); then
-  FIO_DIR=$(fresh fio)
+  FIO_DIR=$(fresh fio) || exit 1
   fio_common=(--directory="$FIO_DIR" --bs="$ROW_BYTES" --filesize="$ROW_BYTES" --nrfiles="$ROWS"
               --ioengine=io_uring --direct=1 --iodepth="$QD" --openfiles=$(( QD * 2 ))
               --output-format=json)
@@ -173,19 +178,23 @@ fi
 # alike and would otherwise remove the previous round's files first).
 for ((round = 1; round <= REPEAT; round++)); do
   echo "  round $round/$REPEAT: vllm_baseline ($QD threads)..." >&2
-  "$BASELINE" --root "$(fresh "r$round/base")" --row-bytes "$ROW_BYTES" --rows "$ROWS" --threads "$QD" --json --keep \
+  d=$(fresh "r$round/base") || exit 1
+  "$BASELINE" --root "$d" --row-bytes "$ROW_BYTES" --rows "$ROWS" --threads "$QD" --json --keep \
     > "$RAW/baseline.$round.json"
   drop_caches
   echo "  round $round/$REPEAT: vllm_baseline --crc ($QD threads)..." >&2
-  "$BASELINE" --root "$(fresh "r$round/crc")" --row-bytes "$ROW_BYTES" --rows "$ROWS" --threads "$QD" --crc --json \
+  d=$(fresh "r$round/crc") || exit 1
+  "$BASELINE" --root "$d" --row-bytes "$ROW_BYTES" --rows "$ROWS" --threads "$QD" --crc --json \
     --keep > "$RAW/baseline_crc.$round.json"
   drop_caches
   echo "  round $round/$REPEAT: kvtier bench fs --mixed..." >&2
-  "$KVTIER" bench fs --root "$(fresh "r$round/kvtier")" --row-bytes "$ROW_BYTES" --rows "$ROWS" --queue-depth "$QD" \
+  d=$(fresh "r$round/kvtier") || exit 1
+  "$KVTIER" bench fs --root "$d" --row-bytes "$ROW_BYTES" --rows "$ROWS" --queue-depth "$QD" \
     --mixed --json --keep > "$RAW/kvtier.$round.json"
   drop_caches
   echo "  round $round/$REPEAT: kvtier bench fs --no-checksum..." >&2
-  "$KVTIER" bench fs --root "$(fresh "r$round/kvtier-nocrc")" --row-bytes "$ROW_BYTES" --rows "$ROWS" \
+  d=$(fresh "r$round/kvtier-nocrc") || exit 1
+  "$KVTIER" bench fs --root "$d" --row-bytes "$ROW_BYTES" --rows "$ROWS" \
     --queue-depth "$QD" --no-checksum --json --keep > "$RAW/kvtier_nocrc.$round.json"
   drop_caches
 done

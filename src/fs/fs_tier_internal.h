@@ -12,14 +12,14 @@
 
 namespace kvtier::internal {
 
-Result<std::unique_ptr<FsTier>> OpenFsTier(const FsTierOpenOptions& options);
-// The same with a given backend (tests inject faults this way); nullptr
-// chooses one from options.tier.io_backend.
 // Whether `dir` lies on a filesystem whose metadata syscalls never wait
 // for a network (ext4, XFS, btrfs, tmpfs, F2FS): inline_metadata's "auto".
 // False when statfs fails.
 bool LocalFilesystem(const std::string& dir);
 
+Result<std::unique_ptr<FsTier>> OpenFsTier(const FsTierOpenOptions& options);
+// The same with a given backend (tests inject faults this way); nullptr
+// chooses one from options.tier.io_backend.
 Result<std::unique_ptr<FsTier>> OpenFsTierWithBackend(const FsTierOpenOptions& options,
                                                        std::unique_ptr<IoBackend> backend);
 

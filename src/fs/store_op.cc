@@ -41,7 +41,9 @@ class StoreOp final : public FsBlockOp {
   bool NextRequest(IoRequest* req) override {
     if (state_ == kDone) return false;
     *req = IoRequest{};
-    req->deadline_ns = cleanup_ ? 0 : DeadlineNs(*shared_);
+    // A close has no deadline: an expired one would never run and leak the fd.
+    const bool close = state_ == kClose || state_ == kCloseDir;
+    req->deadline_ns = cleanup_ || close ? 0 : DeadlineNs(*shared_);
     req->dirfd = shared_->root.get();  // every path below is relative to root_dir
     FillRequest(req);
     return true;
@@ -174,11 +176,14 @@ class StoreOp final : public FsBlockOp {
     if ((res != -ENOENT && res != -ESTALE) || mkdir_rounds_ >= kMkdirRoundsMax) return false;
     ++mkdir_rounds_;
     mkdir_level_ = 2;
+    mkdir_searching_ = true;
     Go(kMkdirParent);
     return true;
   }
   void AfterMkdirParent(int64_t res) {
-    if (res == -ENOENT && mkdir_level_ > 0) {  // the parent is missing too: one level up
+    // Up only while searching (before this round's first mkdirat): after it,
+    // a missing parent is a race with gc and costs a round, so the op ends.
+    if (res == -ENOENT && mkdir_searching_ && mkdir_level_ > 0) {  // the parent is missing too: one level up
       --mkdir_level_;
       if (mkdir_level_ == 0) Go(kMkdir);  // the block directory itself, in root_dir
       return;
@@ -189,6 +194,7 @@ class StoreOp final : public FsBlockOp {
     Go(kMkdir);
   }
   void AfterMkdir(int64_t res) {
+    mkdir_searching_ = false;
     if (dir_fd_ >= 0) {
       ::close(dir_fd_);  // an O_PATH fd: closing it flushes nothing and never waits
       dir_fd_ = -1;
@@ -261,6 +267,7 @@ class StoreOp final : public FsBlockOp {
   int mkdir_level_ = 0, mkdir_rounds_ = 0, name_retries_ = 0, sync_dir_level_ = 0;
   int64_t sync_dir_res_ = 0;
   bool direct_ = false, mkdirs_done_ = false, tmp_created_ = false, cleanup_ = false;
+  bool mkdir_searching_ = false;  // this round has made no directory yet (AfterMkdirParent)
 };
 
 }  // namespace

@@ -29,7 +29,10 @@
 namespace kvtier::internal {
 namespace {
 
-constexpr uint64_t kWakeTag = ~uint64_t{0};
+// Not ~0: liburing reserves that (LIBURING_UDATA_TIMEOUT) for its own wait
+// timeouts on kernels without IORING_FEAT_EXT_ARG (< 5.11) and drops such
+// completions, which would lose a wake-up. Scheduler tags count up from 0.
+constexpr uint64_t kWakeTag = ~uint64_t{0} - 2;
 constexpr uint64_t kCancelTag = ~uint64_t{0} - 1;
 
 int UringOpcode(IoOp op) {
@@ -201,7 +204,7 @@ class UringBackend final : public IoBackend {
     if (io_uring_sq_ready(&ring_) == 0) hows_.clear();
     const uint64_t now = MonotonicNowNs();
     for (const IoRequest& r : requests) {
-      if (r.deadline_ns != 0 && r.deadline_ns <= now) {
+      if (r.deadline_ns != 0 && r.deadline_ns <= now && r.op != IoOp::kClose) {  // a close always runs
         inline_done_.push_back({r.tag, -ETIMEDOUT});  // never started, as in the syscall backend
         continue;
       }
@@ -320,6 +323,7 @@ class UringBackend final : public IoBackend {
   // submission queue postpones a cancel to the next Reap.
   void CancelExpired() {
     uint64_t tag;
+    bool queued = false;
     while (deadlines_.Peek(MonotonicNowNs(), &tag)) {
       io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
       if (sqe == nullptr) {
@@ -330,7 +334,9 @@ class UringBackend final : public IoBackend {
       io_uring_prep_cancel64(sqe, tag, 0);
       io_uring_sqe_set_data64(sqe, kCancelTag);
       deadlines_.Done(tag);
+      queued = true;
     }
+    if (queued) Flush();
   }
 
   void ArmWake() {

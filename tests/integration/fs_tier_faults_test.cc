@@ -195,6 +195,26 @@ TEST_F(FaultTest, ShardDirectoriesAreMadeDeepestFirst) {
   EXPECT_TRUE(fs::is_regular_file(pa));
 }
 
+// A parent that keeps vanishing (here: every open says ENOENT, as if gc
+// removed each directory as soon as it was made) ends the store with an
+// error after a bounded number of rounds; it never loops.
+TEST_F(FaultTest, ShardDirectoriesThatKeepVanishingFailTheStoreInBoundedRounds) {
+  testing::FaultPlan plan;
+  plan.error_op = internal::IoOp::kOpen;
+  plan.error_errno = ENOENT;
+  plan.error_one_in = 1;
+  auto tier = Open(plan);
+  auto keys = Keys(1);
+  auto rows = Rows(1);
+  const JobResult r = Wait(tier.get(), tier->SubmitStore(keys, Const(rows)).value());
+  ASSERT_EQ(r.keys.size(), 1u);
+  EXPECT_EQ(r.keys[0].outcome, KeyOutcome::kError);
+  EXPECT_EQ(r.keys[0].status.code(), StatusCode::kNotFound) << r.keys[0].status.ToString();
+  int mkdirs = 0;
+  for (const auto& req : fake_->log()) mkdirs += req.op == internal::IoOp::kMkdir;
+  EXPECT_LE(mkdirs, 12) << "4 rounds of at most 3 levels";
+}
+
 TEST_F(FaultTest, BackpressureDropsStoresButNeverLoads) {
   FsTierOpenOptions o;
   o.tier.store_queue_bytes_max = 2 * kRow;
