@@ -97,7 +97,9 @@ class LoadOp final : public FsBlockOp {
       return;
     }
     if (NotABlock(res)) return Done(KeyOutcome::kMiss, Status());
-    if (res == -ESTALE) {  // a network filesystem's handle went stale: open again
+    // A network filesystem's handle went stale, or (GlusterFS, ENODATA) the
+    // path is in the middle of another client's mkdir or rename: open again.
+    if (res == -ESTALE || res == -ENODATA) {
       if (++reopens_ <= kReopensMax) return;
       return Done(KeyOutcome::kMiss, Status());
     }

@@ -22,7 +22,14 @@
 namespace kvtier::internal {
 namespace {
 
-constexpr int kMkdirRoundsMax = 4;
+// Rounds of shard-directory creation after a lost race: at least
+// kMkdirRoundsMin, and more while the first lost race is under
+// kMkdirRetryNs old, up to kMkdirRoundsMax. A count alone is not enough on a
+// network filesystem: GlusterFS kept saying ENOENT inside a directory that
+// the other client had just made for longer than 4 fast rounds took.
+constexpr int kMkdirRoundsMin = 4;
+constexpr int kMkdirRoundsMax = 64;
+constexpr uint64_t kMkdirRetryNs = 2'000'000'000;
 
 class StoreOp final : public FsBlockOp {
  public:
@@ -154,8 +161,9 @@ class StoreOp final : public FsBlockOp {
     }
     // Shard directories on demand. On a shared volume another instance may be
     // creating (or gc removing) the same directory at this moment, which can
-    // surface as ENOENT or ESTALE: create and try again a few times.
-    if ((res == -ENOENT || res == -ESTALE) && MkdirAgain(res)) return;
+    // surface as ENOENT or ESTALE (or ENODATA: GlusterFS while the other
+    // client's directory is not yet complete): create and try again.
+    if ((res == -ENOENT || res == -ESTALE || res == -ENODATA) && MkdirAgain(res)) return;
     if (res == -EEXIST && ++name_retries_ < 4) return NewTempName();
     if (res == -EINVAL && direct_) {
       direct_ = false;  // this filesystem refuses O_DIRECT for this file: buffered
@@ -166,19 +174,28 @@ class StoreOp final : public FsBlockOp {
     }
     Finish(res, "open " + Shown(tmp_));
   }
-  // A round of directory creation, deepest first: open the parent of the
-  // missing shard directory (mostly there already: 4096 first-level shards
-  // fill early), and only where that is missing too step up a level. Each
-  // mkdirat that finds its directory present takes the parent's lock for
-  // nothing. A parent that vanished or went stale meanwhile starts a new
-  // round, a few times.
+  // The first round of directory creation goes deepest first: open the
+  // parent of the missing shard directory (mostly there already: 4096
+  // first-level shards fill early), and only where that is missing too step
+  // up a level. Each mkdirat that finds its directory present takes the
+  // parent's lock for nothing. A parent that vanished or went stale
+  // meanwhile starts a new round from the top, a few times.
+  // Only the first round searches: a later one follows a lost race on a
+  // shared volume, where walking every level from root_dir again (each
+  // mkdirat a fresh lookup) is what lets a network client's cached view of
+  // the directories catch up (GlusterFS failed stores without it).
   bool MkdirAgain(int64_t res) {
-    if ((res != -ENOENT && res != -ESTALE) || mkdir_rounds_ >= kMkdirRoundsMax) return false;
-    ++mkdir_rounds_;
-    mkdir_level_ = 2;
-    mkdir_searching_ = true;
-    Go(kMkdirParent);
+    if ((res != -ENOENT && res != -ESTALE && res != -ENODATA) || !MkdirRoundLeft()) return false;
+    mkdir_searching_ = mkdir_rounds_++ == 0;
+    mkdir_level_ = mkdir_searching_ ? 2 : 0;
+    Go(mkdir_searching_ ? kMkdirParent : kMkdir);
     return true;
+  }
+  bool MkdirRoundLeft() {
+    const uint64_t now = MonotonicNowNs();
+    if (mkdir_rounds_ == 0) mkdir_first_ns_ = now;
+    if (mkdir_rounds_ < kMkdirRoundsMin) return true;
+    return mkdir_rounds_ < kMkdirRoundsMax && now - mkdir_first_ns_ < kMkdirRetryNs;
   }
   void AfterMkdirParent(int64_t res) {
     // Up only while searching (before this round's first mkdirat): after it,
@@ -266,6 +283,7 @@ class StoreOp final : public FsBlockOp {
   uint64_t written_ = 0;
   int mkdir_level_ = 0, mkdir_rounds_ = 0, name_retries_ = 0, sync_dir_level_ = 0;
   int64_t sync_dir_res_ = 0;
+  uint64_t mkdir_first_ns_ = 0;  // when this store first found a shard directory missing
   bool direct_ = false, mkdirs_done_ = false, tmp_created_ = false, cleanup_ = false;
   bool mkdir_searching_ = false;  // this round has made no directory yet (AfterMkdirParent)
 };
