@@ -38,6 +38,19 @@ class FaultTest : public ::testing::Test {
     return internal::OpenFsTierWithBackend(o, std::move(fake)).value();
   }
   JobResult Wait(FsTier* tier, uint64_t id) { return testing::WaitForJob(tier, id); }
+  // A plan that fails every request of `op` with -err.
+  static testing::FaultPlan AlwaysFail(internal::IoOp op, int err) {
+    testing::FaultPlan plan;
+    plan.error_op = op;
+    plan.error_errno = err;
+    plan.error_one_in = 1;
+    return plan;
+  }
+  // Stores `rows` under `keys` through a tier without faults (then closes it).
+  void StoreClean(const std::vector<OffloadKey>& keys, std::vector<std::vector<uint8_t>>& rows) {
+    auto writer = Open({});
+    ASSERT_EQ(Wait(writer.get(), writer->SubmitStore(keys, Const(rows)).value()).OkPrefix(), keys.size());
+  }
   std::vector<OffloadKey> Keys(size_t n) {
     std::vector<OffloadKey> keys;
     for (size_t i = 0; i < n; ++i) {
@@ -91,11 +104,7 @@ TEST_F(FaultTest, ShortTransfersAndRetriesStillGiveExactRows) {
 }
 
 TEST_F(FaultTest, EnospcFailsStoresCleanlyAndLeavesNoTempFile) {
-  testing::FaultPlan plan;
-  plan.error_op = internal::IoOp::kWrite;
-  plan.error_errno = ENOSPC;
-  plan.error_one_in = 1;
-  auto tier = Open(plan);
+  auto tier = Open(AlwaysFail(internal::IoOp::kWrite, ENOSPC));
   auto keys = Keys(5);
   auto rows = Rows(5);
   JobResult stored = Wait(tier.get(), tier->SubmitStore(keys, Const(rows)).value());
@@ -111,15 +120,8 @@ TEST_F(FaultTest, EnospcFailsStoresCleanlyAndLeavesNoTempFile) {
 TEST_F(FaultTest, ReadErrorsAndDeadlinesFailTheKeyAndKeepTheFile) {
   auto keys = Keys(4);
   auto rows = Rows(4);
-  {
-    auto writer = Open({});
-    ASSERT_EQ(Wait(writer.get(), writer->SubmitStore(keys, Const(rows)).value()).OkPrefix(), 4u);
-  }
-  testing::FaultPlan plan;
-  plan.error_op = internal::IoOp::kRead;
-  plan.error_errno = EIO;
-  plan.error_one_in = 1;
-  auto tier = Open(plan);
+  ASSERT_NO_FATAL_FAILURE(StoreClean(keys, rows));
+  auto tier = Open(AlwaysFail(internal::IoOp::kRead, EIO));
   std::vector<std::vector<uint8_t>> back(4, std::vector<uint8_t>(kRow));
   JobResult loaded = Wait(tier.get(), tier->SubmitLoad(keys, Mut(back)).value());
   for (auto& k : loaded.keys) EXPECT_EQ(k.outcome, KeyOutcome::kError);
@@ -200,11 +202,7 @@ TEST_F(FaultTest, ShardDirectoriesAreMadeDeepestFirst) {
 // error after a bounded number of rounds (at most 64, within about 2 s of
 // the first); it never loops.
 TEST_F(FaultTest, ShardDirectoriesThatKeepVanishingFailTheStoreInBoundedRounds) {
-  testing::FaultPlan plan;
-  plan.error_op = internal::IoOp::kOpen;
-  plan.error_errno = ENOENT;
-  plan.error_one_in = 1;
-  auto tier = Open(plan);
+  auto tier = Open(AlwaysFail(internal::IoOp::kOpen, ENOENT));
   auto keys = Keys(1);
   auto rows = Rows(1);
   const JobResult r = Wait(tier.get(), tier->SubmitStore(keys, Const(rows)).value());
@@ -222,15 +220,8 @@ TEST_F(FaultTest, ShardDirectoriesThatKeepVanishingFailTheStoreInBoundedRounds) 
 TEST_F(FaultTest, EnodataFromAnOpenIsAMissForLoads) {
   auto keys = Keys(3);
   auto rows = Rows(3);
-  {
-    auto writer = Open({});
-    ASSERT_EQ(Wait(writer.get(), writer->SubmitStore(keys, Const(rows)).value()).OkPrefix(), 3u);
-  }
-  testing::FaultPlan plan;
-  plan.error_op = internal::IoOp::kOpen;
-  plan.error_errno = ENODATA;
-  plan.error_one_in = 1;
-  auto tier = Open(plan);
+  ASSERT_NO_FATAL_FAILURE(StoreClean(keys, rows));
+  auto tier = Open(AlwaysFail(internal::IoOp::kOpen, ENODATA));
   auto back = Rows(3);
   const JobResult r = Wait(tier.get(), tier->SubmitLoad(keys, Mut(back)).value());
   for (const KeyResult& k : r.keys) EXPECT_EQ(k.outcome, KeyOutcome::kMiss) << k.status.ToString();
