@@ -59,6 +59,10 @@ class LoadOp final : public FsBlockOp {
       case kTouch: OnFd(req, IoOp::kTouchAtime, fd_); break;
       case kClose: OnFd(req, IoOp::kClose, fd_); break;
       case kRecheck: StatxNoFollow(req, root, rel_.c_str(), &again_); break;
+      case kRevalidate:
+        StatxNoFollow(req, root, rel_.c_str(), &again_);
+        req->flags |= AT_STATX_FORCE_SYNC;
+        break;
       case kUnlink: req->op = IoOp::kUnlink; req->dirfd = root; req->path = rel_.c_str(); break;
       case kDone: break;
     }
@@ -82,12 +86,13 @@ class LoadOp final : public FsBlockOp {
                      : kDone;
         return;
       case kUnlink: state_ = kDone; return;
+      case kRevalidate: state_ = kOpen; return;  // whatever it found, the open decides
       case kDone: return;
     }
   }
 
  private:
-  enum State { kOpen, kStat, kXattr, kRead, kTouch, kClose, kRecheck, kUnlink, kDone };
+  enum State { kOpen, kStat, kXattr, kRead, kTouch, kClose, kRecheck, kUnlink, kRevalidate, kDone };
 
   std::string Path() const { return JoinRoot(shared_->root_dir, rel_); }
 
@@ -169,7 +174,12 @@ class LoadOp final : public FsBlockOp {
       reopen_ = false;
       read_ = 0;
       has_crc_ = false;
-      state_ = kOpen;
+      // The path may still name the replaced file in the kernel's dentry
+      // cache (FUSE keeps an entry for its entry timeout), and opening it
+      // again would find the same stale handle. A forced statx of the path
+      // gets ESTALE from it, on which the kernel looks the path up afresh
+      // (LOOKUP_REVAL); on a local filesystem it is one cheap statx.
+      state_ = kRevalidate;
       return;
     }
     state_ = unlink_ ? kRecheck : kDone;

@@ -6,7 +6,8 @@
 // the key, never hangs it; slow and shuffled completions change nothing;
 // durability modes issue their syncs; backpressure drops stores, not loads;
 // while loads run, no more than stores_while_loading_max stores do; shard
-// directories are made deepest first; ENODATA from an open is transient.
+// directories are made deepest first; ENODATA from an open is transient; a
+// file replaced under an open fd is looked up afresh before it is reopened.
 // Seeded.
 #include <gtest/gtest.h>
 
@@ -226,6 +227,35 @@ TEST_F(FaultTest, EnodataFromAnOpenIsAMissForLoads) {
   const JobResult r = Wait(tier.get(), tier->SubmitLoad(keys, Mut(back)).value());
   for (const KeyResult& k : r.keys) EXPECT_EQ(k.outcome, KeyOutcome::kMiss) << k.status.ToString();
   EXPECT_GE(fake_->faults_injected(), 6) << "each load opens again before it gives up";
+}
+
+// ESTALE on an open fd (NFS, GlusterFS: another instance renamed a new
+// block over the path) makes the load reopen the path; before each reopen
+// it forces a statx of the path, on whose ESTALE the kernel looks the path
+// up afresh instead of trusting the cached entry that named the old file.
+// A file that stays stale is a miss, never corruption: it is kept.
+TEST_F(FaultTest, AFileReplacedUnderAnOpenFdIsLookedUpAfreshBeforeEachReopen) {
+  auto keys = Keys(1);
+  auto rows = Rows(1);
+  ASSERT_NO_FATAL_FAILURE(StoreClean(keys, rows));
+  testing::FaultPlan plan = AlwaysFail(internal::IoOp::kStatx, ESTALE);
+  plan.error_fd_only = true;  // the fd's statx is stale; the path's works
+  auto tier = Open(plan);
+  auto back = Rows(1);
+  const JobResult r = Wait(tier.get(), tier->SubmitLoad(keys, Mut(back)).value());
+  ASSERT_EQ(r.keys.size(), 1u);
+  EXPECT_EQ(r.keys[0].outcome, KeyOutcome::kMiss) << r.keys[0].status.ToString();
+  EXPECT_TRUE(fs::exists(tier->BlockPath(keys[0]))) << "a stale handle is not a corrupt file";
+  std::vector<std::string> steps;  // the load's requests, in order
+  for (const auto& req : fake_->log()) {
+    if (req.op == internal::IoOp::kOpen) steps.push_back("open");
+    if (req.op == internal::IoOp::kStatx && req.path != nullptr) {
+      steps.push_back((req.flags & AT_STATX_FORCE_SYNC) != 0 ? "forced statx" : "statx");
+    }
+  }
+  const std::vector<std::string> want = {"open", "forced statx", "open", "forced statx", "open",
+                                         "forced statx", "open"};
+  EXPECT_EQ(steps, want) << "three reopens, each after a forced lookup, then a miss";
 }
 
 TEST_F(FaultTest, BackpressureDropsStoresButNeverLoads) {

@@ -13,7 +13,8 @@ int64_t FakeBackend::Execute(internal::IoRequest req) {
   const bool transfer = req.op == IoOp::kRead || req.op == IoOp::kWrite;
   if (OneIn(plan_.eagain_one_in)) return ++faults_, OneIn(2) ? -EAGAIN : -EINTR;
   if (transfer && OneIn(plan_.timeout_one_in)) return ++faults_, -ECANCELED;
-  if (req.op == plan_.error_op && plan_.error_errno != 0 && OneIn(plan_.error_one_in)) {
+  const bool targeted = req.op == plan_.error_op && !(plan_.error_fd_only && req.path != nullptr);
+  if (targeted && plan_.error_errno != 0 && OneIn(plan_.error_one_in)) {
     return ++faults_, -plan_.error_errno;
   }
   if (transfer && req.len > 1 && OneIn(plan_.short_transfer_one_in)) {

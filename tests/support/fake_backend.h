@@ -22,6 +22,7 @@ struct FaultPlan {
   internal::IoOp error_op = internal::IoOp::kStatx;
   int error_errno = 0;
   int error_one_in = 0;
+  bool error_fd_only = false;  // only error_op requests on an fd (no path), e.g. fstat but not stat
   int timeout_one_in = 0;  // -ECANCELED on read/write, as a request cancelled at its deadline
   bool shuffle = false;    // completions come back in random order
   int slow_one_in = 0;     // a completion is held back for several reaps
