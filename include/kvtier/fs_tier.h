@@ -120,6 +120,13 @@ struct FsTierMetrics {
   double store_latency_ema_s_per_mib = 0;
   uint64_t fixed_buffer_ios = 0;  // reads and writes into registered memory
   uint64_t checksum_ns = 0;       // time spent computing CRC32C, stores and loads
+  // A sick volume (docs/config.md, "When the volume is sick"): root_up is 1
+  // while the root answers (several roots: 1 only when all do), roots_down
+  // how many do not; deadline_misses counts requests that got no answer
+  // within io_timeout_ms; requests_stuck those abandoned to the kernel and
+  // not yet returned by it (bounded by n_read_threads + n_write_threads + 1
+  // per root).
+  uint64_t root_up = 1, roots_down = 0, deadline_misses = 0, requests_stuck = 0;
   // Latency histograms per direction: bucket i counts operations that took
   // < 2^i microseconds (the last bucket is everything slower).
   static constexpr int kLatencyBuckets = 24;

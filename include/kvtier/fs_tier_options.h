@@ -85,6 +85,11 @@ struct FsTierOptions {
   // unlinkat and fsetxattr on its own thread instead of io_uring's workers
   // (options.h says why); default "auto". The syscall backend ignores it.
   InlineMetadata inline_metadata = InlineMetadata::kAuto;
+  // `bounce_loads`: "auto" (on where root_dir is not a local filesystem),
+  // "on" or "off": whether loads read into kvtier-owned rows first, so that
+  // a read abandoned at its deadline can never write a row the caller has
+  // reused (options.h says why); default "auto".
+  BounceLoads bounce_loads = BounceLoads::kAuto;
   // `checksum_blocks` (vLLM PR #57912, where vLLM's default is false): store
   // each block's CRC32C in the xattr user.vllm.kv_crc32c and verify it on
   // load (FORMAT.md L60, L67, L102); the tier's open fails where the

@@ -63,6 +63,20 @@ enum class InlineMetadata {
   kOff,   // "off": always in io_uring's workers
 };
 
+// `bounce_loads` of an fs tier (kvtier's own): whether loads read into rows
+// the tier owns and copy a block to the caller's row only once it is whole
+// and verified. A read abandoned at its deadline (io_timeout_ms) may be
+// answered by a sick server later, and the kernel then writes that data
+// wherever the read pointed: with a bounce row, into memory kvtier keeps
+// until the kernel lets go, never into a row the engine has reused. Costs a
+// memcpy per loaded row; on a local filesystem abandoned reads do not
+// happen, so "auto" leaves it off there.
+enum class BounceLoads {
+  kAuto,  // "auto": on where root_dir is not a local filesystem (ext4, XFS, btrfs, tmpfs, F2FS)
+  kOn,    // "on": always
+  kOff,   // "off": never (a late read may write a reused row)
+};
+
 // `path_sharding` of an fs tier (vLLM PR #53133): how blocks spread over
 // several roots.
 enum class PathSharding {

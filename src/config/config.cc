@@ -91,6 +91,11 @@ constexpr EnumName<InlineMetadata> kInlineMetadataNames[] = {
     {InlineMetadata::kOn, "on"},
     {InlineMetadata::kOff, "off"},
 };
+constexpr EnumName<BounceLoads> kBounceLoadsNames[] = {
+    {BounceLoads::kAuto, "auto"},
+    {BounceLoads::kOn, "on"},
+    {BounceLoads::kOff, "off"},
+};
 constexpr EnumName<BackpressureDetector> kDetectorNames[] = {
     {BackpressureDetector::kEma, "EMABackpressureDetector"},
 };
@@ -305,6 +310,7 @@ constexpr KeySpec<FsTierOptions> kFsTierKeys[] = {
     EnumKey<&FsTierOptions::io_backend, kIoBackendNames>("io_backend", kKvtier),
     BoolKey<&FsTierOptions::o_direct>("o_direct", kKvtier),
     EnumKey<&FsTierOptions::inline_metadata, kInlineMetadataNames>("inline_metadata", kKvtier),
+    EnumKey<&FsTierOptions::bounce_loads, kBounceLoadsNames>("bounce_loads", kKvtier),
     // vLLM PR #57912; kvtier checks blocks unless told not to.
     BoolKey<&FsTierOptions::checksum_blocks>("checksum_blocks", kVllm, /*vllm_default=*/"false"),
 };

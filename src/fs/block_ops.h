@@ -10,8 +10,10 @@
 #include <cstdint>
 #include <algorithm>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "format/layout_names.h"
 #include "io/scheduler.h"
@@ -40,6 +42,28 @@ namespace kvtier::internal {
 //    store would close that, at one more request per store: not worth it.
 inline constexpr uint64_t kResolveInTree = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS;
 
+// Rows the tier owns, that loads read into and then copy to the caller's
+// row once the block is whole and verified (the fs tier's bounce_loads). A
+// read abandoned at its deadline (scheduler.h) may still be answered by the
+// server later; with a bounce row that late data lands in memory the tier
+// keeps until the kernel lets go, never in a row the caller has reused.
+// Rows are page-aligned (O_DIRECT) and recycled: at most `keep_max` idle.
+class BouncePool {
+ public:
+  BouncePool(uint64_t row_bytes, size_t keep_max) : row_bytes_(row_bytes), keep_max_(keep_max) {}
+  ~BouncePool();
+  BouncePool(const BouncePool&) = delete;
+  BouncePool& operator=(const BouncePool&) = delete;
+  uint8_t* Acquire();
+  void Release(uint8_t* row);
+
+ private:
+  const uint64_t row_bytes_;
+  const size_t keep_max_;
+  std::mutex mu_;
+  std::vector<uint8_t*> idle_;
+};
+
 // Engine-wide settings and probes the ops share.
 struct TierShared {
   UniqueFd root;         // root_dir: every op's paths are relative to it
@@ -54,6 +78,13 @@ struct TierShared {
   std::atomic<uint64_t> tmp_counter{0};
   uint64_t tmp_base = 0;  // random; temp names are <dest>_<(base + n) mod 2^63>.tmp
   std::atomic<uint64_t> checksum_ns{0};  // time spent computing CRC32C (both directions)
+  // bounce_loads: where loads read (nullptr: straight into the caller's row).
+  std::unique_ptr<BouncePool> bounce;
+  // Whether the atime refresh after a load may run as a plain syscall on the
+  // engine thread (futimens has no io_uring opcode): only where metadata
+  // calls never wait for a network (LocalFilesystem). Elsewhere loads skip
+  // it, and relatime's daily update is gc's notion of use.
+  bool touch_atime = true;
 };
 
 // Crc32c(row), its time added to shared->checksum_ns: integrity costs one
@@ -130,6 +161,10 @@ inline void RowPart(IoRequest* req, IoOp op, int fd, std::span<const uint8_t> ro
 // True when statx found something that is not a regular file (a directory,
 // FIFO, socket, device or symlink): never a block, whatever its name.
 inline bool NotRegular(const struct statx& stx) { return !S_ISREG(stx.stx_mode); }
+
+// The result of an op abandoned at its deadline (scheduler.h): kError,
+// kTimedOut, naming the syscall and path that did not answer.
+KeyResult AbandonedResult(const char* syscall, const std::string& path, uint32_t io_timeout_ms);
 
 // True when O_DIRECT may be used for this buffer (page-aligned address and length).
 bool DirectIoAligned(const void* buf, uint64_t len);

@@ -1,6 +1,17 @@
 // The fs tier's engine: one thread that moves submitted jobs into the
 // scheduler, hands its requests to the backend, feeds completions back and
 // reports finished jobs. Callers only touch the inbox and the finished list.
+//
+// A sick volume (issue 24): a request the kernel still holds past its
+// deadline (+ kAbandonGraceMs, for the backend's cancel to land where it
+// can) is abandoned: its key fails with kTimedOut at once, while the op, its
+// slot and the memory the kernel may write stay quarantined in the
+// scheduler until the kernel returns it. RootHealth turns the root down
+// after repeated misses (work then fails at once, one probe at a time
+// checks the root) and up when a probe answers. Closing the tier waits for
+// everything but quarantined requests, so it returns within io_timeout_ms
+// plus the grace and a poll interval (docs/config.md); whatever the kernel
+// still holds then is left to the process exit, never freed under it.
 #include <atomic>
 #include <condition_variable>
 #include <deque>
@@ -11,10 +22,24 @@
 #include "fs/backpressure.h"
 #include "format/layout_names.h"
 #include "fs/fs_tier_internal.h"
+#include "fs/root_health.h"
 #include "fs/tier_metrics.h"
+#include "util/log.h"
 
 namespace kvtier::internal {
 namespace {
+
+// How long past its deadline a request may take to come back cancelled
+// before it is abandoned instead.
+constexpr uint64_t kAbandonGraceMs = 100;
+// Deadline misses in a row that turn a root down, and how often it is probed then.
+constexpr int kMissesToDown = 3;
+constexpr uint64_t kProbeIntervalNs = 1'000'000'000;
+// The engine's poll while work is in flight (abandonment and probes are timed by it).
+constexpr int kPollMs = 50;
+// Tags of probe requests (the scheduler's count up from 1, the backends
+// reserve the top few).
+constexpr uint64_t kProbeTagBase = uint64_t{1} << 62;
 
 struct Job {
   uint64_t id = 0;
@@ -27,6 +52,7 @@ struct Submission {
   std::unique_ptr<Job> job;
   std::vector<std::unique_ptr<FsBlockOp>> ops;
   IoClass cls = IoClass::kRead;
+  uint64_t enqueued_ns = 0;
 };
 
 class FsTierImpl final : public FsTier {
@@ -35,7 +61,7 @@ class FsTierImpl final : public FsTier {
              std::unique_ptr<IoBackend> backend, std::unique_ptr<Lease> lease)
       : options_(o), ns_(std::move(ns)), shared_(std::move(shared)), backend_(std::move(backend)),
         lease_(std::move(lease)),
-        scheduler_(Limits(o)), detector_(o.tier.backpressure) {
+        scheduler_(Limits(o)), detector_(o.tier.backpressure), health_(kMissesToDown, kProbeIntervalNs) {
     engine_ = std::thread([this] { Run(); });
   }
   ~FsTierImpl() override {
@@ -45,12 +71,16 @@ class FsTierImpl final : public FsTier {
     }
     backend_->Wake();
     engine_.join();
+    // The kernel still holds requests into the backend's ring or threads:
+    // leave it (its threads, fds and ring) to the process exit.
+    if (leak_backend_) (void)backend_.release();
   }
 
   Result<uint64_t> SubmitStore(std::span<const OffloadKey> keys,
                                std::span<const std::span<const uint8_t>> rows) override {
     KVTIER_RETURN_IF_ERROR(CheckRows(keys.size(), rows, options_.row_bytes));
     const uint64_t bytes = keys.size() * options_.row_bytes;
+    if (!health_.up()) return Drop(keys.size(), root_down_why_.c_str());
     if (detector_.pressured()) return Drop(keys.size(), "store latency above the high water mark");
     if (metrics_.store_queue_bytes.fetch_add(bytes) + bytes > options_.tier.store_queue_bytes_max) {
       metrics_.store_queue_bytes -= bytes;
@@ -63,6 +93,7 @@ class FsTierImpl final : public FsTier {
 
   Result<uint64_t> SubmitLoad(std::span<const OffloadKey> keys, std::span<const std::span<uint8_t>> rows) override {
     KVTIER_RETURN_IF_ERROR(CheckRows(keys.size(), rows, options_.row_bytes));
+    if (!health_.up()) return FailNow(JobKind::kLoad, keys.size());
     Submission sub = NewSubmission(JobKind::kLoad, keys.size(), IoClass::kRead);
     for (size_t i = 0; i < keys.size(); ++i) {
       sub.ops.push_back(MakeLoadOp(shared_.get(), ns_.BlockRelPath(keys[i]), rows[i]));
@@ -71,6 +102,7 @@ class FsTierImpl final : public FsTier {
   }
 
   Result<uint64_t> SubmitLookup(std::span<const OffloadKey> keys) override {
+    if (!health_.up()) return FailNow(JobKind::kLookup, keys.size());
     Submission sub = NewSubmission(JobKind::kLookup, keys.size(), IoClass::kRead);
     for (const OffloadKey& key : keys) sub.ops.push_back(MakeLookupOp(shared_.get(), ns_.BlockRelPath(key)));
     return Enqueue(std::move(sub));
@@ -92,6 +124,9 @@ class FsTierImpl final : public FsTier {
 
   FsTierMetrics Metrics() const override {
     FsTierMetrics m = metrics_.Snapshot();
+    m.root_up = health_.up() ? 1 : 0;
+    m.roots_down = 1 - m.root_up;
+    m.deadline_misses = health_.misses_total();
     m.fixed_buffer_ios = backend_->fixed_buffer_ios();
     m.checksum_ns = shared_->checksum_ns.load(std::memory_order_relaxed);
     return m;
@@ -113,6 +148,7 @@ class FsTierImpl final : public FsTier {
     limits.reads_in_flight_max = o.tier.n_read_threads;
     limits.writes_in_flight_max = o.tier.n_write_threads;
     limits.stores_while_loading_max = o.tier.stores_while_loading_max;
+    if (o.tier.io_timeout_ms > 0) limits.abandon_after_ns = (uint64_t{o.tier.io_timeout_ms} + kAbandonGraceMs) * 1'000'000;
     return limits;
   }
 
@@ -136,6 +172,7 @@ class FsTierImpl final : public FsTier {
   uint64_t Enqueue(Submission sub) {
     const uint64_t id = sub.job->id;
     const uint64_t now = MonotonicNowNs();
+    sub.enqueued_ns = now;
     for (size_t i = 0; i < sub.ops.size(); ++i) {
       sub.ops[i]->owner = sub.job.get();
       sub.ops[i]->index = i;
@@ -160,6 +197,26 @@ class FsTierImpl final : public FsTier {
     Submission sub = NewSubmission(JobKind::kStore, n, IoClass::kWrite);
     for (KeyResult& r : sub.job->results) r = {KeyOutcome::kDropped, Status(StatusCode::kRejected, why)};
     metrics_.rows_dropped += n;
+    return FinishNow(std::move(sub));
+  }
+
+  // The root is down: a lookup misses, a load fails, at once.
+  uint64_t FailNow(JobKind kind, size_t n) {
+    Submission sub = NewSubmission(kind, n, IoClass::kRead);
+    for (KeyResult& r : sub.job->results) r = DownResult(kind);
+    for (size_t i = 0; i < n; ++i) metrics_.Record(kind, DownResult(kind).outcome, 0, 0);
+    return FinishNow(std::move(sub));
+  }
+  KeyResult DownResult(JobKind kind) const {
+    switch (kind) {
+      case JobKind::kLookup: return {KeyOutcome::kMiss, Status()};
+      case JobKind::kLoad: return {KeyOutcome::kError, Status(StatusCode::kUnavailable, root_down_why_)};
+      case JobKind::kStore: return {KeyOutcome::kDropped, Status(StatusCode::kRejected, root_down_why_)};
+    }
+    return {};
+  }
+
+  uint64_t FinishNow(Submission sub) {
     const uint64_t id = sub.job->id;
     {
       std::lock_guard lock(mu_);
@@ -180,7 +237,13 @@ class FsTierImpl final : public FsTier {
     if (--open_jobs_ == 0) idle_cv_.notify_all();
   }
 
+  // A finished op: its result goes to its job, unless the scheduler handed
+  // it out already when the op was abandoned (then it is only freed here).
   void Account(std::unique_ptr<FsBlockOp> op) {
+    if (!op->result_taken) Report(op.get());
+  }
+
+  void Report(FsBlockOp* op) {
     auto* job = static_cast<Job*>(op->owner);
     const uint64_t latency_ns = MonotonicNowNs() - op->start_ns;
     metrics_.Record(job->kind, op->result.outcome, op->bytes, latency_ns);
@@ -205,15 +268,19 @@ class FsTierImpl final : public FsTier {
     std::deque<Submission> inbox;
     {
       std::lock_guard lock(mu_);
-      if (stop_ && inbox_.empty() && scheduler_.idle()) return false;
+      if (stop_ && inbox_.empty() && Stopped()) return false;
       inbox.swap(inbox_);
     }
     for (Submission& sub : inbox) {
-      for (auto& op : sub.ops) scheduler_.Enqueue(std::move(op), sub.cls);
+      for (auto& op : sub.ops) scheduler_.Enqueue(std::move(op), sub.cls, sub.enqueued_ns);
       jobs_.emplace(sub.job->id, std::move(sub.job));
     }
     return true;
   }
+
+  // Stopping: every job has its result, and what is left in flight (if
+  // anything) is quarantined in the kernel.
+  bool Stopped() const { return scheduler_.idle() || (scheduler_.only_abandoned() && jobs_.empty()); }
 
   // Announces that the engine is about to block in Reap and returns how
   // long it may: 0 when work arrived meanwhile. A submitter that sees the
@@ -222,28 +289,107 @@ class FsTierImpl final : public FsTier {
     sleeping_.store(true);
     std::lock_guard lock(mu_);
     if (!inbox_.empty()) return 0;
-    return idle ? -1 : 100;
+    return idle && health_.up() ? -1 : kPollMs;
   }
 
   void Run() {
     std::vector<IoRequest> requests;
     std::vector<IoCompletion> completions(256);
-    std::vector<std::unique_ptr<BlockOp>> finished;
     while (DrainInbox()) {
       requests.clear();
+      if (!health_.up()) FailQueued();
       scheduler_.Emit(&requests, MonotonicNowNs());
+      MaybeProbe(&requests);
       // A backend completes every request it was given, failures included
       // (as -errno), so nothing is failed here: doing so could report a
       // request as done while the kernel still works on its buffer.
       if (!requests.empty()) backend_->Submit(requests).IgnoreError();
       metrics_.SetQueues(scheduler_.queued(IoClass::kRead), scheduler_.queued(IoClass::kWrite), scheduler_.in_flight());
-      const size_t n = backend_->Reap(completions, SleepTimeoutMs(requests.empty() && scheduler_.in_flight() == 0));
+      metrics_.SetStuck(scheduler_.stuck() + (health_.probe_in_flight() ? 1 : 0));
+      const bool idle = requests.empty() && scheduler_.in_flight() == 0 && !health_.probe_in_flight();
+      const size_t n = backend_->Reap(completions, SleepTimeoutMs(idle));
       sleeping_.store(false);
-      for (size_t i = 0; i < n; ++i) scheduler_.Complete(completions[i]);
-      finished.clear();
-      scheduler_.TakeFinished(&finished);
-      for (auto& op : finished) Account(std::unique_ptr<FsBlockOp>(static_cast<FsBlockOp*>(op.release())));
+      for (size_t i = 0; i < n; ++i) OnCompletion(completions[i]);
+      ExpireAndCollect();
     }
+    LeaveQuarantined();
+  }
+
+  void OnCompletion(const IoCompletion& c) {
+    if (c.tag >= kProbeTagBase) return OnProbe(c.res);
+    // Cancelled at its deadline: a miss. Anything else is the filesystem answering.
+    if (c.res == -ETIMEDOUT || c.res == -ECANCELED) {
+      NoteMisses(1);
+    } else {
+      health_.Answered();
+    }
+    scheduler_.Complete(c);
+  }
+
+  // Abandons what outlived its deadline, reports those results, then the
+  // finished ops'.
+  void ExpireAndCollect() {
+    const size_t missed = scheduler_.Expire(MonotonicNowNs());
+    std::vector<BlockOp*> abandoned;
+    scheduler_.TakeAbandoned(&abandoned);
+    for (BlockOp* op : abandoned) Report(static_cast<FsBlockOp*>(op));
+    if (missed > 0) NoteMisses(missed);
+    std::vector<std::unique_ptr<BlockOp>> finished;
+    scheduler_.TakeFinished(&finished);
+    for (auto& op : finished) Account(std::unique_ptr<FsBlockOp>(static_cast<FsBlockOp*>(op.release())));
+  }
+
+  void NoteMisses(size_t n) {
+    if (!health_.Missed(n, MonotonicNowNs())) return;
+    LogWarning("fs tier: root_dir " + options_.tier.root_dir + " is down: " + std::to_string(kMissesToDown) +
+               " requests in a row got no answer within io_timeout_ms (" + std::to_string(options_.tier.io_timeout_ms) +
+               " ms); until a probe answers, lookups miss, loads fail and stores are dropped");
+    FailQueued();
+  }
+
+  // The root is down: queued work ends now, as new work would.
+  void FailQueued() {
+    std::vector<std::unique_ptr<BlockOp>> queued;
+    scheduler_.TakeQueued(&queued);
+    for (auto& base : queued) {
+      std::unique_ptr<FsBlockOp> op(static_cast<FsBlockOp*>(base.release()));
+      op->result = DownResult(static_cast<Job*>(op->owner)->kind);
+      Account(std::move(op));
+    }
+  }
+
+  void MaybeProbe(std::vector<IoRequest>* requests) {
+    const uint64_t now = MonotonicNowNs();
+    if (!health_.ProbeDue(now)) return;
+    IoRequest probe;
+    // A forced statx of root_dir itself: FUSE and NFS ask the server rather
+    // than answer from their attribute cache.
+    StatxNoFollow(&probe, shared_->root.get(), ".", probe_stx_.get());
+    probe.flags |= AT_STATX_FORCE_SYNC;
+    probe.tag = kProbeTagBase + probe_seq_++;
+    probe.deadline_ns = DeadlineNs(*shared_);
+    requests->push_back(probe);
+  }
+
+  void OnProbe(int64_t res) {
+    const bool answered = res == 0;
+    if (!health_.ProbeDone(answered, MonotonicNowNs())) return;
+    const double down_s = static_cast<double>(MonotonicNowNs() - health_.down_since_ns()) * 1e-9;
+    LogWarning("fs tier: root_dir " + options_.tier.root_dir + " answers again after " +
+               std::to_string(static_cast<int>(down_s)) + " s down; resuming");
+  }
+
+  // After the loop: requests the kernel still holds keep their memory (the
+  // ops, and the backend that owns the ring or the threads) for good.
+  void LeaveQuarantined() {
+    if (scheduler_.idle() && !health_.probe_in_flight()) return;
+    std::vector<std::unique_ptr<BlockOp>> held;
+    scheduler_.TakeAll(&held);
+    LogWarning("fs tier: closing with " + std::to_string(held.size()) + " request(s) on root_dir " +
+               options_.tier.root_dir + " still held by the kernel; their memory is left to the process exit");
+    for (auto& op : held) (void)op.release();
+    if (health_.probe_in_flight()) (void)probe_stx_.release();
+    leak_backend_ = true;
   }
 
   const FsTierOpenOptions options_;
@@ -254,6 +400,13 @@ class FsTierImpl final : public FsTier {
   IoScheduler scheduler_;                                   // engine thread only
   std::unordered_map<uint64_t, std::unique_ptr<Job>> jobs_;  // engine thread only
   StoreLatencyDetector detector_;  // Add() on the engine thread; pressured() anywhere
+  RootHealth health_;              // changed on the engine thread; up() anywhere
+  const std::string root_down_why_ = "root_dir " + options_.tier.root_dir + " is down (no answer within io_timeout_ms)";
+  // The probe's answer (engine thread); on the heap, so that a probe still
+  // in the kernel when the tier closes can keep it.
+  std::unique_ptr<struct statx> probe_stx_ = std::make_unique<struct statx>();
+  uint64_t probe_seq_ = 0;
+  bool leak_backend_ = false;      // set by the engine thread before it exits
   TierMetricsCounters metrics_;
   std::atomic<uint64_t> next_job_id_{1};
   std::atomic<bool> sleeping_{false};  // the engine is in (or about to enter) a blocking Reap

@@ -202,12 +202,26 @@ bool InlineMetadataFor(const FsTierOptions& t) {
   return false;
 }
 
+bool BounceLoadsFor(const FsTierOptions& t) {
+  switch (t.bounce_loads) {
+    case BounceLoads::kOn: return true;
+    case BounceLoads::kOff: return false;
+    case BounceLoads::kAuto: return !LocalFilesystem(t.root_dir);
+  }
+  return true;
+}
+
 Result<std::unique_ptr<IoBackend>> MakeBackend(const FsTierOpenOptions& o) {
-  const int ops = o.tier.n_read_threads + o.tier.n_write_threads;
+  // One more than the ops: the engine's probe of a root that is down must
+  // find a thread even while every op's request is stuck in the kernel.
+  const int ops = o.tier.n_read_threads + o.tier.n_write_threads + 1;
   if (o.tier.io_backend != IoBackendKind::kSyscall) {
     unsigned entries = 64;
     while (entries < static_cast<unsigned>(4 * ops)) entries *= 2;  // an SQE per op, with room
-    auto uring = MakeUringBackend(entries, InlineMetadataFor(o.tier));
+    UringOptions uring_options;
+    uring_options.inline_metadata = InlineMetadataFor(o.tier);
+    uring_options.inline_fd_metadata = LocalFilesystem(o.tier.root_dir);
+    auto uring = MakeUringBackend(entries, uring_options);
     if (uring.ok() || o.tier.io_backend == IoBackendKind::kUring) return uring;
     LogWarning("io_uring is unavailable (" + uring.status().ToString() +
                "): falling back to a pool of " + std::to_string(ops) + " syscall threads");
@@ -271,6 +285,11 @@ Result<std::unique_ptr<FsTier>> OpenFsTierWithBackend(const FsTierOpenOptions& o
   shared->row_bytes = o.row_bytes;
   shared->durability = o.tier.durability;
   shared->io_timeout_ms = o.tier.io_timeout_ms;
+  const bool local = LocalFilesystem(o.tier.root_dir);
+  shared->touch_atime = local;
+  if (BounceLoadsFor(o.tier)) {
+    shared->bounce = std::make_unique<BouncePool>(o.row_bytes, o.tier.n_read_threads + o.tier.n_write_threads);
+  }
   if (!backend) {
     KVTIER_ASSIGN_OR_RETURN(backend, MakeBackend(o));
   }

@@ -53,28 +53,44 @@ Result<std::unique_ptr<Lease>> Lease::Acquire(int ns_fd, const std::string& ns_d
   gethostname(host, sizeof host - 1);
   const std::string name = format::LeaseName(host, getpid(), unique % 100000);
   KVTIER_RETURN_IF_ERROR(WriteLeaseFile(leases.get(), dir, name, LeaseBody(host)));
-  std::unique_ptr<Lease> lease(new Lease(std::move(leases), name, dir + "/" + name));
-  lease->refresher_ = std::thread([l = lease.get()] { l->Refresh(); });
+  auto state = std::make_shared<State>();
+  state->dir = std::move(leases);
+  state->name = name;
+  std::unique_ptr<Lease> lease(new Lease(state, dir + "/" + name));
+  lease->refresher_ = std::thread([state] { Refresh(state); });
   return lease;
 }
 
-void Lease::Refresh() {
-  std::unique_lock lock(mu_);
-  while (!cv_.wait_for(lock, std::chrono::seconds(format::kLeaseRefreshS), [&] { return stop_; })) {
+// Refreshes until told to stop, then removes the file: the removal runs
+// here, not in the destructor, so that a hung mount holds only this thread.
+void Lease::Refresh(const std::shared_ptr<State>& state) {
+  std::unique_lock lock(state->mu);
+  while (!state->cv.wait_for(lock, std::chrono::seconds(format::kLeaseRefreshS), [&] { return state->stop; })) {
     // mtime = now, on the name in the checked directory, never through a
     // symlink swapped in for it; a lost file is recreated by the next start.
-    utimensat(dir_.get(), name_.c_str(), nullptr, AT_SYMLINK_NOFOLLOW);
+    lock.unlock();
+    utimensat(state->dir.get(), state->name.c_str(), nullptr, AT_SYMLINK_NOFOLLOW);
+    lock.lock();
   }
+  lock.unlock();
+  unlinkat(state->dir.get(), state->name.c_str(), 0);
+  lock.lock();
+  state->removed = true;
+  state->cv.notify_all();
 }
 
 Lease::~Lease() {
-  {
-    std::lock_guard lock(mu_);
-    stop_ = true;
+  std::unique_lock lock(state_->mu);
+  state_->stop = true;
+  state_->cv.notify_all();
+  const bool removed =
+      state_->cv.wait_for(lock, std::chrono::milliseconds(kLeaseCloseWaitMs), [&] { return state_->removed; });
+  lock.unlock();
+  if (removed) {
+    refresher_.join();
+  } else {
+    refresher_.detach();  // stuck on the mount: it owns its state and ends with the process
   }
-  cv_.notify_all();
-  if (refresher_.joinable()) refresher_.join();
-  unlinkat(dir_.get(), name_.c_str(), 0);
 }
 
 }  // namespace kvtier::internal

@@ -3,7 +3,10 @@
 // mtime is refreshed every kLeaseRefreshS seconds by a small thread. gc never
 // reclaims a namespace with a lease refreshed within its TTL (60 s by
 // default). The file is removed when the tier closes; a crashed instance's
-// lease simply expires.
+// lease simply expires. On a hung mount the refresh and the removal may
+// never return: closing waits for them at most kLeaseCloseWaitMs and then
+// leaves the thread (and its state) to finish or die with the process; the
+// lease then expires like a crashed instance's.
 #pragma once
 
 #include <condition_variable>
@@ -11,11 +14,14 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <memory>
 
 #include "kvtier/result.h"
 #include "util/dir_fd.h"
 
 namespace kvtier::internal {
+
+inline constexpr int kLeaseCloseWaitMs = 1000;
 
 class Lease {
  public:
@@ -26,16 +32,21 @@ class Lease {
   const std::string& path() const { return path_; }
 
  private:
-  Lease(UniqueFd dir, std::string name, std::string path)
-      : dir_(std::move(dir)), name_(std::move(name)), path_(std::move(path)) {}
-  void Refresh();
+  // What the refresher thread uses: shared, so that a thread stuck in the
+  // kernel past the close keeps it alive.
+  struct State {
+    UniqueFd dir;      // <NS>/.kvtier/leases, held for the refresh and the removal
+    std::string name;  // the lease file's name in dir
+    std::mutex mu;
+    std::condition_variable cv;
+    bool stop = false;
+    bool removed = false;  // the thread removed the file and is about to return
+  };
+  Lease(std::shared_ptr<State> state, std::string path) : state_(std::move(state)), path_(std::move(path)) {}
+  static void Refresh(const std::shared_ptr<State>& state);
 
-  UniqueFd dir_;      // <NS>/.kvtier/leases, held for the refresh and the removal
-  std::string name_;  // the lease file's name in dir_
+  std::shared_ptr<State> state_;
   std::string path_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_ = false;
   std::thread refresher_;
 };
 

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <ctime>
 #include <cerrno>
 
@@ -39,7 +40,11 @@ class LoadOp final : public FsBlockOp {
  public:
   LoadOp(TierShared* shared, std::string rel_path, std::span<uint8_t> row)
       : shared_(shared), rel_(std::move(rel_path)), row_(row) {
-    direct_ = shared_->o_direct && DirectIoAligned(row.data(), row.size());
+    // A bounce row is page-aligned whatever the caller's row is.
+    direct_ = shared_->o_direct && (shared_->bounce != nullptr || DirectIoAligned(row.data(), row.size()));
+  }
+  ~LoadOp() override {
+    if (bounce_ != nullptr) shared_->bounce->Release(bounce_);
   }
 
   bool NextRequest(IoRequest* req) override {
@@ -55,7 +60,7 @@ class LoadOp final : public FsBlockOp {
         break;
       case kStat: OnFd(req, IoOp::kStatx, fd_); req->buf = &stx_; break;
       case kXattr: CrcXattr(req, IoOp::kFgetxattr, fd_, crc_be_, sizeof crc_be_); break;
-      case kRead: RowPart(req, IoOp::kRead, fd_, row_, read_); break;
+      case kRead: RowPart(req, IoOp::kRead, fd_, Target(), read_); break;
       case kTouch: OnFd(req, IoOp::kTouchAtime, fd_); break;
       case kClose: OnFd(req, IoOp::kClose, fd_); break;
       case kRecheck: StatxNoFollow(req, root, rel_.c_str(), &again_); break;
@@ -70,6 +75,7 @@ class LoadOp final : public FsBlockOp {
   }
 
   void OnCompletion(int64_t res) override {
+    if (abandoned_) return AfterLate(res);
     switch (state_) {
       case kOpen: return AfterOpen(res);
       case kStat: return AfterStat(res);
@@ -91,10 +97,36 @@ class LoadOp final : public FsBlockOp {
     }
   }
 
+  void OnAbandon() override {
+    if (!final_) result = AbandonedResult(StateSyscall(), Path(), shared_->io_timeout_ms);
+    final_ = abandoned_ = true;
+  }
+
  private:
   enum State { kOpen, kStat, kXattr, kRead, kTouch, kClose, kRecheck, kUnlink, kRevalidate, kDone };
 
   std::string Path() const { return JoinRoot(shared_->root_dir, rel_); }
+  const char* StateSyscall() const {
+    static constexpr const char* kNames[] = {"open", "statx", "fgetxattr", "read", "futimens",
+                                             "close", "statx", "unlink", "statx", "load"};
+    return kNames[state_];
+  }
+
+  // Where the row's bytes are read: the caller's row, or a bounce row
+  // (block_ops.h) taken when the first read is issued.
+  std::span<uint8_t> Target() {
+    if (shared_->bounce == nullptr) return row_;
+    if (bounce_ == nullptr) bounce_ = shared_->bounce->Acquire();
+    return {bounce_, row_.size()};
+  }
+
+  // The late answer of the request in flight when the op was abandoned:
+  // keep an fd it opened only to close it; nothing else is acted on.
+  void AfterLate(int64_t res) {
+    if (state_ == kOpen && res >= 0) fd_ = static_cast<int>(res);
+    if (state_ == kClose) fd_ = -1;
+    state_ = fd_ >= 0 ? kClose : kDone;
+  }
 
   void AfterOpen(int64_t res) {
     if (res == -EINVAL && direct_) {
@@ -158,15 +190,17 @@ class LoadOp final : public FsBlockOp {
     if (has_crc_) {
       const uint32_t want = uint32_t{crc_be_[0]} << 24 | uint32_t{crc_be_[1]} << 16 |
                             uint32_t{crc_be_[2]} << 8 | crc_be_[3];
-      if (TimedCrc32c(shared_, row_) != want) {
+      if (TimedCrc32c(shared_, Target()) != want) {
         return Close(KeyOutcome::kCorrupt, ErrnoToStatus(EBADMSG, Path() + ": CRC32C mismatch"), /*unlink=*/true);
       }
     }
+    // Whole and verified: only now does the caller's row see the bytes.
+    if (bounce_ != nullptr) std::memcpy(row_.data(), bounce_, row_.size());
     bytes = row_.size();
     Close(KeyOutcome::kOk, Status());
     // relatime updates atime at most daily, and noatime never: bump it when
     // it is over an hour old so gc's least-recently-used order sees reads.
-    if (RealNowS() - stx_.stx_atime.tv_sec > kAtimeRefreshS) state_ = kTouch;
+    if (shared_->touch_atime && RealNowS() - stx_.stx_atime.tv_sec > kAtimeRefreshS) state_ = kTouch;
   }
   void AfterClose() {
     fd_ = -1;
@@ -202,23 +236,28 @@ class LoadOp final : public FsBlockOp {
 
   void Close(KeyOutcome outcome, Status status, bool unlink = false) {
     result = {outcome, std::move(status)};
+    final_ = true;
     unlink_ = unlink;
     state_ = kClose;
   }
   void Done(KeyOutcome outcome, Status status) {
     result = {outcome, std::move(status)};
+    final_ = true;
     state_ = kDone;
   }
 
   TierShared* shared_;
   std::string rel_;
   std::span<uint8_t> row_;
+  uint8_t* bounce_ = nullptr;  // from shared_->bounce, held until the op is freed
   struct statx stx_{}, again_{};
   uint8_t crc_be_[8] = {};
   State state_ = kOpen;
   int fd_ = -1;
   uint64_t read_ = 0;
   bool direct_ = false, has_crc_ = false, unlink_ = false, reopen_ = false;
+  bool final_ = false;      // `result` is the outcome; what is left is cleanup
+  bool abandoned_ = false;  // OnAbandon ran: only closing an fd is left
   int reopens_ = 0;
 };
 
@@ -236,8 +275,13 @@ class LookupOp final : public FsBlockOp {
     req->deadline_ns = DeadlineNs(*shared_);
     return true;
   }
+  void OnAbandon() override {
+    if (!done_) result = AbandonedResult("statx", JoinRoot(shared_->root_dir, rel_), shared_->io_timeout_ms);
+    abandoned_ = true;
+  }
   void OnCompletion(int64_t res) override {
     done_ = true;
+    if (abandoned_) return;  // its result was already taken
     if (res == 0) {
       result = {NotRegular(stx_) ? KeyOutcome::kMiss : KeyOutcome::kOk, Status()};
     } else if (NotABlock(res)) {
@@ -252,7 +296,7 @@ class LookupOp final : public FsBlockOp {
   TierShared* shared_;
   std::string rel_;
   struct statx stx_{};
-  bool done_ = false;
+  bool done_ = false, abandoned_ = false;
 };
 
 }  // namespace

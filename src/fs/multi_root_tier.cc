@@ -132,10 +132,12 @@ class MultiRootTier final : public FsTier {
                    &FsTierMetrics::lookups_miss, &FsTierMetrics::store_errors, &FsTierMetrics::load_errors,
                    &FsTierMetrics::lookup_errors, &FsTierMetrics::read_queue_depth, &FsTierMetrics::write_queue_depth,
                    &FsTierMetrics::in_flight, &FsTierMetrics::store_queue_bytes, &FsTierMetrics::fixed_buffer_ios,
-                   &FsTierMetrics::checksum_ns}) {
+                   &FsTierMetrics::checksum_ns, &FsTierMetrics::roots_down, &FsTierMetrics::deadline_misses,
+                   &FsTierMetrics::requests_stuck}) {
       s->*f += m.*f;
     }
     s->backpressure_active = std::max(s->backpressure_active, m.backpressure_active);
+    s->root_up = std::min(s->root_up, m.root_up);
     s->store_latency_ema_s_per_mib = std::max(s->store_latency_ema_s_per_mib, m.store_latency_ema_s_per_mib);
     for (int b = 0; b < FsTierMetrics::kLatencyBuckets; ++b) {
       s->store_latency_us[b] += m.store_latency_us[b];

@@ -57,6 +57,7 @@ class StoreOp final : public FsBlockOp {
   }
 
   void OnCompletion(int64_t res) override {
+    if (abandoned_) return AfterLate(res);
     switch (state_) {
       case kStatDest: return AfterStat(res);
       case kOpen: return AfterOpen(res);
@@ -80,11 +81,45 @@ class StoreOp final : public FsBlockOp {
     }
   }
 
+  // From here on the store can only fail: whatever the kernel finishes
+  // late, the temp file is closed and removed, never renamed into place.
+  void OnAbandon() override {
+    if (!final_) result = AbandonedResult(StateSyscall(), Shown(state_ == kRename ? dest_ : tmp_), shared_->io_timeout_ms);
+    final_ = abandoned_ = cleanup_ = true;
+  }
+
  private:
   enum State { kStatDest, kOpen, kMkdirParent, kMkdir, kWrite, kSync, kXattr, kClose, kRename,
                kOpenDir, kSyncDir, kCloseDir, kUnlinkTmp, kDone };
 
   std::string Shown(const std::string& rel) const { return JoinRoot(shared_->root_dir, rel); }
+  const char* StateSyscall() const {
+    static constexpr const char* kNames[] = {"statx", "open", "open", "mkdir", "write", "fdatasync", "fsetxattr",
+                                             "close", "rename", "open", "fsync", "close", "unlink", "store"};
+    return kNames[state_];
+  }
+
+  // The late answer of the request in flight when the op was abandoned:
+  // note what it created or released, then clean up. A rename that lands
+  // late publishes a block that was whole and checksummed before it was
+  // issued; a late write never reaches a rename.
+  void AfterLate(int64_t res) {
+    switch (state_) {
+      case kOpen: if (res >= 0) fd_ = static_cast<int>(res), tmp_created_ = true; break;
+      case kOpenDir: if (res >= 0) fd_ = static_cast<int>(res); break;
+      case kMkdirParent: if (res >= 0) ::close(static_cast<int>(res)); break;  // O_PATH: no flush, never waits
+      case kClose:
+      case kCloseDir: fd_ = -1; break;
+      case kRename: if (res == 0) tmp_created_ = false; break;
+      case kUnlinkTmp: tmp_created_ = false; break;
+      default: break;
+    }
+    if (dir_fd_ >= 0) {
+      ::close(dir_fd_);  // O_PATH, as above
+      dir_fd_ = -1;
+    }
+    Go(fd_ >= 0 ? kClose : tmp_created_ ? kUnlinkTmp : kDone);
+  }
 
   // The syscall of state_ (any state but kDone).
   void FillRequest(IoRequest* req) {
@@ -240,6 +275,7 @@ class StoreOp final : public FsBlockOp {
   }
   void AfterClose(int64_t res) {
     fd_ = -1;
+    if (cleanup_) return Go(tmp_created_ ? kUnlinkTmp : kDone);  // after a failure: the temp file goes
     if (res < 0) return Fail(res, "close " + Shown(tmp_));  // delayed write errors surface here (NFS)
     Go(kRename);
   }
@@ -251,16 +287,17 @@ class StoreOp final : public FsBlockOp {
   }
 
   // A failure with the temp file possibly present: close, unlink, report.
+  // The close goes through the backend like any request: on a network
+  // filesystem close() waits for the server (FUSE flush), and the engine
+  // thread must never wait on a mount.
   void Fail(int64_t res, const std::string& what) {
     Finish(res, what);
     cleanup_ = true;
-    if (fd_ >= 0) {
-      ::close(fd_);  // synchronous: cleanup must not depend on the ring
-      fd_ = -1;
-    }
+    if (fd_ >= 0) return Go(kClose);
     if (tmp_created_) Go(kUnlinkTmp);
   }
   void Finish(int64_t res, const std::string& what, KeyOutcome ok = KeyOutcome::kOk) {
+    final_ = true;
     if (res < 0) {
       result.outcome = KeyOutcome::kError;
       result.status = ErrnoToStatus(static_cast<int>(-res), what);
@@ -285,6 +322,8 @@ class StoreOp final : public FsBlockOp {
   int64_t sync_dir_res_ = 0;
   uint64_t mkdir_first_ns_ = 0;  // when this store first found a shard directory missing
   bool direct_ = false, mkdirs_done_ = false, tmp_created_ = false, cleanup_ = false;
+  bool final_ = false;      // `result` is the outcome
+  bool abandoned_ = false;  // OnAbandon ran: only cleanup is left
   bool mkdir_searching_ = false;  // this round has made no directory yet (AfterMkdirParent)
 };
 

@@ -22,6 +22,7 @@ void TierMetricsCounters::Record(JobKind kind, KeyOutcome outcome, uint64_t byte
       if (ok) ++rows_stored_, bytes_stored_ += bytes;
       if (outcome == KeyOutcome::kSkippedExists) ++rows_skipped_;
       if (outcome == KeyOutcome::kError) ++store_errors_;
+      if (outcome == KeyOutcome::kDropped) ++rows_dropped;  // queued when its root went down
       ++store_latency_[LatencyBucket(latency_ns)];
       break;
     case JobKind::kLoad:
@@ -56,6 +57,7 @@ FsTierMetrics TierMetricsCounters::Snapshot() const {
   m.read_queue_depth = read_queue_, m.write_queue_depth = write_queue_, m.in_flight = in_flight_;
   m.store_queue_bytes = store_queue_bytes;
   m.backpressure_active = backpressure_active_ ? 1 : 0;
+  m.requests_stuck = requests_stuck_;
   m.store_latency_ema_s_per_mib = ema_;
   for (int i = 0; i < FsTierMetrics::kLatencyBuckets; ++i) {
     m.store_latency_us[i] = store_latency_[i];
@@ -102,7 +104,8 @@ std::string FormatPrometheus(const FsTierMetrics& m, std::string_view tier_name)
   const std::pair<const char*, uint64_t> gauges[] = {
       {"kvtier_fs_read_queue_depth", m.read_queue_depth}, {"kvtier_fs_write_queue_depth", m.write_queue_depth},
       {"kvtier_fs_in_flight", m.in_flight}, {"kvtier_fs_store_queue_bytes", m.store_queue_bytes},
-      {"kvtier_fs_backpressure_active", m.backpressure_active}};
+      {"kvtier_fs_backpressure_active", m.backpressure_active}, {"kvtier_fs_root_up", m.root_up},
+      {"kvtier_fs_roots_down", m.roots_down}, {"kvtier_fs_requests_stuck", m.requests_stuck}};
   for (const auto& [name, value] : gauges) {
     out += std::string("# TYPE ") + name + " gauge\n";
     Line(&out, name, labels, value);

@@ -18,6 +18,7 @@ class TierMetricsCounters {
     backpressure_active_ = active;
     ema_ = ema_s_per_mib;
   }
+  void SetStuck(size_t stuck) { requests_stuck_ = stuck; }
   FsTierMetrics Snapshot() const;
 
   std::atomic<uint64_t> store_queue_bytes{0};
@@ -28,7 +29,7 @@ class TierMetricsCounters {
   std::atomic<uint64_t> rows_loaded_{0}, bytes_loaded_{0}, rows_missed_{0}, rows_corrupt_{0};
   std::atomic<uint64_t> lookups_hit_{0}, lookups_miss_{0};
   std::atomic<uint64_t> store_errors_{0}, load_errors_{0}, lookup_errors_{0};
-  std::atomic<uint64_t> read_queue_{0}, write_queue_{0}, in_flight_{0};
+  std::atomic<uint64_t> read_queue_{0}, write_queue_{0}, in_flight_{0}, requests_stuck_{0};
   std::atomic<bool> backpressure_active_{false};
   std::atomic<double> ema_{0};
   std::atomic<uint64_t> store_latency_[FsTierMetrics::kLatencyBuckets] = {};

@@ -47,12 +47,22 @@ class IoBackend {
 // it returns, as with io_uring (see sync_backend.cc).
 std::unique_ptr<IoBackend> MakeSyncBackend(int threads);
 
+// Which requests the io_uring backend runs as plain syscalls on the
+// submitting thread during Submit, instead of in the kernel's workers.
+struct UringOptions {
+  // kMkdir, kRename, kUnlink and kFsetxattr (the fs tier's `inline_metadata`
+  // option says when that pays).
+  bool inline_metadata = false;
+  // kStatx of an open fd and kFgetxattr: on a local filesystem the inode is
+  // in memory and a worker hand-off costs more than the call; on a network
+  // filesystem (FUSE, NFS) either may wait for the server, which must never
+  // stall the engine thread.
+  bool inline_fd_metadata = true;
+};
+
 // io_uring with `entries` submission slots. kUnavailable when the kernel
-// refuses a ring (seccomp, kernel.io_uring_disabled, ENOSYS). With
-// `inline_metadata`, kMkdir, kRename, kUnlink and kFsetxattr run as plain
-// syscalls on the submitting thread during Submit (the fs tier's
-// `inline_metadata` option says when that pays).
-Result<std::unique_ptr<IoBackend>> MakeUringBackend(unsigned entries, bool inline_metadata = false);
+// refuses a ring (seccomp, kernel.io_uring_disabled, ENOSYS).
+Result<std::unique_ptr<IoBackend>> MakeUringBackend(unsigned entries, UringOptions options = {});
 
 // Executes one request synchronously with plain syscalls (shared by the
 // syscall backend and by test fakes).

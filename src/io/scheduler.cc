@@ -5,9 +5,9 @@
 
 namespace kvtier::internal {
 
-void IoScheduler::Enqueue(std::unique_ptr<BlockOp> op, IoClass cls) {
+void IoScheduler::Enqueue(std::unique_ptr<BlockOp> op, IoClass cls, uint64_t now_ns) {
   if (cls == IoClass::kRead && op->ReadsData()) ++loads_queued_;
-  (cls == IoClass::kRead ? read_queue_ : write_queue_).push_back(std::move(op));
+  (cls == IoClass::kRead ? read_queue_ : write_queue_).push_back({std::move(op), now_ns});
 }
 
 // Asks the op for its next request; a finished op frees its slot.
@@ -17,12 +17,13 @@ void IoScheduler::Advance(uint64_t old_tag, Running* run, std::vector<IoRequest>
     (run->slot == IoClass::kRead ? reads_running_ : writes_running_)--;
     if (run->cls == IoClass::kWrite) --stores_running_;
     if (run->load) --loads_running_;
+    if (run->abandoned) --abandoned_running_;
     finished_.push_back(std::move(run->op));
     running_.erase(old_tag);
     return;
   }
   req.tag = next_tag_++;
-  Running moved{std::move(run->op), run->slot, run->cls, run->load, req, 0};
+  Running moved{std::move(run->op), run->slot, run->cls, run->load, req, 0, 0, run->abandoned, false};
   running_.erase(old_tag);
   running_.emplace(req.tag, std::move(moved));
   out->push_back(req);
@@ -41,7 +42,7 @@ bool IoScheduler::StartOne(IoClass slot, std::vector<IoRequest>* out) {
   if (!own_ok && !other_ok) return false;
   auto& queue = own_ok ? own : other;
   const IoClass cls = &queue == &read_queue_ ? IoClass::kRead : IoClass::kWrite;
-  std::unique_ptr<BlockOp> op = std::move(queue.front());
+  std::unique_ptr<BlockOp> op = std::move(queue.front().op);
   queue.pop_front();
   (slot == IoClass::kRead ? reads_running_ : writes_running_)++;
   const bool load = cls == IoClass::kRead && op->ReadsData();
@@ -51,7 +52,7 @@ bool IoScheduler::StartOne(IoClass slot, std::vector<IoRequest>* out) {
     --loads_queued_;
   }
   const uint64_t placeholder = next_tag_++;
-  Running& run = running_.emplace(placeholder, Running{std::move(op), slot, cls, load, {}, 0}).first->second;
+  Running& run = running_.emplace(placeholder, Running{std::move(op), slot, cls, load, {}}).first->second;
   Advance(placeholder, &run, out);
   return true;
 }
@@ -73,6 +74,7 @@ void IoScheduler::NoteReads(uint64_t now_ns) {
 }
 
 void IoScheduler::Emit(std::vector<IoRequest>* out, uint64_t now_ns) {
+  const size_t first = out->size();
   out->insert(out->end(), reissue_.begin(), reissue_.end());
   reissue_.clear();
   NoteReads(now_ns);
@@ -81,18 +83,25 @@ void IoScheduler::Emit(std::vector<IoRequest>* out, uint64_t now_ns) {
   }
   while (writes_running_ < limits_.writes_in_flight_max && StartOne(IoClass::kWrite, out)) {
   }
+  // Abandonment counts from here: the backend gets these requests now.
+  for (size_t i = first; i < out->size(); ++i) running_.at((*out)[i].tag).issued_ns = now_ns;
 }
 
 void IoScheduler::Complete(const IoCompletion& c) {
   auto it = running_.find(c.tag);
   if (it == running_.end()) return;
   Running& run = it->second;
+  if (run.stuck) {
+    run.stuck = false;
+    --stuck_;
+  }
   // ESTALE on a path lookup: a network filesystem's cached handle for some
   // directory on the path went stale (another client replaced it); a fresh
   // lookup succeeds, as the kernel's own single retry shows. An fd's ESTALE
   // is final and goes to the op.
   const bool stale_path = c.res == -ESTALE && run.pending.path != nullptr;
-  if ((c.res == -EINTR || c.res == -EAGAIN || stale_path) && run.retries < limits_.retries_max) {
+  const bool retryable = c.res == -EINTR || c.res == -EAGAIN || stale_path;
+  if (retryable && !run.abandoned && run.retries < limits_.retries_max) {
     ++run.retries;
     reissue_.push_back(run.pending);
     return;
@@ -104,6 +113,71 @@ void IoScheduler::Complete(const IoCompletion& c) {
 void IoScheduler::TakeFinished(std::vector<std::unique_ptr<BlockOp>>* out) {
   for (auto& op : finished_) out->push_back(std::move(op));
   finished_.clear();
+}
+
+void IoScheduler::Abandon(Running* run) {
+  run->abandoned = true;
+  ++abandoned_running_;
+  run->op->OnAbandon();
+  run->op->result_taken = true;
+  abandoned_.push_back(run->op.get());
+}
+
+size_t IoScheduler::Expire(uint64_t now_ns) {
+  if (limits_.abandon_after_ns == 0) return 0;
+  size_t newly = 0;
+  for (auto& [tag, run] : running_) {
+    // issued_ns 0: produced by a completion, not handed to the backend yet.
+    if (run.stuck || run.issued_ns == 0 || now_ns < run.issued_ns + limits_.abandon_after_ns) continue;
+    run.stuck = true;
+    ++stuck_;
+    ++newly;
+    if (!run.abandoned) Abandon(&run);
+  }
+  // Slots held by the kernel may never come back: nothing waits behind
+  // them longer than a request may take.
+  if (stuck_ > 0) {
+    ExpireQueue(&read_queue_, IoClass::kRead, now_ns);
+    ExpireQueue(&write_queue_, IoClass::kWrite, now_ns);
+  }
+  return newly;
+}
+
+void IoScheduler::ExpireQueue(std::deque<Queued>* queue, IoClass cls, uint64_t now_ns) {
+  for (auto it = queue->begin(); it != queue->end();) {
+    if (now_ns < it->since_ns + limits_.abandon_after_ns) {
+      ++it;
+      continue;
+    }
+    if (cls == IoClass::kRead && it->op->ReadsData()) --loads_queued_;
+    it->op->OnAbandon();  // never started: nothing to clean up
+    finished_.push_back(std::move(it->op));
+    it = queue->erase(it);
+  }
+}
+
+void IoScheduler::TakeAbandoned(std::vector<BlockOp*>* out) {
+  out->insert(out->end(), abandoned_.begin(), abandoned_.end());
+  abandoned_.clear();
+}
+
+void IoScheduler::TakeQueued(std::vector<std::unique_ptr<BlockOp>>* out) {
+  for (auto* queue : {&read_queue_, &write_queue_}) {
+    for (Queued& q : *queue) out->push_back(std::move(q.op));
+    queue->clear();
+  }
+  loads_queued_ = 0;
+}
+
+void IoScheduler::TakeAll(std::vector<std::unique_ptr<BlockOp>>* out) {
+  TakeQueued(out);
+  TakeFinished(out);
+  for (auto& [tag, run] : running_) out->push_back(std::move(run.op));
+  running_.clear();
+  reissue_.clear();
+  abandoned_.clear();
+  reads_running_ = writes_running_ = stores_running_ = loads_running_ = 0;
+  abandoned_running_ = stuck_ = 0;
 }
 
 }  // namespace kvtier::internal

@@ -19,6 +19,18 @@
 //  * Retryable results (-EINTR, -EAGAIN, and -ESTALE from a path lookup on a
 //    network filesystem) re-issue the same request; the op state machines
 //    handle short transfers and everything else.
+//  * Abandonment (issue 24): a request still in the kernel abandon_after_ns
+//    after it was issued is abandoned, not waited for. The backend has
+//    already cancelled it at its deadline, but a wait that only a fatal
+//    signal ends (a hung FUSE daemon, a hard NFS mount) ignores cancels. The
+//    op's result becomes final at once (BlockOp::OnAbandon, handed out by
+//    TakeAbandoned) while the op itself, with its slot and whatever memory
+//    the kernel may still write, stays here until the kernel returns the
+//    request; then it runs its cleanup (closing an fd, removing a temp file,
+//    never publishing) and ends in TakeFinished. Stuck requests are thus
+//    bounded by the slots. While any is stuck, a queued op that has waited
+//    abandon_after_ns is failed the same way, so nothing queues forever
+//    behind slots the kernel holds.
 //
 // Thread safety: none; the engine thread owns it. Tests drive it directly.
 #pragma once
@@ -46,6 +58,15 @@ class BlockOp {
   // For read-class ops: whether the op reads block data from the disk (a
   // load), which holds stores back; a metadata-only lookup does not.
   virtual bool ReadsData() const { return true; }
+  // The request in flight (or, for an op never started, the queue wait)
+  // outlived the tier's I/O deadline: make the result final now (a timeout,
+  // unless the op already had its outcome and was only cleaning up), and from
+  // here on issue only cleanup requests. OnCompletion still receives the
+  // abandoned request's late result.
+  virtual void OnAbandon() = 0;
+  // Set by the scheduler when TakeAbandoned handed the op's result out: the
+  // op's later arrival in TakeFinished only frees it.
+  bool result_taken = false;
 };
 
 // The fs tier sets the two budgets and stores_while_loading_max from its
@@ -58,22 +79,42 @@ struct SchedulerLimits {
   int retries_max = 64;          // EINTR/EAGAIN re-issues per request before giving up
   int stores_while_loading_max = 0;  // store ops at once while loads are active; 0: no cap
   uint64_t read_linger_ns = 10'000'000;  // loads count as active this long after the last one
+  // A request still in flight this long after it was issued is abandoned
+  // (see above); 0: never (io_timeout_ms 0).
+  uint64_t abandon_after_ns = 0;
 };
 
 class IoScheduler {
  public:
   explicit IoScheduler(SchedulerLimits limits) : limits_(limits) {}
 
-  void Enqueue(std::unique_ptr<BlockOp> op, IoClass cls);
+  // `now_ns` times the op's queue wait (see abandon_after_ns).
+  void Enqueue(std::unique_ptr<BlockOp> op, IoClass cls, uint64_t now_ns = 0);
   // Appends the requests to issue now (starting queued ops within budget).
-  // `now_ns` (CLOCK_MONOTONIC) times the read-priority linger.
+  // `now_ns` (CLOCK_MONOTONIC) times the read-priority linger and the
+  // requests' abandonment.
   void Emit(std::vector<IoRequest>* out, uint64_t now_ns);
   // Feeds a completion back; unknown tags are ignored.
   void Complete(const IoCompletion& completion);
-  // Moves finished ops out.
+  // Moves finished ops out (an op with result_taken only needs freeing).
   void TakeFinished(std::vector<std::unique_ptr<BlockOp>>* out);
+  // Abandons what outlived abandon_after_ns at `now_ns` (see above); returns
+  // how many requests were newly found stuck.
+  size_t Expire(uint64_t now_ns);
+  // Ops whose result Expire made final while the op stays in flight (not
+  // owned: valid until the op comes out of TakeFinished).
+  void TakeAbandoned(std::vector<BlockOp*>* out);
+  // Moves every queued op out, unstarted (a root that is down fails them).
+  void TakeQueued(std::vector<std::unique_ptr<BlockOp>>* out);
+  // Moves every op out: for a tier that stops while the kernel still holds
+  // some of their requests, which must then never be freed.
+  void TakeAll(std::vector<std::unique_ptr<BlockOp>>* out);
 
   bool idle() const { return running_.empty() && read_queue_.empty() && write_queue_.empty(); }
+  // Nothing queued, and every op in flight has had its result taken.
+  bool only_abandoned() const { return read_queue_.empty() && write_queue_.empty() && abandoned_running_ == running_.size(); }
+  // Requests abandoned and not yet returned by the kernel.
+  size_t stuck() const { return stuck_; }
   size_t queued(IoClass cls) const { return cls == IoClass::kRead ? read_queue_.size() : write_queue_.size(); }
   size_t in_flight() const { return running_.size(); }
   // Store ops running, in either class's slots.
@@ -87,18 +128,31 @@ class IoScheduler {
     bool load;           // a read-class op that ReadsData()
     IoRequest pending;   // the request in flight
     int retries = 0;
+    uint64_t issued_ns = 0;  // when `pending` was emitted
+    bool abandoned = false;  // result handed out; only cleanup is left
+    bool stuck = false;      // `pending` outlived abandon_after_ns
+  };
+  struct Queued {
+    std::unique_ptr<BlockOp> op;
+    uint64_t since_ns;
   };
   bool StartOne(IoClass slot, std::vector<IoRequest>* out);
   int ReadReserve() const { return std::max(1, limits_.reads_in_flight_max / 4); }
   bool StoreMayStart() const;
   void NoteReads(uint64_t now_ns);
   void Advance(uint64_t tag, Running* run, std::vector<IoRequest>* out);
+  void Abandon(Running* run);
+  void ExpireQueue(std::deque<Queued>* queue, IoClass cls, uint64_t now_ns);
+  void Unqueue(IoClass cls, BlockOp* op);
 
   SchedulerLimits limits_;
-  std::deque<std::unique_ptr<BlockOp>> read_queue_, write_queue_;
+  std::deque<Queued> read_queue_, write_queue_;
   std::unordered_map<uint64_t, Running> running_;  // by tag of the request in flight
   std::vector<IoRequest> reissue_;                 // requests produced by Complete()
   std::vector<std::unique_ptr<BlockOp>> finished_;
+  std::vector<BlockOp*> abandoned_;  // results made final, not yet taken
+  size_t abandoned_running_ = 0;     // running ops with abandoned set
+  size_t stuck_ = 0;                 // running ops with stuck set
   int reads_running_ = 0, writes_running_ = 0;  // by slot
   int stores_running_ = 0;     // write-class ops, in any slot
   int loads_running_ = 0, loads_queued_ = 0;  // read-class ops that ReadsData()

@@ -151,7 +151,7 @@ class UringBackend final : public IoBackend {
   }
   std::string_view name() const override { return "io_uring"; }
 
-  explicit UringBackend(bool inline_metadata) : inline_metadata_(inline_metadata) {}
+  explicit UringBackend(UringOptions options) : options_(options) {}
 
   Status Init(unsigned entries) {
     int rc = io_uring_queue_init(entries, &ring_, 0);
@@ -294,12 +294,14 @@ class UringBackend final : public IoBackend {
   // With inline_metadata, so do the directory and xattr changes that
   // io_uring always hands to a worker (see MakeUringBackend).
   bool RunsInline(const IoRequest& r) const {
-    if (inline_metadata_ && (r.op == IoOp::kMkdir || r.op == IoOp::kRename || r.op == IoOp::kUnlink ||
-                             r.op == IoOp::kFsetxattr)) {
+    if (options_.inline_metadata && (r.op == IoOp::kMkdir || r.op == IoOp::kRename || r.op == IoOp::kUnlink ||
+                                     r.op == IoOp::kFsetxattr)) {
       return true;
     }
-    return (r.op == IoOp::kStatx && r.path == nullptr) || r.op == IoOp::kFgetxattr ||
-           (r.op == IoOp::kOpen && r.resolve != 0 && !have_openat2_);
+    if (options_.inline_fd_metadata && ((r.op == IoOp::kStatx && r.path == nullptr) || r.op == IoOp::kFgetxattr)) {
+      return true;
+    }
+    return r.op == IoOp::kOpen && r.resolve != 0 && !have_openat2_;
   }
 
   // The open_how of an openat2, kept (like the timeouts) until the kernel has
@@ -365,7 +367,7 @@ class UringBackend final : public IoBackend {
   }
 
   io_uring ring_{};
-  const bool inline_metadata_;
+  const UringOptions options_;
   bool ring_ok_ = false;
   int event_fd_ = -1;
   bool supported_[static_cast<int>(IoOp::kTouchAtime) + 1] = {};
@@ -381,8 +383,8 @@ class UringBackend final : public IoBackend {
 
 }  // namespace
 
-Result<std::unique_ptr<IoBackend>> MakeUringBackend(unsigned entries, bool inline_metadata) {
-  auto backend = std::make_unique<UringBackend>(inline_metadata);
+Result<std::unique_ptr<IoBackend>> MakeUringBackend(unsigned entries, UringOptions options) {
+  auto backend = std::make_unique<UringBackend>(options);
   KVTIER_RETURN_IF_ERROR(backend->Init(entries));
   return std::unique_ptr<IoBackend>(std::move(backend));
 }

@@ -38,7 +38,7 @@ std::map<uint64_t, int64_t> ReapAll(internal::IoBackend* backend, size_t n) {
 }
 
 TEST(InlineMetadata, UringBackendRunsDirectoryAndXattrSyscallsDuringSubmit) {
-  auto made = internal::MakeUringBackend(16, /*inline_metadata=*/true);
+  auto made = internal::MakeUringBackend(16, {.inline_metadata = true});
   if (!made.ok()) GTEST_SKIP() << "no io_uring here: " << made.status().ToString();
   std::unique_ptr<internal::IoBackend> backend = std::move(*made);
   testing::TempDir dir;

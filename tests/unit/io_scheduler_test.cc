@@ -4,7 +4,12 @@
 // re-issue the same request (bounded); completions in any order reach the
 // right op; finished ops free their slots; while loads are active (and for
 // the linger after), stores are capped at stores_while_loading_max whatever
-// slots are free, and the cap lifts once the linger has passed.
+// slots are free, and the cap lifts once the linger has passed. A request
+// that outlives abandon_after_ns is abandoned: its op's result is handed out
+// at once while the op keeps its slot until the kernel returns the request,
+// a late completion is never retried, queued ops fail once they have waited
+// that long behind stuck slots (and only then), and TakeAll empties
+// everything for a tier that closes with requests still in the kernel.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -30,7 +35,12 @@ class CountingOp : public BlockOp {
     return true;
   }
   void OnCompletion(int64_t res) override { results.push_back(res); }
+  void OnAbandon() override {
+    abandoned = true;
+    steps_ = issued_;  // only the request in flight is left: no cleanup
+  }
   std::vector<int64_t> results;
+  bool abandoned = false;
 
  private:
   int id_, steps_, issued_ = 0;
@@ -237,6 +247,109 @@ TEST(IoScheduler, ShuffledCompletionsReachTheirOps) {
   for (int i = 0; i < 50; ++i) {
     EXPECT_EQ(ops[i]->results, std::vector<int64_t>(3, i)) << "op " << i;
   }
+}
+
+}  // namespace
+}  // namespace kvtier::internal
+
+namespace kvtier::internal {
+namespace {
+
+constexpr uint64_t kMs = 1'000'000;
+
+TEST(IoSchedulerAbandon, AStuckRequestIsAbandonedButKeepsItsSlotUntilTheKernelReturnsIt) {
+  std::vector<int> started;
+  SchedulerLimits limits{1, 1, 8};
+  limits.abandon_after_ns = 100 * kMs;
+  IoScheduler s(limits);
+  std::vector<CountingOp*> ops;
+  for (int i = 0; i < 2; ++i) {  // one in the read slot, one stealing the write slot
+    auto op = std::make_unique<CountingOp>(i, 2, &started);
+    ops.push_back(op.get());
+    s.Enqueue(std::move(op), IoClass::kRead, 1 * kMs);
+  }
+  std::vector<IoRequest> reqs;
+  s.Emit(&reqs, 1 * kMs);
+  ASSERT_EQ(reqs.size(), 2u);
+  const uint64_t tag = reqs[0].tag;
+  EXPECT_EQ(s.Expire(100 * kMs), 0u) << "not yet past abandon_after_ns";
+  EXPECT_EQ(s.Expire(101 * kMs), 2u);
+  EXPECT_TRUE(ops[0]->abandoned && ops[1]->abandoned);
+  EXPECT_EQ(s.stuck(), 2u);
+  EXPECT_TRUE(s.only_abandoned());
+  std::vector<BlockOp*> abandoned;
+  s.TakeAbandoned(&abandoned);
+  ASSERT_EQ(abandoned.size(), 2u);
+  EXPECT_TRUE(abandoned[0]->result_taken && abandoned[1]->result_taken);
+  EXPECT_EQ(s.Expire(500 * kMs), 0u) << "a stuck request is counted once";
+  // Both slots are still the kernel's: a third load waits.
+  s.Enqueue(std::make_unique<CountingOp>(2, 1, &started), IoClass::kRead, 500 * kMs);
+  reqs.clear();
+  s.Emit(&reqs, 500 * kMs);
+  EXPECT_TRUE(reqs.empty());
+  // The late completion: EINTR would be retried for a live op, never for an abandoned one.
+  s.Complete({tag, -EINTR});
+  EXPECT_EQ(s.stuck(), 1u);
+  std::vector<std::unique_ptr<BlockOp>> finished;
+  s.TakeFinished(&finished);
+  ASSERT_EQ(finished.size(), 1u) << "the abandoned op ends once the kernel returned its request";
+  EXPECT_EQ(ops[0]->results, std::vector<int64_t>{-EINTR});
+  reqs.clear();
+  s.Emit(&reqs, 501 * kMs);
+  EXPECT_EQ(reqs.size(), 1u) << "the freed slot serves the queued load";
+}
+
+TEST(IoSchedulerAbandon, QueuedOpsFailAfterTheWaitOnlyWhileSlotsAreStuck) {
+  std::vector<int> started;
+  SchedulerLimits limits{1, 1, 8};
+  limits.abandon_after_ns = 100 * kMs;
+  IoScheduler s(limits);
+  std::vector<CountingOp*> ops;
+  for (int i = 0; i < 3; ++i) {
+    auto op = std::make_unique<CountingOp>(i, 1, &started);
+    ops.push_back(op.get());
+    s.Enqueue(std::move(op), IoClass::kRead, 1 * kMs);
+  }
+  std::vector<IoRequest> reqs;
+  s.Emit(&reqs, 1 * kMs);  // op 0 reads, op 1 steals the write slot, op 2 waits
+  ASSERT_EQ(reqs.size(), 2u);
+  s.Complete({reqs[1].tag, 0});  // op 1 is done; op 2 takes its slot at the next Emit
+  std::vector<std::unique_ptr<BlockOp>> finished;
+  s.TakeFinished(&finished);
+  EXPECT_EQ(s.queued(IoClass::kRead), 1u);
+  // Past the wait but nothing stuck yet (op 0's request was issued at 1 ms, op 2 queued at 1 ms):
+  EXPECT_EQ(s.Expire(100 * kMs), 0u);
+  EXPECT_FALSE(ops[2]->abandoned) << "a queue that moves never fails an op";
+  EXPECT_EQ(s.Expire(102 * kMs), 1u);  // op 0 stuck; op 2 waited 101 ms behind it
+  EXPECT_TRUE(ops[0]->abandoned);
+  EXPECT_TRUE(ops[2]->abandoned);
+  EXPECT_EQ(s.queued(IoClass::kRead), 0u);
+  finished.clear();
+  s.TakeFinished(&finished);
+  ASSERT_EQ(finished.size(), 1u) << "the never-started op ends at once";
+  EXPECT_FALSE(finished[0]->result_taken) << "its result comes with it, not through TakeAbandoned";
+}
+
+TEST(IoSchedulerAbandon, ZeroNeverAbandonsAndTakeAllEmptiesEverything) {
+  std::vector<int> started;
+  IoScheduler never({1, 1, 8});
+  never.Enqueue(std::make_unique<CountingOp>(1, 1, &started), IoClass::kRead, 1);
+  std::vector<IoRequest> reqs;
+  never.Emit(&reqs, 1);
+  EXPECT_EQ(never.Expire(uint64_t{1} << 62), 0u) << "abandon_after_ns 0: io_timeout_ms 0 waits for ever";
+
+  SchedulerLimits limits{1, 1, 8};
+  limits.abandon_after_ns = 10;
+  IoScheduler s(limits);
+  for (int i = 0; i < 4; ++i) s.Enqueue(std::make_unique<CountingOp>(i, 1, &started), IoClass::kWrite, 1);
+  reqs.clear();
+  s.Emit(&reqs, 1);
+  s.Expire(100);
+  std::vector<std::unique_ptr<BlockOp>> all;
+  s.TakeAll(&all);
+  EXPECT_EQ(all.size(), 4u);
+  EXPECT_TRUE(s.idle());
+  EXPECT_EQ(s.stuck(), 0u);
 }
 
 }  // namespace

@@ -1,0 +1,49 @@
+// BouncePool and the abandoned-op result (block_ops.h).
+#include <cerrno>
+#include <cstdlib>
+
+#include "fs/block_ops.h"
+
+namespace kvtier::internal {
+
+namespace {
+constexpr uint64_t kPage = 4096;
+}  // namespace
+
+BouncePool::~BouncePool() {
+  for (uint8_t* row : idle_) std::free(row);
+}
+
+uint8_t* BouncePool::Acquire() {
+  {
+    std::lock_guard lock(mu_);
+    if (!idle_.empty()) {
+      uint8_t* row = idle_.back();
+      idle_.pop_back();
+      return row;
+    }
+  }
+  const uint64_t bytes = (row_bytes_ + kPage - 1) / kPage * kPage;
+  auto* row = static_cast<uint8_t*>(std::aligned_alloc(kPage, bytes));
+  if (row == nullptr) throw std::bad_alloc();
+  return row;
+}
+
+void BouncePool::Release(uint8_t* row) {
+  {
+    std::lock_guard lock(mu_);
+    if (idle_.size() < keep_max_) {
+      idle_.push_back(row);
+      return;
+    }
+  }
+  std::free(row);
+}
+
+KeyResult AbandonedResult(const char* syscall, const std::string& path, uint32_t io_timeout_ms) {
+  return {KeyOutcome::kError,
+          ErrnoToStatus(ETIMEDOUT, std::string(syscall) + " " + path + ": no answer within io_timeout_ms (" +
+                                       std::to_string(io_timeout_ms) + " ms); abandoned to the kernel")};
+}
+
+}  // namespace kvtier::internal
