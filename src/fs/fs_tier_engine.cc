@@ -70,10 +70,20 @@ class FsTierImpl final : public FsTier {
       stop_ = true;
     }
     backend_->Wake();
-    engine_.join();
-    // The kernel still holds requests into the backend's ring or threads:
-    // leave it (its threads, fds and ring) to the process exit.
-    if (leak_backend_) (void)backend_.release();
+    {
+      std::unique_lock lock(mu_);
+      idle_cv_.wait(lock, [&] { return engine_done_; });
+    }
+    if (!leak_backend_) {
+      engine_.join();
+      return;
+    }
+    // The kernel still holds requests of the backend's ring or threads:
+    // leave it (its threads, fds and ring) to the process exit. The engine
+    // thread is not joined either: a thread that set up an io_uring waits,
+    // as it exits, for the ring's kernel workers, which are the ones stuck.
+    (void)backend_.release();
+    engine_.detach();
   }
 
   Result<uint64_t> SubmitStore(std::span<const OffloadKey> keys,
@@ -313,6 +323,9 @@ class FsTierImpl final : public FsTier {
       ExpireAndCollect();
     }
     LeaveQuarantined();
+    std::lock_guard lock(mu_);
+    engine_done_ = true;  // nothing of this object is touched after this
+    idle_cv_.notify_all();
   }
 
   void OnCompletion(const IoCompletion& c) {
@@ -416,6 +429,7 @@ class FsTierImpl final : public FsTier {
   std::vector<JobResult> finished_;
   size_t open_jobs_ = 0;
   bool stop_ = false;
+  bool engine_done_ = false;  // Run() has returned its last use of the object
   std::thread engine_;
 };
 

@@ -221,6 +221,7 @@ Result<std::unique_ptr<IoBackend>> MakeBackend(const FsTierOpenOptions& o) {
     UringOptions uring_options;
     uring_options.inline_metadata = InlineMetadataFor(o.tier);
     uring_options.inline_fd_metadata = LocalFilesystem(o.tier.root_dir);
+    uring_options.force_async = !uring_options.inline_fd_metadata;
     auto uring = MakeUringBackend(entries, uring_options);
     if (uring.ok() || o.tier.io_backend == IoBackendKind::kUring) return uring;
     LogWarning("io_uring is unavailable (" + uring.status().ToString() +

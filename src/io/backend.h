@@ -58,6 +58,12 @@ struct UringOptions {
   // filesystem (FUSE, NFS) either may wait for the server, which must never
   // stall the engine thread.
   bool inline_fd_metadata = true;
+  // Every request goes to the kernel's workers (IOSQE_ASYNC) instead of
+  // being tried on the submitting thread first. On FUSE an O_DIRECT write
+  // issued from the submitter waits there for the server, and a file's
+  // first poll check sends a synchronous FUSE_POLL: on a network filesystem
+  // io_uring_submit itself could hang the engine thread.
+  bool force_async = false;
 };
 
 // io_uring with `entries` submission slots. kUnavailable when the kernel

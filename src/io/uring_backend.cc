@@ -223,6 +223,7 @@ class UringBackend final : public IoBackend {
       Prep(sqe, r, OpenHow(r));
       UseFixedBuffer(sqe, r);
       io_uring_sqe_set_data64(sqe, r.tag);
+      if (options_.force_async) sqe->flags |= IOSQE_ASYNC;
       if (r.deadline_ns != 0) deadlines_.Add(r.tag, r.deadline_ns);
     }
     Flush();
