@@ -13,6 +13,12 @@
 #include <linux/openat2.h>
 #include <liburing.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <csignal>
+#include <thread>
 
 #include <cerrno>
 #include <cstring>
@@ -146,6 +152,48 @@ TEST_F(FaultFsUringTest, FailRulesActOnRingRequests) {
   ASSERT_OK(fs_->Short("read"));
   io_uring_prep_read(ring.Sqe(), fd, buffer_, 8192, 0);
   EXPECT_EQ(ring.Run(), 4096);
+}
+
+// Whether `pid` exits (and is reaped) within timeout_ms.
+bool ExitsWithin(pid_t pid, int timeout_ms) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (waitpid(pid, nullptr, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
+}
+
+// The shutdown facts kvtier's design rests on (issue 24): a process that
+// exits holding an fd on a FUSE mount whose server does not answer FLUSH
+// never finishes exiting (close sends FLUSH and waits for it, and SIGKILL
+// does not end that wait); an io_uring read still in flight does not hold up
+// the exit. The children only make async-signal-safe calls (raw syscalls;
+// liburing's setup only mmaps).
+TEST_F(FaultFsUringTest, ExitWaitsForAHungFlushButNotForAReadInFlight) {
+  ASSERT_OK(fs_->Hang("flush", "f"));
+  const std::string path = Mnt("f");
+  pid_t child = fork();
+  if (child == 0) _exit(open(path.c_str(), O_RDONLY) >= 0 ? 0 : 1);  // exits with the fd open
+  ASSERT_GT(child, 0);
+  EXPECT_FALSE(ExitsWithin(child, 500)) << "the exit did not wait for FLUSH";
+  kill(child, SIGKILL);
+  EXPECT_FALSE(ExitsWithin(child, 300)) << "SIGKILL ended the wait for FLUSH";
+  ASSERT_OK(fs_->Release());
+  ASSERT_TRUE(ExitsWithin(child, 5000));
+
+  ASSERT_OK(fs_->Hang("read", "f"));
+  child = fork();
+  if (child == 0) {
+    io_uring ring;
+    const int fd = open(path.c_str(), O_RDONLY | O_DIRECT);
+    if (fd < 0 || io_uring_queue_init(2, &ring, 0) != 0) _exit(2);
+    io_uring_prep_read(io_uring_get_sqe(&ring), fd, buffer_, 4096, 0);
+    _exit(io_uring_submit(&ring) == 1 ? 0 : 3);
+  }
+  ASSERT_GT(child, 0);
+  ASSERT_TRUE(fs_->WaitHung(1, 5000));
+  EXPECT_TRUE(ExitsWithin(child, 5000)) << "the exit waited for the read in flight";
 }
 
 }  // namespace
