@@ -228,9 +228,16 @@ void FaultFs::Reap(int grace_ms) {
 
 namespace {
 
-std::string Absolute(const std::string& path) {
+// The path as /proc/self/mountinfo will show it: absolute, symlinks in the
+// parent resolved, no trailing '/'. The last component is not resolved: it
+// may be a stale mount that answers ENOTCONN to every stat.
+std::string MountinfoPath(const std::string& path) {
   std::error_code ec;
-  return std::filesystem::absolute(path, ec).lexically_normal().string();
+  std::filesystem::path absolute = std::filesystem::absolute(path, ec).lexically_normal();
+  if (!absolute.has_filename()) absolute = absolute.parent_path();
+  std::filesystem::create_directories(absolute.parent_path(), ec);
+  const std::filesystem::path parent = std::filesystem::canonical(absolute.parent_path(), ec);
+  return ec ? absolute.string() : (parent / absolute.filename()).string();
 }
 
 // A FUSE mount left at `mountpoint` by an earlier run that died (it answers
@@ -254,8 +261,8 @@ std::string NewSocketPath() {
 
 Result<std::unique_ptr<FaultFs>> FaultFs::Mount(std::string backing, std::string mountpoint) {
   if (const std::string why = Unavailable(); !why.empty()) return UnavailableStatus(why);
-  backing = Absolute(backing);
-  mountpoint = Absolute(mountpoint);
+  backing = MountinfoPath(backing);
+  mountpoint = MountinfoPath(mountpoint);
   DetachStale(mountpoint);
   std::error_code ec;
   std::filesystem::create_directories(backing, ec);
@@ -308,10 +315,10 @@ Status FaultFs::WaitLive(dev_t unmounted_dev) {
   return UnavailableStatus("kvtier_faultfs did not mount " + mountpoint_ + " within 10 s");
 }
 
-// Unmounts; when calls still hold the mount busy, detaches it and aborts the
-// connection, so that those calls fail (ENOTCONN) instead of waiting on a
-// daemon that is about to die.
-void FaultFs::Unmount(bool daemon_answers) {
+// Unmounts; when open files or calls hold the mount busy, detaches it and
+// aborts the connection, so that those calls fail (ENOTCONN) at once rather
+// than wait on a daemon that is about to die, and the daemon's loop ends.
+void FaultFs::Unmount() {
   if (faultfs::FuseConnectionOf(mountpoint_) < 0) return;
   if (geteuid() != 0) {
     RunBounded({"fusermount3", "-u", "-z", "-q", mountpoint_}, 5000);
@@ -320,13 +327,12 @@ void FaultFs::Unmount(bool daemon_answers) {
   if (umount2(mountpoint_.c_str(), 0) == 0) return;
   const long connection = connection_ >= 0 ? connection_ : faultfs::FuseConnectionOf(mountpoint_);
   umount2(mountpoint_.c_str(), MNT_DETACH);
-  Result<std::string> hung = daemon_answers ? Command("hung", 1000) : Result<std::string>(std::string("?"));
-  if (!hung.ok() || *hung != "0") faultfs::AbortFuseConnection(connection);
+  faultfs::AbortFuseConnection(connection);
 }
 
 FaultFs::~FaultFs() {
-  const bool daemon_answers = pid_ > 0 && Command("release", 2000).ok();
-  Unmount(daemon_answers);
+  if (pid_ > 0) Command("release", 2000).status().IgnoreError();
+  Unmount();
   Reap(1000);  // an unmounted daemon exits by itself (its /dev/fuse reads end)
   unlink(socket_.c_str());
 }

@@ -49,8 +49,9 @@ class FaultFs {
   // live and the daemon answers. kUnavailable when it does not come up.
   static Result<std::unique_ptr<FaultFs>> Mount(std::string backing, std::string mountpoint);
 
-  // Releases hung calls, unmounts (MNT_DETACH when busy), aborts the FUSE
-  // connection if calls are still held, kills and reaps the daemon. Bounded
+  // Releases hung calls, unmounts (when busy: detaches the mount and aborts
+  // the FUSE connection, so calls in flight or on files still open fail with
+  // ENOTCONN), then reaps the daemon (killing it if need be). Bounded
   // (a few seconds at worst, even with the daemon stopped); never throws.
   ~FaultFs();
   FaultFs(const FaultFs&) = delete;
@@ -58,7 +59,11 @@ class FaultFs {
 
   // The steering commands. Each returns kInvalidArgument for a bad op or
   // argument, kUnavailable or kTimedOut when the daemon does not answer (5 s).
-  // Matching calls block until Release().
+  // Matching calls block until Release(). The kernel adds its own waits
+  // behind a hung call: a lookup of the same name in the same directory
+  // waits for the hung lookup (d_alloc_parallel); calls that take the
+  // inode's lock (write, truncate, rename/unlink/create in that directory)
+  // wait for a hung call holding it; close(2) waits for a hung FLUSH.
   Status Hang(std::string_view op, std::string_view path_substr = "");
   // Matching calls wait `ms` milliseconds, then proceed.
   Status Delay(std::string_view op, int ms, std::string_view path_substr = "");
@@ -98,7 +103,7 @@ class FaultFs {
   Status WaitLive(dev_t unmounted_dev);
   Status Expect(std::string_view line);
   Result<uint64_t> Number(std::string_view line);
-  void Unmount(bool daemon_answers);
+  void Unmount();
   void Reap(int grace_ms);
 
   std::string backing_;

@@ -23,6 +23,7 @@
 //   ping         "ok" once the daemon serves commands
 //   gone         abort the FUSE connection and exit: calls fail ENOTCONN
 #include <fcntl.h>
+#include <linux/fuse.h>
 #include <signal.h>
 #include <sys/mount.h>
 #include <sys/socket.h>
@@ -30,7 +31,9 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <climits>
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -141,11 +144,48 @@ void WatchSignals(sigset_t signals, FaultRules* rules, std::string mountpoint) {
   _exit(0);
 }
 
+// libfuse 3.14 wants FUSE_CAP_PARALLEL_DIROPS (the kernel offers it) but
+// never sets the flag in its INIT reply, so the kernel would serialize
+// lookups and readdirs per directory: one hung lookup would stall every
+// other lookup in its directory. The first reply on a connection is INIT's,
+// so this sets the flag there.
+ssize_t WritevWithParallelDirops(int fd, struct iovec* iov, int count, void* /*userdata*/) {
+  static std::atomic<bool> init_seen{false};
+  if (!init_seen.exchange(true) && count >= 2 &&
+      iov[1].iov_len >= offsetof(fuse_init_out, flags) + sizeof(uint32_t)) {
+    static_cast<fuse_init_out*>(iov[1].iov_base)->flags |= FUSE_PARALLEL_DIROPS;
+  }
+  return writev(fd, iov, count);
+}
+
+ssize_t ReadDevice(int fd, void* buf, size_t len, void* /*userdata*/) { return read(fd, buf, len); }
+
+// As root, mounts with mount(2) directly and serves /dev/fuse through
+// WritevWithParallelDirops; otherwise through fusermount3 (serialized
+// directory operations then).
+bool Mount(fuse* fs, const std::string& mountpoint) {
+  if (geteuid() != 0) return fuse_mount(fs, mountpoint.c_str()) == 0;
+  struct stat st;
+  if (stat(mountpoint.c_str(), &st) != 0) return false;
+  const int fd = open("/dev/fuse", O_RDWR | O_CLOEXEC);
+  if (fd < 0) return false;
+  char options[128];
+  std::snprintf(options, sizeof(options), "fd=%d,rootmode=%o,user_id=0,group_id=0,allow_other", fd,
+                st.st_mode & S_IFMT);
+  if (mount("kvtier_faultfs", mountpoint.c_str(), "fuse.kvtier_faultfs", MS_NOSUID | MS_NODEV,
+            options) != 0) {
+    std::fprintf(stderr, "kvtier_faultfs: mount %s: %s\n", mountpoint.c_str(), std::strerror(errno));
+    close(fd);
+    return false;
+  }
+  static const fuse_custom_io io = {WritevWithParallelDirops, ReadDevice, nullptr, nullptr};
+  return fuse_session_custom_io(fuse_get_session(fs), &io, fd) == 0;
+}
+
 // A multi-threaded loop with room for many held calls, so that hung calls
 // never starve the others (libfuse starts a worker whenever none is idle).
 int MountAndLoop(const std::string& mountpoint, Backing* backing, FaultRules* rules, int listen_fd) {
   std::string options = "fsname=kvtier_faultfs,subtype=kvtier_faultfs";
-  if (geteuid() == 0) options += ",allow_other";
   std::string argv0 = "kvtier_faultfs";
   std::string dash_o = "-o";
   char* fuse_argv[] = {argv0.data(), dash_o.data(), options.data(), nullptr};
@@ -153,7 +193,7 @@ int MountAndLoop(const std::string& mountpoint, Backing* backing, FaultRules* ru
   const fuse_operations ops = MakeOperations(backing, rules);
   fuse* fs = fuse_new(&fargs, &ops, sizeof(ops), nullptr);
   if (fs == nullptr) return 1;
-  if (fuse_mount(fs, mountpoint.c_str()) != 0) {
+  if (!Mount(fs, mountpoint)) {
     fuse_destroy(fs);
     return 1;
   }

@@ -52,7 +52,11 @@ int Gate(Op op, const std::string& path, const std::string& other = {}) {
     if (gate_ != 0) return gate_;            \
   } while (0)
 
-void* Init(fuse_conn_info* /*conn*/, fuse_config* cfg) {
+void* Init(fuse_conn_info* conn, fuse_config* cfg) {
+  // Without parallel directory operations the kernel serializes lookups and
+  // readdirs in a directory on its inode lock, so one hung lookup would stall
+  // every other lookup in that directory.
+  if ((conn->capable & FUSE_CAP_PARALLEL_DIROPS) != 0) conn->want |= FUSE_CAP_PARALLEL_DIROPS;
   // Every call must reach the daemon: nothing cached in the kernel, and
   // reads and writes never served from (or absorbed by) the page cache.
   cfg->attr_timeout = 0;
