@@ -141,6 +141,13 @@ KVTIER_API Result<OffloadConfig> LoadOffloadConfigFile(const std::string& path, 
 // non-object, unknown keys, `type` or `module_path`, and broken rules.
 KVTIER_API Result<FsTierOptions> ParseFsTierConfig(std::string_view json_text);
 
+// As ParseFsTierConfig(json_text), with the tier's `root_dir` given as raw
+// bytes beside the text instead of in it: a POSIX path need not be UTF-8,
+// and JSON text must be (Python passes os.fsencode(root_dir) here, the bytes
+// vLLM's own tier would open). The root_dir rules apply to these bytes;
+// kInvalidArgument also when `json_text` holds a root_dir of its own.
+KVTIER_API Result<FsTierOptions> ParseFsTierConfig(std::string_view json_text, std::string_view root_dir);
+
 // The normalized JSON of `config` (two-space indent, every key written, derived
 // values as `block_size` when it was given, else `blocks_per_chunk`; each
 // tier's effective backpressure written in the tier). For any config returned

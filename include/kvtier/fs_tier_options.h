@@ -14,6 +14,14 @@
 
 namespace kvtier {
 
+// The most I/O slots one fs tier (one root of a path_sharding list) may have:
+// n_read_threads + n_write_threads <= 8192. The io_uring engine sizes its ring
+// at four submission entries per slot, and the kernel refuses a ring above
+// IORING_MAX_ENTRIES (32768); the syscall fallback runs one OS thread per
+// slot. The config parser and FsTier::Open refuse a larger sum with
+// kInvalidArgument.
+inline constexpr int kFsTierIoSlotsMax = 8192;
+
 // Store backpressure of one fs tier (vLLM's EMABackpressureDetector,
 // PR #50045): pressure starts when the EMA of store
 // latency per MiB exceeds the high water mark and ends when it falls below
@@ -50,8 +58,10 @@ struct FsTierOptions {
   // with a comma requires it (as vLLM PR #53133).
   PathSharding path_sharding = PathSharding::kNone;
   // `n_read_threads`: load/lookup block operations at once, > 0; default 16.
+  // With n_write_threads, at most kFsTierIoSlotsMax in all.
   int n_read_threads = 16;
   // `n_write_threads`: store block operations at once, > 0; default 16.
+  // With n_read_threads, at most kFsTierIoSlotsMax in all.
   int n_write_threads = 16;
   // `enable_kv_events`: emit BlockStored events (medium STORAGE); default
   // false. Read by the vLLM integration; FsTier itself ignores it.

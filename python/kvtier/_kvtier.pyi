@@ -29,7 +29,9 @@ def block_hashes(
     """vLLM's chained block hashes of every full block of ``tokens`` (``algo``: sha256,
     sha256_cbor, xxhash, xxhash_cbor). ``seed`` is NONE_HASH's seed; None resolves it as vLLM
     does ($PYTHONHASHSEED, else "vllm-none-hash" for sha256, else random with a warning).
-    ``mm_features``: (identifier, offset, length) per multimodal item, sorted by offset."""
+    ``mm_features``: (identifier, offset, length) per multimodal item, sorted by offset.
+    ``seed``, ``lora_name``, ``cache_salt`` and the identifiers must be str (vLLM hashes bytes
+    differently): bytes raise KvtierError(invalid_argument) naming the argument."""
 
 def none_hash(algo: str = "sha256", seed: str | None = None) -> bytes:
     """NONE_HASH, the chain's seed hash, resolved as in :func:`block_hashes`."""
@@ -43,7 +45,8 @@ def chunk_keys(
     group_idx: int = 0,
 ) -> list[bytes]:
     """vLLM's offload keys, one per complete chunk: the chunk's last block hash followed by
-    ``group_idx`` as 4 big-endian bytes."""
+    ``group_idx`` as 4 big-endian bytes. Each hash must be bytes (1-32 of them); anything else,
+    a str included, raises KvtierError(invalid_argument) naming ``block_hashes[i]``."""
 
 def make_key(block_hash: bytes, group_idx: int = 0) -> bytes:
     """vLLM's OffloadKey: ``block_hash`` (1-32 bytes) followed by ``group_idx`` (4 bytes, big-endian)."""
@@ -71,8 +74,10 @@ class Namespace:
         canonical_format: str | None = None,
         storage_format: str | None = None,
     ) -> None:
-        """``kv_cache_groups``: [{"tokens_per_block": int, "layer_names": [str, ...]}, ...].
-        Raises KvtierError(invalid_argument) for an empty model name or a size out of range."""
+        """``kv_cache_groups``: a list (or tuple) of {"tokens_per_block": int >= 1,
+        "layer_names": [str, ...]}, with exactly those two keys. Raises KvtierError(invalid_argument)
+        for an empty model name, a size out of range, bytes where a str is expected, or a badly
+        shaped group (naming ``kv_cache_groups[i].<key>``)."""
     @property
     def digest(self) -> str: """12 lowercase hex characters."""
     @property
@@ -109,8 +114,14 @@ class FsTier:
     """A filesystem tier of vLLM-compatible block files driven by kvtier's io_uring engine.
 
     ``config`` is one fs tier's keys as a dict or JSON text (``root_dir`` required; vLLM's keys
-    and kvtier's own, docs/config.md). Jobs return at once; buffers (memoryview, bytearray,
-    numpy arrays, CPU torch tensors; C-contiguous, ``row_bytes`` each) are used in place and
+    and kvtier's own, docs/config.md; ``n_read_threads + n_write_threads`` at most 8192). Dict
+    values are JSON types, os.PathLike (as its path), numpy integers, floats and bools;
+    ``root_dir`` may be str, bytes or os.PathLike, and is used as ``os.fsencode`` gives it (a
+    path that is not UTF-8 works). NaN, infinity, non-str keys and other types raise
+    KvtierError(invalid_argument) naming the key, as every broken rule does.
+
+    Jobs return at once; buffers (memoryview, bytearray, numpy arrays, CPU torch tensors;
+    C-contiguous, ``row_bytes`` each) are used in place and
     held until the job is returned by :meth:`poll` / :meth:`wait`. Stores write a temp file,
     set the CRC32C xattr and rename; loads return a block only if its size and CRC32C match.
     """
@@ -144,7 +155,8 @@ class EngineTier:
     of rows (``rows``: a writable C-contiguous buffer of whole ``row_bytes`` rows, held until
     :meth:`shutdown`). Lookups answer from a verdict cache (0 miss, 1 hit, 2 retry) and are
     checked in one batch per :meth:`flush_lookups`; jobs carry the engine's ids and name rows
-    by slot; every job yields exactly one result from :meth:`poll_finished`."""
+    by slot; every job yields exactly one result from :meth:`poll_finished`. ``config`` is taken
+    as :class:`FsTier`'s."""
 
     def __init__(self, namespace: Namespace, rows: Buffer, row_bytes: int,
                  config: Mapping[str, Any] | str) -> None: ...

@@ -79,6 +79,10 @@ _GAUGES = {
     "kvtier:fs_backpressure_active": ("backpressure_active", "1 while kvtier drops stores for latency."),
 }
 _LABELS = ("tier",)
+# What a tier key from JSON can be. vLLM's factory passes a detector object (or None) as
+# ``backpressure_detector``, never one of these; such a value is a tier key of that name (vLLM
+# 7cfb97e's factory passes every tier key as an argument), unknown to the fs tier and refused.
+_JSON_VALUE_TYPES = (str, int, float, bool, list, dict)
 
 
 def _namespace(spec: OffloadingSpec) -> kvtier.Namespace:
@@ -123,17 +127,22 @@ class KvtierFsTier(SecondaryTierManager):
         backpressure_detector: Any = None,
         **tier_keys: Any,
     ) -> None:
+        if isinstance(backpressure_detector, _JSON_VALUE_TYPES):
+            tier_keys = {**tier_keys, "backpressure_detector": backpressure_detector}  # kvtier's parser names it
+            backpressure_detector = None
         if _BASE_TAKES_DETECTOR:
             super().__init__(offloading_spec, primary_kv_view, tier_type, backpressure_detector=backpressure_detector)
         else:
             super().__init__(offloading_spec, primary_kv_view, tier_type)
         self.backpressure_detector = backpressure_detector
-        locality = tier_keys.get("locality")
-        self.locality = Locality(locality) if locality is not None else None
         self.root_dir = tier_keys.get("root_dir")
         assert primary_kv_view.strides is not None, "primary_kv_view.strides cannot be None"
         self._row_bytes: int = primary_kv_view.strides[0]
+        # Every key is checked by kvtier's parser here, first, so a bad one (a misspelt locality
+        # too) is a KvtierError naming it, never a bare ValueError from the conversions below.
         self._tier = kvtier.EngineTier(_namespace(offloading_spec), primary_kv_view, self._row_bytes, tier_keys)
+        locality = tier_keys.get("locality")
+        self.locality = Locality(locality) if locality is not None else None
         self._label = (f"{tier_type}:{self.root_dir}",)
         self._events: list[OffloadingEvent] | None = None
         if tier_keys.get("enable_kv_events") and offloading_spec.kv_events_config.enable_kv_cache_events:

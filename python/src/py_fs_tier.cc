@@ -14,18 +14,14 @@
 #include "kvtier/engine_tier.h"
 #include "kvtier/fs_tier.h"
 #include "py_common.h"
+#include "py_config.h"
 
 namespace kvtier::py {
 namespace {
 
-std::string ConfigText(const pb::object& config) {
-  if (pb::isinstance<pb::str>(config)) return config.cast<std::string>();
-  return pb::module_::import("json").attr("dumps")(config).cast<std::string>();
-}
-
 FsTierOpenOptions OpenOptions(const Namespace& ns, uint64_t row_bytes, const pb::object& config) {
   FsTierOpenOptions o;
-  o.tier = Unwrap(ParseFsTierConfig(ConfigText(config)));
+  o.tier = ParseTierConfig(config);
   o.ns = ns.spec();
   o.row_bytes = row_bytes;
   return o;

@@ -3,6 +3,7 @@
 // config.json bytes. Everything is computed by the C++ library.
 #include <pybind11/stl.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <optional>
 #include <string>
@@ -18,6 +19,41 @@ std::optional<std::string_view> EnvHashSeed() {
   return seed == nullptr ? std::nullopt : std::optional<std::string_view>(seed);
 }
 
+// A str argument. pybind11 also converts bytes to std::string, but vLLM
+// hashes and names these as str: b"x" and "x" give other hashes in vLLM, so
+// bytes are refused rather than silently read as UTF-8 text.
+std::string Text(pb::handle value, const std::string& what) {
+  Py_ssize_t n = 0;
+  const char* data = PyUnicode_Check(value.ptr()) ? PyUnicode_AsUTF8AndSize(value.ptr(), &n) : nullptr;
+  if (data == nullptr) {
+    PyErr_Clear();
+    ThrowStatus(InvalidArgument(what + ": expected str (Unicode text), got " +
+                                std::string(pb::str(pb::type::handle_of(value).attr("__name__")))));
+  }
+  return std::string(data, static_cast<size_t>(n));
+}
+
+std::optional<std::string> OptionalText(const pb::object& value, const std::string& what) {
+  if (value.is_none()) return std::nullopt;
+  return Text(value, what);
+}
+
+// A Python int (or an object with __index__, not bool) in [min, max].
+int64_t IntIn(pb::handle value, const std::string& what, int64_t min, int64_t max) {
+  if (PyBool_Check(value.ptr()) || !PyIndex_Check(value.ptr())) {
+    ThrowStatus(InvalidArgument(what + ": expected an int, got " +
+                                std::string(pb::str(pb::type::handle_of(value).attr("__name__")))));
+  }
+  int overflow = 0;
+  pb::object index = pb::reinterpret_steal<pb::object>(PyNumber_Index(value.ptr()));
+  const long long x = PyLong_AsLongLongAndOverflow(index.ptr(), &overflow);
+  if (overflow != 0 || x < min || x > max) {
+    ThrowStatus(InvalidArgument(what + ": must be in [" + std::to_string(min) + ", " + std::to_string(max) +
+                                "], got " + std::string(pb::str(index))));
+  }
+  return x;
+}
+
 pb::bytes HashBytes(const BlockHash& h) {
   return pb::bytes(reinterpret_cast<const char*>(h.bytes().data()), h.size());
 }
@@ -27,21 +63,24 @@ BlockHash NoneHashFor(HashAlgo algo, const std::optional<std::string>& seed) {
   return ComputeNoneHash(algo, ResolveNoneHashSeed(algo, EnvHashSeed()).seed);
 }
 
-std::vector<MmFeature> MmFeatures(const std::vector<std::tuple<std::string, int64_t, int64_t>>& items) {
+std::vector<MmFeature> MmFeatures(const std::vector<std::tuple<pb::object, int64_t, int64_t>>& items) {
   std::vector<MmFeature> out;
-  for (const auto& [id, offset, length] : items) out.push_back({id, offset, length});
+  for (size_t i = 0; i < items.size(); ++i) {
+    const auto& [id, offset, length] = items[i];
+    out.push_back({Text(id, "mm_features[" + std::to_string(i) + "] identifier"), offset, length});
+  }
   return out;
 }
 
 pb::list BlockHashes(const std::vector<int64_t>& tokens, const std::string& algo_name, uint32_t block_size,
-                     const std::optional<std::string>& seed, const std::optional<std::string>& lora_name,
-                     const std::optional<std::string>& cache_salt,
-                     const std::vector<std::tuple<std::string, int64_t, int64_t>>& mm_features) {
+                     const pb::object& seed, const pb::object& lora_name, const pb::object& cache_salt,
+                     const std::vector<std::tuple<pb::object, int64_t, int64_t>>& mm_features) {
   const HashAlgo algo = Unwrap(ParseHashAlgo(algo_name));
-  const BlockHasher hasher = Unwrap(BlockHasher::Create(algo, NoneHashFor(algo, seed), block_size));
+  const BlockHasher hasher =
+      Unwrap(BlockHasher::Create(algo, NoneHashFor(algo, OptionalText(seed, "seed")), block_size));
   RequestExtras extras;
-  extras.lora_name = lora_name;
-  extras.cache_salt = cache_salt;
+  extras.lora_name = OptionalText(lora_name, "lora_name");
+  extras.cache_salt = OptionalText(cache_salt, "cache_salt");
   extras.mm_features = MmFeatures(mm_features);
   std::vector<BlockHash> hashes;
   ThrowIfError(WithoutGil([&] { return hasher.AppendBlockHashes(tokens, extras, &hashes); }));
@@ -50,38 +89,74 @@ pb::list BlockHashes(const std::vector<int64_t>& tokens, const std::string& algo
   return out;
 }
 
-pb::list ChunkKeys(const std::vector<std::string>& block_hashes, uint32_t tokens_per_block,
-                   uint32_t blocks_per_chunk, uint32_t tokens_per_hash, uint32_t group_idx) {
+// Block hashes are bytes, as vLLM's BlockHash: a str used to be taken as its
+// UTF-8 encoding, which is a different hash from any vLLM computes.
+BlockHash HashFromObject(pb::handle value, size_t i) {
+  char* data = nullptr;
+  Py_ssize_t n = 0;
+  if (!PyBytes_Check(value.ptr()) || PyBytes_AsStringAndSize(value.ptr(), &data, &n) != 0) {
+    PyErr_Clear();
+    ThrowStatus(InvalidArgument("block_hashes[" + std::to_string(i) + "]: expected bytes (a block hash), got " +
+                                std::string(pb::str(pb::type::handle_of(value).attr("__name__")))));
+  }
+  return Unwrap(BlockHash::FromBytes({reinterpret_cast<const uint8_t*>(data), static_cast<size_t>(n)}));
+}
+
+pb::list ChunkKeys(const pb::iterable& block_hashes, uint32_t tokens_per_block, uint32_t blocks_per_chunk,
+                   uint32_t tokens_per_hash, uint32_t group_idx) {
   const uint32_t per_chunk = Unwrap(HashesPerChunk(tokens_per_block, blocks_per_chunk, tokens_per_hash));
   std::vector<BlockHash> hashes;
-  for (const std::string& b : block_hashes) {
-    hashes.push_back(Unwrap(BlockHash::FromBytes({reinterpret_cast<const uint8_t*>(b.data()), b.size()})));
-  }
+  for (pb::handle b : block_hashes) hashes.push_back(HashFromObject(b, hashes.size()));
   pb::list out;
   for (const OffloadKey& k : ChunkOffloadKeys(hashes, per_chunk, group_idx)) out.append(KeyToBytes(k));
   return out;
 }
 
+bool IsSequence(pb::handle value) {
+  return PyList_Check(value.ptr()) || PyTuple_Check(value.ptr());
+}
+
+// {"tokens_per_block": int, "layer_names": [str, ...]} at `what`, nothing else.
+KvCacheGroupSpec Group(pb::handle g, const std::string& what) {
+  if (!PyDict_Check(g.ptr())) {
+    ThrowStatus(InvalidArgument(what + ": expected a dict with tokens_per_block and layer_names"));
+  }
+  const pb::dict d = pb::reinterpret_borrow<pb::dict>(g);
+  for (auto [key, value] : d) {
+    const bool known = PyUnicode_Check(key.ptr()) &&
+                       (pb::str(key).cast<std::string>() == "tokens_per_block" ||
+                        pb::str(key).cast<std::string>() == "layer_names");
+    if (!known) ThrowStatus(InvalidArgument(what + ": unknown key " + std::string(pb::str(pb::repr(key))).substr(0, 64)));
+  }
+  for (const char* key : {"tokens_per_block", "layer_names"}) {
+    if (!d.contains(key)) ThrowStatus(InvalidArgument(what + "." + key + ": missing"));
+  }
+  KvCacheGroupSpec spec;
+  spec.tokens_per_block = IntIn(d["tokens_per_block"], what + ".tokens_per_block", 1, INT64_MAX);
+  const pb::handle names = d["layer_names"];
+  if (!IsSequence(names)) ThrowStatus(InvalidArgument(what + ".layer_names: expected a list of str"));
+  for (pb::handle name : names) {
+    spec.layer_names.push_back(Text(name, what + ".layer_names[" + std::to_string(spec.layer_names.size()) + "]"));
+  }
+  return spec;
+}
+
+// vLLM's kv_cache_groups as a list (or tuple) of group dicts; None: none.
 std::vector<KvCacheGroupSpec> Groups(const pb::object& groups) {
   std::vector<KvCacheGroupSpec> out;
   if (groups.is_none()) return out;
-  for (pb::handle g : groups) {
-    KvCacheGroupSpec spec;
-    spec.tokens_per_block = g["tokens_per_block"].cast<int64_t>();
-    spec.layer_names = g["layer_names"].cast<std::vector<std::string>>();
-    out.push_back(std::move(spec));
-  }
+  if (!IsSequence(groups)) ThrowStatus(InvalidArgument("kv_cache_groups: expected a list of group dicts"));
+  for (pb::handle g : groups) out.push_back(Group(g, "kv_cache_groups[" + std::to_string(out.size()) + "]"));
   return out;
 }
 
-Namespace MakeNamespace(const std::string& model_name, int64_t tokens_per_hash, int64_t blocks_per_file,
+Namespace MakeNamespace(const pb::object& model_name, int64_t tokens_per_hash, int64_t blocks_per_file,
                         int64_t tp_size, int64_t pp_size, int64_t pcp_size, int64_t dcp_size, int64_t rank,
-                        const std::string& dtype, const pb::object& kv_cache_groups,
-                        const std::string& inference_engine, bool parallel_agnostic, bool replicated_layout,
-                        const std::optional<std::string>& canonical_format,
-                        const std::optional<std::string>& storage_format) {
+                        const pb::object& dtype, const pb::object& kv_cache_groups,
+                        const pb::object& inference_engine, bool parallel_agnostic, bool replicated_layout,
+                        const pb::object& canonical_format, const pb::object& storage_format) {
   NamespaceSpec s;
-  s.model_name = model_name;
+  s.model_name = Text(model_name, "model_name");
   s.tokens_per_hash = tokens_per_hash;
   s.blocks_per_file = blocks_per_file;
   s.tp_size = tp_size;
@@ -89,13 +164,13 @@ Namespace MakeNamespace(const std::string& model_name, int64_t tokens_per_hash, 
   s.pcp_size = pcp_size;
   s.dcp_size = dcp_size;
   s.rank = rank;
-  s.dtype = dtype;
+  s.dtype = Text(dtype, "dtype");
   s.kv_cache_groups = Groups(kv_cache_groups);
-  s.inference_engine = inference_engine;
+  s.inference_engine = Text(inference_engine, "inference_engine");
   s.parallel_agnostic = parallel_agnostic;
   s.replicated_layout = replicated_layout;
-  s.canonical_format = canonical_format;
-  s.storage_format = storage_format;
+  s.canonical_format = OptionalText(canonical_format, "canonical_format");
+  s.storage_format = OptionalText(storage_format, "storage_format");
   return Unwrap(Namespace::Create(std::move(s)));
 }
 
@@ -128,11 +203,11 @@ void BindHashing(pb::module_& m) {
   m.def("block_hashes", &BlockHashes, pb::arg("tokens"), pb::kw_only(), pb::arg("algo") = "sha256",
         pb::arg("block_size") = 16, pb::arg("seed") = pb::none(), pb::arg("lora_name") = pb::none(),
         pb::arg("cache_salt") = pb::none(),
-        pb::arg("mm_features") = std::vector<std::tuple<std::string, int64_t, int64_t>>{},
+        pb::arg("mm_features") = std::vector<std::tuple<pb::object, int64_t, int64_t>>{},
         "vLLM's chained block hashes (bytes) of every full block of `tokens`.");
   m.def("none_hash",
-        [](const std::string& algo, const std::optional<std::string>& seed) {
-          return HashBytes(NoneHashFor(Unwrap(ParseHashAlgo(algo)), seed));
+        [](const std::string& algo, const pb::object& seed) {
+          return HashBytes(NoneHashFor(Unwrap(ParseHashAlgo(algo)), OptionalText(seed, "seed")));
         },
         pb::arg("algo") = "sha256", pb::arg("seed") = pb::none(),
         "NONE_HASH: the hash of the seed ($PYTHONHASHSEED or vLLM's default when seed is None).");

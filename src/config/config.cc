@@ -337,11 +337,15 @@ constexpr KeySpec<OffloadConfig> kTopLevelKeys[] = {
 
 // ---- Table driver -----------------------------------------------------------
 
-// Alphabetical, so a reader can scan it; kvtier's own keys are marked.
+// Alphabetical, so a reader can scan it; kvtier's own keys are marked. A key
+// that is always an error (an out-of-tree class) is not "valid", and neither
+// is one the caller says never reaches this table (`hidden`: an fs tier's
+// `type` under vLLM's factory, which consumes it).
 template <class Out, size_t N>
-std::string ValidKeyList(const KeySpec<Out> (&keys)[N]) {
+std::string ValidKeyList(const KeySpec<Out> (&keys)[N], std::string_view hidden) {
   std::vector<std::string> names;
   for (const KeySpec<Out>& key : keys) {
+    if (key.parse == &RejectPythonClass<Out> || key.name == hidden) continue;
     names.push_back(std::string(key.name) + (key.origin == KeyOrigin::kKvtier ? " (kvtier)" : ""));
   }
   std::sort(names.begin(), names.end());
@@ -355,13 +359,13 @@ std::string ValidKeyList(const KeySpec<Out> (&keys)[N]) {
 
 template <class Out, size_t N>
 Status CheckKnownKeys(const Json& obj, std::string_view prefix, const KeySpec<Out> (&keys)[N],
-                      std::string_view where) {
+                      std::string_view where, std::string_view hidden = {}) {
   for (auto it = obj.begin(); it != obj.end(); ++it) {
     bool known = false;
     for (const KeySpec<Out>& key : keys) known = known || key.name == it.key();
     if (!known) {
       return KeyError(JoinKeyPath(prefix, it.key()), std::string("unknown key ") + std::string(where) +
-                                                         "; valid keys are: " + ValidKeyList(keys));
+                                                         "; valid keys are: " + ValidKeyList(keys, hidden));
     }
   }
   return Status::Ok();
@@ -431,8 +435,8 @@ Status ApplyTopLevelKeys(const Json& root, OffloadConfig& out) {
   return ApplyKeyTable(root, "", kTopLevelKeys, out);
 }
 
-Status ApplyFsTierKeys(const Json& tier, const std::string& path, FsTierOptions& out) {
-  KVTIER_RETURN_IF_ERROR(CheckKnownKeys(tier, path, kFsTierKeys, "in an fs tier"));
+Status ApplyFsTierKeys(const Json& tier, const std::string& path, FsTierOptions& out, bool type_consumed) {
+  KVTIER_RETURN_IF_ERROR(CheckKnownKeys(tier, path, kFsTierKeys, "in an fs tier", type_consumed ? "type" : ""));
   return ApplyKeyTable(tier, path, kFsTierKeys, out);
 }
 

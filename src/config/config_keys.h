@@ -18,7 +18,9 @@ namespace kvtier::internal {
 Status ApplyTopLevelKeys(const Json& root, OffloadConfig& out);
 
 // One fs tier object at `path` ("secondary_tiers[2]"); its type is already checked.
-Status ApplyFsTierKeys(const Json& tier, const std::string& path, FsTierOptions& out);
+// `type_consumed`: vLLM's factory took `type` (ParseFsTierConfig), so the
+// unknown-key message does not offer it.
+Status ApplyFsTierKeys(const Json& tier, const std::string& path, FsTierOptions& out, bool type_consumed = false);
 
 // One backpressure object at `path`; `out` arrives holding the locality defaults.
 Status ApplyBackpressureKeys(const Json& obj, const std::string& path, BackpressureOptions& out);

@@ -126,6 +126,21 @@ Status CheckRootList(const FsTierOptions& tier, const std::string& path) {
   return KeyError(JoinKeyPath(path, "root_dir"), why);
 }
 
+// kFsTierIoSlotsMax: the ring's four entries per slot must stay within the
+// kernel's IORING_MAX_ENTRIES, and the syscall fallback starts a thread per
+// slot, so a larger sum is refused here rather than failing (or spinning) at
+// the tier's open. The larger of the two keys is named: it is the one to cut.
+Status CheckIoSlots(const FsTierOptions& tier, const std::string& path) {
+  const int64_t slots = int64_t{tier.n_read_threads} + tier.n_write_threads;
+  if (slots <= kFsTierIoSlotsMax) return Status::Ok();
+  const char* key = tier.n_read_threads >= tier.n_write_threads ? "n_read_threads" : "n_write_threads";
+  return KeyError(JoinKeyPath(path, key),
+                  "n_read_threads + n_write_threads must be at most " + std::to_string(kFsTierIoSlotsMax) +
+                      " (the io_uring ring takes 4 entries per slot, at most 32768; the syscall fallback a "
+                      "thread per slot), got " + std::to_string(tier.n_read_threads) + " + " +
+                      std::to_string(tier.n_write_threads));
+}
+
 Result<SecondaryTierOptions> ParseTier(const Json& tier, const std::string& path,
                                        const Json* top_level_backpressure) {
   if (!tier.is_object()) return KeyError(path, "expected a tier object, got " + DescribeValue(tier));
@@ -133,6 +148,7 @@ Result<SecondaryTierOptions> ParseTier(const Json& tier, const std::string& path
   SecondaryTierOptions out;
   out.type = TierType::kFs;
   KVTIER_RETURN_IF_ERROR(internal::ApplyFsTierKeys(tier, path, out.fs));
+  KVTIER_RETURN_IF_ERROR(CheckIoSlots(out.fs, path));
   KVTIER_RETURN_IF_ERROR(CheckRootList(out.fs, path));
   KVTIER_ASSIGN_OR_RETURN(out.fs.backpressure,
                           ResolveTierBackpressure(tier, path, out.fs.locality, top_level_backpressure));
@@ -200,6 +216,23 @@ Status ParseSecondaryTiers(const Json& root, OffloadConfig& config) {
   return Status::Ok();
 }
 
+// The keys of one tier as vLLM's factory passes them (ParseFsTierConfig).
+Result<FsTierOptions> ParseFsTierJson(Json tier) {
+  for (const char* consumed : {"type", "module_path"}) {
+    if (tier.contains(consumed)) {
+      return KeyError(consumed, "is consumed by vLLM's SecondaryTierFactory and never reaches the tier; "
+                                "remove it from the tier's keys");
+    }
+  }
+  tier["type"] = TierTypeToString(TierType::kFs);
+  FsTierOptions out;
+  KVTIER_RETURN_IF_ERROR(internal::ApplyFsTierKeys(tier, "", out, /*type_consumed=*/true));
+  KVTIER_RETURN_IF_ERROR(CheckIoSlots(out, ""));
+  KVTIER_RETURN_IF_ERROR(CheckRootList(out, ""));
+  KVTIER_ASSIGN_OR_RETURN(out.backpressure, ResolveTierBackpressure(tier, "", out.locality, nullptr));
+  return out;
+}
+
 Result<std::string> ReadConfigFile(const std::string& path) {
   return internal::ReadFileCapped(path, "config file", kOffloadConfigBytesMax);
 }
@@ -222,18 +255,18 @@ Result<OffloadConfig> ParseOffloadConfig(std::string_view json_text, const Engin
 
 Result<FsTierOptions> ParseFsTierConfig(std::string_view json_text) {
   KVTIER_ASSIGN_OR_RETURN(Json tier, internal::ParseJsonObjectText(json_text, kOffloadConfigDepthMax));
-  for (const char* consumed : {"type", "module_path"}) {
-    if (tier.contains(consumed)) {
-      return KeyError(consumed, "is consumed by vLLM's SecondaryTierFactory and never reaches the tier; "
-                                "remove it from the tier's keys");
-    }
+  return ParseFsTierJson(std::move(tier));
+}
+
+Result<FsTierOptions> ParseFsTierConfig(std::string_view json_text, std::string_view root_dir) {
+  KVTIER_ASSIGN_OR_RETURN(Json tier, internal::ParseJsonObjectText(json_text, kOffloadConfigDepthMax));
+  if (tier.contains("root_dir")) {
+    return KeyError("root_dir", "is given beside the text as raw bytes; remove it from the text");
   }
-  tier["type"] = TierTypeToString(TierType::kFs);
-  FsTierOptions out;
-  KVTIER_RETURN_IF_ERROR(internal::ApplyFsTierKeys(tier, "", out));
-  KVTIER_RETURN_IF_ERROR(CheckRootList(out, ""));
-  KVTIER_ASSIGN_OR_RETURN(out.backpressure, ResolveTierBackpressure(tier, "", out.locality, nullptr));
-  return out;
+  // nlohmann keeps any bytes in a string value; only parsing and dumping
+  // check UTF-8, and the key rules neither parse nor dump it strictly.
+  tier["root_dir"] = std::string(root_dir);
+  return ParseFsTierJson(std::move(tier));
 }
 
 Result<OffloadConfig> LoadOffloadConfigFile(const std::string& path, const EngineContext& engine) {

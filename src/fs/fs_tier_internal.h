@@ -17,6 +17,13 @@ namespace kvtier::internal {
 // False when statfs fails.
 bool LocalFilesystem(const std::string& dir);
 
+// The O_DIRECT start-up probe (FORMAT.md L63) in the namespace directory
+// `ns_fd` (`ns_dir` names it in the log): whether the tier uses O_DIRECT.
+// false only when !want_direct or the filesystem refuses O_DIRECT (EINVAL);
+// a probe that fails otherwise (EACCES, ENOSPC, ...) proves nothing and
+// keeps it on. Logs a warning naming the errno whenever the probe fails.
+bool ProbeODirect(int ns_fd, const std::string& ns_dir, uint64_t suffix, bool want_direct);
+
 Result<std::unique_ptr<FsTier>> OpenFsTier(const FsTierOpenOptions& options);
 // The same with a given backend (tests inject faults this way); nullptr
 // chooses one from options.tier.io_backend.

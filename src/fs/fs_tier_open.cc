@@ -111,39 +111,53 @@ Status WriteConfigOnce(int ns_fd, const std::string& ns_dir, const std::string& 
   return s;
 }
 
-// Opens the probe file, with O_DIRECT when wanted and then without. O_EXCL
-// (L63) never opens what someone else put there; an open that created the
-// file but refused O_DIRECT (EINVAL) leaves it behind, so that one is removed
-// before trying again.
-int OpenProbe(int ns_fd, const std::string& name, bool want_direct) {
-  const int flags = O_CREAT | O_EXCL | O_WRONLY | O_TRUNC | O_NOFOLLOW | O_CLOEXEC;
-  if (!want_direct) return openat(ns_fd, name.c_str(), flags, 0644);
-  const int fd = openat(ns_fd, name.c_str(), flags | O_DIRECT, 0644);
-  if (fd >= 0) return fd;
-  if (errno == EINVAL) unlinkat(ns_fd, name.c_str(), 0);
-  return openat(ns_fd, name.c_str(), flags, 0644);
-}
-
-// FORMAT.md L63: one page written with O_DIRECT into a probe file in the
-// namespace directory, then removed. Whether O_DIRECT works.
-bool ProbeODirect(int ns_fd, const std::string& ns_dir, uint64_t suffix, bool want_direct) {
-  if (!want_direct) return false;
-  const std::string name = format::ODirectProbeName(suffix);
-  bool direct_ok = false;
-  const int fd = OpenProbe(ns_fd, name, want_direct);
-  if (fd >= 0 && (fcntl(fd, F_GETFL) & O_DIRECT) != 0) {
+// Creates the probe file with O_DIRECT (O_EXCL, L63: never opens what
+// someone else put there), writes one aligned page and removes it. Returns 0
+// or the errno that failed; an fd that came back without O_DIRECT counts as
+// EINVAL (the filesystem dropped the flag).
+int ODirectProbeErrno(int ns_fd, const std::string& name) {
+  const int fd = openat(ns_fd, name.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_TRUNC | O_NOFOLLOW | O_CLOEXEC | O_DIRECT,
+                        0644);
+  if (fd < 0) {
+    const int err = errno;
+    if (err == EINVAL) unlinkat(ns_fd, name.c_str(), 0);  // some kernels create the file before refusing
+    return err;
+  }
+  int err = (fcntl(fd, F_GETFL) & O_DIRECT) != 0 ? 0 : EINVAL;
+  if (err == 0) {
     void* page = std::aligned_alloc(4096, 4096);
     std::memset(page, 0, 4096);
-    direct_ok = write(fd, page, 4096) == 4096;
+    const ssize_t n = write(fd, page, 4096);
+    if (n != 4096) err = n < 0 ? errno : EIO;
     std::free(page);
   }
-  if (fd >= 0) {
-    close(fd);
-    unlinkat(ns_fd, name.c_str(), 0);
-  }
-  if (!direct_ok) LogWarning("O_DIRECT is not usable under " + ns_dir + " (tmpfs, overlayfs or FUSE?): buffered I/O");
-  return direct_ok;
+  close(fd);
+  unlinkat(ns_fd, name.c_str(), 0);
+  return err;
 }
+
+}  // namespace
+
+// FORMAT.md L63: one page written with O_DIRECT into a probe file in the
+// namespace directory, then removed. Only EINVAL says the filesystem refuses
+// O_DIRECT (tmpfs before 6.6, overlayfs, FUSE). Any other failure (EACCES,
+// EROFS, ENOSPC, EDQUOT) says nothing about O_DIRECT, so it stays on rather
+// than the tier running buffered for life: each load and store falls back to
+// buffered I/O by itself where an O_DIRECT open or transfer gets EINVAL.
+bool ProbeODirect(int ns_fd, const std::string& ns_dir, uint64_t suffix, bool want_direct) {
+  if (!want_direct) return false;
+  const int err = ODirectProbeErrno(ns_fd, format::ODirectProbeName(suffix));
+  if (err == 0) return true;
+  if (err == EINVAL) {
+    LogWarning("O_DIRECT is refused under " + ns_dir + " (EINVAL: tmpfs, overlayfs or FUSE?): buffered I/O");
+    return false;
+  }
+  LogWarning("the O_DIRECT probe under " + ns_dir + " failed (" + ErrnoToStatus(err, "probe").ToString() +
+             "), which says nothing about O_DIRECT: it stays on, and an I/O falls back to buffered where refused");
+  return true;
+}
+
+namespace {
 
 // Sets the CRC attribute to 4 zero bytes on an open probe file and reads it
 // back: some filesystems accept a set they do not keep. kUnavailable means
@@ -211,23 +225,33 @@ bool BounceLoadsFor(const FsTierOptions& t) {
   return true;
 }
 
+// Four ring entries per I/O slot (an SQE per op, with room), a power of two:
+// at most 32768, the kernel's IORING_MAX_ENTRIES, for the kFsTierIoSlotsMax
+// slots that ValidateOptions allows. A larger ring would be refused with
+// EINVAL and wrongly reported as io_uring being unavailable.
+unsigned RingEntries(int slots) {
+  unsigned entries = 64;
+  while (entries < 4 * static_cast<unsigned>(slots)) entries *= 2;
+  return entries;
+}
+
 Result<std::unique_ptr<IoBackend>> MakeBackend(const FsTierOpenOptions& o) {
-  // One more than the ops: the engine's probe of a root that is down must
-  // find a thread even while every op's request is stuck in the kernel.
-  const int ops = o.tier.n_read_threads + o.tier.n_write_threads + 1;
+  const int slots = o.tier.n_read_threads + o.tier.n_write_threads;
+  // One thread more than the slots: the engine's probe of a root that is
+  // down must find one even while every op's request is stuck in the kernel
+  // (the ring has room for it in any case).
+  const int threads = slots + 1;
   if (o.tier.io_backend != IoBackendKind::kSyscall) {
-    unsigned entries = 64;
-    while (entries < static_cast<unsigned>(4 * ops)) entries *= 2;  // an SQE per op, with room
     UringOptions uring_options;
     uring_options.inline_metadata = InlineMetadataFor(o.tier);
     uring_options.inline_fd_metadata = LocalFilesystem(o.tier.root_dir);
     uring_options.force_async = !uring_options.inline_fd_metadata;
-    auto uring = MakeUringBackend(entries, uring_options);
+    auto uring = MakeUringBackend(RingEntries(slots), uring_options);
     if (uring.ok() || o.tier.io_backend == IoBackendKind::kUring) return uring;
     LogWarning("io_uring is unavailable (" + uring.status().ToString() +
-               "): falling back to a pool of " + std::to_string(ops) + " syscall threads");
+               "): falling back to a pool of " + std::to_string(threads) + " syscall threads");
   }
-  return MakeSyncBackend(ops);
+  return MakeSyncBackend(threads);
 }
 
 Status ValidateOptions(const FsTierOpenOptions& o) {
@@ -235,6 +259,12 @@ Status ValidateOptions(const FsTierOpenOptions& o) {
   if (o.row_bytes == 0) return InvalidArgument("fs tier: row_bytes must be > 0");
   if (o.tier.n_read_threads < 1 || o.tier.n_write_threads < 1) {
     return InvalidArgument("fs tier: n_read_threads and n_write_threads must be >= 1");
+  }
+  // In 64 bits: two ints near INT_MAX must not wrap into a small sum.
+  if (int64_t{o.tier.n_read_threads} + o.tier.n_write_threads > kFsTierIoSlotsMax) {
+    return InvalidArgument("fs tier: n_read_threads + n_write_threads must be at most " +
+                           std::to_string(kFsTierIoSlotsMax) + " (kFsTierIoSlotsMax), got " +
+                           std::to_string(o.tier.n_read_threads) + " + " + std::to_string(o.tier.n_write_threads));
   }
   if (o.tier.stores_while_loading_max < 0) {
     return InvalidArgument("fs tier: stores_while_loading_max must be >= 0 (0: no cap)");

@@ -44,8 +44,10 @@ class IoBackend {
 // kernel refuses io_uring). A deadline is checked before a request starts,
 // and a syscall still running when it passes is interrupted with a signal
 // (-ETIMEDOUT); one in a wait that only a fatal signal ends completes when
-// it returns, as with io_uring (see sync_backend.cc).
-std::unique_ptr<IoBackend> MakeSyncBackend(int threads);
+// it returns, as with io_uring (see sync_backend.cc). kUnavailable (with the
+// errno) when the OS refuses a thread; the threads already started are
+// stopped, so a refusal never terminates the process.
+Result<std::unique_ptr<IoBackend>> MakeSyncBackend(int threads);
 
 // Which requests the io_uring backend runs as plain syscalls on the
 // submitting thread during Submit, instead of in the kernel's workers.

@@ -23,6 +23,8 @@
 #include <deque>
 #include <limits>
 #include <mutex>
+#include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -64,9 +66,24 @@ int InterruptSignal() {
 
 class SyncBackend final : public IoBackend {
  public:
-  explicit SyncBackend(int threads) : signo_(InterruptSignal()), slots_(std::max(1, threads)) {
-    for (Slot& slot : slots_) workers_.emplace_back([this, &slot] { Work(&slot); });
-    watchdog_ = std::thread([this] { Watch(); });
+  explicit SyncBackend(int threads) : signo_(InterruptSignal()), slots_(std::max(1, threads)) {}
+
+  // Starts the workers and the watchdog. std::thread throws when the OS
+  // refuses a thread (EAGAIN: a thread or memory limit); thrown from a
+  // constructor with threads already running, that was std::terminate. The
+  // destructor stops and joins whatever did start.
+  Status Start() {
+    try {
+      for (Slot& slot : slots_) workers_.emplace_back([this, &slot] { Work(&slot); });
+      watchdog_ = std::thread([this] { Watch(); });
+    } catch (const std::system_error& e) {
+      return Status(StatusCode::kUnavailable,
+                    "syscall backend: the OS refused thread " + std::to_string(workers_.size() + 1) + " of " +
+                        std::to_string(slots_.size() + 1) + " (" + e.what() +
+                        "): lower n_read_threads + n_write_threads or raise the thread limits",
+                    e.code().value());
+    }
+    return Status::Ok();
   }
   ~SyncBackend() override {
     {
@@ -76,7 +93,7 @@ class SyncBackend final : public IoBackend {
     work_cv_.notify_all();
     watch_cv_.notify_all();
     for (auto& t : workers_) t.join();
-    watchdog_.join();
+    if (watchdog_.joinable()) watchdog_.join();
   }
   std::string_view name() const override { return "syscall-threads"; }
 
@@ -206,6 +223,10 @@ class SyncBackend final : public IoBackend {
 
 }  // namespace
 
-std::unique_ptr<IoBackend> MakeSyncBackend(int threads) { return std::make_unique<SyncBackend>(threads); }
+Result<std::unique_ptr<IoBackend>> MakeSyncBackend(int threads) {
+  auto backend = std::make_unique<SyncBackend>(threads);
+  KVTIER_RETURN_IF_ERROR(backend->Start());
+  return std::unique_ptr<IoBackend>(std::move(backend));
+}
 
 }  // namespace kvtier::internal

@@ -239,7 +239,7 @@ INSTANTIATE_TEST_SUITE_P(Backends, FsTierHostileTest, ::testing::Values(IoBacken
 // reported: no reader is left waiting in the kernel afterwards. (io_uring
 // tries every open with O_NONBLOCK first, so there it never blocks.)
 TEST(FsTierSyscallBackendTest, OpenPastItsDeadlineEndsBeforeItIsReported) {
-  std::unique_ptr<internal::IoBackend> backend = internal::MakeSyncBackend(1);
+  std::unique_ptr<internal::IoBackend> backend = internal::MakeSyncBackend(1).value();
   testing::TempDir dir;
   const fs::path fifo = dir.path() / "fifo";
   ASSERT_EQ(mkfifo(fifo.c_str(), 0644), 0);
