@@ -19,13 +19,22 @@
 //    in completion order; loads report which keys succeeded (partial success).
 //  * Drain() waits until every submitted job has a result.
 //
-// Thread safety: every method may be called from any thread (one mutex guards
-// the caches; it is never held while the tier does I/O).
+// Thread safety: every method but fs() may be called from any thread, racing
+// Shutdown() included: a call racing it either completes or fails with
+// kUnavailable, and no call touches the fs tier once Shutdown destroyed it.
+// One mutex guards the caches; it is never held while the tier does I/O or
+// while Drain waits, and kvtier never calls back into the caller with it held.
+//
+// Rows in use: a slot that an in-flight load writes is used by no other job,
+// and a slot that an in-flight store reads is not loaded into (the store
+// would write the loaded bytes under its own key). A job's slots and its
+// engine id stay taken until its result has been polled.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -77,8 +86,10 @@ class KVTIER_API EngineTier {
   virtual void FinishRequest(std::string_view request_id) = 0;
 
   // kInvalidArgument (nothing submitted) for keys and slots of different
-  // lengths, a slot outside the region, or a job id already in flight; a
-  // job that the tier refuses as a whole (shut down) still gets a failed result.
+  // lengths, a slot outside the region, a load naming one slot twice, a slot
+  // in use by a job whose result was not polled yet (see "Rows in use"), or a
+  // job id whose result was not polled yet; kUnavailable once Shutdown began.
+  // A job that the fs tier refuses as a whole still gets a failed result.
   virtual Status SubmitStore(int64_t job_id, std::span<const OffloadKey> keys,
                              std::span<const int64_t> slots) = 0;
   virtual Status SubmitLoad(int64_t job_id, std::span<const OffloadKey> keys,
@@ -91,13 +102,27 @@ class KVTIER_API EngineTier {
   // Blocks until every submitted job has a result (to be polled);
   // kTimedOut after timeout_ms (0: no limit).
   virtual Status Drain(uint32_t timeout_ms) = 0;
-  // Drains, then stops the tier: no I/O touches the rows afterwards, and
-  // every later call fails with kUnavailable (Lookup answers kMiss).
-  // Results not yet polled can still be polled, so no job loses its result.
+  // Stops admitting jobs and lookups (from its first instant: a submitter
+  // racing it cannot keep it waiting), drains, then destroys the fs tier: no
+  // I/O touches the rows afterwards. Later Submit*/FlushLookups fail with
+  // kUnavailable, Lookup answers kMiss; PollFinished, HasPendingWork, Stats
+  // and Metrics still answer, so results not yet polled are not lost. Every
+  // call returns only once the tier is stopped (a second caller waits).
   virtual void Shutdown() = 0;
 
   virtual EngineTierStats Stats() = 0;
-  // The underlying tier, for metrics and paths; valid until Shutdown().
+  // The fs tier's counters (FsTier::Metrics); after Shutdown, their last values.
+  virtual FsTierMetrics Metrics() = 0;
+  // FsTier::PrometheusText; kUnavailable once Shutdown began.
+  virtual Result<std::string> PrometheusText(std::string_view tier_name) = 0;
+  // FsTier::BlockPath; kUnavailable once Shutdown began.
+  virtual Result<std::string> BlockPath(const OffloadKey& key) = 0;
+  // FsTier::backend_name and o_direct, as Open settled them (valid for the
+  // tier's lifetime, after Shutdown too).
+  virtual std::string_view backend_name() const = 0;
+  virtual bool o_direct() const = 0;
+  // The underlying tier, for tests and tools on one thread; valid until
+  // Shutdown() and not to be used racing it (use the methods above).
   virtual FsTier& fs() = 0;
 };
 

@@ -124,6 +124,12 @@ class FsTier:
     C-contiguous, ``row_bytes`` each) are used in place and
     held until the job is returned by :meth:`poll` / :meth:`wait`. Stores write a temp file,
     set the CRC32C xattr and rename; loads return a block only if its size and CRC32C match.
+
+    A buffer that a load not yet polled writes is used by no other job, and one that a store not
+    yet polled reads is not loaded into; a load names each buffer once (overlapping views of one
+    buffer count as one): KvtierError(invalid_argument) otherwise. Every method may be called from
+    any thread; calls racing :meth:`close` complete or raise KvtierError(unavailable). Argument
+    errors name the argument and its type, never quote its value.
     """
 
     def __init__(self, namespace: Namespace, row_bytes: int, config: Mapping[str, Any] | str) -> None: ...
@@ -131,14 +137,17 @@ class FsTier:
     def submit_load(self, keys: Iterable[bytes], rows: Sequence[Buffer]) -> int: ...
     def submit_lookup(self, keys: Iterable[bytes]) -> int: ...
     def poll(self) -> list[JobResult]:
-        """Jobs finished since the last call; never blocks."""
+        """Jobs finished since the last call (after :meth:`close`: those it collected); never blocks."""
     def wait(self, timeout_ms: int = 1000) -> list[JobResult]:
         """Waits (GIL released) until a job finishes or ``timeout_ms`` passes, then polls."""
     def wait_idle(self, timeout_ms: int = 30000) -> None:
         """Waits (GIL released) until no job runs; KvtierError(timed_out) after ``timeout_ms``."""
     def close(self) -> None:
-        """Waits for running jobs, stops the engine and releases every held buffer."""
-    def metrics(self) -> dict[str, int | float]: ...
+        """Stops admitting jobs (later submits raise KvtierError(unavailable)), waits for running
+        ones, stops the engine and releases every held buffer. Results not yet polled stay
+        pollable."""
+    def metrics(self) -> dict[str, int | float]:
+        """The tier's counters; after :meth:`close`, their last values."""
     def prometheus_text(self, tier_name: str = "fs0") -> str: ...
     def block_path(self, key: bytes) -> str: """The absolute path of a key's block file."""
     @property
@@ -156,27 +165,43 @@ class EngineTier:
     :meth:`shutdown`). Lookups answer from a verdict cache (0 miss, 1 hit, 2 retry) and are
     checked in one batch per :meth:`flush_lookups`; jobs carry the engine's ids and name rows
     by slot; every job yields exactly one result from :meth:`poll_finished`. ``config`` is taken
-    as :class:`FsTier`'s."""
+    as :class:`FsTier`'s.
+
+    Refused with KvtierError(invalid_argument), nothing submitted: ``slots`` that are not a 1-D
+    sequence or array of integers (no floats, strings, scalars or nested lists), keys and slots of
+    different lengths, a slot outside the region, a load naming one slot twice, a slot that a job
+    not yet polled loads into (or, for a load, stores from), and a ``job_id`` whose result was not
+    polled yet. Every method may be called from any thread; calls racing :meth:`shutdown`
+    complete or raise KvtierError(unavailable)."""
 
     def __init__(self, namespace: Namespace, rows: Buffer, row_bytes: int,
                  config: Mapping[str, Any] | str) -> None: ...
     def lookup(self, key: bytes, request_id: str) -> int: ...
     def flush_lookups(self) -> None: ...
     def finish_request(self, request_id: str) -> None: ...
-    def submit_store(self, job_id: int, keys: Iterable[bytes], slots: Any) -> None: ...
-    def submit_load(self, job_id: int, keys: Iterable[bytes], slots: Any) -> None: ...
+    def submit_store(self, job_id: int, keys: Iterable[bytes], slots: Sequence[int] | Any) -> None:
+        """``slots``: a 1-D sequence of ints or 1-D integer numpy array (or CPU torch tensor)."""
+    def submit_load(self, job_id: int, keys: Iterable[bytes], slots: Sequence[int] | Any) -> None: ...
     def poll_finished(self) -> list[tuple[int, bool, bool, list[int], int, float]]:
         """(job_id, is_load, success, indices of the keys that loaded when a load failed in
-        part, bytes moved, seconds from submission to completion) per finished job."""
-    def has_pending_work(self) -> bool: ...
+        part, bytes moved, seconds from submission to completion) per finished job; after
+        :meth:`shutdown` too, until every result was taken."""
+    def has_pending_work(self) -> bool:
+        """True while a job or lookup batch has no result, or results wait to be polled."""
     def drain(self, timeout_ms: int = 0) -> None:
         """Waits (GIL released) until every job has a result; 0: no limit."""
     def shutdown(self) -> None:
-        """Drains, stops all I/O into the rows, and releases the rows' buffer."""
+        """Stops admitting jobs and lookups, drains, stops all I/O into the rows, and releases
+        the rows' buffer. Afterwards submits and :meth:`flush_lookups` raise
+        KvtierError(unavailable), :meth:`lookup` answers 0, and :meth:`poll_finished`,
+        :meth:`has_pending_work`, :meth:`stats` and :meth:`metrics` still answer."""
     def stats(self) -> dict[str, int]: ...
-    def metrics(self) -> dict[str, int | float]: ...
-    def prometheus_text(self, tier_name: str = "fs0") -> str: ...
-    def block_path(self, key: bytes) -> str: ...
+    def metrics(self) -> dict[str, int | float]:
+        """The fs tier's counters; after :meth:`shutdown`, their last values."""
+    def prometheus_text(self, tier_name: str = "fs0") -> str:
+        """KvtierError(unavailable) after :meth:`shutdown`."""
+    def block_path(self, key: bytes) -> str:
+        """KvtierError(unavailable) after :meth:`shutdown`."""
     @property
     def backend(self) -> str: ...
     @property

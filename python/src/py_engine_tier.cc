@@ -3,10 +3,16 @@
 // of the engine's row region from construction to shutdown(), and nothing
 // else; shutdown() stops all I/O into the region before releasing it, so the
 // engine can unmap it afterwards.
-#include <pybind11/numpy.h>
+//
+// Threads (issue 27 F1): the C++ tier lives as long as this object, so a call
+// racing shutdown() never meets a freed tier: it completes, or raises
+// KvtierError(unavailable). Every call into the tier releases the GIL first,
+// since the tier's mutex may be held by a thread that waits for the GIL (a
+// Python log sink called while kvtier logs).
 #include <pybind11/stl.h>
 
 #include "kvtier/engine_tier.h"
+#include "py_args.h"
 #include "py_common.h"
 
 namespace kvtier::py {
@@ -16,7 +22,18 @@ pb::dict FsMetricsDict(const FsTierMetrics& m);
 
 namespace {
 
-using Slots = pb::array_t<int64_t, pb::array::c_style | pb::array::forcecast>;
+const Namespace& NamespaceArg(const pb::handle& obj) {
+  if (!pb::isinstance<Namespace>(obj)) {
+    ThrowStatus(InvalidArgument("namespace: expected a kvtier.Namespace, got " + TypeName(obj)));
+  }
+  return obj.cast<const Namespace&>();
+}
+
+uint64_t RowBytesArg(const pb::handle& obj) {
+  const int64_t n = IntArg("row_bytes", obj);
+  if (n <= 0) ThrowStatus(InvalidArgument("row_bytes: must be positive, got " + std::to_string(n)));
+  return static_cast<uint64_t>(n);
+}
 
 class PyEngineTier {
  public:
@@ -27,96 +44,104 @@ class PyEngineTier {
   }
   ~PyEngineTier() { Shutdown(); }
 
+  // EngineTier(namespace, rows, row_bytes, config), bound by hand (py_args.h).
+  static std::unique_ptr<PyEngineTier> Create(const pb::args& args, const pb::kwargs& kwargs) {
+    const std::vector<pb::object> a = BindArgs("EngineTier", {"namespace", "rows", "row_bytes", "config"}, 4, args, kwargs);
+    const Namespace& ns = NamespaceArg(a[0]);
+    return std::make_unique<PyEngineTier>(ns, a[1], RowBytesArg(a[2]), a[3]);
+  }
+
   int Lookup(const pb::object& key, const std::string& request_id) {
-    if (!tier_) return static_cast<int>(LookupVerdict::kMiss);
-    return static_cast<int>(tier_->Lookup(KeyFromObject(key), request_id));
+    const OffloadKey k = KeyFromObject(key);
+    return static_cast<int>(WithoutGil([&] { return tier_->Lookup(k, request_id); }));
   }
 
-  void Submit(int64_t job_id, const pb::iterable& keys, const Slots& slots, bool load) {
-    std::vector<OffloadKey> k = KeysFromList(keys);
-    std::span<const int64_t> s(slots.data(), static_cast<size_t>(slots.size()));
-    EngineTier& tier = Live();
-    ThrowIfError(WithoutGil([&] { return load ? tier.SubmitLoad(job_id, k, s) : tier.SubmitStore(job_id, k, s); }));
+  // submit_store / submit_load(job_id, keys, slots).
+  void Submit(const pb::args& args, const pb::kwargs& kwargs, bool load) {
+    const char* fn = load ? "submit_load" : "submit_store";
+    const std::vector<pb::object> a = BindArgs(fn, {"job_id", "keys", "slots"}, 3, args, kwargs);
+    const int64_t job_id = IntArg("job_id", a[0]);
+    const std::vector<OffloadKey> keys = KeysArg("keys", a[1]);
+    const std::vector<int64_t> slots = SlotsArg("slots", a[2]);
+    ThrowIfError(WithoutGil([&] {
+      return load ? tier_->SubmitLoad(job_id, keys, slots) : tier_->SubmitStore(job_id, keys, slots);
+    }));
   }
 
-  // [(job_id, is_load, success, ok_key_indices, bytes, transfer_time_s), ...]
+  // [(job_id, is_load, success, ok_key_indices, bytes, transfer_time_s), ...];
+  // after shutdown too, until every result was taken (F12).
   pb::list Poll() {
-    pb::list out;
-    if (!tier_) return out;
     std::vector<EngineJobResult> done;
-    tier_->PollFinished(&done);
+    WithoutGil([&] { return tier_->PollFinished(&done); });
+    pb::list out;
     for (const EngineJobResult& r : done) {
       out.append(pb::make_tuple(r.job_id, r.is_load, r.success, pb::cast(r.ok_keys), r.bytes, r.transfer_time_s));
     }
     return out;
   }
 
-  void FinishRequest(const std::string& request_id) {
-    if (tier_) tier_->FinishRequest(request_id);  // after shutdown: nothing to forget
-  }
-
-  void Drain(uint32_t timeout_ms) {
-    EngineTier& tier = Live();
-    ThrowIfError(WithoutGil([&] { return tier.Drain(timeout_ms); }));
-  }
-
   void Shutdown() {
-    if (tier_) {
-      pb::gil_scoped_release release;
-      tier_->Shutdown();
-      tier_.reset();
-    }
-    rows_.Release();
+    WithoutGil([&] { tier_->Shutdown(); });  // every caller returns once no I/O can touch the rows
+    rows_.Release();  // with the GIL: a second caller finds it released already
   }
 
-  EngineTier& Live() {
-    if (!tier_) ThrowStatus(Status(StatusCode::kUnavailable, "engine tier: shut down"));
-    return *tier_;
-  }
+  EngineTier& tier() { return *tier_; }
 
  private:
   HeldBuffer rows_;
-  std::unique_ptr<EngineTier> tier_;
+  std::unique_ptr<EngineTier> tier_;  // never null: it outlives shutdown(), which only stops it
 };
+
+pb::dict StatsDict(const EngineTierStats& s) {
+  pb::dict d;
+  d["lookups_pending"] = s.lookups_pending;
+  d["lookup_cache_keys"] = s.lookup_cache_keys;
+  d["jobs_in_flight"] = s.jobs_in_flight;
+  return d;
+}
+
+// Runs `fn(tier)` without the GIL and returns what it returns.
+template <class Fn>
+auto Call(PyEngineTier& t, Fn&& fn) {
+  return WithoutGil([&] { return fn(t.tier()); });
+}
 
 }  // namespace
 
 void BindEngineTier(pb::module_& m) {
   pb::class_<PyEngineTier>(m, "EngineTier",
-                           "An fs tier driven by an engine's per-step secondary-tier contract over one row region.")
-      .def(pb::init<const Namespace&, const pb::object&, uint64_t, const pb::object&>(), pb::arg("namespace"),
-           pb::arg("rows"), pb::arg("row_bytes"), pb::arg("config"))
+                           "An fs tier driven by an engine's per-step secondary-tier contract over one row region.\n\n"
+                           "EngineTier(namespace, rows, row_bytes, config)")
+      .def(pb::init(&PyEngineTier::Create))
       .def("lookup", &PyEngineTier::Lookup, pb::arg("key"), pb::arg("request_id"),
            "0 miss, 1 hit, 2 retry (checked in the next flush_lookups batch); never blocks.")
-      .def("flush_lookups", [](PyEngineTier& t) { ThrowIfError(t.Live().FlushLookups()); })
-      .def("finish_request", &PyEngineTier::FinishRequest, pb::arg("request_id"))
-      .def("submit_store", [](PyEngineTier& t, int64_t id, const pb::iterable& keys, const Slots& slots) {
-             t.Submit(id, keys, slots, false);
-           }, pb::arg("job_id"), pb::arg("keys"), pb::arg("slots"))
-      .def("submit_load", [](PyEngineTier& t, int64_t id, const pb::iterable& keys, const Slots& slots) {
-             t.Submit(id, keys, slots, true);
-           }, pb::arg("job_id"), pb::arg("keys"), pb::arg("slots"))
+      .def("flush_lookups", [](PyEngineTier& t) { ThrowIfError(Call(t, [](EngineTier& e) { return e.FlushLookups(); })); })
+      .def("finish_request", [](PyEngineTier& t, const std::string& request_id) {
+             Call(t, [&](EngineTier& e) { e.FinishRequest(request_id); });
+           }, pb::arg("request_id"))
+      .def("submit_store", [](PyEngineTier& t, const pb::args& a, const pb::kwargs& k) { t.Submit(a, k, false); },
+           "submit_store(job_id, keys, slots): stores the rows at `slots` (1-D integers) under `keys`.")
+      .def("submit_load", [](PyEngineTier& t, const pb::args& a, const pb::kwargs& k) { t.Submit(a, k, true); },
+           "submit_load(job_id, keys, slots): loads `keys` into the rows at `slots` (1-D integers, each once).")
       .def("poll_finished", &PyEngineTier::Poll,
            "[(job_id, is_load, success, ok_key_indices, bytes, seconds)] for jobs finished since the last call.")
-      .def("has_pending_work", [](PyEngineTier& t) { return t.Live().HasPendingWork(); })
-      .def("drain", &PyEngineTier::Drain, pb::arg("timeout_ms") = 0,
-           "Waits (GIL released) until every job has a result; 0: no limit.")
-      .def("shutdown", &PyEngineTier::Shutdown, "Drains, stops all I/O into the rows and releases their buffer.")
-      .def("stats", [](PyEngineTier& t) {
-        const EngineTierStats s = t.Live().Stats();
-        pb::dict d;
-        d["lookups_pending"] = s.lookups_pending;
-        d["lookup_cache_keys"] = s.lookup_cache_keys;
-        d["jobs_in_flight"] = s.jobs_in_flight;
-        return d;
-      })
-      .def("metrics", [](PyEngineTier& t) { return FsMetricsDict(t.Live().fs().Metrics()); })
+      .def("has_pending_work", [](PyEngineTier& t) { return Call(t, [](EngineTier& e) { return e.HasPendingWork(); }); })
+      .def("drain", [](PyEngineTier& t, uint32_t timeout_ms) {
+             ThrowIfError(Call(t, [&](EngineTier& e) { return e.Drain(timeout_ms); }));
+           }, pb::arg("timeout_ms") = 0, "Waits (GIL released) until every job has a result; 0: no limit.")
+      .def("shutdown", &PyEngineTier::Shutdown,
+           "Stops admitting jobs, drains, stops all I/O into the rows and releases their buffer.")
+      .def("stats", [](PyEngineTier& t) { return StatsDict(Call(t, [](EngineTier& e) { return e.Stats(); })); })
+      .def("metrics", [](PyEngineTier& t) { return FsMetricsDict(Call(t, [](EngineTier& e) { return e.Metrics(); })); })
       .def("prometheus_text", [](PyEngineTier& t, const std::string& name) {
-        return t.Live().fs().PrometheusText(name);
+        return Unwrap(Call(t, [&](EngineTier& e) { return e.PrometheusText(name); }));
       }, pb::arg("tier_name") = "fs0")
-      .def("block_path", [](PyEngineTier& t, pb::bytes key) { return t.Live().fs().BlockPath(KeyFromBytes(key)); })
-      .def_property_readonly("backend", [](PyEngineTier& t) { return std::string(t.Live().fs().backend_name()); })
-      .def_property_readonly("o_direct", [](PyEngineTier& t) { return t.Live().fs().o_direct(); });
+      .def("block_path", [](PyEngineTier& t, const pb::object& key) {
+        const OffloadKey k = KeyFromObject(key);
+        return Unwrap(Call(t, [&](EngineTier& e) { return e.BlockPath(k); }));
+      }, pb::arg("key"))
+      .def_property_readonly("backend", [](PyEngineTier& t) { return std::string(t.tier().backend_name()); })
+      .def_property_readonly("o_direct", [](PyEngineTier& t) { return t.tier().o_direct(); });
 }
 
 }  // namespace kvtier::py

@@ -1,6 +1,8 @@
 // Builders and exact parsers of the layout's names (layout_names.h).
 #include "format/layout_names.h"
 
+#include <algorithm>
+
 #include "hash/digest.h"
 #include "util/hex.h"
 #include "util/utf8.h"
@@ -84,14 +86,26 @@ std::optional<std::string_view> BlockFileHex(std::string_view name) {
   return hex;
 }
 
-bool BlockInShard(std::string_view hex, std::string_view shard1, std::string_view shard2_hh) {
-  return hex.substr(0, 3) == shard1 && hex.substr(3, 2) == shard2_hh;
+namespace {
+
+// h[from:to] as Python slices it (vLLM's file_mapper.py): clamped to the
+// string, so the hex of a 1- or 2-byte hash (keys accept 1..32 bytes, L8:
+// "the path formula works for any hash length") gets vLLM's own path.
+std::string_view HexSlice(std::string_view hex, size_t from, size_t to) {
+  from = std::min(from, hex.size());
+  return hex.substr(from, std::min(to, hex.size()) - from);
 }
 
-std::string Shard1Name(std::string_view hex) { return std::string(hex.substr(0, 3)); }
+}  // namespace
+
+bool BlockInShard(std::string_view hex, std::string_view shard1, std::string_view shard2_hh) {
+  return HexSlice(hex, 0, 3) == shard1 && HexSlice(hex, 3, 5) == shard2_hh;
+}
+
+std::string Shard1Name(std::string_view hex) { return std::string(HexSlice(hex, 0, 3)); }
 
 std::string Shard2Name(std::string_view hex, int64_t group) {
-  return std::string(hex.substr(3, 2)) + "_g" + std::to_string(group);
+  return std::string(HexSlice(hex, 3, 5)) + "_g" + std::to_string(group);
 }
 
 std::string BlockFileName(std::string_view hex) { return std::string(hex) + ".bin"; }

@@ -7,167 +7,19 @@
 // reported as loaded; a successful store marks its keys kHit; invalid jobs are
 // refused with kInvalidArgument and produce no result; every accepted job
 // produces exactly one result, under load and with concurrent submitters and
-// a poller; after Shutdown nothing is accepted or returned. Method: small
-// rows, seeded random contents and job shapes (seed printed; replay with
-// KVTIER_TEST_SEED), and polling loops with deadlines instead of sleeps.
-#include "kvtier/engine_tier.h"
+// a poller; after Shutdown nothing is accepted, and results not yet polled
+// are still returned (misuse and races: engine_tier_misuse.cc, linked into
+// this binary). Method: small rows, seeded random contents and job shapes
+// (seed printed; replay with KVTIER_TEST_SEED), and polling loops with
+// deadlines instead of sleeps.
+#include "engine_tier_test.h"
 
-#include <gtest/gtest.h>
-
-#include <atomic>
-#include <chrono>
-#include <cstdlib>
-#include <cstring>
-#include <filesystem>
 #include <fstream>
-#include <map>
-#include <memory>
-#include <random>
-#include <set>
-#include <string>
-#include <thread>
-#include <vector>
-
-#include "support/test_support.h"
 
 namespace kvtier {
 namespace {
 
-namespace fs = std::filesystem;
-using Clock = std::chrono::steady_clock;
-
-constexpr uint64_t kRow = 8192;
-constexpr int64_t kRows = 64;
-constexpr auto kDeadline = std::chrono::seconds(20);
-
-NamespaceSpec Spec() {
-  NamespaceSpec spec;
-  spec.model_name = "kvtier-test/engine";
-  spec.kv_cache_groups.push_back({16, {"l0", "l1"}});
-  return spec;
-}
-
-OffloadKey Key(uint64_t i) {
-  std::vector<uint8_t> bytes(32);
-  for (int b = 0; b < 8; ++b) bytes[b] = static_cast<uint8_t>(i >> (8 * b));
-  bytes[31] = 0xe7;
-  return {BlockHash::FromBytes(bytes).value(), 0};
-}
-
-std::vector<OffloadKey> Keys(uint64_t first, size_t n) {
-  std::vector<OffloadKey> keys;
-  for (size_t i = 0; i < n; ++i) keys.push_back(Key(first + i));
-  return keys;
-}
-
-struct FreeDeleter {
-  void operator()(uint8_t* p) const { std::free(p); }
-};
-
-// Results by engine job id, so a duplicate shows as a count above one.
-std::map<int64_t, int> CountIds(const std::vector<EngineJobResult>& results) {
-  std::map<int64_t, int> counts;
-  for (const EngineJobResult& r : results) ++counts[r.job_id];
-  return counts;
-}
-
-class EngineTierTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    seed_ = testing::TestSeed();
-    rng_.seed(seed_);
-    region_.reset(static_cast<uint8_t*>(std::aligned_alloc(4096, kRows * kRow)));
-    std::memset(region_.get(), 0, kRows * kRow);
-    Result<std::unique_ptr<EngineTier>> tier = EngineTier::Open(Options(rows()));
-    if (!tier.ok() && tier.status().code() == StatusCode::kUnavailable) GTEST_SKIP() << tier.status().ToString();
-    ASSERT_TRUE(tier.ok()) << tier.status().ToString();
-    tier_ = std::move(tier).value();
-  }
-
-  EngineTierOptions Options(std::span<uint8_t> region) const {
-    EngineTierOptions o;
-    o.fs.tier.root_dir = root_.path().string();
-    o.fs.ns = Spec();
-    o.fs.row_bytes = kRow;
-    o.fs.tier.n_read_threads = 4;
-    o.fs.tier.n_write_threads = 4;
-    o.rows = region;
-    return o;
-  }
-
-  std::span<uint8_t> rows() { return {region_.get(), kRows * kRow}; }
-  uint8_t* Row(int64_t slot) { return region_.get() + slot * kRow; }
-
-  void FillRandom(int64_t slot) {
-    for (uint64_t i = 0; i < kRow; ++i) Row(slot)[i] = static_cast<uint8_t>(rng_());
-  }
-
-  // Polls until job `id` has a result (stashing the others); fails the test
-  // and returns an empty result with job_id -1 after the deadline.
-  EngineJobResult WaitFor(int64_t id) {
-    const Clock::time_point deadline = Clock::now() + kDeadline;
-    while (Clock::now() < deadline) {
-      std::vector<EngineJobResult> got;
-      tier_->PollFinished(&got);
-      for (EngineJobResult& r : got) stash_.push_back(std::move(r));
-      for (auto it = stash_.begin(); it != stash_.end(); ++it) {
-        if (it->job_id != id) continue;
-        EngineJobResult r = std::move(*it);
-        stash_.erase(it);
-        return r;
-      }
-      std::this_thread::sleep_for(std::chrono::microseconds(200));
-    }
-    ADD_FAILURE() << "job " << id << " has no result after " << kDeadline.count() << " s";
-    EngineJobResult none;
-    none.job_id = -1;
-    return none;
-  }
-
-  EngineJobResult Store(int64_t id, const std::vector<OffloadKey>& keys, const std::vector<int64_t>& slots) {
-    const Status s = tier_->SubmitStore(id, keys, slots);
-    EXPECT_TRUE(s.ok()) << s.ToString();
-    return WaitFor(id);
-  }
-  EngineJobResult Load(int64_t id, const std::vector<OffloadKey>& keys, const std::vector<int64_t>& slots) {
-    const Status s = tier_->SubmitLoad(id, keys, slots);
-    EXPECT_TRUE(s.ok()) << s.ToString();
-    return WaitFor(id);
-  }
-
-  // Asks until the verdict is no longer kRetry; kRetry after the deadline.
-  LookupVerdict WaitVerdict(const OffloadKey& key, std::string_view request) {
-    const Clock::time_point deadline = Clock::now() + kDeadline;
-    LookupVerdict v = tier_->Lookup(key, request);
-    while (v == LookupVerdict::kRetry && Clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::microseconds(200));
-      v = tier_->Lookup(key, request);
-    }
-    return v;
-  }
-
-  // Looks up every key for `request`, flushes, and expects each to be a hit.
-  void ExpectAllHit(const std::vector<OffloadKey>& keys, std::string_view request) {
-    for (const OffloadKey& k : keys) EXPECT_EQ(tier_->Lookup(k, request), LookupVerdict::kRetry);
-    ASSERT_OK(tier_->FlushLookups());
-    for (const OffloadKey& k : keys) EXPECT_EQ(WaitVerdict(k, request), LookupVerdict::kHit) << k.hash.Hex();
-  }
-
-  uint64_t LookupsChecked() const {
-    const FsTierMetrics m = tier_->fs().Metrics();
-    return m.lookups_hit + m.lookups_miss;
-  }
-
-  // For SCOPED_TRACE in tests whose rows or job shapes are random.
-  std::string SeedTrace() const { return "KVTIER_TEST_SEED=" + std::to_string(seed_); }
-
-  testing::TempDir root_;
-  uint64_t seed_ = 0;
-  std::mt19937_64 rng_;
-  std::unique_ptr<uint8_t, FreeDeleter> region_;
-  std::unique_ptr<EngineTier> tier_;
-  std::vector<EngineJobResult> stash_;
-};
+using namespace engine_tier_test;  // NOLINT(google-build-using-namespace): the fixture and its helpers
 
 // ---- Lookups -------------------------------------------------------------------
 
