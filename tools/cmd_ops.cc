@@ -18,6 +18,7 @@ struct CommonFlags {
   bool force = false;
   bool json = false;
   std::string tmp_grace = "1h";
+  std::string io_timeout = "30s";  // kDefaultIoTimeoutMs
 };
 
 void AddCommon(CLI::App* cmd, CommonFlags* f) {
@@ -25,6 +26,10 @@ void AddCommon(CLI::App* cmd, CommonFlags* f) {
   cmd->add_option("--jobs", f->jobs, "Walker threads")->capture_default_str()->check(CLI::Range(1, 256));
   cmd->add_flag("--force", f->force, "Scan a directory that does not look like a kvtier/vLLM root");
   cmd->add_flag("--json", f->json, "Machine-readable output");
+  cmd->add_option("--io-timeout", f->io_timeout,
+                  "Give up (exit 8, naming the path) when one file-system call takes longer than this: a hung "
+                  "mount (e.g. 500ms, 10s, 2m; 0: wait forever)")
+      ->capture_default_str();
 }
 
 // Fills the scan options; false (after printing) on a bad flag value.
@@ -38,6 +43,12 @@ bool Fill(const CommonFlags& f, std::string_view cmd, ScanOptions* o) {
     return false;
   }
   o->tmp_grace_s = *grace;
+  auto io_timeout = ParseDurationMs(f.io_timeout);
+  if (!io_timeout.ok()) {
+    std::fprintf(stderr, "kvtier %s: --io-timeout: %s\n", std::string(cmd).c_str(), io_timeout.status().message().c_str());
+    return false;
+  }
+  o->io_timeout_ms = *io_timeout;
   if (!f.json) o->progress = MakeProgressBar(std::string("kvtier ") + std::string(cmd));
   return true;
 }
@@ -49,6 +60,7 @@ int Emit(const Result<Report>& r, std::string_view cmd, bool json, bool progress
   if (!r.ok()) {
     // The message may name a file on the volume: escaped as fsck's details.
     std::fprintf(stderr, "kvtier %s: %s\n", std::string(cmd).c_str(), EscapeUnprintable(r.status().ToString()).c_str());
+    if (r.status().code() == StatusCode::kTimedOut) ExitHung();
     return r.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
   }
   // The report is complete (gc has already deleted): its output must not

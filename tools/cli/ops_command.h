@@ -14,8 +14,16 @@ namespace kvtier::internal {
 
 // "90", "90s", "15m", "2h", "7d" -> seconds.
 Result<uint64_t> ParseDurationS(std::string_view text);
+// --io-timeout: "500ms", "10s", "10" (seconds), "2m" -> milliseconds; "0": no deadline.
+Result<uint64_t> ParseDurationMs(std::string_view text);
 // "1048576", "512K", "10G", "1.5T", "10GiB" -> bytes (binary units).
 Result<uint64_t> ParseSizeBytes(std::string_view text);
+
+// Ends the CLI after a hung file-system call (kTimedOut from --io-timeout),
+// its message printed: exit 8. Threads of the walk wait in the kernel and
+// only the end of the process frees them; _exit skips the static destructors
+// they could race with, and exit_group ends them.
+[[noreturn]] void ExitHung();
 
 nlohmann::json DuJson(const DuReport& r);
 std::string DuText(const DuReport& r);
