@@ -235,7 +235,9 @@ void RegisterHashCommand(CLI::App* app, CliContext* ctx) {
   cmd->callback([flags, ctx, cmd] {
     flags->hash_block_size_given = cmd->get_option("--hash-block-size")->count() > 0;
     flags->blocks_per_chunk_given = cmd->get_option("--blocks-per-chunk")->count() > 0;
-    ctx->exit_code = RunHash(*flags);
+    // With --root in a child process (RunGuarded): a stat stuck on a hung
+    // mount cannot keep the operator's shell waiting.
+    ctx->exit_code = flags->root ? RunGuarded([&] { return RunHash(*flags); }) : RunHash(*flags);
   });
 }
 

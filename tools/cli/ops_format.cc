@@ -27,12 +27,6 @@ Result<uint64_t> ParseDurationS(std::string_view text) {
   return InvalidArgument("unknown duration unit in '" + std::string(text) + "' (s, m, h, d)");
 }
 
-void ExitHung() {
-  std::fflush(stdout);
-  std::fflush(stderr);
-  _exit(8);
-}
-
 Result<uint64_t> ParseDurationMs(std::string_view text) {
   if (text.size() > 2 && text.substr(text.size() - 2) == "ms") {
     const std::string_view digits = text.substr(0, text.size() - 2);
