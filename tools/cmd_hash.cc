@@ -6,8 +6,10 @@
 #include <iostream>
 
 #include "cli/hash_command.h"
+#include "cli/ops_command.h"
 #include "cli/json_input.h"
 #include "commands.h"
+#include "ops/io_watch.h"
 #include "util/read_file.h"
 
 namespace kvtier::internal {
@@ -35,6 +37,7 @@ struct HashFlags {
   std::optional<std::string> salt;
   bool json = false;
   bool explain = false;
+  std::string io_timeout = "30s";  // with --root: the deadline of each stat
   // Whether --hash-block-size / --blocks-per-chunk were given (not defaults).
   bool hash_block_size_given = false;
   bool blocks_per_chunk_given = false;
@@ -151,11 +154,21 @@ Result<HashQuery> QueryFromFlags(const HashFlags& f) {
   return q;
 }
 
+// With --root each chunk's file is stat'ed: on a hung mount that waits in
+// the kernel, so the query runs watched (ops/io_watch.h), --io-timeout per stat.
+Result<nlohmann::json> RunQuery(const HashFlags& f) {
+  KVTIER_ASSIGN_OR_RETURN(HashQuery query, QueryFromFlags(f));
+  if (!query.root_dir) return RunHashQuery(query);
+  const Result<uint64_t> timeout_ms = ParseDurationMs(f.io_timeout);
+  if (!timeout_ms.ok()) return timeout_ms.status().WithContext("--io-timeout");
+  return RunWatchedFor<nlohmann::json>(*timeout_ms, "", [query = std::move(query)] { return RunHashQuery(query); });
+}
+
 int RunHash(const HashFlags& f) {
-  Result<HashQuery> query = QueryFromFlags(f);
-  Result<nlohmann::json> report = query.ok() ? RunHashQuery(*query) : Result<nlohmann::json>(query.status());
+  Result<nlohmann::json> report = RunQuery(f);
   if (!report.ok()) {
     std::fprintf(stderr, "kvtier hash: %s\n", report.status().ToString().c_str());
+    if (report.status().code() == StatusCode::kTimedOut) ExitHung();
     return report.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
   }
   if (!f.input.empty()) {
@@ -208,6 +221,10 @@ void RegisterHashCommand(CLI::App* app, CliContext* ctx) {
   cmd->add_option("--cache-salt", flags->salt, "Request cache_salt");
   cmd->add_flag("--json", flags->json, "Machine-readable output");
   cmd->add_flag("--explain", flags->explain, "Include each block's serialized input (with --json)");
+  cmd->add_option("--io-timeout", flags->io_timeout,
+                  "With --root: give up (exit 8, naming the path) when one stat takes longer than this: a hung "
+                  "mount (e.g. 500ms, 10s; 0: wait forever)")
+      ->capture_default_str();
   cmd->get_option("--tokens")->excludes(cmd->get_option("--tokens-file"));
   cmd->get_option("--input")->excludes(cmd->get_option("--tokens"))->excludes(cmd->get_option("--tokens-file"));
   // The file defines the namespace: flags that would define another one are refused.
@@ -218,7 +235,9 @@ void RegisterHashCommand(CLI::App* app, CliContext* ctx) {
   cmd->callback([flags, ctx, cmd] {
     flags->hash_block_size_given = cmd->get_option("--hash-block-size")->count() > 0;
     flags->blocks_per_chunk_given = cmd->get_option("--blocks-per-chunk")->count() > 0;
-    ctx->exit_code = RunHash(*flags);
+    // With --root in a child process (RunGuarded): a stat stuck on a hung
+    // mount cannot keep the operator's shell waiting.
+    ctx->exit_code = flags->root ? RunGuarded([&] { return RunHash(*flags); }) : RunHash(*flags);
   });
 }
 

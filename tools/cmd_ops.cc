@@ -18,6 +18,7 @@ struct CommonFlags {
   bool force = false;
   bool json = false;
   std::string tmp_grace = "1h";
+  std::string io_timeout = "30s";  // kDefaultIoTimeoutMs
 };
 
 void AddCommon(CLI::App* cmd, CommonFlags* f) {
@@ -25,6 +26,10 @@ void AddCommon(CLI::App* cmd, CommonFlags* f) {
   cmd->add_option("--jobs", f->jobs, "Walker threads")->capture_default_str()->check(CLI::Range(1, 256));
   cmd->add_flag("--force", f->force, "Scan a directory that does not look like a kvtier/vLLM root");
   cmd->add_flag("--json", f->json, "Machine-readable output");
+  cmd->add_option("--io-timeout", f->io_timeout,
+                  "Give up (exit 8, naming the path) when one file-system call takes longer than this: a hung "
+                  "mount (e.g. 500ms, 10s, 2m; 0: wait forever)")
+      ->capture_default_str();
 }
 
 // Fills the scan options; false (after printing) on a bad flag value.
@@ -38,6 +43,12 @@ bool Fill(const CommonFlags& f, std::string_view cmd, ScanOptions* o) {
     return false;
   }
   o->tmp_grace_s = *grace;
+  auto io_timeout = ParseDurationMs(f.io_timeout);
+  if (!io_timeout.ok()) {
+    std::fprintf(stderr, "kvtier %s: --io-timeout: %s\n", std::string(cmd).c_str(), io_timeout.status().message().c_str());
+    return false;
+  }
+  o->io_timeout_ms = *io_timeout;
   if (!f.json) o->progress = MakeProgressBar(std::string("kvtier ") + std::string(cmd));
   return true;
 }
@@ -49,6 +60,7 @@ int Emit(const Result<Report>& r, std::string_view cmd, bool json, bool progress
   if (!r.ok()) {
     // The message may name a file on the volume: escaped as fsck's details.
     std::fprintf(stderr, "kvtier %s: %s\n", std::string(cmd).c_str(), EscapeUnprintable(r.status().ToString()).c_str());
+    if (r.status().code() == StatusCode::kTimedOut) ExitHung();
     return r.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
   }
   // The report is complete (gc has already deleted): its output must not
@@ -58,17 +70,28 @@ int Emit(const Result<Report>& r, std::string_view cmd, bool json, bool progress
   return 0;
 }
 
+// The command's callback, run in a child process (RunGuarded): on a hung
+// mount the operator gets exit 8 back even where the stuck thread cannot die.
+std::function<void()> Guarded(std::function<void()> body, CliContext* ctx) {
+  return [body = std::move(body), ctx] {
+    ctx->exit_code = RunGuarded([&] {
+      body();
+      return ctx->exit_code;
+    });
+  };
+}
+
 void RegisterDu(CLI::App* app, CliContext* ctx) {
   auto f = std::make_shared<CommonFlags>();
   CLI::App* du = app->add_subcommand("du", "Usage per namespace of a shared root_dir");
   AddCommon(du, f.get());
-  du->callback([f, ctx] {
+  du->callback(Guarded([f, ctx] {
     ScanOptions o;
     if (!Fill(*f, "du", &o)) return void(ctx->exit_code = 2);
     Result<DuReport> r = Du(o);
     const int rc = Emit<DuReport>(r, "du", f->json, o.progress != nullptr, &DuJson, &DuText);
     ctx->exit_code = rc != 0 ? rc : r->ExitCode();  // 8: parts could not be read
-  });
+  }, ctx));
 }
 
 void RegisterFsck(CLI::App* app, CliContext* ctx) {
@@ -82,7 +105,7 @@ void RegisterFsck(CLI::App* app, CliContext* ctx) {
   fsck->add_flag("--verify-data", *verify, "Read every block and check its CRC32C");
   fsck->add_option("--tmp-grace", f->tmp_grace, "Temp and probe files younger than this are in flight")->capture_default_str();
   fsck->add_option("--row-bytes", *row_bytes, "Expected block size (default: each namespace's most common size)");
-  fsck->callback([=] {
+  fsck->callback(Guarded([=] {
     FsckOptions o;
     if (!Fill(*f, "fsck", &o)) return void(ctx->exit_code = 8);
     o.repair = *repair;
@@ -95,7 +118,7 @@ void RegisterFsck(CLI::App* app, CliContext* ctx) {
     Result<FsckReport> r = Fsck(o);
     const int rc = Emit<FsckReport>(r, "fsck", f->json, o.progress != nullptr, &FsckJson, &FsckText);
     ctx->exit_code = rc != 0 ? 8 : r->ExitCode();  // operational errors are 8, as e2fsck's
-  });
+  }, ctx));
 }
 
 void RegisterGc(CLI::App* app, CliContext* ctx) {
@@ -112,7 +135,7 @@ void RegisterGc(CLI::App* app, CliContext* ctx) {
   gc->add_option("--low-water", *low_water, "With --max-bytes: delete down to this");
   gc->add_option("--keep", *keep, "A namespace directory never to touch (repeatable)");
   gc->add_option("--tmp-grace", f->tmp_grace, "Temp and probe files younger than this are in flight")->capture_default_str();
-  gc->callback([=] {
+  gc->callback(Guarded([=] {
     GcOptions o;
     if (!Fill(*f, "gc", &o)) return void(ctx->exit_code = 2);
     o.dry_run = *dry_run;
@@ -138,8 +161,8 @@ void RegisterGc(CLI::App* app, CliContext* ctx) {
     }
     Result<GcReport> r = Gc(o);
     const int rc = Emit<GcReport>(r, "gc", f->json, o.progress != nullptr, &GcJson, &GcText);
-    ctx->exit_code = rc != 0 ? rc : r->ExitCode();  // 8: parts could not be read (gc kept what it could not judge)
-  });
+    ctx->exit_code = rc != 0 ? rc : r->ExitCode();  // 4: removals failed; 8: parts could not be read
+  }, ctx));
 }
 
 }  // namespace

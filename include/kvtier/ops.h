@@ -33,9 +33,20 @@
 // just scanned, and only if it is still the inode scanned).
 //
 // Errors (the Result's Status), common to the three:
-// - kInvalidArgument: `root` is empty; or the root holds entries but none
+// - kInvalidArgument, naming the argument: `root` is empty or holds a NUL
+//   byte (the kernel would read a shorter path: another directory); `jobs`
+//   is outside 1..kScanJobsMax; or the root holds entries but none
 //   that looks like a namespace or block directory (FORMAT.md L2) and
 //   `force` is false.
+// - kTimedOut: one file-system call (an open, a directory listing, a read,
+//   an unlink...) did not return within io_timeout_ms: the mount is hung.
+//   The message names the path. The call returns at once; the thread stuck
+//   in the kernel is abandoned (it holds a few fds and a report under
+//   construction until the kernel lets it go, then does nothing more: every
+//   later step of an abandoned call fails with ECANCELED, so a gc changes
+//   nothing after it was reported timed out). What was removed before the
+//   hang stays removed; every removal is one unlink of a name gc or fsck
+//   selects afresh on each run, so a later run finishes the job.
 // - the root itself cannot be opened or listed (opened following symlinks:
 //   the operator named it): ErrnoToStatus of the errno, i.e. kNotFound
 //   (ENOENT), kPermissionDenied (EACCES, EPERM), kIoError (ENOTDIR, ELOOP,
@@ -62,6 +73,15 @@
 
 namespace kvtier {
 
+// The most walker threads a call takes (the CLI's --jobs cap).
+inline constexpr int kScanJobsMax = 256;
+// A duration (seconds) of at least this means "never": no age reaches it.
+// (Python passes any int; 2^63 and more once wrapped negative and inverted gc.)
+inline constexpr uint64_t kDurationNeverS = uint64_t{1} << 63;
+// io_timeout_ms's default: a healthy network file system answers every call
+// well within it; a hung one never does.
+inline constexpr uint64_t kDefaultIoTimeoutMs = 30000;
+
 struct ScanProgress {
   uint64_t files = 0;  // files seen so far
   uint64_t bytes = 0;  // their bytes
@@ -72,9 +92,13 @@ struct ScanOptions {
   // tier (FORMAT.md L99): reports cover them all, paths in them are prefixed
   // with their root, and a list that contradicts a root's marker (L100) is refused.
   std::string root;
-  int jobs = 4;                 // walker threads
+  int jobs = 4;                 // walker threads, 1..kScanJobsMax
   bool force = false;           // walk a root that does not look like one
-  uint64_t tmp_grace_s = 3600;  // temp and probe files younger than this are in flight
+  uint64_t tmp_grace_s = 3600;  // temp and probe files younger than this are in flight (>= kDurationNeverS: all)
+  // The longest one file-system call may take before the call gives up with
+  // kTimedOut (see the top of this file); a deadline per call, not per run,
+  // so a large healthy volume never times out. 0: wait forever.
+  uint64_t io_timeout_ms = kDefaultIoTimeoutMs;
   // Called every 100 ms from a kvtier thread while blocks are walked, and
   // once more on the calling thread when the walk ends; may be empty.
   std::function<void(const ScanProgress&)> progress;
@@ -175,11 +199,13 @@ KVTIER_API Result<FsckReport> Fsck(const FsckOptions& options);
 
 struct GcOptions : ScanOptions {
   bool dry_run = false;
-  std::optional<uint64_t> older_than_s;      // reclaim namespaces idle this long
+  std::optional<uint64_t> older_than_s;      // reclaim namespaces idle this long (>= kDurationNeverS: never)
   std::optional<uint64_t> max_bytes;         // keep block bytes under this
   std::optional<uint64_t> low_water_bytes;   // ... down to this (default max_bytes)
-  std::vector<std::string> keep;             // namespace directories never touched
-  uint64_t lease_ttl_s = 60;                 // leases refreshed within this are live
+  // Namespace directory names (not paths) never touched; an empty name, ".",
+  // "..", or one holding '/' or NUL matches nothing and is refused.
+  std::vector<std::string> keep;
+  uint64_t lease_ttl_s = 60;                 // leases refreshed within this are live (>= kDurationNeverS: forever)
 };
 
 struct Reclaimed {
@@ -188,15 +214,28 @@ struct Reclaimed {
   std::string reason;  // orphaned_namespace, capacity, stale_tmp, corrupt
 };
 
+// A file gc selected but could not remove (EACCES, EPERM, EROFS, EIO...).
+struct FailedRemoval {
+  std::string path;  // relative to the root
+  uint64_t bytes = 0;
+  std::string reason;  // why it was selected, as Reclaimed::reason
+  int sys_errno = 0;   // why the removal failed
+  std::string detail;  // strerror(sys_errno)
+};
+
 struct GcReport {
   bool dry_run = false;
   std::vector<Reclaimed> reclaimed;
+  // Selected but not removed: the bound (--max-bytes, --older-than) is not
+  // enforced. A file replaced meanwhile (another writer) is not listed.
+  std::vector<FailedRemoval> failed;
   uint64_t bytes_reclaimed = 0, files_scanned = 0;
   std::vector<ScanProblem> unreadable;  // parts that could not be read
   // Namespaces kept although --older-than would reclaim them by what could
   // be read, because a part (its leases above all) could not: gc fails closed.
   std::vector<ScanProblem> kept;
-  // 0: complete; 8 (e2fsck's "operational error"): parts could not be read.
+  // e2fsck's bits: 0 complete; 4: some selected files could not be removed
+  // (`failed`); 8 ("operational error"): parts could not be read; 12: both.
   KVTIER_API int ExitCode() const;
 };
 

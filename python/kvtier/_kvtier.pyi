@@ -269,18 +269,34 @@ class GcReport:
     files_scanned: int
     unreadable: list[ScanProblem]
     kept: list[ScanProblem]  # namespaces kept because their leases or parts could not be read
-    exit_code: int  # 0 complete, 8 parts could not be read
+    failed: list[FailedRemoval]  # selected but not removed: the bound was not enforced
+    exit_code: int  # 0 complete, 4 removals failed, 8 parts could not be read, 12 both
 
-def du(root: str, *, jobs: int = 4, force: bool = False, tmp_grace_s: int = 3600) -> DuReport:
+class FailedRemoval:
+    path: str
+    bytes: int
+    reason: str  # why it was selected, as Reclaimed.reason
+    errno: int  # why the removal failed (EACCES, EPERM, EROFS, ...)
+    detail: str  # os.strerror(errno)
+
+# The three tools below (docs/ops.md): ``jobs`` is 1..256, ``root`` must hold no NUL, durations
+# of 2**63 s and more mean "never", negative numbers are refused; each raises KvtierError
+# ``invalid_argument`` naming the argument. ``io_timeout_s`` is the deadline of each
+# file-system call (None: none): past it the call raises KvtierError ``timed_out`` naming the
+# path (a hung mount); its stuck thread stays in the kernel until the mount answers, then stops.
+
+def du(root: str, *, jobs: int = 4, force: bool = False, tmp_grace_s: int = 3600,
+       io_timeout_s: float | None = 30.0) -> DuReport:
     """Usage per namespace (``kvtier du``); never follows symlinks."""
 
 def fsck(root: str, *, repair: bool = False, verify_data: bool = False, row_bytes: int = 0, jobs: int = 4,
-         force: bool = False, tmp_grace_s: int = 3600) -> FsckReport:
+         force: bool = False, tmp_grace_s: int = 3600, io_timeout_s: float | None = 30.0) -> FsckReport:
     """Findings that cite layout-spec/FORMAT.md rules (``kvtier fsck``); changes nothing without ``repair``."""
 
 def gc(root: str, *, older_than_s: int | None = None, max_bytes: int | None = None,
        low_water_bytes: int | None = None, keep: Sequence[str] = (), dry_run: bool = False,
-       lease_ttl_s: int = 60, jobs: int = 4, force: bool = False, tmp_grace_s: int = 3600) -> GcReport:
+       lease_ttl_s: int = 60, jobs: int = 4, force: bool = False, tmp_grace_s: int = 3600,
+       io_timeout_s: float | None = 30.0) -> GcReport:
     """Reclaims idle namespaces, capacity, stale temp and corrupt files (``kvtier gc``)."""
 
 def config_check(config_json: str, *, gpu_block_size: int = 16) -> str:

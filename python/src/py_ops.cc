@@ -3,6 +3,9 @@
 // released while a tree is walked).
 #include <pybind11/stl.h>
 
+#include <cmath>
+#include <cstdint>
+
 #include "kvtier/config.h"
 #include "kvtier/ops.h"
 #include "py_common.h"
@@ -24,12 +27,66 @@ auto Fs(std::string T::*member) {
   return [member](const T& t) { return FsStr(t.*member); };
 }
 
+// Integer arguments arrive as Python ints of any size. Negative ones are
+// refused naming the argument (pybind11's own TypeError would print the
+// whole call); durations of 2^64 and more mean "never", as 2^63 and more do
+// in the library; a size that large is refused.
+uint64_t NonNegativeArg(const pb::handle& value, const char* name, bool huge_is_never) {
+  if (!PyLong_Check(value.ptr())) ThrowStatus(InvalidArgument(std::string(name) + ": expected an int"));
+  int overflow = 0;
+  const long long v = PyLong_AsLongLongAndOverflow(value.ptr(), &overflow);
+  if (overflow < 0 || (overflow == 0 && v < 0)) ThrowStatus(InvalidArgument(std::string(name) + ": must not be negative"));
+  if (overflow == 0) return static_cast<uint64_t>(v);
+  const unsigned long long u = PyLong_AsUnsignedLongLong(value.ptr());
+  if (u == static_cast<unsigned long long>(-1) && PyErr_Occurred()) {
+    PyErr_Clear();
+    if (huge_is_never) return UINT64_MAX;
+    ThrowStatus(InvalidArgument(std::string(name) + ": out of range (at most 2**64 - 1)"));
+  }
+  return u;
+}
+
+std::optional<uint64_t> OptionalArg(const pb::handle& value, const char* name, bool huge_is_never) {
+  if (value.is_none()) return std::nullopt;
+  return NonNegativeArg(value, name, huge_is_never);
+}
+
+// jobs: 1..kScanJobsMax, checked by the library; a value no int holds is out of it too.
+int JobsArg(const pb::handle& value) {
+  if (!PyLong_Check(value.ptr())) ThrowStatus(InvalidArgument("jobs: expected an int"));
+  int overflow = 0;
+  const long long v = PyLong_AsLongLongAndOverflow(value.ptr(), &overflow);
+  if (overflow != 0 || v < INT32_MIN || v > INT32_MAX) {
+    ThrowStatus(InvalidArgument("jobs: must be 1.." + std::to_string(kScanJobsMax) + ", got " +
+                                std::string(pb::str(value))));
+  }
+  return static_cast<int>(v);
+}
+
+// io_timeout_s: seconds > 0, or None for no deadline.
+uint64_t IoTimeoutArg(const std::optional<double>& seconds) {
+  if (!seconds) return 0;
+  if (!(*seconds > 0) || !std::isfinite(*seconds)) {
+    ThrowStatus(InvalidArgument("io_timeout_s: expected seconds > 0 (None: wait forever), got " + std::to_string(*seconds)));
+  }
+  return static_cast<uint64_t>(std::ceil(std::min(*seconds, 1e9) * 1000));
+}
+
+struct CommonArgs {
+  std::string root;
+  pb::object jobs;
+  bool force;
+  pb::object tmp_grace_s;
+  std::optional<double> io_timeout_s;
+};
+
 template <class Options>
-void SetScan(Options& o, const std::string& root, int jobs, bool force, uint64_t tmp_grace_s) {
-  o.root = root;
-  o.jobs = jobs;
-  o.force = force;
-  o.tmp_grace_s = tmp_grace_s;
+void SetScan(Options& o, const CommonArgs& a) {
+  o.root = a.root;
+  o.jobs = JobsArg(a.jobs);
+  o.force = a.force;
+  o.tmp_grace_s = NonNegativeArg(a.tmp_grace_s, "tmp_grace_s", /*huge_is_never=*/true);
+  o.io_timeout_ms = IoTimeoutArg(a.io_timeout_s);
 }
 
 template <class Report, class Options>
@@ -37,33 +94,34 @@ Report RunTool(Result<Report> (*tool)(const Options&), const Options& o) {
   return Unwrap(WithoutGil([&] { return tool(o); }));
 }
 
-DuReport PyDu(const std::string& root, int jobs, bool force, uint64_t tmp_grace_s) {
+DuReport PyDu(const std::string& root, pb::object jobs, bool force, pb::object tmp_grace_s,
+              std::optional<double> io_timeout_s) {
   ScanOptions o;
-  SetScan(o, root, jobs, force, tmp_grace_s);
+  SetScan(o, {root, jobs, force, tmp_grace_s, io_timeout_s});
   return RunTool(&Du, o);
 }
 
-FsckReport PyFsck(const std::string& root, bool repair, bool verify_data, uint64_t row_bytes, int jobs,
-                  bool force, uint64_t tmp_grace_s) {
+FsckReport PyFsck(const std::string& root, bool repair, bool verify_data, pb::object row_bytes, pb::object jobs,
+                  bool force, pb::object tmp_grace_s, std::optional<double> io_timeout_s) {
   FsckOptions o;
-  SetScan(o, root, jobs, force, tmp_grace_s);
+  SetScan(o, {root, jobs, force, tmp_grace_s, io_timeout_s});
   o.repair = repair;
   o.verify_data = verify_data;
-  o.row_bytes = row_bytes;
+  o.row_bytes = NonNegativeArg(row_bytes, "row_bytes", /*huge_is_never=*/false);
   return RunTool(&Fsck, o);
 }
 
-GcReport PyGc(const std::string& root, std::optional<uint64_t> older_than_s, std::optional<uint64_t> max_bytes,
-              std::optional<uint64_t> low_water_bytes, const std::vector<std::string>& keep, bool dry_run,
-              uint64_t lease_ttl_s, int jobs, bool force, uint64_t tmp_grace_s) {
+GcReport PyGc(const std::string& root, pb::object older_than_s, pb::object max_bytes, pb::object low_water_bytes,
+              const std::vector<std::string>& keep, bool dry_run, pb::object lease_ttl_s, pb::object jobs,
+              bool force, pb::object tmp_grace_s, std::optional<double> io_timeout_s) {
   GcOptions o;
-  SetScan(o, root, jobs, force, tmp_grace_s);
-  o.older_than_s = older_than_s;
-  o.max_bytes = max_bytes;
-  o.low_water_bytes = low_water_bytes;
+  SetScan(o, {root, jobs, force, tmp_grace_s, io_timeout_s});
+  o.older_than_s = OptionalArg(older_than_s, "older_than_s", /*huge_is_never=*/true);
+  o.max_bytes = OptionalArg(max_bytes, "max_bytes", /*huge_is_never=*/false);
+  o.low_water_bytes = OptionalArg(low_water_bytes, "low_water_bytes", /*huge_is_never=*/false);
   o.keep = keep;
   o.dry_run = dry_run;
-  o.lease_ttl_s = lease_ttl_s;
+  o.lease_ttl_s = NonNegativeArg(lease_ttl_s, "lease_ttl_s", /*huge_is_never=*/true);
   return RunTool(&Gc, o);
 }
 
@@ -105,11 +163,16 @@ void BindReports(pb::module_& m) {
   pb::class_<Reclaimed>(m, "Reclaimed", "One path gc removed (or would remove, dry run).")
       .def_property_readonly("path", Fs(&Reclaimed::path)).def_readonly("bytes", &Reclaimed::bytes)
       .def_readonly("reason", &Reclaimed::reason);
+  pb::class_<FailedRemoval>(m, "FailedRemoval", "A file gc selected but could not remove, and why.")
+      .def_property_readonly("path", Fs(&FailedRemoval::path)).def_readonly("bytes", &FailedRemoval::bytes)
+      .def_readonly("reason", &FailedRemoval::reason).def_readonly("errno", &FailedRemoval::sys_errno)
+      .def_property_readonly("detail", Fs(&FailedRemoval::detail));
   pb::class_<GcReport>(m, "GcReport", "kvtier gc: what was reclaimed.")
       .def_readonly("dry_run", &GcReport::dry_run).def_readonly("reclaimed", &GcReport::reclaimed)
       .def_readonly("bytes_reclaimed", &GcReport::bytes_reclaimed)
       .def_readonly("files_scanned", &GcReport::files_scanned)
       .def_readonly("unreadable", &GcReport::unreadable).def_readonly("kept", &GcReport::kept)
+      .def_readonly("failed", &GcReport::failed)
       .def_property_readonly("exit_code", &GcReport::ExitCode);
 }
 
@@ -117,15 +180,19 @@ void BindReports(pb::module_& m) {
 
 void BindOps(pb::module_& m) {
   BindReports(m);
+  const double io_timeout_s = static_cast<double>(kDefaultIoTimeoutMs) / 1000;
   m.def("du", &PyDu, pb::arg("root"), pb::kw_only(), pb::arg("jobs") = 4, pb::arg("force") = false,
-        pb::arg("tmp_grace_s") = 3600, "Usage per namespace (kvtier du); never follows symlinks.");
+        pb::arg("tmp_grace_s") = 3600, pb::arg("io_timeout_s") = io_timeout_s,
+        "Usage per namespace (kvtier du); never follows symlinks.");
   m.def("fsck", &PyFsck, pb::arg("root"), pb::kw_only(), pb::arg("repair") = false,
         pb::arg("verify_data") = false, pb::arg("row_bytes") = 0, pb::arg("jobs") = 4, pb::arg("force") = false,
-        pb::arg("tmp_grace_s") = 3600, "Findings citing FORMAT.md rules (kvtier fsck); repairs only with repair=True.");
+        pb::arg("tmp_grace_s") = 3600, pb::arg("io_timeout_s") = io_timeout_s,
+        "Findings citing FORMAT.md rules (kvtier fsck); repairs only with repair=True.");
   m.def("gc", &PyGc, pb::arg("root"), pb::kw_only(), pb::arg("older_than_s") = pb::none(),
         pb::arg("max_bytes") = pb::none(), pb::arg("low_water_bytes") = pb::none(),
         pb::arg("keep") = std::vector<std::string>{}, pb::arg("dry_run") = false, pb::arg("lease_ttl_s") = 60,
         pb::arg("jobs") = 4, pb::arg("force") = false, pb::arg("tmp_grace_s") = 3600,
+        pb::arg("io_timeout_s") = io_timeout_s,
         "Reclaims idle namespaces, capacity, stale temp and corrupt files (kvtier gc).");
   m.def("config_check", &ConfigCheck, pb::arg("config_json"), pb::kw_only(), pb::arg("gpu_block_size") = 16,
         "Validates kv_connector_extra_config JSON; returns the effective config as JSON.");

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "format/layout_names.h"
+#include "ops/io_watch.h"
 #include "ops/ops_internal.h"
 #include "util/crc32c.h"
 
@@ -22,6 +23,8 @@ namespace internal {
 
 int TreeEditor::Remove(const ScannedFile& f) const {
   const auto [dir, name] = SplitRel(f.rel);
+  IoScope io(f.rel);
+  if (io.cancelled()) return ECANCELED;  // the call was abandoned at a hang: change nothing more
   UniqueFd fd;
   if (const int err = OpenDir(dir, &fd)) return err == ENOENT ? 0 : err;
   return UnlinkIfSameAt(fd.get(), name, f.dev, f.ino, S_ISDIR(f.mode));
@@ -29,6 +32,8 @@ int TreeEditor::Remove(const ScannedFile& f) const {
 
 int TreeEditor::RemoveEmptyDir(const std::string& rel) const {
   const auto [dir, name] = SplitRel(rel);
+  IoScope io(rel);
+  if (io.cancelled()) return ECANCELED;
   UniqueFd fd;
   if (const int err = OpenDir(dir, &fd)) return err;
   return unlinkat(fd.get(), name.c_str(), AT_REMOVEDIR) == 0 ? 0 : errno;
@@ -42,7 +47,7 @@ enum class Verdict { kMatches, kMismatch, kUnjudged };
 
 // FORMAT.md L67: the CRC32C attribute against the bytes, read in fixed-size
 // chunks. Files without the attribute (written by vLLM, L68) pass.
-Verdict CrcVerdict(int fd, uint64_t size, std::string* detail) {
+Verdict CrcVerdict(int fd, uint64_t size, IoScope* io, std::string* detail) {
   uint8_t want[format::kCrcXattrBytes];
   const ssize_t got = fgetxattr(fd, format::kCrcXattr, want, sizeof want);
   if (got < 0 && errno != ERANGE) return Verdict::kMatches;  // no attribute (ENODATA) or none readable
@@ -58,6 +63,7 @@ Verdict CrcVerdict(int fd, uint64_t size, std::string* detail) {
     if (n < 0 && errno == EINTR) n = 0;
     else if (n <= 0) break;
     crc = Crc32cExtend(crc, {chunk.data(), static_cast<size_t>(n)});
+    io->Step();  // the deadline is per read, not per (possibly large) file
   }
   if (have != size) return Verdict::kUnjudged;  // shrank or failed meanwhile: the size check judges it next time
   const uint32_t stored = uint32_t{want[0]} << 24 | uint32_t{want[1]} << 16 | uint32_t{want[2]} << 8 | want[3];
@@ -89,8 +95,14 @@ class FsckRun {
     std::lock_guard lock(mu_);
     report_->findings.push_back({kind, std::move(path), rule, action, std::move(detail)});
   }
-  RepairAction Remove(const ScannedFile& f) {
-    if (!o_.repair || editor_.Remove(f) != 0) return RepairAction::kNone;
+  // A removal that fails says why in the finding's detail (the finding is
+  // left, exit 4); one replaced meanwhile (ESTALE) is another writer's file.
+  RepairAction Remove(const ScannedFile& f, std::string* detail) {
+    if (!o_.repair) return RepairAction::kNone;
+    if (const int err = editor_.Remove(f)) {
+      if (err != ESTALE) *detail += std::string(detail->empty() ? "" : "; ") + "not removed: " + std::strerror(err);
+      return RepairAction::kNone;
+    }
     // Shard directories the removal emptied go too, so one pass leaves a
     // clean tree (rmdir fails harmlessly on a directory that is not empty).
     const std::string dir2 = SplitRel(f.rel).first;
@@ -100,8 +112,10 @@ class FsckRun {
     return RepairAction::kRemoved;
   }
   void Aged(const ScannedFile& f, FindingKind kind, const char* rule) {
-    if (now_ - f.mtime < static_cast<int64_t>(o_.tmp_grace_s)) return;  // may be a write in flight
-    Add(kind, f.rel, rule, Remove(f), "age " + std::to_string(now_ - f.mtime) + " s");
+    if (!AgeAtLeast(now_, f.mtime, o_.tmp_grace_s)) return;  // may be a write in flight
+    std::string detail = "age " + std::to_string(now_ - f.mtime) + " s";
+    const RepairAction action = Remove(f, &detail);
+    Add(kind, f.rel, rule, action, detail);
   }
   void EmptyDir(const std::string& d) {
     const bool removed = o_.repair && editor_.RemoveEmptyDir(d) == 0;
@@ -118,8 +132,7 @@ class FsckRun {
     const char* what = S_ISDIR(f.mode) ? "a directory" : S_ISLNK(f.mode) ? "a symlink" : S_ISFIFO(f.mode) ? "a FIFO"
                        : S_ISSOCK(f.mode) ? "a socket" : "a device or other non-file";
     std::string detail = std::string(what) + " at a layout file name";
-    const RepairAction action = Remove(f);
-    if (o_.repair && action == RepairAction::kNone && S_ISDIR(f.mode)) detail += " (not empty: left in place)";
+    const RepairAction action = Remove(f, &detail);
     Add(FindingKind::kNotRegular, f.rel, "L95", action, detail);
   }
 
@@ -148,8 +161,9 @@ class FsckRun {
   // swapped .kvtier cannot move the file out of the tree.
   RepairAction Quarantine(const std::string& ns_dir, std::string* detail) {
     if (!o_.repair) return RepairAction::kNone;
+    IoScope io(ns_dir + "/" + std::string(format::kConfigName));
     UniqueFd ns, meta, quarantine;
-    int err = editor_.OpenDir(ns_dir, &ns);
+    int err = io.cancelled() ? ECANCELED : editor_.OpenDir(ns_dir, &ns);
     for (auto [parent, name, out] : {std::tuple{&ns, format::kMetaDirName, &meta},
                                      std::tuple{&meta, format::kQuarantineDirName, &quarantine}}) {
       if (err != 0) break;
@@ -175,9 +189,9 @@ class FsckRun {
       }
       // Short files are what vLLM itself deletes (L65); longer ones may be
       // rows of a 64 K-page host (L66) and are only reported.
-      const RepairAction action = b.size < row ? Remove(b) : RepairAction::kNone;
-      Add(FindingKind::kSizeMismatch, b.rel, "L80", action,
-          std::to_string(b.size) + " bytes, " + basis + std::to_string(row));
+      std::string detail = std::to_string(b.size) + " bytes, " + basis + std::to_string(row);
+      const RepairAction action = b.size < row ? Remove(b, &detail) : RepairAction::kNone;
+      Add(FindingKind::kSizeMismatch, b.rel, "L80", action, detail);
     }
     report_->blocks_checked += ns.blocks.size();
     if (o_.verify_data) Verify(sized);
@@ -187,15 +201,20 @@ class FsckRun {
   // and only if it is still the regular file scanned.
   void VerifyOne(const ScannedFile& b, std::atomic<uint64_t>* with_atime) {
     const auto [dir, name] = SplitRel(b.rel);
+    IoScope io(b.rel);  // before the fds: their close is a call too
     UniqueFd dfd, fd;
     struct stat st;
     bool atime_kept = true;
-    if (editor_.OpenDir(dir, &dfd) != 0 || OpenRegularAt(dfd.get(), name, /*no_atime=*/true, &fd, &st, &atime_kept) != 0) return;
+    if (io.cancelled() || editor_.OpenDir(dir, &dfd) != 0 ||
+        OpenRegularAt(dfd.get(), name, /*no_atime=*/true, &fd, &st, &atime_kept) != 0) {
+      return;
+    }
     if (st.st_ino != b.ino || st.st_dev != b.dev) return;  // replaced meanwhile: judged next time
     *with_atime += !atime_kept;
     std::string detail;
-    if (CrcVerdict(fd.get(), static_cast<uint64_t>(st.st_size), &detail) == Verdict::kMismatch) {
-      Add(FindingKind::kCrcMismatch, b.rel, "L67", Remove(b), detail);
+    if (CrcVerdict(fd.get(), static_cast<uint64_t>(st.st_size), &io, &detail) == Verdict::kMismatch) {
+      const RepairAction action = Remove(b, &detail);
+      Add(FindingKind::kCrcMismatch, b.rel, "L67", action, detail);
     }
   }
 
@@ -206,7 +225,10 @@ class FsckRun {
       for (size_t i; (i = next.fetch_add(1)) < blocks.size();) VerifyOne(*blocks[i], &with_atime);
     };
     std::vector<std::thread> threads;
-    for (int t = 1; t < std::max(1, o_.jobs); ++t) threads.emplace_back(worker);
+    StartThreads(o_.jobs - 1, [&, watch = CurrentIoWatch(), root = CurrentIoRoot()] {
+      IoThreadBinding bind(watch, root);
+      worker();
+    }, &threads);
     worker();
     for (auto& t : threads) t.join();
     report_->blocks_verified += blocks.size();
@@ -226,6 +248,7 @@ class FsckRun {
 namespace internal {
 
 FsckReport FsckScanned(const FsckOptions& options, const TreeScan& scan) {
+  IoRootScope io_root(scan.root);
   FsckReport report;
   report.files_scanned = scan.files;
   FsckRun run(options, scan, &report);
@@ -236,10 +259,14 @@ FsckReport FsckScanned(const FsckOptions& options, const TreeScan& scan) {
 
 }  // namespace internal
 
-Result<FsckReport> Fsck(const FsckOptions& options) {
-  if (internal::IsRootList(options.root)) return internal::FsckRoots(options);
-  KVTIER_ASSIGN_OR_RETURN(internal::TreeScan scan, internal::ScanTree(options));
-  return internal::FsckScanned(options, scan);
+namespace internal {
+
+Result<FsckReport> FsckUnwatched(const FsckOptions& options) {
+  if (IsRootList(options.root)) return FsckRoots(options);
+  KVTIER_ASSIGN_OR_RETURN(TreeScan scan, ScanTree(options));
+  return FsckScanned(options, scan);
 }
+
+}  // namespace internal
 
 }  // namespace kvtier

@@ -6,10 +6,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <ctime>
 #include <set>
 
 #include "format/layout_names.h"
+#include "ops/io_watch.h"
 #include "ops/ops_internal.h"
 
 namespace kvtier {
@@ -49,8 +52,14 @@ class GcRun {
   bool WouldReclaim(const NsScan& ns) const { return Orphaned(ns); }
 
  private:
+  // F9: a selected file that cannot be removed is listed with its errno (the
+  // bound is not enforced); one replaced meanwhile (ESTALE) is another
+  // writer's new file, not ours to judge.
   void Reclaim(const ScannedFile& f, const char* reason) {
-    if (!o_.dry_run && editor_.Remove(f) != 0) return;  // changed under us, or not removable: keep it
+    if (const int err = o_.dry_run ? 0 : editor_.Remove(f)) {
+      if (err != ESTALE) report_->failed.push_back({f.rel, f.size, reason, err, std::strerror(err)});
+      return;
+    }
     report_->reclaimed.push_back({f.rel, f.size, reason});
     report_->bytes_reclaimed += f.size;
   }
@@ -58,10 +67,10 @@ class GcRun {
   // Stale temp and probe files (L81, L82) and short blocks (L65, L80).
   void Always(NsScan& ns) {
     for (const ScannedFile& t : ns.tmps) {
-      if (now_ - t.mtime >= static_cast<int64_t>(o_.tmp_grace_s)) Reclaim(t, "stale_tmp");
+      if (AgeAtLeast(now_, t.mtime, o_.tmp_grace_s)) Reclaim(t, "stale_tmp");
     }
     for (const ScannedFile& p : ns.probes) {
-      if (now_ - p.mtime >= static_cast<int64_t>(o_.tmp_grace_s)) Reclaim(p, "stale_tmp");
+      if (AgeAtLeast(now_, p.mtime, o_.tmp_grace_s)) Reclaim(p, "stale_tmp");
     }
     const uint64_t row = MostCommonSize(ns);
     auto short_block = [&](const ScannedFile& b) { return b.size < row; };
@@ -79,7 +88,7 @@ class GcRun {
     for (const ScannedFile& b : ns.blocks) newest = std::max(newest, b.activity());
     for (const ScannedFile& t : ns.tmps) newest = std::max(newest, t.mtime);
     for (const ScannedFile& l : ns.leases) newest = std::max(newest, l.mtime);
-    if (now_ - newest < static_cast<int64_t>(*o_.older_than_s)) return false;
+    if (!AgeAtLeast(now_, newest, *o_.older_than_s)) return false;
     if (ns.leases_known && ns.unreadable.empty()) return true;
     const std::string why = ns.unreadable.empty() ? "it changed during the walk"
                                                   : ns.unreadable.front().path + ": " + ns.unreadable.front().detail;
@@ -135,6 +144,7 @@ class GcRun {
 }  // namespace
 
 GcReport GcScanned(const GcOptions& o, TreeScan& scan, const std::set<std::string>& no_reclaim) {
+  IoRootScope io_root(scan.root);
   GcReport report;
   report.dry_run = o.dry_run;
   report.files_scanned = scan.files;
@@ -152,19 +162,12 @@ std::set<std::string> OrphanedNamespaces(const GcOptions& o, const TreeScan& sca
   return out;
 }
 
-}  // namespace internal
-
-Result<GcReport> Gc(const GcOptions& options) {
-  if (options.max_bytes && options.low_water_bytes && *options.low_water_bytes > *options.max_bytes) {
-    return InvalidArgument("--low-water must not exceed --max-bytes");
-  }
-  if (internal::IsRootList(options.root)) return internal::GcRoots(options);
-  KVTIER_ASSIGN_OR_RETURN(internal::TreeScan scan, internal::ScanTree(options));
-  GcReport report;
-  report.dry_run = options.dry_run;
-  report.files_scanned = scan.files;
-  internal::GcRun(options, scan, &report).Run(scan);
-  return report;
+Result<GcReport> GcUnwatched(const GcOptions& options) {
+  if (IsRootList(options.root)) return GcRoots(options);
+  KVTIER_ASSIGN_OR_RETURN(TreeScan scan, ScanTree(options));
+  return GcScanned(options, scan, {});
 }
+
+}  // namespace internal
 
 }  // namespace kvtier

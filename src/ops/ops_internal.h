@@ -23,6 +23,28 @@ struct ConfigInfo {
   int64_t tokens_per_hash = -1, blocks_per_file = -1, tp_size = -1, groups = -1;
 };
 
+// Whether `then` (unix seconds) lies at least / at most `s` seconds before
+// `now`, without overflow whatever the timestamps; s >= kDurationNeverS is
+// never reached (F7: such values once wrapped negative and inverted gc).
+inline bool AgeAtLeast(int64_t now, int64_t then, uint64_t s) {
+  if (s >= kDurationNeverS || then > now) return false;
+  return static_cast<uint64_t>(now) - static_cast<uint64_t>(then) >= s;  // modular: exact below 2^64
+}
+inline bool AgeAtMost(int64_t now, int64_t then, uint64_t s) {
+  return s >= kDurationNeverS || then >= now || static_cast<uint64_t>(now) - static_cast<uint64_t>(then) <= s;
+}
+
+// kInvalidArgument naming the argument: an empty root or one with a NUL,
+// jobs outside 1..kScanJobsMax; for gc also a keep name that is not a bare
+// directory name and low_water_bytes above max_bytes.
+Status CheckScanOptions(const ScanOptions& o);
+Status CheckGcOptions(const GcOptions& o);
+
+// The three tools without their watch (ops.cc runs them under RunWatched).
+Result<DuReport> DuUnwatched(const ScanOptions& options);
+Result<FsckReport> FsckUnwatched(const FsckOptions& options);
+Result<GcReport> GcUnwatched(const GcOptions& options);
+
 ConfigInfo ParseConfig(const NsScan& ns);
 uint64_t LiveLeases(const NsScan& ns, uint64_t ttl_s, int64_t now);
 // The size most blocks of the namespace have (0 without blocks).

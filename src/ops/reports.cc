@@ -45,7 +45,7 @@ ConfigInfo ParseConfig(const NsScan& ns) {
 
 uint64_t LiveLeases(const NsScan& ns, uint64_t ttl_s, int64_t now) {
   uint64_t live = 0;
-  for (const ScannedFile& l : ns.leases) live += now - l.mtime <= static_cast<int64_t>(ttl_s);
+  for (const ScannedFile& l : ns.leases) live += AgeAtMost(now, l.mtime, ttl_s);
   return live;
 }
 
@@ -107,11 +107,15 @@ DuReport DuScanned(const TreeScan& scan) {
 
 }  // namespace internal
 
-Result<DuReport> Du(const ScanOptions& options) {
-  if (internal::IsRootList(options.root)) return internal::DuRoots(options);
-  KVTIER_ASSIGN_OR_RETURN(internal::TreeScan scan, internal::ScanTree(options));
-  return internal::DuScanned(scan);
+namespace internal {
+
+Result<DuReport> DuUnwatched(const ScanOptions& options) {
+  if (IsRootList(options.root)) return DuRoots(options);
+  KVTIER_ASSIGN_OR_RETURN(TreeScan scan, ScanTree(options));
+  return DuScanned(scan);
 }
+
+}  // namespace internal
 
 std::string_view FindingKindName(FindingKind kind) {
   static constexpr std::string_view kNames[] = {"config_missing", "config_torn", "config_digest_mismatch",
@@ -127,7 +131,7 @@ std::string_view RepairActionName(RepairAction action) {
 }
 
 int DuReport::ExitCode() const { return unreadable.empty() ? 0 : 8; }
-int GcReport::ExitCode() const { return unreadable.empty() ? 0 : 8; }
+int GcReport::ExitCode() const { return (failed.empty() ? 0 : 4) | (unreadable.empty() ? 0 : 8); }
 
 int FsckReport::ExitCode() const {
   bool left = false, repaired = false;

@@ -181,6 +181,8 @@ Result<GcReport> GcRoots(const GcOptions& o) {
   for (size_t i = 0; i < s.roots.size(); ++i) {
     GcReport r = GcScanned(ForRoot(o, s.roots[i]), s.scans[i], no_reclaim);
     for (Reclaimed& c : r.reclaimed) c.path = JoinRoot(s.roots[i], c.path);
+    for (FailedRemoval& f : r.failed) f.path = JoinRoot(s.roots[i], f.path);
+    out.failed.insert(out.failed.end(), r.failed.begin(), r.failed.end());
     Prefix(s.roots[i], &r.unreadable);
     Prefix(s.roots[i], &r.kept);
     out.reclaimed.insert(out.reclaimed.end(), r.reclaimed.begin(), r.reclaimed.end());

@@ -11,9 +11,12 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <functional>
+#include <system_error>
 #include <thread>
 
 #include "format/layout_names.h"
+#include "ops/io_watch.h"
 
 namespace kvtier::internal {
 namespace {
@@ -36,7 +39,8 @@ ScannedFile Scanned(std::string rel, const struct stat& st) {
 // ENOENT (another instance's gc) is silent; a directory swapped for a symlink
 // or a file since the listing is a stray; anything else cannot be read.
 int EnterDir(int parent, const std::string& name, const std::string& rel, NsScan* out, UniqueFd* fd) {
-  const int err = OpenDirAt(parent, name, fd);
+  IoScope io(rel);
+  const int err = io.cancelled() ? ECANCELED : OpenDirAt(parent, name, fd);
   if (err == ELOOP || err == ENOTDIR) out->strays.push_back(rel);
   else if (err != 0 && err != ENOENT) out->unreadable.push_back({rel, ErrText("open", err)});
   return err;
@@ -44,7 +48,8 @@ int EnterDir(int parent, const std::string& name, const std::string& rel, NsScan
 
 // Lists a directory entered with EnterDir; false after recording an error.
 bool ListInto(int fd, const std::string& rel, NsScan* out, std::vector<DirEntry>* entries, bool report_empty = true) {
-  if (const int err = ListDir(fd, entries)) {
+  IoScope io(rel);
+  if (const int err = io.cancelled() ? ECANCELED : ListDir(fd, entries)) {
     out->unreadable.push_back({rel, ErrText("read directory", err)});
     return false;
   }
@@ -120,9 +125,10 @@ void ReadConfig(int ns_fd, const DirEntry& e, const std::string& rel, NsScan* ns
     ns->config_oversize = true;
     return;
   }
+  IoScope io(rel);  // before the fd: its close is a call too
   UniqueFd fd;
   struct stat st;
-  if (const int err = OpenRegularAt(ns_fd, e.name, /*no_atime=*/false, &fd, &st)) {
+  if (const int err = io.cancelled() ? ECANCELED : OpenRegularAt(ns_fd, e.name, /*no_atime=*/false, &fd, &st)) {
     ns->has_config = err != ENOENT;
     ns->config_error = err == EINVAL ? "not a regular file" : ErrText("open", err);
     if (err != ENOENT && err != EINVAL) ns->unreadable.push_back({rel, ns->config_error});
@@ -132,6 +138,7 @@ void ReadConfig(int ns_fd, const DirEntry& e, const std::string& rel, NsScan* ns
   ssize_t n;
   while ((n = read(fd.get(), buf, sizeof buf)) > 0 && ns->config_text.size() <= kConfigBytesMax) {
     ns->config_text.append(buf, static_cast<size_t>(n));
+    io.Step();
   }
   if (n < 0) ns->config_error = ErrText("read", errno);
   if (ns->config_text.size() > kConfigBytesMax) {
@@ -148,9 +155,10 @@ void ReadConfig(int ns_fd, const DirEntry& e, const std::string& rel, NsScan* ns
 // capped; anything but a regular file is left alone.
 void ScanRootMarker(int meta_fd, const std::string& rel, NsScan* ns) {
   const std::string name(format::kRootMarkerName);
+  IoScope io(rel + "/" + name);  // before the fd: its close is a call too
   UniqueFd fd;
   struct stat st;
-  if (OpenRegularAt(meta_fd, name, /*no_atime=*/false, &fd, &st) != 0) return;
+  if (io.cancelled() || OpenRegularAt(meta_fd, name, /*no_atime=*/false, &fd, &st) != 0) return;
   ns->root_marker = Scanned(rel + "/" + name, st);
   std::string body(format::kRootMarkerBytesMax + 1, '\0');
   const ssize_t n = pread(fd.get(), body.data(), body.size(), 0);
@@ -158,12 +166,14 @@ void ScanRootMarker(int meta_fd, const std::string& rel, NsScan* ns) {
 }
 
 void ScanLeases(int ns_fd, const std::string& rel, NsScan* ns) {
+  IoScope io(rel);
   UniqueFd meta, leases;
-  int err = OpenDirAt(ns_fd, std::string(format::kMetaDirName), &meta);
+  int err = io.cancelled() ? ECANCELED : OpenDirAt(ns_fd, std::string(format::kMetaDirName), &meta);
   if (err == 0) ScanRootMarker(meta.get(), rel, ns);
-  if (err == 0) err = OpenDirAt(meta.get(), std::string(format::kLeaseDirName), &leases);
-  if (err == ENOENT) return;  // no lease was ever taken here
   const std::string dir = rel + "/" + std::string(format::kLeaseDirName);
+  IoScope io_leases(dir);
+  if (err == 0) err = io_leases.cancelled() ? ECANCELED : OpenDirAt(meta.get(), std::string(format::kLeaseDirName), &leases);
+  if (err == ENOENT) return;  // no lease was ever taken here
   std::vector<DirEntry> entries;
   if (err == 0) err = ListDir(leases.get(), &entries);
   if (err != 0) {
@@ -278,6 +288,12 @@ void RunShards(const ScanOptions& o, std::vector<ShardWork>* work) {
   auto worker = [&] {
     for (size_t i; (i = next.fetch_add(1)) < work->size();) ScanShard(&(*work)[i], &counters);
   };
+  // Walker threads report their calls to the watch of the thread that starts them.
+  auto watched_worker = [&, watch = CurrentIoWatch(), root = CurrentIoRoot()] {
+    IoThreadBinding bind(watch, root);
+    worker();
+  };
+  std::vector<std::thread> threads;
   std::thread reporter;
   if (o.progress) {
     reporter = std::thread([&] {
@@ -287,8 +303,7 @@ void RunShards(const ScanOptions& o, std::vector<ShardWork>* work) {
       }
     });
   }
-  std::vector<std::thread> threads;
-  for (int t = 1; t < std::max(1, o.jobs); ++t) threads.emplace_back(worker);
+  StartThreads(o.jobs - 1, watched_worker, &threads);
   worker();
   for (auto& t : threads) t.join();
   done = true;
@@ -304,13 +319,34 @@ std::pair<std::string, std::string> SplitRel(const std::string& rel) {
   return {rel.substr(0, slash), rel.substr(slash + 1)};
 }
 
+void StartThreads(int n, const std::function<void()>& fn, std::vector<std::thread>* threads) {
+  for (int t = 0; t < n; ++t) {
+    try {
+      threads->emplace_back(fn);
+    } catch (const std::system_error&) {
+      return;  // out of threads (a ulimit): the calling thread and those started do the work
+    }
+  }
+}
+
+// Opens and lists the root (followed as the operator named it).
+static Status OpenRoot(const std::string& root, TreeScan* scan, std::vector<DirEntry>* top) {
+  IoScope io("");
+  if (io.cancelled()) return Status(StatusCode::kTimedOut, "abandoned: " + root);
+  scan->root = root;
+  scan->root_fd = std::make_shared<UniqueFd>();
+  if (const int err = OpenDirAt(AT_FDCWD, root, scan->root_fd.get())) return ErrnoToStatus(err, "open " + root);
+  io.Step();
+  if (const int err = ListDir(scan->root_fd->get(), top)) return ErrnoToStatus(err, "read directory " + root);
+  return Status::Ok();
+}
+
 Result<TreeScan> ScanTree(const ScanOptions& o) {
   if (o.root.empty()) return InvalidArgument("a root directory is required");
+  IoRootScope io_root(o.root);
   TreeScan scan;
-  scan.root_fd = std::make_shared<UniqueFd>();
-  if (const int err = OpenDirAt(AT_FDCWD, o.root, scan.root_fd.get())) return ErrnoToStatus(err, "open " + o.root);
   std::vector<DirEntry> top;
-  if (const int err = ListDir(scan.root_fd->get(), &top)) return ErrnoToStatus(err, "read directory " + o.root);
+  KVTIER_RETURN_IF_ERROR(OpenRoot(o.root, &scan, &top));
   std::vector<ShardWork> work;
   if (!ScanRoot(top, &scan, &work) && !top.empty() && !o.force) {
     return InvalidArgument(o.root + " does not look like a kvtier/vLLM root_dir (no <model>_<digest> directories); "

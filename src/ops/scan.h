@@ -8,6 +8,8 @@
 #include <sys/stat.h>
 
 #include <cstdint>
+#include <functional>
+#include <thread>
 #include <map>
 #include <memory>
 #include <string>
@@ -53,6 +55,7 @@ struct NsScan {
 };
 
 struct TreeScan {
+  std::string root;                          // as given (for messages)
   std::shared_ptr<UniqueFd> root_fd;         // the root directory every action starts from
   std::map<std::string, NsScan> namespaces;  // by "<model>_<digest>"
   std::vector<std::string> root_strays;      // root entries outside any namespace
@@ -60,6 +63,9 @@ struct TreeScan {
 };
 
 Result<TreeScan> ScanTree(const ScanOptions& options);
+
+// Starts up to n threads running fn (fewer when the system has no more).
+void StartThreads(int n, const std::function<void()>& fn, std::vector<std::thread>* threads);
 
 // Splits "a/b/c" into "a/b" and "c".
 std::pair<std::string, std::string> SplitRel(const std::string& rel);

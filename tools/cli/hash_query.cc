@@ -2,6 +2,7 @@
 #include <sys/stat.h>
 
 #include "cli/hash_command.h"
+#include "ops/io_watch.h"
 #include "util/hex.h"
 #include "util/utf8.h"
 
@@ -29,7 +30,8 @@ nlohmann::json ChunkJson(const OffloadKey& key, const Namespace* ns, const HashQ
     std::string path = JoinRoot(*q.root_dir, rel);
     struct stat st;
     chunk["path"] = path;
-    chunk["exists"] = ::stat(path.c_str(), &st) == 0;
+    IoScope io(path);  // under RunWatched (kvtier hash --root): a hung mount times out naming it
+    chunk["exists"] = !io.cancelled() && ::stat(path.c_str(), &st) == 0;
   }
   return chunk;
 }

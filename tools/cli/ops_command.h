@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -14,8 +15,20 @@ namespace kvtier::internal {
 
 // "90", "90s", "15m", "2h", "7d" -> seconds.
 Result<uint64_t> ParseDurationS(std::string_view text);
+// --io-timeout: "500ms", "10s", "10" (seconds), "2m" -> milliseconds; "0": no deadline.
+Result<uint64_t> ParseDurationMs(std::string_view text);
 // "1048576", "512K", "10G", "1.5T", "10GiB" -> bytes (binary units).
 Result<uint64_t> ParseSizeBytes(std::string_view text);
+
+// Runs a command that touches the volume in a child process and returns its
+// exit code; 8 as soon as the child calls ExitHung (tools/cli/hung_guard.cc:
+// a thread stuck on a hung FUSE mount cannot be killed, and would keep this
+// process from exiting). Call it before any thread is started.
+int RunGuarded(const std::function<int()>& body);
+// Ends the command after a hung file-system call (kTimedOut from
+// --io-timeout), its message printed: exit 8, at once, in the parent too.
+// _exit skips the static destructors the stuck threads could race with.
+[[noreturn]] void ExitHung();
 
 nlohmann::json DuJson(const DuReport& r);
 std::string DuText(const DuReport& r);

@@ -27,6 +27,18 @@ Result<uint64_t> ParseDurationS(std::string_view text) {
   return InvalidArgument("unknown duration unit in '" + std::string(text) + "' (s, m, h, d)");
 }
 
+Result<uint64_t> ParseDurationMs(std::string_view text) {
+  if (text.size() > 2 && text.substr(text.size() - 2) == "ms") {
+    const std::string_view digits = text.substr(0, text.size() - 2);
+    if (digits.empty() || digits.size() > 12 || digits.find_first_not_of("0123456789") != std::string_view::npos) {
+      return InvalidArgument("not a duration: '" + std::string(text) + "' (e.g. 500ms, 10s, 2m)");
+    }
+    return std::stoull(std::string(digits));
+  }
+  KVTIER_ASSIGN_OR_RETURN(const uint64_t s, ParseDurationS(text));
+  return s > UINT64_MAX / 1000 ? UINT64_MAX : s * 1000;  // centuries: as good as none
+}
+
 Result<uint64_t> ParseSizeBytes(std::string_view text) {
   size_t end = 0;
   while (end < text.size() && ((text[end] >= '0' && text[end] <= '9') || text[end] == '.')) ++end;
@@ -145,7 +157,11 @@ std::string FsckText(const FsckReport& r) {
 nlohmann::json GcJson(const GcReport& r) {
   nlohmann::json list = nlohmann::json::array();
   for (const Reclaimed& x : r.reclaimed) list.push_back({{"path", x.path}, {"bytes", x.bytes}, {"reason", x.reason}});
-  nlohmann::json j = {{"dry_run", r.dry_run}, {"reclaimed", list}, {"bytes_reclaimed", r.bytes_reclaimed},
+  nlohmann::json failed = nlohmann::json::array();
+  for (const FailedRemoval& f : r.failed) {
+    failed.push_back({{"path", f.path}, {"bytes", f.bytes}, {"reason", f.reason}, {"errno", f.sys_errno}, {"detail", f.detail}});
+  }
+  nlohmann::json j = {{"dry_run", r.dry_run}, {"reclaimed", list}, {"failed", failed}, {"bytes_reclaimed", r.bytes_reclaimed},
                       {"files_scanned", r.files_scanned}, {"kept", ProblemsJson(r.kept)},
                       {"unreadable", ProblemsJson(r.unreadable)}, {"exit_code", r.ExitCode()}};
   MakeJsonUtf8(&j);  // names on the volume may be any bytes
@@ -164,8 +180,15 @@ std::string GcText(const GcReport& r) {
       << HumanBytes(r.bytes_reclaimed) << (r.dry_run ? " reclaimable" : " reclaimed");
   for (const auto& [reason, c] : by_reason) out << "; " << reason << " " << c.first;
   out << " (" << r.files_scanned << " files scanned)\n";
+  for (const FailedRemoval& f : r.failed) {
+    out << "not removed " << QuoteName(f.path) << " (" << HumanBytes(f.bytes) << ", " << f.reason << "): "
+        << EscapeUnprintable(f.detail) << "\n";
+  }
   ProblemsText(out, "kept", r.kept);
   ProblemsText(out, "unreadable:", r.unreadable);
+  if (!r.failed.empty()) {
+    out << "gc: " << r.failed.size() << " selected files could not be removed: the bound is not enforced (exit 4)\n";
+  }
   if (!r.unreadable.empty()) out << "gc: incomplete: " << r.unreadable.size() << " parts could not be read (exit 8)\n";
   return out.str();
 }
