@@ -72,11 +72,14 @@ _COUNTERS = {  # metric name -> (FsTier metrics() field, scale, documentation)
     "kvtier:fs_load_errors": ("load_errors", 1, "Loads that failed with an I/O error or deadline."),
     "kvtier:fs_lookup_errors": ("lookup_errors", 1, "Existence checks that failed with an I/O error."),
     "kvtier:fs_checksum_seconds": ("checksum_ns", 1e-9, "CPU seconds spent on CRC32C, stores and loads."),
+    "kvtier:fs_deadline_misses": ("deadline_misses", 1, "Requests with no answer within io_timeout_ms."),
 }
 _GAUGES = {
     "kvtier:fs_read_queue_depth": ("read_queue_depth", "Loads and lookups queued in kvtier's engine."),
     "kvtier:fs_write_queue_depth": ("write_queue_depth", "Stores queued in kvtier's engine."),
     "kvtier:fs_backpressure_active": ("backpressure_active", "1 while kvtier drops stores for latency."),
+    "kvtier:fs_root_up": ("root_up", "1 while the tier's root answers; 0 while it is down."),
+    "kvtier:fs_requests_stuck": ("requests_stuck", "Requests abandoned to the kernel, not yet returned."),
 }
 _LABELS = ("tier",)
 # What a tier key from JSON can be. vLLM's factory passes a detector object (or None) as

@@ -140,9 +140,15 @@ class SickVolumeTest : public ::testing::TestWithParam<IoBackendKind> {
     ADD_FAILURE() << "job not finished at once while the root is down";
     return {};
   }
-  // Waits until the kernel has returned every abandoned request.
+  // Waits until the kernel has returned every abandoned request and their
+  // ops have finished their cleanup (closing, removing a temp file).
   void WaitUnstuck() {
-    EXPECT_TRUE(Eventually([&] { return tier_->Metrics().requests_stuck == 0; }, 10000))
+    EXPECT_TRUE(Eventually(
+        [&] {
+          const FsTierMetrics m = tier_->Metrics();
+          return m.requests_stuck == 0 && m.in_flight == 0;
+        },
+        10000))
         << tier_->Metrics().requests_stuck << " requests still stuck after the release";
   }
   std::vector<fs::path> BackingFiles(const std::string& suffix) const {

@@ -6,7 +6,8 @@
 // offloadable range or the CPU tier's capacity get clear results, not hangs;
 // rows promoted from fs are not written back; a request finished while its
 // store and its lookups run lets them finish, keeps no pin and no verdict;
-// bad configs name the key.
+// bad configs name the key; on a hung FUSE mount lookups are decided as
+// misses, loads fail and the store closes, all in bounded time (issue 24).
 // Content is seeded (the seed is printed) and compared byte for byte.
 #include "kvtier/tiered_store.h"
 
@@ -20,6 +21,7 @@
 #include <random>
 #include <string>
 
+#include "support/faultfs_mount.h"
 #include "support/test_support.h"
 #include "tier/host_kv_cache.h"
 
@@ -251,6 +253,42 @@ TEST_F(TieredStoreTest, VanishedFileEndsThePrefix) {
     EXPECT_TRUE(ChunkMatches(keys[i], std::span(blocks).subspan(i * kBlocksPerChunk, kBlocksPerChunk))) << i;
   }
   EXPECT_OK(b->FinishRequest(5));
+}
+
+TEST_F(TieredStoreTest, AHungMountDecidesLookupsFailsLoadsAndCloses) {
+  if (const std::string why = testing::FaultFs::Unavailable(); !why.empty()) GTEST_SKIP() << why;
+  SCOPED_TRACE("seed " + std::to_string(seed_));
+  ASSERT_OK_AND_ASSIGN(auto mount, testing::FaultFs::Mount((dir_.path() / "backing").string(),
+                                                           (dir_.path() / "mnt").string()));
+  const std::string config = R"({"spec_name": "TieringOffloadingSpec", "cpu_bytes_to_use": 262144,
+      "blocks_per_chunk": 2, "secondary_tiers": [{"type": "fs", "root_dir": ")" +
+                             mount->mountpoint() + R"(", "io_timeout_ms": 400}]})";
+  const std::vector<OffloadKey> keys = RandomKeys(4);
+  auto a = Open(config);
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(StoreAll(a.get(), 1, keys, 4), keys.size());
+  ASSERT_OK(a->WaitIdle(30000));
+  a.reset();
+  auto b = Open(config);  // a fresh CPU tier: every lookup goes to the mount
+  ASSERT_NE(b, nullptr);
+  ASSERT_OK(mount->Hang("all"));
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_OK(b->StartRequest(5, RequestSpec{keys, 0, std::nullopt, 0}));
+  ASSERT_OK_AND_ASSIGN(PrefixLookup lookup, b->LookupWait(5, 0, 10000));
+  EXPECT_FALSE(lookup.pending) << "a lookup on the hung mount was never decided";
+  EXPECT_EQ(lookup.hit_chunks, 0u);
+  std::vector<uint32_t> blocks = Blocks(4, 32);
+  TransferResult r = WaitJob(b.get(), b->Load(5, 0, blocks).value());
+  EXPECT_EQ(r.OkPrefix(), 0u);
+  EXPECT_OK(b->FinishRequest(5));
+  const auto close_t0 = std::chrono::steady_clock::now();
+  b.reset();
+  const auto ms = [](auto since) {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - since).count();
+  };
+  std::printf("tiered store on a hung mount: decided in %lld ms, closed in %lld ms\n",
+              static_cast<long long>(ms(t0)), static_cast<long long>(ms(close_t0)));
+  EXPECT_LT(ms(close_t0), 6000);
 }
 
 TEST_F(TieredStoreTest, PinnedPrefixSurvivesEvictionPressure) {

@@ -124,9 +124,21 @@ Result<std::string> FaultFs::Command(std::string_view line, int timeout_ms) {
   KVTIER_ASSIGN_OR_RETURN(const int fd, ConnectControl(socket_, timeout_ms));
   const std::string request = std::string(line) + "\n";
   std::string reply;
-  if (send(fd, request.data(), request.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(request.size())) {
+  // A socket with SO_RCVTIMEO returns EINTR (not a transparent restart) when
+  // task work interrupts the wait, as io_uring's completions do for the
+  // thread that owns a ring: retry those.
+  ssize_t sent;
+  do {
+    sent = send(fd, request.data(), request.size(), MSG_NOSIGNAL);
+  } while (sent < 0 && errno == EINTR);
+  if (sent == static_cast<ssize_t>(request.size())) {
     char c;
-    while (recv(fd, &c, 1, 0) == 1 && c != '\n') reply += c;
+    for (;;) {
+      const ssize_t got = recv(fd, &c, 1, 0);
+      if (got < 0 && errno == EINTR) continue;
+      if (got != 1 || c == '\n') break;
+      reply += c;
+    }
   }
   const int err = errno;
   close(fd);
