@@ -19,6 +19,7 @@ struct BenchFsFlags {
   bool no_direct = false;
   bool no_checksum = false;
   std::string inline_metadata = "auto";
+  std::string bounce_loads = "auto";
   bool json = false;
 };
 
@@ -34,6 +35,9 @@ int RunBenchFsCommand(const BenchFsFlags& f) {
   static const std::map<std::string, InlineMetadata> kInline = {
       {"auto", InlineMetadata::kAuto}, {"on", InlineMetadata::kOn}, {"off", InlineMetadata::kOff}};
   o.inline_metadata = kInline.at(f.inline_metadata);  // checked by CLI11 too
+  static const std::map<std::string, BounceLoads> kBounce = {
+      {"auto", BounceLoads::kAuto}, {"on", BounceLoads::kOn}, {"off", BounceLoads::kOff}};
+  o.bounce_loads = kBounce.at(f.bounce_loads);
   Result<BenchFsResult> result = RunBenchFs(o);
   if (!result.ok()) {
     std::fprintf(stderr, "kvtier bench fs: %s\n", result.status().ToString().c_str());
@@ -82,6 +86,10 @@ void RegisterBenchFs(CLI::App* bench, CliContext* ctx) {
                 "checksum_blocks: false (no CRC32C, no xattr), as vLLM's default");
   cmd->add_option("--inline-metadata", flags->inline_metadata,
                   "The tier's inline_metadata: auto | on | off (docs/config.md)")
+      ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->capture_default_str();
+  cmd->add_option("--bounce-loads", flags->bounce_loads,
+                  "The tier's bounce_loads: auto | on | off (docs/config.md): measures what the bounce rows cost")
       ->check(CLI::IsMember({"auto", "on", "off"}))
       ->capture_default_str();
   cmd->add_option("--seed", o.seed, "Seed of the keys and the row content")->capture_default_str();

@@ -427,6 +427,7 @@ Result<std::unique_ptr<FsTier>> OpenBenchTier(const BenchFsOptions& o, const Nam
   topt.tier.o_direct = o.o_direct;
   topt.tier.checksum_blocks = o.checksum_blocks;
   topt.tier.inline_metadata = o.inline_metadata;
+  topt.tier.bounce_loads = o.bounce_loads;
   topt.tier.io_timeout_ms = o.io_timeout_ms;
   topt.tier.stores_while_loading_max = o.stores_while_loading_max;
   // Enough queued store bytes for the stream of --mixed: nothing is dropped.

@@ -51,6 +51,7 @@ struct BenchFsOptions {
   bool o_direct = true;
   bool checksum_blocks = true;     // the tier's checksum_blocks (CRC32C xattr per block)
   InlineMetadata inline_metadata = InlineMetadata::kAuto;  // the tier's inline_metadata
+  BounceLoads bounce_loads = BounceLoads::kAuto;           // the tier's bounce_loads
   bool mixed = false;
   bool keep = false;
   uint64_t seed = 1;
