@@ -24,6 +24,7 @@
 #include "fs/fs_tier_internal.h"
 #include "fs/root_health.h"
 #include "fs/tier_metrics.h"
+#include "util/keep_forever.h"
 #include "util/log.h"
 
 namespace kvtier::internal {
@@ -82,7 +83,7 @@ class FsTierImpl final : public FsTier {
     // leave it (its threads, fds and ring) to the process exit. The engine
     // thread is not joined either: a thread that set up an io_uring waits,
     // as it exits, for the ring's kernel workers, which are the ones stuck.
-    (void)backend_.release();
+    KeepForever(std::move(backend_));
     engine_.detach();
   }
 
@@ -400,8 +401,8 @@ class FsTierImpl final : public FsTier {
     scheduler_.TakeAll(&held);
     LogWarning("fs tier: closing with " + std::to_string(held.size()) + " request(s) on root_dir " +
                options_.tier.root_dir + " still held by the kernel; their memory is left to the process exit");
-    for (auto& op : held) (void)op.release();
-    if (health_.probe_in_flight()) (void)probe_stx_.release();
+    for (auto& op : held) KeepForever(std::move(op));
+    if (health_.probe_in_flight()) KeepForever(std::move(probe_stx_));
     leak_backend_ = true;
   }
 
