@@ -34,7 +34,6 @@ which is system-wide, so the parent can compare them with its own.
 
 import json
 import subprocess
-import os
 import sys
 import time
 from pathlib import Path
@@ -59,7 +58,8 @@ def run_child(args, budget_s, env=None, exit_grace_s=10.0):
     """Runs the scenario; kills it (SIGKILL) when ``budget_s`` passes, or ``exit_grace_s`` after
     it said it is exiting (an exit that takes longer is stuck, and waiting on proves nothing). Returns a dict: events
     (phase -> payload), rc, killed, reaped (False: even SIGKILL did not end it within 10 s),
-    start/end (monotonic), output (its stdout+stderr, for failure messages)."""
+    start/end (monotonic), output (its stdout+stderr, for failure messages), proc (to reap it
+    once the mount is released when it was not reaped)."""
     import threading
 
     start = time.monotonic()
@@ -82,7 +82,7 @@ def run_child(args, budget_s, env=None, exit_grace_s=10.0):
     reader.join(2)
     out = "".join(list(lines))
     return {"events": parse_events(out), "rc": proc.returncode, "killed": killed, "reaped": reaped,
-            "start": start, "end": end, "output": out}
+            "start": start, "end": end, "output": out, "proc": proc}
 
 
 def wait_exit(proc, lines, deadline, exit_grace_s):
