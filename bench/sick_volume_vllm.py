@@ -10,14 +10,16 @@ running at its budget (or --exit-grace-s after it said it was exiting) is killed
 the mount is released only after the child is gone, or after 10 s more when even SIGKILL did not
 end it.
 
-Conditions: hung (every op but FLUSH hangs: a FUSE fd whose FLUSH is never answered blocks any
+Conditions: stopped (the server is stopped with SIGSTOP: every call waits in the kernel, as on a
+dead server; the mount is resumed only after the child is gone), hung (every op but FLUSH hangs
+inside a running server, which never answers: a FUSE fd whose FLUSH is never answered blocks any
 process exit, SIGKILL included, whatever the tier does), slow (every op takes 200 ms), failing
 (EIO on reads, ENOSPC on writes). Per tier and condition one row: jobs finished / submitted,
 lookups decided / asked, load and store outcomes, shutdown time, process exit; then a markdown
 table.
 
     /usr/bin/python3 bench/sick_volume_vllm.py --build build [--io-timeout-ms 1000] [--budget 60]
-        [--conditions hung,slow,failing] [--tiers vllm,kvtier] [--faultfs BIN] [--vllm-tree DIR]
+        [--conditions stopped,hung,slow,failing] [--tiers vllm,kvtier] [--faultfs BIN] [--vllm-tree DIR]
 
 Needs root (or fusermount3) and /dev/fuse, the kvtier package and kvtier_faultfs built in
 --build, and ../shared/vllm (or --vllm-tree, a tree made by its assemble.sh).
@@ -25,6 +27,7 @@ Needs root (or fusermount3) and /dev/fuse, the kvtier package and kvtier_faultfs
 
 import argparse
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -48,7 +51,7 @@ def args():
     ap.add_argument("--budget", type=float, default=60.0, help="seconds per child before SIGKILL")
     ap.add_argument("--phase-s", type=float, default=10.0, help="seconds each sick phase may take")
     ap.add_argument("--exit-grace-s", type=float, default=10.0, help="seconds for the exit after shutdown")
-    ap.add_argument("--conditions", default="hung,slow,failing")
+    ap.add_argument("--conditions", default="stopped,hung,slow,failing")
     ap.add_argument("--tiers", default="vllm,kvtier")
     ap.add_argument("--faultfs", help="kvtier_faultfs binary (default: BUILD/bin/kvtier_faultfs)")
     ap.add_argument("--vllm-tree", help="a tree made by ../shared/vllm/assemble.sh (default: assemble one)")
@@ -75,8 +78,11 @@ def run_one(opts, tree, work, tier, condition):
     with FaultFs(base / "backing", base / "mnt", binary=opts.faultfs) as fs:
         child = {"vllm_tree": tree, "tier": tier, "root": f"{fs.mountpoint}/root", "control": fs.control,
                  "condition": condition, "salt": uuid.uuid4().hex[:8], "io_timeout_ms": opts.io_timeout_ms,
-                 "phase_s": opts.phase_s}
-        result = scenario.run_child(child, opts.budget, env, opts.exit_grace_s)
+                 "phase_s": opts.phase_s, "daemon_pid": fs.daemon_pid}
+        try:
+            result = scenario.run_child(child, opts.budget, env, opts.exit_grace_s)
+        finally:
+            os.kill(fs.daemon_pid, signal.SIGCONT)  # a stopped server resumes only now
     if not result["reaped"]:  # it can exit only now that the mount let its calls go
         try:
             result["proc"].wait(timeout=10)

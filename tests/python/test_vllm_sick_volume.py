@@ -1,25 +1,30 @@
 """KvtierFsTier on a hung mount under vLLM's real tiering manager (issue 24 item 2, ../shared/vllm).
 
-Proves, on a kvtier_faultfs mount with every operation but FLUSH hung (io_timeout_ms 500), all
+Proves, on a kvtier_faultfs mount whose server is stopped (SIGSTOP: every call waits in the
+kernel, as on a dead NFS or FUSE server) and again with every operation but FLUSH hung inside a
+running server (io_timeout_ms 500), all
 through the manager's calls in a child interpreter (tests/python/vllm_sick_scenario.py): no
 manager call blocks; a load of stored blocks fails as a job within the deadline and the request
 then gets 0 hits (vLLM recomputes); lookups of new keys are decided MISS within a bound; stores
 get failed results; the tier's metrics() and the manager's get_stats() show the root down
 (root_up 0, deadline_misses, requests_stuck, load errors, dropped rows); shutdown() returns
-within io_timeout + 1.5 s; and the child then exits with code 0 by itself while the mount is
-still hung (the parent releases it only after). After release, a new tier on the same root loads
+within io_timeout + 1.5 s; and, with the server stopped, the child then exits with code 0 by
+itself while the mount is still hung (the parent resumes it only after). After release, a new tier on the same root loads
 every block stored before, byte-exact, and stores again; and a tier left open comes back up by
 itself (its probe) once the mount answers.
 
 FLUSH is left answered: a process holding an fd on a FUSE mount whose server never answers FLUSH
 cannot finish exiting, even on SIGKILL (the kernel sends FLUSH as a forced request), so no tier
-could pass with it hung (README, "When the volume is sick"). Likewise a hung call that the
-server has already taken can end only when the server answers the kernel's FUSE_INTERRUPT; the
-exit check needs a kvtier_faultfs whose hung calls honour it. Each test is bounded (60 s per
+could pass with it hung (README, "When the volume is sick"). Likewise a call that a running
+server has taken and never answers can end only when the server answers, so the exit is checked
+with the server stopped, where the kernel still holds every call and a dying process can take
+them back. Each test is bounded (60 s per
 child) and unmounts even when it fails. Skips with one line where ../shared/vllm or FUSE is
 unavailable.
 """
 
+import os
+import signal
 import sys
 import uuid
 from pathlib import Path
@@ -47,11 +52,11 @@ def mount(tmp_path, vllm_tree):
         yield fs
 
 
-def run(vllm_tree, fs, **extra):
+def run(vllm_tree, fs, exit_grace_s=10.0, **extra):
     args = {"vllm_tree": str(vllm_tree), "tier": "kvtier", "root": f"{fs.mountpoint}/root",
-            "control": fs.control, "condition": "hung", "salt": uuid.uuid4().hex[:8],
+            "control": fs.control, "condition": "hung", "daemon_pid": fs.daemon_pid, "salt": uuid.uuid4().hex[:8],
             "io_timeout_ms": int(IO_TIMEOUT_S * 1000), "phase_s": 10.0, **extra}
-    return args, scenario.run_child(args, BUDGET_S)
+    return args, scenario.run_child(args, BUDGET_S, exit_grace_s=exit_grace_s)
 
 
 def phases(result, *names):
@@ -80,8 +85,15 @@ def check_metrics(metrics):
     assert k["manager_stats"].get("kvtier:fs_load_errors", 0) >= 1, k
 
 
-def test_hung_mount_bounded_and_exits(vllm_tree, mount):
-    args, result = run(vllm_tree, mount)
+def resume(fs):
+    os.kill(fs.daemon_pid, signal.SIGCONT)
+
+
+def test_stopped_server_bounded_and_exits(vllm_tree, mount):
+    try:
+        args, result = run(vllm_tree, mount, condition="stopped")
+    finally:
+        resume(mount)
     load, lookup, store, metrics, shutdown = phases(result, "load", "lookup", "store", "metrics", "shutdown")
     check_sick_phases(load, lookup, store)
     check_metrics(metrics)
@@ -91,8 +103,8 @@ def test_hung_mount_bounded_and_exits(vllm_tree, mount):
     assert exited, (
         f"the child did not exit by itself within {BUDGET_S} s of start while the mount was hung "
         f"(rc {result['rc']}, killed {result['killed']}, reaped after SIGKILL {result['reaped']}); a "
-        "kvtier_faultfs that does not answer FUSE_INTERRUPT for hung calls keeps every thread it "
-        "holds, SIGKILL included\n" + result["output"][-3000:])
+        "stopped server's calls are still the kernel's, so a dying process takes them back\n"
+        + result["output"][-3000:])
     mount.clear()
     mount.release()
     again = scenario.run_child(dict(args, mode="check"), BUDGET_S)
@@ -100,6 +112,19 @@ def test_hung_mount_bounded_and_exits(vllm_tree, mount):
     assert check["hits"] == check["asked"] == 16 and check["byte_exact"], check
     assert check["stores"][1] == check["stores"][0] >= 1, check
     assert again["rc"] == 0
+
+
+def test_hung_calls_in_the_server_are_bounded(vllm_tree, mount):
+    """The server takes every call but FLUSH and never answers: everything but the exit is as
+    above (a call the server holds can only end when it answers), and the tier shuts down."""
+    _, result = run(vllm_tree, mount, exit_grace_s=2.0)
+    load, lookup, store, metrics, shutdown = phases(result, "load", "lookup", "store", "metrics", "shutdown")
+    check_sick_phases(load, lookup, store)
+    check_metrics(metrics)
+    assert shutdown["seconds"] < SHUTDOWN_S, shutdown
+    mount.clear()
+    mount.release()  # the child's stuck threads end with the server's answers
+    result["proc"].wait(timeout=30)
 
 
 def test_root_comes_back_by_itself(vllm_tree, mount):

@@ -14,7 +14,9 @@ parent that had to kill it still knows how far it got. Phases, all through the m
   stored   healthy: N prompts stored and cascaded; the first is then only on the mount
   primed   healthy: the first prompt looked up until the manager promotes it (HIT_PENDING), so
            its load job is submitted at the next step, after the fault starts
-  fault    the condition is applied (``hung``: every op but flush hangs; ``slow``: every op
+  fault    the condition is applied (``stopped``: the server is stopped (SIGSTOP), so every call
+           waits in the kernel, unread by the server, as on a dead NFS or FUSE server;
+           ``hung``: every op but flush hangs in the server; ``slow``: every op
            takes 200 ms; ``failing``: EIO on reads, ENOSPC on writes; ``none``)
   load     steps until the promotion's load job has a result (or the phase budget passes),
            then the same request asks again: 0 hits means vLLM recomputes
@@ -33,6 +35,8 @@ which is system-wide, so the parent can compare them with its own.
 """
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -120,8 +124,10 @@ def control(socket_path):
     return ctl
 
 
-def apply_condition(ctl, condition):
-    if condition == "hung":
+def apply_condition(ctl, condition, daemon_pid=None):
+    if condition == "stopped":
+        os.kill(daemon_pid, signal.SIGSTOP)
+    elif condition == "hung":
         for op in HANG_OPS:
             ctl.hang(op)
     elif condition == "slow":
@@ -293,8 +299,10 @@ def kvtier_metrics(eng):
     return out
 
 
-def recover(eng, ctl, budget_s):
+def recover(eng, ctl, budget_s, daemon_pid=None):
     """Releases the mount; the same tier must come back up by itself (its probe)."""
+    if daemon_pid is not None:
+        os.kill(daemon_pid, signal.SIGCONT)
     ctl.clear()
     ctl.release()
     t0 = time.monotonic()
@@ -324,7 +332,7 @@ def scenario(h, args):
     load_ctx = prime_load(eng, prompts[0], budget)
     emit("primed")
     rec.since = time.monotonic()
-    apply_condition(ctl, args["condition"])
+    apply_condition(ctl, args["condition"], args.get("daemon_pid"))
     emit("fault", condition=args["condition"])
     timed = Timed()
     emit("load", **load_phase(eng, rec, load_ctx, prompts[0], h, timed, budget), max_call_s=timed.max_s)
@@ -337,7 +345,8 @@ def scenario(h, args):
     emit("store", **store_phase(eng, rec, stores, timed, budget), max_call_s=timed.max_s)
     emit("metrics", kvtier=kvtier_metrics(eng))
     if args.get("recover"):
-        emit("recover", **recover(eng, ctl, budget))
+        stopped = args["condition"] == "stopped"
+        emit("recover", **recover(eng, ctl, budget, args.get("daemon_pid") if stopped else None))
     for ctx in (load_ctx, ask_ctx):
         eng.m.on_request_finished(ctx)
     emit("shutdown_start")
