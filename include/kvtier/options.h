@@ -74,7 +74,7 @@ enum class InlineMetadata {
 enum class BounceLoads {
   kAuto,  // "auto": on where root_dir is not a local filesystem (ext4, XFS, btrfs, tmpfs, F2FS)
   kOn,    // "on": always
-  kOff,   // "off": never (a late read may write a reused row)
+  kOff,   // "off": never (a read into the caller's row is then waited for, never abandoned)
 };
 
 // `path_sharding` of an fs tier (vLLM PR #53133): how blocks spread over

@@ -62,7 +62,7 @@ class FsTierImpl final : public FsTier {
              std::unique_ptr<IoBackend> backend, std::unique_ptr<Lease> lease)
       : options_(o), ns_(std::move(ns)), shared_(std::move(shared)), backend_(std::move(backend)),
         lease_(std::move(lease)),
-        scheduler_(Limits(o)), detector_(o.tier.backpressure), health_(kMissesToDown, kProbeIntervalNs) {
+        scheduler_limits_(Limits(o)), scheduler_(scheduler_limits_), detector_(o.tier.backpressure), health_(kMissesToDown, kProbeIntervalNs) {
     engine_ = std::thread([this] { Run(); });
   }
   ~FsTierImpl() override {
@@ -84,6 +84,7 @@ class FsTierImpl final : public FsTier {
     // thread is not joined either: a thread that set up an io_uring waits,
     // as it exits, for the ring's kernel workers, which are the ones stuck.
     KeepForever(std::move(backend_));
+    KeepForever(std::move(shared_));  // the root fd: requests still queued in the kernel resolve paths from it
     engine_.detach();
   }
 
@@ -291,7 +292,13 @@ class FsTierImpl final : public FsTier {
 
   // Stopping: every job has its result, and what is left in flight (if
   // anything) is quarantined in the kernel.
-  bool Stopped() const { return scheduler_.idle() || (scheduler_.only_abandoned() && jobs_.empty()); }
+  // A probe is waited for until it counts as stuck (then the kernel keeps it).
+  bool Stopped() const {
+    const uint64_t abandon_ns = scheduler_limits_.abandon_after_ns;
+    const bool probe_settled = !health_.probe_in_flight() ||
+                               (abandon_ns > 0 && MonotonicNowNs() >= probe_sent_ns_ + abandon_ns);
+    return probe_settled && (scheduler_.idle() || (scheduler_.only_quarantined() && jobs_.empty()));
+  }
 
   // Announces that the engine is about to block in Reap and returns how
   // long it may: 0 when work arrived meanwhile. A submitter that sees the
@@ -331,11 +338,13 @@ class FsTierImpl final : public FsTier {
 
   void OnCompletion(const IoCompletion& c) {
     if (c.tag >= kProbeTagBase) return OnProbe(c.res);
-    // Cancelled at its deadline: a miss. Anything else is the filesystem answering.
-    if (c.res == -ETIMEDOUT || c.res == -ECANCELED) {
-      NoteMisses(1);
-    } else {
+    // Cancelled at its deadline: a miss (a stuck request's was counted when
+    // it was found stuck). Anything else is the filesystem answering.
+    const bool timed_out = c.res == -ETIMEDOUT || c.res == -ECANCELED;
+    if (!timed_out) {
       health_.Answered();
+    } else if (!scheduler_.is_stuck(c.tag)) {
+      NoteMisses(1);
     }
     scheduler_.Complete(c);
   }
@@ -382,6 +391,7 @@ class FsTierImpl final : public FsTier {
     probe.flags |= AT_STATX_FORCE_SYNC;
     probe.tag = kProbeTagBase + probe_seq_++;
     probe.deadline_ns = DeadlineNs(*shared_);
+    probe_sent_ns_ = now;
     requests->push_back(probe);
   }
 
@@ -411,6 +421,7 @@ class FsTierImpl final : public FsTier {
   std::unique_ptr<TierShared> shared_;
   std::unique_ptr<IoBackend> backend_;
   std::unique_ptr<Lease> lease_;  // heartbeat for gc (L74)
+  const SchedulerLimits scheduler_limits_;
   IoScheduler scheduler_;                                   // engine thread only
   std::unordered_map<uint64_t, std::unique_ptr<Job>> jobs_;  // engine thread only
   StoreLatencyDetector detector_;  // Add() on the engine thread; pressured() anywhere
@@ -420,6 +431,7 @@ class FsTierImpl final : public FsTier {
   // in the kernel when the tier closes can keep it.
   std::unique_ptr<struct statx> probe_stx_ = std::make_unique<struct statx>();
   uint64_t probe_seq_ = 0;
+  uint64_t probe_sent_ns_ = 0;
   bool leak_backend_ = false;      // set by the engine thread before it exits
   TierMetricsCounters metrics_;
   std::atomic<uint64_t> next_job_id_{1};

@@ -97,6 +97,10 @@ class LoadOp final : public FsBlockOp {
     }
   }
 
+  // A read straight into the caller's row (no bounce rows) is waited for:
+  // abandoning it would hand the row back while the kernel may write it.
+  bool MayAbandon() const override { return state_ != kRead || shared_->bounce != nullptr; }
+
   void OnAbandon() override {
     if (!final_) result = AbandonedResult(StateSyscall(), Path(), shared_->io_timeout_ms);
     final_ = abandoned_ = true;

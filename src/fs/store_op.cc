@@ -84,7 +84,7 @@ class StoreOp final : public FsBlockOp {
   // From here on the store can only fail: whatever the kernel finishes
   // late, the temp file is closed and removed, never renamed into place.
   void OnAbandon() override {
-    if (!final_) result = AbandonedResult(StateSyscall(), Shown(state_ == kRename ? dest_ : tmp_), shared_->io_timeout_ms);
+    if (!final_) result = AbandonedResult(StateSyscall(), Shown(AbandonedPath()), shared_->io_timeout_ms);
     final_ = abandoned_ = cleanup_ = true;
   }
 
@@ -97,6 +97,14 @@ class StoreOp final : public FsBlockOp {
     static constexpr const char* kNames[] = {"statx", "open", "open", "mkdir", "write", "fdatasync", "fsetxattr",
                                              "close", "rename", "open", "fsync", "close", "unlink", "store"};
     return kNames[state_];
+  }
+
+  // The path the request in flight names, for the abandonment's message.
+  std::string AbandonedPath() const {
+    if (state_ == kStatDest || state_ == kRename) return dest_;
+    if (state_ == kOpenDir || state_ == kSyncDir || state_ == kCloseDir) return SyncDirPath();
+    if (state_ == kMkdirParent || state_ == kMkdir) return MkdirShown();
+    return tmp_;
   }
 
   // The late answer of the request in flight when the op was abandoned:

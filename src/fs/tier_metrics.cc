@@ -96,7 +96,8 @@ std::string FormatPrometheus(const FsTierMetrics& m, std::string_view tier_name)
       {"kvtier_fs_bytes_loaded_total", m.bytes_loaded}, {"kvtier_fs_rows_missed_total", m.rows_missed},
       {"kvtier_fs_rows_corrupt_total", m.rows_corrupt}, {"kvtier_fs_lookups_hit_total", m.lookups_hit},
       {"kvtier_fs_lookups_miss_total", m.lookups_miss}, {"kvtier_fs_store_errors_total", m.store_errors},
-      {"kvtier_fs_load_errors_total", m.load_errors}, {"kvtier_fs_lookup_errors_total", m.lookup_errors}};
+      {"kvtier_fs_load_errors_total", m.load_errors}, {"kvtier_fs_lookup_errors_total", m.lookup_errors},
+      {"kvtier_fs_deadline_misses_total", m.deadline_misses}};
   for (const auto& [name, value] : counters) {
     out += std::string("# TYPE ") + name + " counter\n";
     Line(&out, name, labels, value);

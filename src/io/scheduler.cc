@@ -23,7 +23,7 @@ void IoScheduler::Advance(uint64_t old_tag, Running* run, std::vector<IoRequest>
     return;
   }
   req.tag = next_tag_++;
-  Running moved{std::move(run->op), run->slot, run->cls, run->load, req, 0, 0, run->abandoned, false};
+  Running moved{std::move(run->op), run->slot, run->cls, run->load, req, 0, 0, run->abandoned, false, false};
   running_.erase(old_tag);
   running_.emplace(req.tag, std::move(moved));
   out->push_back(req);
@@ -101,8 +101,9 @@ void IoScheduler::Complete(const IoCompletion& c) {
   // is final and goes to the op.
   const bool stale_path = c.res == -ESTALE && run.pending.path != nullptr;
   const bool retryable = c.res == -EINTR || c.res == -EAGAIN || stale_path;
-  if (retryable && !run.abandoned && run.retries < limits_.retries_max) {
+  if (retryable && !run.late && run.retries < limits_.retries_max) {
     ++run.retries;
+    run.issued_ns = 0;  // not the kernel's until emitted again
     reissue_.push_back(run.pending);
     return;
   }
@@ -116,7 +117,7 @@ void IoScheduler::TakeFinished(std::vector<std::unique_ptr<BlockOp>>* out) {
 }
 
 void IoScheduler::Abandon(Running* run) {
-  run->abandoned = true;
+  run->abandoned = run->late = true;
   ++abandoned_running_;
   run->op->OnAbandon();
   run->op->result_taken = true;
@@ -132,18 +133,19 @@ size_t IoScheduler::Expire(uint64_t now_ns) {
     run.stuck = true;
     ++stuck_;
     ++newly;
-    if (!run.abandoned) Abandon(&run);
+    if (!run.abandoned && run.op->MayAbandon()) Abandon(&run);
   }
   // Slots held by the kernel may never come back: nothing waits behind
   // them longer than a request may take.
   if (stuck_ > 0) {
-    ExpireQueue(&read_queue_, IoClass::kRead, now_ns);
-    ExpireQueue(&write_queue_, IoClass::kWrite, now_ns);
+    newly += ExpireQueue(&read_queue_, IoClass::kRead, now_ns);
+    newly += ExpireQueue(&write_queue_, IoClass::kWrite, now_ns);
   }
   return newly;
 }
 
-void IoScheduler::ExpireQueue(std::deque<Queued>* queue, IoClass cls, uint64_t now_ns) {
+size_t IoScheduler::ExpireQueue(std::deque<Queued>* queue, IoClass cls, uint64_t now_ns) {
+  size_t expired = 0;
   for (auto it = queue->begin(); it != queue->end();) {
     if (now_ns < it->since_ns + limits_.abandon_after_ns) {
       ++it;
@@ -153,7 +155,9 @@ void IoScheduler::ExpireQueue(std::deque<Queued>* queue, IoClass cls, uint64_t n
     it->op->OnAbandon();  // never started: nothing to clean up
     finished_.push_back(std::move(it->op));
     it = queue->erase(it);
+    ++expired;
   }
+  return expired;
 }
 
 void IoScheduler::TakeAbandoned(std::vector<BlockOp*>* out) {

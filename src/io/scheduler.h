@@ -64,6 +64,11 @@ class BlockOp {
   // here on issue only cleanup requests. OnCompletion still receives the
   // abandoned request's late result.
   virtual void OnAbandon() = 0;
+  // False while the request in flight writes memory the op does not own
+  // (a read straight into the caller's row): such a request is counted
+  // stuck but never abandoned, since its job's result would free the row
+  // while the kernel may still write it. The job then waits for the kernel.
+  virtual bool MayAbandon() const { return true; }
   // Set by the scheduler when TakeAbandoned handed the op's result out: the
   // op's later arrival in TakeFinished only frees it.
   bool result_taken = false;
@@ -99,7 +104,8 @@ class IoScheduler {
   // Moves finished ops out (an op with result_taken only needs freeing).
   void TakeFinished(std::vector<std::unique_ptr<BlockOp>>* out);
   // Abandons what outlived abandon_after_ns at `now_ns` (see above); returns
-  // how many requests were newly found stuck.
+  // how many requests were newly found stuck plus how many queued ops expired
+  // behind them (deadline misses, for the root's health).
   size_t Expire(uint64_t now_ns);
   // Ops whose result Expire made final while the op stays in flight (not
   // owned: valid until the op comes out of TakeFinished).
@@ -111,8 +117,18 @@ class IoScheduler {
   void TakeAll(std::vector<std::unique_ptr<BlockOp>>* out);
 
   bool idle() const { return running_.empty() && read_queue_.empty() && write_queue_.empty(); }
-  // Nothing queued, and every op in flight has had its result taken.
-  bool only_abandoned() const { return read_queue_.empty() && write_queue_.empty() && abandoned_running_ == running_.size(); }
+  // Nothing queued or about to be issued, and every op in flight has had
+  // its result taken and waits on a request the kernel holds: what a closing
+  // tier may leave behind.
+  bool only_quarantined() const {
+    return read_queue_.empty() && write_queue_.empty() && reissue_.empty() && abandoned_running_ == running_.size() &&
+           stuck_ == running_.size();
+  }
+  // Whether `tag` is a request found stuck (its late completion is no new miss).
+  bool is_stuck(uint64_t tag) const {
+    auto it = running_.find(tag);
+    return it != running_.end() && it->second.stuck;
+  }
   // Requests abandoned and not yet returned by the kernel.
   size_t stuck() const { return stuck_; }
   size_t queued(IoClass cls) const { return cls == IoClass::kRead ? read_queue_.size() : write_queue_.size(); }
@@ -130,6 +146,7 @@ class IoScheduler {
     int retries = 0;
     uint64_t issued_ns = 0;  // when `pending` was emitted
     bool abandoned = false;  // result handed out; only cleanup is left
+    bool late = false;       // `pending` was in flight when the op was abandoned: never retried
     bool stuck = false;      // `pending` outlived abandon_after_ns
   };
   struct Queued {
@@ -142,7 +159,7 @@ class IoScheduler {
   void NoteReads(uint64_t now_ns);
   void Advance(uint64_t tag, Running* run, std::vector<IoRequest>* out);
   void Abandon(Running* run);
-  void ExpireQueue(std::deque<Queued>* queue, IoClass cls, uint64_t now_ns);
+  size_t ExpireQueue(std::deque<Queued>* queue, IoClass cls, uint64_t now_ns);
   void Unqueue(IoClass cls, BlockOp* op);
 
   SchedulerLimits limits_;

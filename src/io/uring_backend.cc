@@ -21,6 +21,7 @@
 #include <functional>
 #include <queue>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "io/backend.h"
@@ -168,6 +169,7 @@ class UringBackend final : public IoBackend {
     have_openat2_ = probe != nullptr && io_uring_opcode_supported(probe, IORING_OP_OPENAT2);
     if (probe) io_uring_free_probe(probe);
     if (!have_cancel) return Status(StatusCode::kUnavailable, "io_uring lacks ASYNC_CANCEL");
+    KVTIER_RETURN_IF_ERROR(CheckAllAsync());
     event_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (event_fd_ < 0) return ErrnoToStatus(errno, "eventfd");
     ArmWake();
@@ -257,7 +259,10 @@ class UringBackend final : public IoBackend {
         continue;
       }
       deadlines_.Done(tag);
-      out[n++] = {tag, res};
+      // Our own cancel ends a request with -ECANCELED, or -EINTR when a
+      // worker was running it: either way its deadline passed.
+      const bool cancelled = !cancelled_.empty() && cancelled_.erase(tag) > 0;
+      out[n++] = {tag, cancelled && (res == -EINTR || res == -ECANCELED) ? -ETIMEDOUT : res};
     }
     return n;
   }
@@ -269,6 +274,23 @@ class UringBackend final : public IoBackend {
   }
 
  private:
+  // With force_async every request must be one the ring runs in its workers:
+  // an opcode this kernel lacks would run inline, on the engine thread, and
+  // on a network filesystem hang it with the server (the fs tier then runs
+  // the syscall pool instead). kTouchAtime is never issued there.
+  Status CheckAllAsync() const {
+    if (!options_.force_async) return Status::Ok();
+    for (int op = 0; op < static_cast<int>(IoOp::kTouchAtime); ++op) {
+      if (!supported_[op]) {
+        return Status(StatusCode::kUnavailable, "this kernel's io_uring lacks opcode " +
+                                                    std::to_string(UringOpcode(static_cast<IoOp>(op))) +
+                                                    ", which would run on the engine thread");
+      }
+    }
+    if (!have_openat2_) return Status(StatusCode::kUnavailable, "this kernel's io_uring lacks OPENAT2");
+    return Status::Ok();
+  }
+
   // Turns a read or write into READ_FIXED / WRITE_FIXED when its buffer lies
   // inside one registered region.
   void UseFixedBuffer(io_uring_sqe* sqe, const IoRequest& r) {
@@ -337,6 +359,7 @@ class UringBackend final : public IoBackend {
       io_uring_prep_cancel64(sqe, tag, 0);
       io_uring_sqe_set_data64(sqe, kCancelTag);
       deadlines_.Done(tag);
+      cancelled_.insert(tag);
       queued = true;
     }
     if (queued) Flush();
@@ -373,6 +396,7 @@ class UringBackend final : public IoBackend {
   int event_fd_ = -1;
   bool supported_[static_cast<int>(IoOp::kTouchAtime) + 1] = {};
   DeadlineSet deadlines_;
+  std::unordered_set<uint64_t> cancelled_;  // tags cancelled at their deadline, until they complete
   std::deque<open_how> hows_;
   bool have_openat2_ = false;
   bool submit_error_logged_ = false;

@@ -8,9 +8,9 @@
 //    returns while the mount is still hung;
 //  * when the mount answers again, a probe turns the root up and loads work;
 //  * a read answered after its job was reported never writes the row the
-//    caller has since reused (bounce rows; without them it does: the hazard
-//    is real), and a write answered late never publishes a block nor leaves
-//    a temp file;
+//    caller has since reused (bounce rows; without them the job is not
+//    reported until the kernel has let the read go), and a write answered
+//    late never publishes a block nor leaves a temp file;
 //  * a slow mount (200 ms a call) keeps serving with no error, and each errno
 //    gets its documented outcome (README, "When the volume is sick");
 //  * with several roots, one hung root fails only its share of the keys.
@@ -256,13 +256,25 @@ TEST_P(SickVolumeTest, ALateReadNeverWritesAReusedRow) {
   EXPECT_EQ(LateReadIntoReusedRow(mount_.get(), tier_.get(), 0xa7), 0x11) << "the late read reached the row";
 }
 
-TEST_P(SickVolumeTest, WithoutBounceRowsALateReadDoesWriteTheRow) {
+TEST_P(SickVolumeTest, WithoutBounceRowsAHungReadHoldsItsJobUntilTheKernelLetsGo) {
   FsTierOpenOptions o = Options(mount_->mountpoint());
   o.tier.bounce_loads = BounceLoads::kOff;
   Open(o);
-  // The hazard the bounce rows exist for: the kernel finishes the read into
-  // the row the caller reused.
-  EXPECT_EQ(LateReadIntoReusedRow(mount_.get(), tier_.get(), 0xa7), 0xa7);
+  testing::AlignedRows row(1, kRow, testing::TestSeed());
+  ASSERT_EQ(Store(Keys(7, 1), row).OkPrefix(), 1u);
+  ASSERT_OK(mount_->Hang("read"));
+  const Result<uint64_t> id = tier_->SubmitLoad(Keys(7, 1), row.Mut());
+  ASSERT_TRUE(id.ok());
+  // The read targets the caller's row: reporting the job would hand the row
+  // back while the kernel may still write it, so it is counted stuck, and waited for.
+  ASSERT_TRUE(Eventually([&] { return tier_->Metrics().requests_stuck == 1; }, kLivenessMs));
+  std::vector<JobResult> done;
+  tier_->PollFinished(&done);
+  EXPECT_TRUE(done.empty()) << "a job reported while its read into the caller's row was still in the kernel";
+  EXPECT_GE(tier_->Metrics().deadline_misses, 1u);
+  ASSERT_OK(mount_->Release());
+  const JobResult loaded = testing::WaitForJob(tier_.get(), *id, kLivenessMs);
+  EXPECT_EQ(loaded.keys.size(), 1u) << "the job ends once the kernel has returned the read";
 }
 
 TEST_P(SickVolumeTest, ALateWriteNeverPublishesABlock) {

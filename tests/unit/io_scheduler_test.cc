@@ -276,7 +276,7 @@ TEST(IoSchedulerAbandon, AStuckRequestIsAbandonedButKeepsItsSlotUntilTheKernelRe
   EXPECT_EQ(s.Expire(101 * kMs), 2u);
   EXPECT_TRUE(ops[0]->abandoned && ops[1]->abandoned);
   EXPECT_EQ(s.stuck(), 2u);
-  EXPECT_TRUE(s.only_abandoned());
+  EXPECT_TRUE(s.only_quarantined());
   std::vector<BlockOp*> abandoned;
   s.TakeAbandoned(&abandoned);
   ASSERT_EQ(abandoned.size(), 2u);
@@ -311,16 +311,15 @@ TEST(IoSchedulerAbandon, QueuedOpsFailAfterTheWaitOnlyWhileSlotsAreStuck) {
     s.Enqueue(std::move(op), IoClass::kRead, 1 * kMs);
   }
   std::vector<IoRequest> reqs;
-  s.Emit(&reqs, 1 * kMs);  // op 0 reads, op 1 steals the write slot, op 2 waits
+  s.Emit(&reqs, 50 * kMs);  // op 0 reads, op 1 steals the write slot, op 2 waits (since 1 ms)
   ASSERT_EQ(reqs.size(), 2u);
-  s.Complete({reqs[1].tag, 0});  // op 1 is done; op 2 takes its slot at the next Emit
+  s.Complete({reqs[1].tag, 0});  // op 1 is done; op 2 would take its slot at the next Emit
   std::vector<std::unique_ptr<BlockOp>> finished;
   s.TakeFinished(&finished);
-  EXPECT_EQ(s.queued(IoClass::kRead), 1u);
-  // Past the wait but nothing stuck yet (op 0's request was issued at 1 ms, op 2 queued at 1 ms):
-  EXPECT_EQ(s.Expire(100 * kMs), 0u);
+  // Op 2 has waited 101 ms, past the limit, but nothing is stuck (op 0 was issued at 50 ms):
+  EXPECT_EQ(s.Expire(102 * kMs), 0u);
   EXPECT_FALSE(ops[2]->abandoned) << "a queue that moves never fails an op";
-  EXPECT_EQ(s.Expire(102 * kMs), 1u);  // op 0 stuck; op 2 waited 101 ms behind it
+  EXPECT_EQ(s.Expire(151 * kMs), 2u);  // op 0 stuck, and op 2 expired behind it: two misses
   EXPECT_TRUE(ops[0]->abandoned);
   EXPECT_TRUE(ops[2]->abandoned);
   EXPECT_EQ(s.queued(IoClass::kRead), 0u);
@@ -328,6 +327,52 @@ TEST(IoSchedulerAbandon, QueuedOpsFailAfterTheWaitOnlyWhileSlotsAreStuck) {
   s.TakeFinished(&finished);
   ASSERT_EQ(finished.size(), 1u) << "the never-started op ends at once";
   EXPECT_FALSE(finished[0]->result_taken) << "its result comes with it, not through TakeAbandoned";
+}
+
+TEST(IoSchedulerAbandon, ARequestIntoMemoryTheOpDoesNotOwnIsCountedStuckButNeverAbandoned) {
+  class PinnedOp : public CountingOp {
+   public:
+    using CountingOp::CountingOp;
+    bool MayAbandon() const override { return false; }
+  };
+  std::vector<int> started;
+  SchedulerLimits limits{1, 1, 8};
+  limits.abandon_after_ns = 100 * kMs;
+  IoScheduler s(limits);
+  auto op = std::make_unique<PinnedOp>(1, 1, &started);
+  PinnedOp* raw = op.get();
+  s.Enqueue(std::move(op), IoClass::kRead, 1 * kMs);
+  std::vector<IoRequest> reqs;
+  s.Emit(&reqs, 1 * kMs);
+  EXPECT_EQ(s.Expire(200 * kMs), 1u) << "a miss for the root's health";
+  EXPECT_EQ(s.stuck(), 1u);
+  EXPECT_FALSE(raw->abandoned);
+  std::vector<BlockOp*> abandoned;
+  s.TakeAbandoned(&abandoned);
+  EXPECT_TRUE(abandoned.empty()) << "no result while the kernel may write the caller's memory";
+  EXPECT_FALSE(s.only_quarantined()) << "a closing tier waits for it";
+  s.Complete({reqs[0].tag, 0});
+  std::vector<std::unique_ptr<BlockOp>> finished;
+  s.TakeFinished(&finished);
+  ASSERT_EQ(finished.size(), 1u);
+  EXPECT_FALSE(finished[0]->result_taken) << "its result comes when the kernel returns the request";
+}
+
+TEST(IoSchedulerAbandon, ARetriedRequestIsNotTheKernelsUntilReissued) {
+  std::vector<int> started;
+  SchedulerLimits limits{1, 1, 8};
+  limits.abandon_after_ns = 100 * kMs;
+  IoScheduler s(limits);
+  s.Enqueue(std::make_unique<CountingOp>(1, 1, &started), IoClass::kRead, 1 * kMs);
+  std::vector<IoRequest> reqs;
+  s.Emit(&reqs, 1 * kMs);
+  s.Complete({reqs[0].tag, -EAGAIN});  // just before its abandonment: retried
+  EXPECT_EQ(s.Expire(150 * kMs), 0u) << "a request waiting to be re-issued is not stuck in the kernel";
+  reqs.clear();
+  s.Emit(&reqs, 150 * kMs);
+  ASSERT_EQ(reqs.size(), 1u);
+  EXPECT_EQ(s.Expire(200 * kMs), 0u) << "its time counts from the re-issue";
+  EXPECT_EQ(s.Expire(251 * kMs), 1u);
 }
 
 TEST(IoSchedulerAbandon, ZeroNeverAbandonsAndTakeAllEmptiesEverything) {
