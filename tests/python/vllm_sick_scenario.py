@@ -124,9 +124,28 @@ def control(socket_path):
     return ctl
 
 
+def wait_stopped(pid, timeout_s=5.0):
+    """Waits until every thread of `pid` is stopped. kill() only queues SIGSTOP: a server thread
+    could still take one more call before it stops, and a call the server has taken but not
+    answered is no longer the kernel's to give back (README, "When the volume is sick")."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        states = []
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            try:
+                states.append((task / "stat").read_text().rsplit(")", 1)[1].split()[0])
+            except OSError:
+                pass
+        if states and all(state in ("T", "t") for state in states):
+            return
+        time.sleep(0.01)
+    raise RuntimeError(f"the faultfs server {pid} did not stop within {timeout_s} s")
+
+
 def apply_condition(ctl, condition, daemon_pid=None):
     if condition == "stopped":
         os.kill(daemon_pid, signal.SIGSTOP)
+        wait_stopped(daemon_pid)
     elif condition == "hung":
         for op in HANG_OPS:
             ctl.hang(op)
