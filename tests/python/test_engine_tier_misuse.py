@@ -87,6 +87,19 @@ def call(fn, *args):
             bad.append(repr(e))
         return e.code
 
+def race(worker, close):
+    # Four workers call in while two threads close at once, after 40 rounds.
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(4)]
+    for t in threads:
+        t.start()
+    while rounds[0] < 40:
+        time.sleep(0.001)
+    second = threading.Thread(target=close)
+    second.start()
+    close()
+    second.join()
+    return threads, second
+
 def finish(threads, extra):
     for t in threads:
         t.join(60)
@@ -120,15 +133,7 @@ def worker(t):
         if outcome == "unavailable":
             return
 
-threads = [threading.Thread(target=worker, args=(t,)) for t in range(4)]
-for t in threads:
-    t.start()
-while rounds[0] < 40:
-    time.sleep(0.001)
-second = threading.Thread(target=et.shutdown)
-second.start()
-et.shutdown()
-second.join()
+threads, second = race(worker, et.shutdown)
 assert et.lookup(keys[0], "late") == 0 and et.backend
 finish(threads + [second], [r[0] for r in et.poll_finished()])
 assert not et.has_pending_work()
@@ -158,15 +163,7 @@ def worker(t):
         if outcome == "unavailable":
             return
 
-threads = [threading.Thread(target=worker, args=(t,)) for t in range(4)]
-for t in threads:
-    t.start()
-while rounds[0] < 40:
-    time.sleep(0.001)
-second = threading.Thread(target=tier.close)
-second.start()
-tier.close()
-second.join()
+threads, second = race(worker, tier.close)
 accepted.extend(ids)
 finish(threads + [second], [r.job_id for r in tier.poll()])
 assert tier.poll() == []

@@ -16,14 +16,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
 from faultfs import FaultFs, fuse_connection_of  # noqa: E402
 
 
-@pytest.fixture
-def fs(tmp_path):
+def backing_with(tmp_path, payload):
+    """Skips where FUSE cannot be mounted; else a backing directory holding file f."""
     why = FaultFs.unavailable()
     if why:
         pytest.skip(why)
     (tmp_path / "backing").mkdir()
-    (tmp_path / "backing" / "f").write_bytes(b"x" * 8192)
-    with FaultFs(tmp_path / "backing", tmp_path / "mnt") as mounted:
+    (tmp_path / "backing" / "f").write_bytes(payload)
+    return tmp_path / "backing"
+
+
+@pytest.fixture
+def fs(tmp_path):
+    with FaultFs(backing_with(tmp_path, b"x" * 8192), tmp_path / "mnt") as mounted:
         yield mounted
     assert fuse_connection_of(mounted.mountpoint) < 0
 
@@ -81,12 +86,7 @@ def test_gone_answers_enotconn(fs):
 
 
 def test_exit_is_bounded_with_a_call_hung(tmp_path):
-    why = FaultFs.unavailable()
-    if why:
-        pytest.skip(why)
-    (tmp_path / "backing").mkdir()
-    (tmp_path / "backing" / "f").write_bytes(b"y" * 16)
-    fs = FaultFs(tmp_path / "backing", tmp_path / "mnt").__enter__()
+    fs = FaultFs(backing_with(tmp_path, b"y" * 16), tmp_path / "mnt").__enter__()
     fd = os.open(os.path.join(fs.mountpoint, "f"), os.O_RDONLY)
     fs.hang("all")
     reader = threading.Thread(target=lambda: os.pread(fd, 16, 0), daemon=True)
