@@ -1,0 +1,103 @@
+"""Helpers of the kvtier.sglang tests: SGLang's own storage code and harness (../shared/sglang,
+assembled into a temporary tree, never part of kvtier), and backends built the way SGLang's
+controller builds them.
+
+``skip_reason()`` is the one line a test module skips with where ../shared/sglang or torch is
+absent; ``harness_tree(tmp_path_factory)`` assembles the tree once per session and puts it first
+on sys.path.
+"""
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+_TREE = None
+
+
+def shared_sglang() -> Path:
+    return Path(os.environ.get("KVTIER_SHARED_DIR", REPO.parent / "shared")) / "sglang"
+
+
+def skip_reason():
+    """Why the SGLang tests cannot run here (one line), or None."""
+    if not (shared_sglang() / "assemble.sh").is_file():
+        return f"kvtier.sglang tests need {shared_sglang()} (SGLang's storage code); absent here"
+    if importlib.util.find_spec("torch") is None:
+        return "kvtier.sglang tests need torch (Debian: apt-get install python3-torch; scripts/bootstrap does)"
+    return None
+
+
+def harness_tree(tmp_path_factory) -> Path:
+    """../shared/sglang/assemble.sh into a temporary directory (once), first on sys.path."""
+    global _TREE
+    if _TREE is None:
+        dest = tmp_path_factory.mktemp("sglang")
+        env = dict(os.environ, PYTHON=sys.executable)
+        proc = subprocess.run(["bash", str(shared_sglang() / "assemble.sh"), str(dest)], env=env,
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"assemble.sh failed (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+        sys.path.insert(0, str(dest))
+        _TREE = dest
+    return _TREE
+
+
+def kvtier_python_dir() -> str:
+    """Where `import kvtier` comes from in this interpreter (build/python under ctest)."""
+    import kvtier
+
+    return str(Path(kvtier.__file__).resolve().parent.parent)
+
+
+def storage_config(extra, *, model="kvtier-test/model", layout="page_first", is_mla=False, tp_rank=0, tp_size=1,
+                   metrics=False):
+    """HiCacheStorageConfig as SGLang's controller makes it (the harness's own function)."""
+    from hicache_harness.controller import make_storage_config
+
+    return make_storage_config(model_name=model, layout=layout, is_mla=is_mla, extra_config=extra,
+                               tp_rank=tp_rank, tp_size=tp_size, enable_storage_metrics=metrics)
+
+
+def pool(kind="mha", layout="page_first", pages=16, page_size=16, seed=0, **geometry):
+    import torch
+    from hicache_harness.mock_host_pool import make_pool
+
+    dtype = geometry.pop("dtype", torch.bfloat16)
+    g = dict(layers=4, heads=2, head_dim=64) if kind == "mha" else dict(layers=4, kv_cache_dim=576)
+    g.update(geometry)
+    return make_pool(kind, layout, page_size, pages, dtype=dtype, seed=seed, **g)
+
+
+def backend(extra, p, **cfg):
+    """A KvtierHiCacheStorage attached as SGLang attaches one (constructor, then the pool)."""
+    from kvtier.sglang import KvtierHiCacheStorage
+
+    b = KvtierHiCacheStorage(storage_config(dict(extra), layout=p.layout, **cfg), {})
+    b.register_mem_pool_host(p)
+    return b
+
+
+def keys(n, tag):
+    """n SGLang page keys (64 hex) unique to tag."""
+    import hashlib
+
+    return [hashlib.sha256(f"{tag}/{i}".encode()).hexdigest() for i in range(n)]
+
+
+def fill(p, ks, idx, salt=0):
+    """Distinct bytes per key (and salt) into the pages at idx."""
+    import torch
+
+    for i, k in enumerate(ks):
+        g = torch.Generator().manual_seed(int(k[:12], 16) ^ salt)
+        p.write_page_u8(idx[i * p.page_size], torch.randint(0, 256, (p.page_bytes,), dtype=torch.uint8, generator=g))
+
+
+def expected(p, k, salt=0):
+    import torch
+
+    g = torch.Generator().manual_seed(int(k[:12], 16) ^ salt)
+    return torch.randint(0, 256, (p.page_bytes,), dtype=torch.uint8, generator=g)
