@@ -207,6 +207,56 @@ class EngineTier:
     @property
     def o_direct(self) -> bool: ...
 
+class SglangStore:
+    """kvtier's SGLang HiCache L3 store (include/kvtier/sglang.h), used by :mod:`kvtier.sglang`.
+
+    ``fs_config``: one fs tier's keys, as :class:`FsTier`'s ``config`` (``root_dir`` required).
+    ``spec``: the SglangPageSpec fields (``model_name``, ``page_size``, ``mem_layout``, ``dtype``,
+    ``k_bytes_per_token``, ``v_bytes_per_token``, ``layer_num``, ``is_mla``, ``tp_size``/``tp_rank``,
+    ``pp_size``/``pp_rank``, ``cp_size``/``cp_rank``, optional ``model_path``/``model_revision``).
+    ``registered_memory``: (address, nbytes) regions pages will come from (the host pool), for
+    io_uring fixed-buffer I/O. A bad key or field raises KvtierError(invalid_argument) naming it.
+
+    A page is a list of (address, nbytes) pieces whose concatenation is the page (``page_bytes``
+    in all); the memory must stay valid for the call. The I/O calls release the GIL, may run from
+    several threads at once, and never raise: a failure, or arguments that cannot be converted,
+    is that key's False (0 for :meth:`exists_prefix`), counted and logged once per kind."""
+
+    def __init__(
+        self,
+        fs_config: Mapping[str, Any] | str,
+        spec: Mapping[str, Any],
+        registered_memory: Sequence[tuple[int, int]] | None = None,
+    ) -> None: ...
+    def exists_prefix(self, keys: Sequence[str]) -> int:
+        """How many keys from the start have a page file (one batched lookup)."""
+    def load(self, keys: Sequence[str], pieces: Sequence[Sequence[tuple[int, int]]]) -> list[bool]:
+        """Reads each page into its pieces; True only when every byte is there, size and CRC32C checked."""
+    def store(self, keys: Sequence[str], pieces: Sequence[Sequence[tuple[int, int]]]) -> list[bool]:
+        """Writes each page (temp file, CRC32C xattr, rename); True if stored now or already present."""
+    def clear(self) -> int:
+        """Removes this namespace's page files on this rank (every root); returns how many."""
+    def metrics(self) -> dict[str, int | float]:
+        """The fs tier's counters, as :meth:`FsTier.metrics`."""
+    def close(self) -> None:
+        """Drains, releases the registered memory; later I/O calls answer False / 0."""
+    def page_path(self, key: str) -> str:
+        """The absolute path of ``key``'s page file (it need not exist)."""
+    @property
+    def namespace_dir(self) -> str:
+        """``<model>_<digest12>``, relative to the root."""
+    @property
+    def block_dir(self) -> str:
+        """``<namespace_dir>_r<rank>``, relative to the root."""
+    @property
+    def page_bytes(self) -> int: ...
+    @property
+    def digest(self) -> str: ...
+    @property
+    def rank(self) -> int: ...
+    @property
+    def config_json(self) -> str: ...
+
 # ---- operators' tools --------------------------------------------------------------------------
 
 # Names on the volume may be any bytes: path-like strings of the ops reports
