@@ -46,9 +46,30 @@ CONFIGS = {  # name -> bench_backends.py arguments
 }
 
 
+def align_pools():
+    """Makes the mock host pools' kv_buffer start on a 4 KiB boundary, as SGLang's pinned host
+    pools on CUDA do (cudaHostAlloc gives whole pages); the mock uses torch.zeros, 64-byte
+    aligned. Same shape, dtype and pointer math: only the base address moves."""
+    import torch
+    from hicache_harness import mock_host_pool
+
+    for cls in (mock_host_pool.MockMHAHostPool, mock_host_pool.MockMLAHostPool):
+        def init(self, _orig=cls.init_kv_buffer):
+            t = _orig(self)
+            nbytes = t.numel() * t.element_size()
+            raw = torch.zeros(nbytes + 4096, dtype=torch.uint8)
+            off = (-raw.data_ptr()) % 4096
+            return raw[off:off + nbytes].view(t.dtype).view(t.shape)
+
+        cls.init_kv_buffer = init
+
+
 def child(argv):
     """Runs bench_backends.py in this process with the controller's load calls timed."""
     from hicache_harness import controller
+
+    if os.environ.get("KVTIER_BENCH_ALIGNED_POOL") == "1":
+        align_pools()
 
     samples = []
     for name in ("_page_get_zero_copy", "_generic_page_get"):
@@ -125,7 +146,10 @@ def main():
     ap.add_argument("--pages", type=int, default=1024, help="pages per run (2 MiB each; default 1024)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--backends", default=",".join(CONFIGS), help="comma-separated, of: " + ", ".join(CONFIGS))
+    ap.add_argument("--aligned-pool", action="store_true", help="host pools start on a 4 KiB boundary (as SGLang's "
+                    "pinned CUDA host pools do) for every backend; default: the mock's torch.zeros, 64-byte aligned")
     args = ap.parse_args()
+    os.environ["KVTIER_BENCH_ALIGNED_POOL"] = "1" if args.aligned_pool else "0"
     names = args.backends.split(",")
     work = tempfile.mkdtemp(prefix="kvtier-sglang-bench-", dir=os.path.abspath(args.dir))
     tree = os.path.join(work, "tree")
@@ -155,7 +179,8 @@ def report(rows, f, args):
         med[n]["p99_ms"] = p99([s for x in xs for s in x["batches"]]) * 1e3
         med[n]["n_batches"] = sum(len(x["batches"]) for x in xs)
     dropped = all(x["dropped"] for xs in rows.values() for x in xs)
-    print(f"{args.pages} pages x 2 MiB per run, {args.rounds} interleaved rounds, medians; page cache dropped "
+    print(f"host pool {'4 KiB-aligned' if args.aligned_pool else 'as the mock allocates it (64-byte aligned)'}; "
+          f"{args.pages} pages x 2 MiB per run, {args.rounds} interleaved rounds, medians; page cache dropped "
           f"before reads: {'yes' if dropped else 'NO (not root?)'}; GB = 10^9 bytes")
     cols = list(med)
     print("| | " + " | ".join(cols) + (" | fio |" if f else " |"))
