@@ -25,7 +25,8 @@ import pytest
 
 import sglang_support as sg
 
-pytestmark = pytest.mark.skipif(sg.skip_reason() is not None, reason=sg.skip_reason() or "")
+if sg.skip_reason():
+    pytest.skip(sg.skip_reason(), allow_module_level=True)
 PS = 16
 
 

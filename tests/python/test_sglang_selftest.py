@@ -20,7 +20,8 @@ import pytest
 
 import sglang_support as sg
 
-pytestmark = pytest.mark.skipif(sg.skip_reason() is not None, reason=sg.skip_reason() or "")
+if sg.skip_reason():
+    pytest.skip(sg.skip_reason(), allow_module_level=True)
 
 CHECKS = [f"c{i:02d}" for i in range(1, 17)]
 

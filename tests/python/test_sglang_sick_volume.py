@@ -23,7 +23,8 @@ import sglang_support as sg
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "support"))
 from faultfs import FaultFs  # noqa: E402
 
-pytestmark = pytest.mark.skipif(sg.skip_reason() is not None, reason=sg.skip_reason() or "")
+if sg.skip_reason():
+    pytest.skip(sg.skip_reason(), allow_module_level=True)
 IO_TIMEOUT_MS = 500
 DECIDED_S = IO_TIMEOUT_MS / 1000 + 1.5
 HANG_OPS = ("lookup", "open", "read", "write", "xattr", "rename", "unlink", "mkdir", "readdir", "statfs",
