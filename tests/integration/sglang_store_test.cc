@@ -431,6 +431,36 @@ TEST_P(SglangStoreTest, ThreeThreadsAtOnce) {
   EXPECT_EQ(store->ExistsPrefix(keys.views), kPages);
 }
 
+TEST_P(SglangStoreTest, CloseWhileThreadsCallWaitsForThemAndLaterCallsAreFalse) {
+  OPEN_OR_SKIP(store);
+  const KeySet keys = KeySet::Range(2000, 16);
+  std::vector<PagePieces> pages = MakePages(16, 2, false);
+  for (auto& p : pages) p.Fill(rng_);
+  std::atomic<int> calls{0};
+  std::atomic<bool> wrong{false};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 3; ++t) {
+    threads.emplace_back([&, t] {
+      std::vector<PagePieces> back = MakePages(16, 2, false);
+      for (int i = 0; i < 200; ++i, ++calls) {
+        if (t == 0) store->Store(keys.views, ConstOf(pages));
+        if (t == 1) store->ExistsPrefix(keys.views);
+        if (t != 2) continue;
+        const std::vector<bool> ok = store->Load(keys.views, MutOf(back));
+        for (size_t k = 0; k < ok.size(); ++k) {
+          if (ok[k] && back[k].Concat() != pages[k].Concat()) wrong = true;
+        }
+      }
+    });
+  }
+  while (calls < 30) std::this_thread::yield();
+  store->Close();
+  EXPECT_EQ(store->ExistsPrefix(keys.views), 0u);
+  for (auto& t : threads) t.join();
+  EXPECT_FALSE(wrong) << "a load reported true with other bytes";
+  EXPECT_EQ(CountTrue(store->Store(keys.views, ConstOf(pages))), 0u);
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, SglangStoreTest,
                          ::testing::Values(Param{IoBackendKind::kUring, false}, Param{IoBackendKind::kUring, true},
                                            Param{IoBackendKind::kSyscall, false},
@@ -522,6 +552,33 @@ TEST(SglangNamespace, RanksAndMlaShareTpRankZeroDirectory) {
   s.tp_size = 8;  // MLA pages do not depend on TP
   EXPECT_EQ(DigestOf(s), mla0.digest());
   EXPECT_NE(mla0.canonical_json().find("\"tp_size\":1"), std::string::npos);
+}
+
+TEST(SglangNamespace, ConfigJsonParsesBackToASpecOfTheSameDigest) {
+  SglangPageSpec s = Spec();
+  s.model_path = "/models/x";
+  s.tp_size = 2;
+  ASSERT_OK_AND_ASSIGN(SglangNamespace ns, SglangNamespace::Create(s));
+  for (const std::string& text : {ns.config_json(), ns.canonical_json()}) {
+    ASSERT_OK_AND_ASSIGN(SglangPageSpec parsed, ParseSglangFields(text));
+    EXPECT_EQ(parsed, s);
+    EXPECT_EQ(DigestOf(parsed), ns.digest());
+  }
+  auto refused = [](std::string text, std::string key) {
+    auto parsed = ParseSglangFields(text);
+    ASSERT_FALSE(parsed.ok()) << text;
+    EXPECT_NE(parsed.status().message().find(key), std::string::npos) << parsed.status().ToString();
+  };
+  std::string vllm = ns.canonical_json();
+  vllm.replace(vllm.find("\"sglang\""), 8, "\"vllm\"");
+  refused(vllm, "inference_engine");
+  std::string missing = ns.canonical_json();
+  missing.replace(missing.find("\"layer_num\""), 11, "\"layer_nom\"");
+  refused(missing, "layer_num");
+  std::string bytes = ns.canonical_json();
+  bytes.replace(bytes.find("\"page_bytes\":8192"), 17, "\"page_bytes\":8191");
+  refused(bytes, "page_bytes");
+  refused("[1]", "JSON object");
 }
 
 TEST(SglangNamespace, BadSpecsAreRefusedNamingTheField) {
