@@ -220,6 +220,32 @@ TEST_P(SglangStoreTest, PiecesRoundTripAndTheFileIsTheirConcatenation) {
   EXPECT_EQ(m.rows_skipped_exists, 36u);
 }
 
+TEST_P(SglangStoreTest, PageAlignedPerLayerPiecesRoundTrip) {
+  // 8 tokens x 4 layers: each K_l and V_l piece is 4096 bytes, so aligned
+  // pieces take O_DIRECT's vectored path (2*L pieces, one request).
+  SglangPageSpec spec = Spec();
+  spec.page_size = 8;
+  spec.layer_num = 4;
+  spec.mem_layout = "layer_first";
+  OPEN_OR_SKIP(store, Options(root_.path().string(), spec));
+  const uint64_t piece = 8 * 512;
+  for (bool unaligned : {false, true}) {
+    const KeySet keys = KeySet::Range(unaligned ? 50 : 40, 5);
+    std::vector<PagePieces> pages, back;
+    for (int i = 0; i < 5; ++i) {
+      pages.emplace_back(std::vector<uint64_t>(8, piece), unaligned);
+      back.emplace_back(std::vector<uint64_t>(8, piece), unaligned);
+      pages.back().Fill(rng_);
+    }
+    ASSERT_EQ(CountTrue(store->Store(keys.views, ConstOf(pages))), 5u);
+    ASSERT_EQ(CountTrue(store->Load(keys.views, MutOf(back))), 5u);
+    for (size_t i = 0; i < 5; ++i) {
+      EXPECT_EQ(back[i].Concat(), pages[i].Concat());
+      EXPECT_EQ(FileBytes(store->PagePath(keys.keys[i])), pages[i].Concat());
+    }
+  }
+}
+
 TEST_P(SglangStoreTest, AFlippedByteIsNeverLoaded) {
   OPEN_OR_SKIP(store);
   const KeySet keys = KeySet::Range(100, 3);
