@@ -70,6 +70,14 @@ KVTIER_API bool SglangMemLayoutKnown(std::string_view mem_layout);
 // Always 64 lowercase hex characters.
 KVTIER_API std::string SglangPageName(std::string_view key);
 
+// The spec recorded in an SGLang namespace's config.json (or its canonical
+// JSON), for tools: every field of L104, with ranks 0 (ranks are not
+// fields). SglangNamespace::Create of the result has the same digest.
+// kInvalidArgument naming the key: not a JSON object, "inference_engine" not
+// "sglang", an unknown "format", a field missing or of the wrong type, or
+// a "page_bytes" that disagrees with the other fields.
+KVTIER_API Result<SglangPageSpec> ParseSglangFields(std::string_view config_json);
+
 // An SGLang namespace: a value type, immutable, safe to share across threads.
 class KVTIER_API SglangNamespace {
  public:

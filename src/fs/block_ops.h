@@ -5,6 +5,7 @@
 
 #include <linux/openat2.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 
 #include <atomic>
 #include <cstdint>
@@ -97,6 +98,11 @@ class RowPieces {
     }
     return {};
   }
+  // The pieces from row byte `done` on as iovecs, the first one trimmed:
+  // at most kIovecsMax of them and 1 GiB in all (the rest follows in the
+  // next request, as after a short transfer).
+  static constexpr size_t kIovecsMax = 1024;  // IOV_MAX
+  void IovecsFrom(uint64_t done, std::vector<iovec>* out) const;
   // O_DIRECT needs every piece page-aligned in address and length.
   bool DirectAligned() const;
   // Copies `src` (size() bytes) into the pieces.
@@ -194,15 +200,25 @@ inline void CrcXattr(IoRequest* req, IoOp op, int fd, uint8_t* value, uint32_t l
   req->buf = value;
   req->len = len;
 }
-// The rest of a row's piece from row byte `done` on, at file offset `done`
-// (at most 1 GiB per request; a short transfer is resumed, and the next
-// piece follows).
-inline void RowPart(IoRequest* req, IoOp op, int fd, const RowPieces& row, uint64_t done) {
+// The rest of a row from row byte `done` on, at file offset `done` (at most
+// 1 GiB per request; a short transfer is resumed). `op` is kRead or kWrite.
+// One or two pieces (a flat row; SGLang's [K, V]) go one piece per request,
+// which keeps io_uring's fixed-buffer READ/WRITE for registered memory; more
+// (SGLang's per-layer pieces) go as one vectored request over `iov`, which
+// must stay untouched until the request completes.
+inline void RowPart(IoRequest* req, IoOp op, int fd, const RowPieces& row, uint64_t done, std::vector<iovec>* iov) {
   OnFd(req, op, fd);
+  req->offset = done;
+  if (row.count() > 2) {
+    row.IovecsFrom(done, iov);
+    req->op = op == IoOp::kRead ? IoOp::kReadv : IoOp::kWritev;
+    req->buf = iov->data();
+    req->len = static_cast<uint32_t>(iov->size());
+    return;
+  }
   const std::span<uint8_t> rest = row.From(done);
   req->buf = rest.data();
   req->len = static_cast<uint32_t>(std::min<uint64_t>(rest.size(), 1u << 30));
-  req->offset = done;
 }
 
 // True when statx found something that is not a regular file (a directory,

@@ -1,4 +1,5 @@
 // BouncePool, RowPieces and the abandoned-op result (block_ops.h).
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -46,6 +47,24 @@ bool RowPieces::DirectAligned() const {
     if (!DirectIoAligned(piece(i).data(), piece(i).size())) return false;
   }
   return true;
+}
+
+void RowPieces::IovecsFrom(uint64_t done, std::vector<iovec>* out) const {
+  constexpr uint64_t kRequestBytesMax = uint64_t{1} << 30;
+  out->clear();
+  uint64_t bytes = 0;
+  for (size_t i = 0; i < count() && out->size() < kIovecsMax && bytes < kRequestBytesMax; ++i) {
+    std::span<uint8_t> p = piece(i);
+    if (done >= p.size()) {
+      done -= p.size();
+      continue;
+    }
+    p = p.subspan(done);
+    done = 0;
+    const uint64_t take = std::min<uint64_t>(p.size(), kRequestBytesMax - bytes);
+    out->push_back({p.data(), take});
+    bytes += take;
+  }
 }
 
 void RowPieces::ScatterFrom(const uint8_t* src) const {

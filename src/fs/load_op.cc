@@ -60,7 +60,7 @@ class LoadOp final : public FsBlockOp {
         break;
       case kStat: OnFd(req, IoOp::kStatx, fd_); req->buf = &stx_; break;
       case kXattr: CrcXattr(req, IoOp::kFgetxattr, fd_, crc_be_, sizeof crc_be_); break;
-      case kRead: RowPart(req, IoOp::kRead, fd_, Target(), read_); break;
+      case kRead: RowPart(req, IoOp::kRead, fd_, Target(), read_, &iov_); break;
       case kTouch: OnFd(req, IoOp::kTouchAtime, fd_); break;
       case kClose: OnFd(req, IoOp::kClose, fd_); break;
       case kRecheck: StatxNoFollow(req, root, rel_.c_str(), &again_); break;
@@ -258,6 +258,7 @@ class LoadOp final : public FsBlockOp {
   RowPieces row_;
   uint8_t* bounce_ = nullptr;  // from shared_->bounce, held until the op is freed
   RowPieces bounce_row_;       // bounce_ as one piece
+  std::vector<iovec> iov_;     // a vectored read's pieces (RowPart)
   struct statx stx_{}, again_{};
   uint8_t crc_be_[8] = {};
   State state_ = kOpen;

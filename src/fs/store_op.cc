@@ -145,7 +145,7 @@ class StoreOp final : public FsBlockOp {
         req->path = MkdirName();
         req->mode = 0777;
         return;
-      case kWrite: return RowPart(req, IoOp::kWrite, fd_, row_, written_);
+      case kWrite: return RowPart(req, IoOp::kWrite, fd_, row_, written_, &iov_);
       case kSync: return OnFd(req, IoOp::kFdatasync, fd_);
       case kXattr: return CrcXattr(req, IoOp::kFsetxattr, fd_, crc_be_, sizeof crc_be_);
       case kRename: req->op = IoOp::kRename; req->path = tmp_.c_str(); req->path2 = dest_.c_str(); return;
@@ -318,6 +318,7 @@ class StoreOp final : public FsBlockOp {
 
   TierShared* shared_;
   RowPieces row_;
+  std::vector<iovec> iov_;  // a vectored write's pieces (RowPart)
   std::string block_dir_, shard1_, shard2_, dest_, tmp_;  // relative to root_dir
   std::string name1_, name2_;                              // the shard directories' own names
   uint8_t crc_be_[4];

@@ -4,6 +4,7 @@
 #include <linux/openat2.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <sys/xattr.h>
 #include <time.h>
 #include <unistd.h>
@@ -106,6 +107,10 @@ int64_t ExecuteSync(const IoRequest& r) {
     case IoOp::kOpen: return Open(r);
     case IoOp::kRead: return Ret(pread(r.fd, r.buf, r.len, static_cast<off_t>(r.offset)));
     case IoOp::kWrite: return Ret(pwrite(r.fd, r.buf, r.len, static_cast<off_t>(r.offset)));
+    case IoOp::kReadv:
+      return Ret(preadv(r.fd, static_cast<const iovec*>(r.buf), static_cast<int>(r.len), static_cast<off_t>(r.offset)));
+    case IoOp::kWritev:
+      return Ret(pwritev(r.fd, static_cast<const iovec*>(r.buf), static_cast<int>(r.len), static_cast<off_t>(r.offset)));
     case IoOp::kFdatasync: return Ret(fdatasync(r.fd));
     case IoOp::kFsync: return Ret(fsync(r.fd));
     case IoOp::kFsetxattr: return Ret(fsetxattr(r.fd, r.name, r.buf, r.len, 0));

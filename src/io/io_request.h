@@ -25,7 +25,9 @@ enum class IoOp : uint8_t {
   kClose,      // close(fd)
   kRename,     // renameat(dirfd, path, dirfd, path2)
   kUnlink,     // unlinkat(dirfd, path, 0)
-  kTouchAtime, // futimens(fd, {now, omit}): explicit atime, as relatime delays it
+  kReadv,      // preadv(fd, (const iovec*)buf, iovcnt = len, offset)
+  kWritev,     // pwritev(fd, (const iovec*)buf, iovcnt = len, offset)
+  kTouchAtime, // futimens(fd, {now, omit}): explicit atime, as relatime delays it (stays last)
 };
 
 // What every kStatx asks for (STATX_TYPE: callers refuse what is not a regular file).

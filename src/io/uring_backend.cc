@@ -43,6 +43,8 @@ int UringOpcode(IoOp op) {
     case IoOp::kOpen: return IORING_OP_OPENAT;
     case IoOp::kRead: return IORING_OP_READ;
     case IoOp::kWrite: return IORING_OP_WRITE;
+    case IoOp::kReadv: return IORING_OP_READV;
+    case IoOp::kWritev: return IORING_OP_WRITEV;
     case IoOp::kFdatasync:
     case IoOp::kFsync: return IORING_OP_FSYNC;
     case IoOp::kFsetxattr: return IORING_OP_FSETXATTR;
@@ -82,6 +84,8 @@ void Prep(io_uring_sqe* sqe, const IoRequest& r, open_how* how) {
       break;
     case IoOp::kRead: io_uring_prep_read(sqe, r.fd, r.buf, r.len, r.offset); break;
     case IoOp::kWrite: io_uring_prep_write(sqe, r.fd, r.buf, r.len, r.offset); break;
+    case IoOp::kReadv: io_uring_prep_readv(sqe, r.fd, static_cast<const iovec*>(r.buf), r.len, r.offset); break;
+    case IoOp::kWritev: io_uring_prep_writev(sqe, r.fd, static_cast<const iovec*>(r.buf), r.len, r.offset); break;
     case IoOp::kFdatasync: io_uring_prep_fsync(sqe, r.fd, IORING_FSYNC_DATASYNC); break;
     case IoOp::kFsync: io_uring_prep_fsync(sqe, r.fd, 0); break;
     case IoOp::kFsetxattr:

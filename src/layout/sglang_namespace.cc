@@ -3,6 +3,7 @@
 // directory names and config.json writer as vLLM's namespaces (L2-L4,
 // L20-L28), so every tool that walks vLLM's tree walks SGLang's.
 #include <array>
+#include <type_traits>
 #include <string>
 
 #include "format/layout_names.h"
@@ -107,7 +108,64 @@ int64_t RankOf(const SglangPageSpec& s) {
   return (s.pp_rank * s.cp_size + s.cp_rank) * tp_size + tp_rank;
 }
 
+template <class T>
+Status Field(const nlohmann::json& j, const char* key, T* out) {
+  const auto it = j.find(key);
+  if (it == j.end()) return InvalidArgument(std::string("SGLang fields: \"") + key + "\" is missing");
+  const bool ok = std::is_same_v<T, bool>          ? it->is_boolean()
+                  : std::is_same_v<T, std::string> ? it->is_string()
+                                                   : it->is_number_integer();
+  if (!ok) return InvalidArgument(std::string("SGLang fields: \"") + key + "\" has the wrong type");
+  *out = it->template get<T>();
+  return Status::Ok();
+}
+
+Status OptionalField(const nlohmann::json& j, const char* key, std::optional<std::string>* out) {
+  if (!j.contains(key)) return Status::Ok();
+  std::string value;
+  KVTIER_RETURN_IF_ERROR(Field(j, key, &value));
+  *out = std::move(value);
+  return Status::Ok();
+}
+
+Status ParseInto(const nlohmann::json& j, SglangPageSpec* s) {
+  std::string engine, format;
+  KVTIER_RETURN_IF_ERROR(Field(j, "inference_engine", &engine));
+  if (engine != format::kSglangEngine) return InvalidArgument("SGLang fields: \"inference_engine\" is not \"sglang\"");
+  KVTIER_RETURN_IF_ERROR(Field(j, "format", &format));
+  if (format != format::kSglangFormat) return InvalidArgument("SGLang fields: unknown \"format\" \"" + format + "\"");
+  KVTIER_RETURN_IF_ERROR(Field(j, "model_name", &s->model_name));
+  KVTIER_RETURN_IF_ERROR(OptionalField(j, "model_path", &s->model_path));
+  KVTIER_RETURN_IF_ERROR(OptionalField(j, "model_revision", &s->model_revision));
+  KVTIER_RETURN_IF_ERROR(Field(j, "page_size", &s->page_size));
+  KVTIER_RETURN_IF_ERROR(Field(j, "mem_layout", &s->mem_layout));
+  KVTIER_RETURN_IF_ERROR(Field(j, "dtype", &s->dtype));
+  KVTIER_RETURN_IF_ERROR(Field(j, "k_bytes_per_token", &s->k_bytes_per_token));
+  KVTIER_RETURN_IF_ERROR(Field(j, "v_bytes_per_token", &s->v_bytes_per_token));
+  KVTIER_RETURN_IF_ERROR(Field(j, "layer_num", &s->layer_num));
+  KVTIER_RETURN_IF_ERROR(Field(j, "is_mla", &s->is_mla));
+  KVTIER_RETURN_IF_ERROR(Field(j, "tp_size", &s->tp_size));
+  KVTIER_RETURN_IF_ERROR(Field(j, "pp_size", &s->pp_size));
+  return Field(j, "cp_size", &s->cp_size);
+}
+
 }  // namespace
+
+Result<SglangPageSpec> ParseSglangFields(std::string_view config_json) {
+  const nlohmann::json j = nlohmann::json::parse(config_json, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return InvalidArgument("SGLang fields: not a JSON object");
+  SglangPageSpec spec;
+  KVTIER_RETURN_IF_ERROR(ParseInto(j, &spec));
+  int64_t recorded = 0;
+  KVTIER_RETURN_IF_ERROR(Field(j, "page_bytes", &recorded));
+  KVTIER_RETURN_IF_ERROR(Validate(spec));
+  KVTIER_ASSIGN_OR_RETURN(uint64_t page_bytes, PageBytes(spec));
+  if (recorded < 0 || static_cast<uint64_t>(recorded) != page_bytes) {
+    return InvalidArgument("SGLang fields: \"page_bytes\" " + std::to_string(recorded) + " disagrees with the other fields (" +
+                           std::to_string(page_bytes) + ")");
+  }
+  return spec;
+}
 
 bool SglangMemLayoutKnown(std::string_view mem_layout) {
   for (std::string_view known : kMemLayouts) {

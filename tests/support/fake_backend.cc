@@ -10,7 +10,8 @@ namespace kvtier::testing {
 using internal::IoOp;
 
 int64_t FakeBackend::Execute(internal::IoRequest req) {
-  const bool transfer = req.op == IoOp::kRead || req.op == IoOp::kWrite;
+  const bool transfer =
+      req.op == IoOp::kRead || req.op == IoOp::kWrite || req.op == IoOp::kReadv || req.op == IoOp::kWritev;
   if (OneIn(plan_.eagain_one_in)) return ++faults_, OneIn(2) ? -EAGAIN : -EINTR;
   if (transfer && OneIn(plan_.timeout_one_in)) return ++faults_, -ECANCELED;
   const bool targeted = req.op == plan_.error_op && !(plan_.error_fd_only && req.path != nullptr);
