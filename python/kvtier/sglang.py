@@ -168,6 +168,11 @@ class KvtierHiCacheStorage(HiCacheStorage):
         memory = []
         if isinstance(kv, torch.Tensor) and kv.device.type == "cpu" and kv.is_contiguous():
             memory.append((kv.data_ptr(), kv.numel() * kv.element_size()))
+            if kv.data_ptr() % 4096:
+                # O_DIRECT needs page-aligned pieces: pages then go through the page cache (a kernel
+                # copy each way). SGLang's pinned CUDA host pools are page-aligned.
+                logger.info("kvtier.sglang: the host pool starts %d bytes past a 4 KiB boundary: "
+                            "buffered I/O, no O_DIRECT", kv.data_ptr() % 4096)
         if self._store is not None:
             self._store.close()
         self._store = _kvtier.SglangStore(self._fs_config, spec, memory)
