@@ -256,6 +256,9 @@ class SglangStore:
     def rank(self) -> int: ...
     @property
     def config_json(self) -> str: ...
+    @property
+    def store_queue_bytes_max(self) -> int:
+        """The fs tier's ``store_queue_bytes_max``: a :meth:`store` call of more bytes is dropped whole."""
 
 # ---- operators' tools --------------------------------------------------------------------------
 

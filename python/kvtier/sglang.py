@@ -175,8 +175,17 @@ class KvtierHiCacheStorage(HiCacheStorage):
                             "buffered I/O, no O_DIRECT", kv.data_ptr() % 4096)
         if self._store is not None:
             self._store.close()
-        self._store = _kvtier.SglangStore(self._fs_config, spec, memory)
-        self._page_bytes = self._store.page_bytes
+        store = _kvtier.SglangStore(self._fs_config, spec, memory)
+        if store.page_bytes > store.store_queue_bytes_max:
+            store.close()
+            _refuse("store_queue_bytes_max", f"{store.store_queue_bytes_max} bytes cannot hold one page of "
+                    f"{store.page_bytes} bytes (a store larger than it is dropped)")
+        self._store = store
+        self._page_bytes = store.page_bytes
+        # The fs tier drops a store job over store_queue_bytes_max whole; SGLang backs up 128 pages
+        # per call (2.7 GB for a 70B model's 21 MB pages), so a call is split into jobs of at most
+        # half of it, one after the other.
+        self._pages_per_store = max(1, store.store_queue_bytes_max // 2 // store.page_bytes)
 
     def _page_spec(self, pool: Any) -> dict:
         cfg = self.storage_config
@@ -220,6 +229,18 @@ class KvtierHiCacheStorage(HiCacheStorage):
             pages.append(piece)
         return pages
 
+    def _store_pages(self, keys: List[str], pieces: list) -> List[bool]:
+        """store() in jobs the fs tier takes whole; after a job with a failure the rest is False
+        (SGLang stops a backup at the first failed call, so the later pages would not be found)."""
+        out: List[bool] = []
+        n = self._pages_per_store
+        for i in range(0, len(keys), n):
+            ok = self._store.store(keys[i:i + n], pieces[i:i + n])
+            out.extend(ok)
+            if not all(ok):
+                break
+        return out + [False] * (len(keys) - len(out))
+
     def batch_get_v1(self, keys: List[str], host_indices: torch.Tensor, extra_info: Any = None) -> List[bool]:
         try:
             t0 = time.perf_counter()
@@ -235,7 +256,7 @@ class KvtierHiCacheStorage(HiCacheStorage):
         # does, the pages' bytes are rank 0's, so storing them is as correct as rank 0 storing.
         try:
             t0 = time.perf_counter()
-            out = self._store.store(list(keys), self._pool_pieces(len(keys), host_indices))
+            out = self._store_pages(list(keys), self._pool_pieces(len(keys), host_indices))
             self._record("backup", out, time.perf_counter() - t0)
             return out
         except Exception as exc:  # noqa: BLE001 - an exception would end SGLang's backup thread
@@ -280,7 +301,7 @@ class KvtierHiCacheStorage(HiCacheStorage):
                 raise ValueError(f"{len(keys)} keys but {'no' if values is None else len(values)} values")
             pieces = [self._tensor_piece(v.contiguous() if isinstance(v, torch.Tensor) else v) for v in values]
             t0 = time.perf_counter()
-            ok = self._store.store(keys, pieces)
+            ok = self._store_pages(keys, pieces)
             self._record("backup", ok, time.perf_counter() - t0)
             return all(ok)
         except Exception as exc:  # noqa: BLE001

@@ -151,6 +151,7 @@ class PySglangStore {
       }
     }
     store_ = Unwrap(WithoutGil([&] { return SglangStore::Open(o); }));
+    store_queue_bytes_max_ = o.tier.store_queue_bytes_max;
   }
 
   size_t ExistsPrefix(const pb::object& keys_obj) {
@@ -192,6 +193,7 @@ class PySglangStore {
   void Close() { WithoutGil([&] { store_->Close(); }); }
   const SglangNamespace& ns() const { return store_->ns(); }
   std::string PagePath(const std::string& key) const { return store_->PagePath(key); }
+  uint64_t store_queue_bytes_max() const { return store_queue_bytes_max_; }
 
  private:
   static bool Convert(const pb::object& keys_obj, const pb::object& pieces_obj, std::vector<std::string>& keys,
@@ -213,6 +215,7 @@ class PySglangStore {
   }
 
   std::unique_ptr<SglangStore> store_;
+  uint64_t store_queue_bytes_max_ = 0;  // a store call over this is dropped whole (kvtier.sglang splits)
   std::atomic<bool> bad_exists_{false}, bad_load_{false}, bad_store_{false};
 };
 
@@ -234,6 +237,7 @@ void BindSglang(pb::module_& m) {
       .def_property_readonly("page_bytes", [](const PySglangStore& s) { return s.ns().page_bytes(); })
       .def_property_readonly("digest", [](const PySglangStore& s) { return s.ns().digest(); })
       .def_property_readonly("rank", [](const PySglangStore& s) { return s.ns().rank(); })
+      .def_property_readonly("store_queue_bytes_max", &PySglangStore::store_queue_bytes_max)
       .def_property_readonly("config_json", [](const PySglangStore& s) { return s.ns().config_json(); });
 }
 

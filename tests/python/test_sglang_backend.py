@@ -265,6 +265,21 @@ def test_bad_config_is_refused_at_attach_naming_the_key(tmp_path, caplog):
     b.close()
 
 
+def test_a_backup_larger_than_the_store_queue_is_stored_in_parts(tmp_path):
+    """The fs tier drops a store job over store_queue_bytes_max whole; SGLang's 128-page backup
+    of large pages is over the default 1 GiB, so kvtier.sglang splits it."""
+    import kvtier
+
+    p = sg.pool(pages=300)  # 32 KiB pages: 128 of them are 4 MiB, four times the queue
+    b = sg.backend(extra(tmp_path, store_queue_bytes_max=1 << 20), p)
+    assert roundtrip(b, p, sg.keys(128, "queue")) == (128, 128, 128)
+    w = p.alloc(2 * PS)
+    assert b.batch_set(sg.keys(2, "queue2"), [p.get_data_page(w[i * PS]) for i in range(2)]) is True
+    b.close()
+    with pytest.raises(kvtier.KvtierError, match="store_queue_bytes_max"):
+        sg.backend(extra(tmp_path, store_queue_bytes_max=1 << 14), p)
+
+
 def test_malformed_calls_answer_a_miss_and_never_raise(tmp_path):
     import torch
 
