@@ -24,7 +24,7 @@ namespace kvtier {
 namespace {
 
 // Failures are logged once per kind for the life of a store (SGLang calls
-// every step; its threads must not flood the log), and counted in Metrics().
+// every step; its threads must not flood the log).
 enum class LogOnce : int { kBadPage, kLoadFailed, kStoreFailed, kLookupFailed, kSubmit, kCount };
 
 }  // namespace

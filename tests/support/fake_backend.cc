@@ -4,6 +4,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <thread>
+#include <vector>
+
+#include <sys/uio.h>
 
 namespace kvtier::testing {
 
@@ -18,7 +21,23 @@ int64_t FakeBackend::Execute(internal::IoRequest req) {
   if (targeted && plan_.error_errno != 0 && OneIn(plan_.error_one_in)) {
     return ++faults_, -plan_.error_errno;
   }
-  if (transfer && req.len > 1 && OneIn(plan_.short_transfer_one_in)) {
+  const bool vectored = req.op == IoOp::kReadv || req.op == IoOp::kWritev;
+  std::vector<iovec> trimmed;  // a vectored transfer cut short at a random byte (mid-piece too)
+  if (vectored && OneIn(plan_.short_transfer_one_in)) {
+    const auto* iov = static_cast<const iovec*>(req.buf);
+    uint64_t total = 0;
+    for (uint32_t i = 0; i < req.len; ++i) total += iov[i].iov_len;
+    if (total > 1) {
+      ++faults_;
+      uint64_t left = std::uniform_int_distribution<uint64_t>(1, total - 1)(rng_);
+      for (uint32_t i = 0; i < req.len && left > 0; ++i) {
+        trimmed.push_back({iov[i].iov_base, std::min<uint64_t>(iov[i].iov_len, left)});
+        left -= trimmed.back().iov_len;
+      }
+      req.buf = trimmed.data();
+      req.len = static_cast<uint32_t>(trimmed.size());
+    }
+  } else if (transfer && !vectored && req.len > 1 && OneIn(plan_.short_transfer_one_in)) {
     ++faults_;
     req.len = std::uniform_int_distribution<uint32_t>(1, req.len - 1)(rng_);
   }
