@@ -101,3 +101,27 @@ def expected(p, k, salt=0):
 
     g = torch.Generator().manual_seed(int(k[:12], 16) ^ salt)
     return torch.randint(0, 256, (p.page_bytes,), dtype=torch.uint8, generator=g)
+
+
+SELFTEST_CHECKS = [f"c{i:02d}" for i in range(1, 17)]
+
+
+def run_selftest(path, tmp_path_factory, tmp_path):
+    """selftest_backend.py on kvtier.sglang with --path `path` in a fresh interpreter; asserts that
+    every counted check (c01-c16) PASSes (none FAIL, SKIP or missing) and the summary agrees."""
+    import json
+    import re
+
+    tree = harness_tree(tmp_path_factory)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tree), kvtier_python_dir()]))
+    argv = [sys.executable, str(shared_sglang() / "selftest_backend.py"), "--backend", "dynamic",
+            "--module-path", "kvtier.sglang", "--class-name", "KvtierHiCacheStorage",
+            "--extra-config", json.dumps({"interface_v1": 1, "root_dir": "{root}"}),
+            "--path", path, "--root", str(tmp_path / "selftest")]
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
+    out = proc.stdout + proc.stderr
+    status = {m.group(2): m.group(1) for m in re.finditer(r"^(PASS|FAIL|SKIP|XFAIL) (c\d\d)", out, re.M)}
+    summary = re.search(r"^selftest: (\d+)/(\d+) checks pass", out, re.M)
+    not_passed = {c: status.get(c, "missing") for c in SELFTEST_CHECKS if status.get(c) != "PASS"}
+    assert not not_passed and summary and summary.group(1) == summary.group(2) == str(len(SELFTEST_CHECKS)) \
+        and proc.returncode == 0, f"--path {path}: checks not passing {not_passed}, exit {proc.returncode}\n{out}"
