@@ -8,6 +8,7 @@
 #include "cli/hash_command.h"
 #include "cli/ops_command.h"
 #include "cli/json_input.h"
+#include "cli/sglang_hash.h"
 #include "commands.h"
 #include "ops/io_watch.h"
 #include "util/read_file.h"
@@ -41,6 +42,12 @@ struct HashFlags {
   // Whether --hash-block-size / --blocks-per-chunk were given (not defaults).
   bool hash_block_size_given = false;
   bool blocks_per_chunk_given = false;
+  // --engine sglang: SGLang's page keys instead of vLLM's block hashes.
+  std::string engine = "vllm";
+  uint32_t page_size = 0;
+  std::optional<std::string> prior_hash;
+  std::optional<std::string> extra_key;
+  std::string given_flag_of_other_engine;  // the first flag the chosen engine does not take
 };
 
 // Inputs of `kvtier hash` are cases, token lists and config.json files: a
@@ -164,14 +171,37 @@ Result<nlohmann::json> RunQuery(const HashFlags& f) {
   return RunWatchedFor<nlohmann::json>(*timeout_ms, "", [query = std::move(query)] { return RunHashQuery(query); });
 }
 
+Result<nlohmann::json> RunSglangQuery(const HashFlags& f) {
+  if (f.tokens.empty() && f.tokens_file.empty()) return InvalidArgument("give --tokens 1,2,3 or --tokens-file FILE");
+  SglangHashQuery q;
+  KVTIER_ASSIGN_OR_RETURN(q.token_ids, ParseTokenList(f));
+  q.page_size = f.page_size;
+  q.prior_hash = f.prior_hash;
+  q.extra_key = f.extra_key;
+  q.cache_salt = f.salt;
+  return RunSglangHashQuery(q);
+}
+
+Result<nlohmann::json> RunEngineQuery(const HashFlags& f) {
+  if (f.engine != "vllm" && f.engine != "sglang") {
+    return InvalidArgument("--engine: expected vllm or sglang, got '" + f.engine + "'");
+  }
+  if (!f.given_flag_of_other_engine.empty()) {
+    return InvalidArgument(f.given_flag_of_other_engine + " does not apply to --engine " + f.engine);
+  }
+  return f.engine == "sglang" ? RunSglangQuery(f) : RunQuery(f);
+}
+
 int RunHash(const HashFlags& f) {
-  Result<nlohmann::json> report = RunQuery(f);
+  Result<nlohmann::json> report = RunEngineQuery(f);
   if (!report.ok()) {
     std::fprintf(stderr, "kvtier hash: %s\n", report.status().ToString().c_str());
     if (report.status().code() == StatusCode::kTimedOut) ExitHung();
     return report.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
   }
-  if (!f.input.empty()) {
+  if (f.engine == "sglang") {
+    std::cout << (f.json ? report->dump(2) + "\n" : FormatSglangHashReport(*report));
+  } else if (!f.input.empty()) {
     std::cout << CaseOutput(*report).dump(2) << "\n";
   } else if (f.json) {
     std::cout << report->dump(2) << "\n";
@@ -181,12 +211,47 @@ int RunHash(const HashFlags& f) {
   return 0;
 }
 
+// The first flag given that --engine `engine` does not take ("" if none):
+// each engine's flags mean nothing to the other, and silently ignoring one
+// would print keys the user did not ask for.
+std::string FlagOfOtherEngine(CLI::App* cmd, const std::string& engine) {
+  static const char* const kSglangOnly[] = {"--page-size", "--prior-hash", "--extra-key"};
+  static const char* const kVllmOnly[] = {
+      "--input", "--algo", "--seed", "--no-seed", "--hash-block-size", "--model", "--dtype", "--num-layers",
+      "--layer-name-template", "--blocks-per-chunk", "--group", "--tp", "--pp", "--pcp", "--dcp", "--rank",
+      "--not-parallel-agnostic", "--namespace-config", "--lora-name", "--explain", "--root", "--io-timeout"};
+  auto first_given = [cmd](auto& names) -> std::string {
+    for (const char* name : names) {
+      if (cmd->get_option(name)->count() > 0) return name;
+    }
+    return "";
+  };
+  return engine == "sglang" ? first_given(kVllmOnly) : first_given(kSglangOnly);
+}
+
 }  // namespace
 
 void RegisterHashCommand(CLI::App* app, CliContext* ctx) {
   auto flags = std::make_shared<HashFlags>();
   CLI::App* cmd = app->add_subcommand(
-      "hash", "Block hashes, offload keys and file paths of a prompt, byte-exact with vLLM");
+      "hash",
+      "Block hashes, offload keys and file paths of a prompt, byte-exact with vLLM; with --engine sglang, "
+      "SGLang's HiCache page keys");
+  cmd->add_option("--engine", flags->engine,
+                  "vllm | sglang. sglang: one page key per line (chained SHA-256 over 4-byte little-endian token "
+                  "ids; a trailing partial page too); takes --tokens/--tokens-file, --page-size, --prior-hash, "
+                  "--extra-key, --cache-salt, --json")
+      ->capture_default_str();
+  cmd->add_option("--page-size", flags->page_size, "SGLang: tokens per page (--page-size of the server)");
+  cmd->add_option("--prior-hash", flags->prior_hash,
+                  "SGLang: hex key the chain continues from (e.g. a seed or the last key SGLang printed): exact "
+                  "whatever the seed encoding");
+  cmd->add_option("--extra-key", flags->extra_key,
+                  "SGLang: the request's extra_key (e.g. LoRA id). With it or --cache-salt the chain is seeded "
+                  "as sglang#38577 describes: SHA-256(\"sglang-storage-namespace-v1\\0\" || part(extra_key) || "
+                  "part(cache_salt)), part = 0x00 if absent else 0x01 || u32le(len) || utf8. This encoding is "
+                  "kvtier's reading of the PR's description, NOT verified against SGLang's code; give "
+                  "--prior-hash with a seed SGLang prints for an exact chain");
   cmd->add_option("--input", flags->input,
                   "A compat case (kvtier-compat-cases/1 JSON, '-' for stdin); prints its 'expected' members");
   cmd->add_option("--algo", flags->algo, "sha256 | sha256_cbor | xxhash | xxhash_cbor")->capture_default_str();
@@ -218,7 +283,7 @@ void RegisterHashCommand(CLI::App* app, CliContext* ctx) {
                   "and groups' tokens_per_block (one path per chunk)");
   cmd->add_option("--root", flags->root, "root_dir: print absolute paths and whether each file exists");
   cmd->add_option("--lora-name", flags->lora, "LoRA adapter name");
-  cmd->add_option("--cache-salt", flags->salt, "Request cache_salt");
+  cmd->add_option("--cache-salt", flags->salt, "Request cache_salt (vLLM: an extra key; SGLang: seeds the chain, see --extra-key)");
   cmd->add_flag("--json", flags->json, "Machine-readable output");
   cmd->add_flag("--explain", flags->explain, "Include each block's serialized input (with --json)");
   cmd->add_option("--io-timeout", flags->io_timeout,
@@ -233,6 +298,7 @@ void RegisterHashCommand(CLI::App* app, CliContext* ctx) {
     cmd->get_option(name)->excludes(cmd->get_option("--namespace-config"));
   }
   cmd->callback([flags, ctx, cmd] {
+    flags->given_flag_of_other_engine = FlagOfOtherEngine(cmd, flags->engine);
     flags->hash_block_size_given = cmd->get_option("--hash-block-size")->count() > 0;
     flags->blocks_per_chunk_given = cmd->get_option("--blocks-per-chunk")->count() > 0;
     // With --root in a child process (RunGuarded): a stat stuck on a hung
