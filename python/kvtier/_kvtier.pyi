@@ -235,11 +235,14 @@ class NamespaceUsage:
     model: str
     digest: str
     has_config: bool
-    tokens_per_hash: int
-    blocks_per_file: int
+    engine: str  # config.json's inference_engine: "vllm", "sglang", or "" (unknown)
+    tokens_per_hash: int  # vLLM (-1 when unknown or absent, as the other ints)
+    blocks_per_file: int  # vLLM
     tp_size: int
-    groups: int
+    groups: int  # vLLM
     dtype: str
+    page_size: int  # SGLang
+    mem_layout: str  # SGLang ("" when unknown)
     ranks: list[int]
     blocks: int
     bytes: int
