@@ -32,6 +32,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -53,6 +54,9 @@ struct FsTierOpenOptions {
   // root_dir is required; locality and enable_kv_events are not used here.
   FsTierOptions tier;
   NamespaceSpec ns;        // the model configuration (names the directories)
+  // A namespace built elsewhere (SglangNamespace::fs_namespace(): other
+  // fields, the same tree grammar); when set, it is used and `ns` ignored.
+  std::optional<Namespace> prebuilt_ns;
   uint64_t row_bytes = 0;  // size of every block file, > 0 (a multiple of 4096 for O_DIRECT)
   // Memory that row buffers will come from (the CPU tier's region). With
   // io_uring it is registered once, so reads and writes into it skip the
@@ -188,6 +192,19 @@ class KVTIER_API FsTier {
   // (gc's notion of use, L75). Errors: as SubmitStore.
   virtual Result<uint64_t> SubmitLoad(std::span<const OffloadKey> keys,
                                       std::span<const std::span<uint8_t>> rows) = 0;
+  // As SubmitStore and SubmitLoad, with each row given as the pieces whose
+  // concatenation it is, in order (e.g. a page's K bytes, then its V bytes):
+  // the file holds the concatenation, its CRC32C is the concatenation's,
+  // and each piece is written from, or read into, where it lies (no staging
+  // copy; with bounce_loads a load reads a whole bounce row first and copies
+  // it to the pieces once verified). O_DIRECT is used only when every piece
+  // is page-aligned in address and length. Empty pieces are ignored.
+  // Errors (nothing submitted): kInvalidArgument when rows.size() !=
+  // keys.size() or a row's pieces do not add up to row_bytes.
+  virtual Result<uint64_t> SubmitStorePieces(std::span<const OffloadKey> keys,
+                                             std::span<const std::vector<std::span<const uint8_t>>> rows) = 0;
+  virtual Result<uint64_t> SubmitLoadPieces(std::span<const OffloadKey> keys,
+                                            std::span<const std::vector<std::span<uint8_t>>> rows) = 0;
   // Asks whether each key's block file exists (a regular file, whatever its
   // size: one statx, no data read); returns the job id at once. Never fails.
   virtual Result<uint64_t> SubmitLookup(std::span<const OffloadKey> keys) = 0;

@@ -70,6 +70,7 @@ class KVTIER_API Namespace {
   std::string ConfigRelPath() const { return dir_name_ + "/config.json"; }
 
  private:
+  friend class SglangNamespace;  // builds one from SGLang's fields (sglang.h)
   Namespace() = default;
   NamespaceSpec spec_;
   std::string digest_;

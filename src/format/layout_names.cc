@@ -43,6 +43,19 @@ bool IsTmpDecimal(std::string_view s) {
 
 bool IsUtf8Name(std::string_view s) { return internal::IsValidUtf8(s); }
 
+std::string SafeModelName(std::string_view model) {
+  std::string out(model);
+  std::replace(out.begin(), out.end(), '/', '_');
+  return out;
+}
+
+std::string SglangPageName(std::string_view key) {
+  if (IsLowerHex(key, kBlockHexCharsLong)) return std::string(key);
+  uint8_t sha[32];
+  internal::Sha256({reinterpret_cast<const uint8_t*>(key.data()), key.size()}, sha);
+  return internal::HexEncode(sha);
+}
+
 std::string NamespaceDigestOf(std::string_view canonical_text) {
   uint8_t sha[32];
   internal::Sha256({reinterpret_cast<const uint8_t*>(canonical_text.data()), canonical_text.size()}, sha);

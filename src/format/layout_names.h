@@ -40,6 +40,8 @@ bool IsTmpDecimal(std::string_view s);
 // The UTF-8 check of L89: names that are not valid UTF-8 are never layout names.
 bool IsUtf8Name(std::string_view s);
 
+// L3: the model name with every '/' replaced by '_'.
+std::string SafeModelName(std::string_view model);
 // L22: digest12 of the canonical text of the fields (L20).
 std::string NamespaceDigestOf(std::string_view canonical_text);
 // L2, L4: "<safe_model>_<digest12>" -> the digest.
@@ -86,5 +88,12 @@ std::string LeaseTmpName(std::string_view lease_name);
 std::string Shard1Name(std::string_view hex);
 std::string Shard2Name(std::string_view hex, int64_t group);
 std::string BlockFileName(std::string_view hex);
+
+// L106: an SGLang page key's file stem: the key when it is 64 lowercase hex
+// characters, else the lowercase hex SHA-256 of its bytes.
+std::string SglangPageName(std::string_view key);
+// L103: the value of "inference_engine" and "format" in an SGLang namespace.
+inline constexpr std::string_view kSglangEngine = "sglang";
+inline constexpr std::string_view kSglangFormat = "sglang-page/1";
 
 }  // namespace kvtier::format

@@ -64,6 +64,50 @@ class BouncePool {
   std::vector<uint8_t*> idle_;
 };
 
+// One row as the pieces whose concatenation it is, in order (SGLang keeps a
+// page's K and V at different addresses). The usual row is one piece and
+// allocates nothing; several pieces carry their own list. Empty pieces are
+// dropped. The bytes are not owned (a store's are only read).
+class RowPieces {
+ public:
+  RowPieces() = default;
+  explicit RowPieces(std::span<uint8_t> one) : one_(one), bytes_(one.size()) {}
+  explicit RowPieces(std::span<const uint8_t> one)
+      : RowPieces(std::span<uint8_t>(const_cast<uint8_t*>(one.data()), one.size())) {}
+  template <class Piece>
+  explicit RowPieces(const std::vector<Piece>& pieces) {
+    for (const auto& p : pieces) {
+      if (p.empty()) continue;
+      many_.emplace_back(const_cast<uint8_t*>(p.data()), p.size());
+      bytes_ += p.size();
+    }
+    if (many_.size() == 1) one_ = many_[0], many_.clear();
+  }
+
+  uint64_t size() const { return bytes_; }
+  size_t count() const { return many_.empty() ? 1 : many_.size(); }
+  std::span<uint8_t> piece(size_t i) const { return many_.empty() ? one_ : many_[i]; }
+  // The rest of the piece that holds row byte `done` (< size()): where a
+  // transfer resumes.
+  std::span<uint8_t> From(uint64_t done) const {
+    if (many_.empty()) return one_.subspan(done);
+    for (std::span<uint8_t> p : many_) {
+      if (done < p.size()) return p.subspan(done);
+      done -= p.size();
+    }
+    return {};
+  }
+  // O_DIRECT needs every piece page-aligned in address and length.
+  bool DirectAligned() const;
+  // Copies `src` (size() bytes) into the pieces.
+  void ScatterFrom(const uint8_t* src) const;
+
+ private:
+  std::span<uint8_t> one_;
+  std::vector<std::span<uint8_t>> many_;  // empty for one piece
+  uint64_t bytes_ = 0;
+};
+
 // Engine-wide settings and probes the ops share.
 struct TierShared {
   UniqueFd root;         // root_dir: every op's paths are relative to it
@@ -90,7 +134,9 @@ struct TierShared {
 // Crc32c(row), its time added to shared->checksum_ns: integrity costs one
 // pass over the row, and operators (and the benchmark) see how much of the
 // tier's CPU that is.
-uint32_t TimedCrc32c(TierShared* shared, std::span<const uint8_t> row);
+// Over several pieces the CRC is chained (Crc32cExtend), so it equals the
+// CRC of their concatenation (L60).
+uint32_t TimedCrc32c(TierShared* shared, const RowPieces& row);
 
 class FsBlockOp : public BlockOp {
  public:
@@ -107,10 +153,9 @@ struct BlockPathParts {
   std::string block_dir, shard1, shard2, file;
 };
 
-std::unique_ptr<FsBlockOp> MakeStoreOp(TierShared* shared, BlockPathParts path,
-                                       std::span<const uint8_t> row);
+std::unique_ptr<FsBlockOp> MakeStoreOp(TierShared* shared, BlockPathParts path, RowPieces row);
 // `rel_path`: the block's path relative to root_dir (Namespace::BlockRelPath).
-std::unique_ptr<FsBlockOp> MakeLoadOp(TierShared* shared, std::string rel_path, std::span<uint8_t> row);
+std::unique_ptr<FsBlockOp> MakeLoadOp(TierShared* shared, std::string rel_path, RowPieces row);
 std::unique_ptr<FsBlockOp> MakeLookupOp(TierShared* shared, std::string rel_path);
 
 // Request builders the ops share: each sets the fields of one syscall on a
@@ -149,12 +194,14 @@ inline void CrcXattr(IoRequest* req, IoOp op, int fd, uint8_t* value, uint32_t l
   req->buf = value;
   req->len = len;
 }
-// The rest of a row from byte `done` on (at most 1 GiB per request; a short
-// transfer is resumed).
-inline void RowPart(IoRequest* req, IoOp op, int fd, std::span<const uint8_t> row, uint64_t done) {
+// The rest of a row's piece from row byte `done` on, at file offset `done`
+// (at most 1 GiB per request; a short transfer is resumed, and the next
+// piece follows).
+inline void RowPart(IoRequest* req, IoOp op, int fd, const RowPieces& row, uint64_t done) {
   OnFd(req, op, fd);
-  req->buf = const_cast<uint8_t*>(row.data()) + done;
-  req->len = static_cast<uint32_t>(std::min<uint64_t>(row.size() - done, 1u << 30));
+  const std::span<uint8_t> rest = row.From(done);
+  req->buf = rest.data();
+  req->len = static_cast<uint32_t>(std::min<uint64_t>(rest.size(), 1u << 30));
   req->offset = done;
 }
 

@@ -1,6 +1,7 @@
-// BouncePool and the abandoned-op result (block_ops.h).
+// BouncePool, RowPieces and the abandoned-op result (block_ops.h).
 #include <cerrno>
 #include <cstdlib>
+#include <cstring>
 
 #include "fs/block_ops.h"
 
@@ -38,6 +39,20 @@ void BouncePool::Release(uint8_t* row) {
     }
   }
   std::free(row);
+}
+
+bool RowPieces::DirectAligned() const {
+  for (size_t i = 0; i < count(); ++i) {
+    if (!DirectIoAligned(piece(i).data(), piece(i).size())) return false;
+  }
+  return true;
+}
+
+void RowPieces::ScatterFrom(const uint8_t* src) const {
+  for (size_t i = 0; i < count(); ++i) {
+    std::memcpy(piece(i).data(), src, piece(i).size());
+    src += piece(i).size();
+  }
 }
 
 KeyResult AbandonedResult(const char* syscall, const std::string& path, uint32_t io_timeout_ms) {

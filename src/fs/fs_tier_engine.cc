@@ -90,6 +90,23 @@ class FsTierImpl final : public FsTier {
 
   Result<uint64_t> SubmitStore(std::span<const OffloadKey> keys,
                                std::span<const std::span<const uint8_t>> rows) override {
+    return StoreRows(keys, rows);
+  }
+  Result<uint64_t> SubmitLoad(std::span<const OffloadKey> keys, std::span<const std::span<uint8_t>> rows) override {
+    return LoadRows(keys, rows);
+  }
+  Result<uint64_t> SubmitStorePieces(std::span<const OffloadKey> keys,
+                                     std::span<const std::vector<std::span<const uint8_t>>> rows) override {
+    return StoreRows(keys, rows);
+  }
+  Result<uint64_t> SubmitLoadPieces(std::span<const OffloadKey> keys,
+                                    std::span<const std::vector<std::span<uint8_t>>> rows) override {
+    return LoadRows(keys, rows);
+  }
+
+  // Rows are spans (one piece) or lists of pieces (RowPieces).
+  template <class Row>
+  Result<uint64_t> StoreRows(std::span<const OffloadKey> keys, std::span<const Row> rows) {
     KVTIER_RETURN_IF_ERROR(CheckRows(keys.size(), rows, options_.row_bytes));
     const uint64_t bytes = keys.size() * options_.row_bytes;
     if (!health_.up()) return Drop(keys.size(), root_down_why_.c_str());
@@ -99,16 +116,19 @@ class FsTierImpl final : public FsTier {
       return Drop(keys.size(), "store queue full");
     }
     Submission sub = NewSubmission(JobKind::kStore, keys.size(), IoClass::kWrite);
-    for (size_t i = 0; i < keys.size(); ++i) sub.ops.push_back(MakeStoreOp(shared_.get(), Parts(keys[i]), rows[i]));
+    for (size_t i = 0; i < keys.size(); ++i) {
+      sub.ops.push_back(MakeStoreOp(shared_.get(), Parts(keys[i]), RowPieces(rows[i])));
+    }
     return Enqueue(std::move(sub));
   }
 
-  Result<uint64_t> SubmitLoad(std::span<const OffloadKey> keys, std::span<const std::span<uint8_t>> rows) override {
+  template <class Row>
+  Result<uint64_t> LoadRows(std::span<const OffloadKey> keys, std::span<const Row> rows) {
     KVTIER_RETURN_IF_ERROR(CheckRows(keys.size(), rows, options_.row_bytes));
     if (!health_.up()) return FailNow(JobKind::kLoad, keys.size());
     Submission sub = NewSubmission(JobKind::kLoad, keys.size(), IoClass::kRead);
     for (size_t i = 0; i < keys.size(); ++i) {
-      sub.ops.push_back(MakeLoadOp(shared_.get(), ns_.BlockRelPath(keys[i]), rows[i]));
+      sub.ops.push_back(MakeLoadOp(shared_.get(), ns_.BlockRelPath(keys[i]), RowPieces(rows[i])));
     }
     return Enqueue(std::move(sub));
   }

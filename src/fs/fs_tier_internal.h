@@ -35,13 +35,31 @@ Result<std::unique_ptr<FsTier>> OpenFsTierWithBackend(const FsTierOpenOptions& o
 Result<std::unique_ptr<FsTier>> OpenMultiRootTier(const FsTierOpenOptions& options,
                                                   const std::vector<std::string>& roots);
 
+// A row's bytes: one span, or the sum of its pieces.
+template <class T>
+uint64_t RowSize(std::span<T> row) {
+  return row.size();
+}
+template <class T>
+uint64_t RowSize(const std::vector<std::span<T>>& pieces) {
+  uint64_t n = 0;
+  for (const auto& p : pieces) n += p.size();
+  return n;
+}
+
+// The namespace a tier stores under: the prebuilt one, else from the spec.
+inline Result<Namespace> TierNamespace(const FsTierOpenOptions& o) {
+  if (o.prebuilt_ns) return *o.prebuilt_ns;
+  return Namespace::Create(o.ns);
+}
+
 // kInvalidArgument unless there is one row of row_bytes per key: the one
 // whole-call error of SubmitStore and SubmitLoad (fs_tier.h).
 template <class Rows>
 Status CheckRows(size_t keys, const Rows& rows, uint64_t row_bytes) {
   if (rows.size() != keys) return InvalidArgument("fs tier: one row buffer per key is required");
   for (const auto& row : rows) {
-    if (row.size() != row_bytes) {
+    if (RowSize(row) != row_bytes) {
       return InvalidArgument("fs tier: row buffers must be row_bytes (" + std::to_string(row_bytes) + ") long");
     }
   }

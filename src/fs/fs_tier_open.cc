@@ -296,7 +296,7 @@ Result<std::unique_ptr<FsTier>> OpenFsTier(const FsTierOpenOptions& o) {
 Result<std::unique_ptr<FsTier>> OpenFsTierWithBackend(const FsTierOpenOptions& o,
                                                        std::unique_ptr<IoBackend> backend) {
   KVTIER_RETURN_IF_ERROR(ValidateOptions(o));
-  KVTIER_ASSIGN_OR_RETURN(Namespace ns, Namespace::Create(o.ns));
+  KVTIER_ASSIGN_OR_RETURN(Namespace ns, TierNamespace(o));
   const std::string ns_dir = JoinRoot(o.tier.root_dir, ns.dir_name());
   const bool durable = o.tier.durability == Durability::kFull;
   KVTIER_RETURN_IF_ERROR(MkdirAll(o.tier.root_dir, durable));

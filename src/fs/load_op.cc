@@ -38,10 +38,10 @@ bool NotABlock(int64_t res) {
 
 class LoadOp final : public FsBlockOp {
  public:
-  LoadOp(TierShared* shared, std::string rel_path, std::span<uint8_t> row)
-      : shared_(shared), rel_(std::move(rel_path)), row_(row) {
-    // A bounce row is page-aligned whatever the caller's row is.
-    direct_ = shared_->o_direct && (shared_->bounce != nullptr || DirectIoAligned(row.data(), row.size()));
+  LoadOp(TierShared* shared, std::string rel_path, RowPieces row)
+      : shared_(shared), rel_(std::move(rel_path)), row_(std::move(row)) {
+    // A bounce row is page-aligned whatever the caller's pieces are.
+    direct_ = shared_->o_direct && (shared_->bounce != nullptr || row_.DirectAligned());
   }
   ~LoadOp() override {
     if (bounce_ != nullptr) shared_->bounce->Release(bounce_);
@@ -116,12 +116,15 @@ class LoadOp final : public FsBlockOp {
     return kNames[state_];
   }
 
-  // Where the row's bytes are read: the caller's row, or a bounce row
+  // Where the row's bytes are read: the caller's pieces, or one bounce row
   // (block_ops.h) taken when the first read is issued.
-  std::span<uint8_t> Target() {
+  const RowPieces& Target() {
     if (shared_->bounce == nullptr) return row_;
-    if (bounce_ == nullptr) bounce_ = shared_->bounce->Acquire();
-    return {bounce_, row_.size()};
+    if (bounce_ == nullptr) {
+      bounce_ = shared_->bounce->Acquire();
+      bounce_row_ = RowPieces(std::span<uint8_t>(bounce_, row_.size()));
+    }
+    return bounce_row_;
   }
 
   // The late answer of the request in flight when the op was abandoned:
@@ -199,7 +202,7 @@ class LoadOp final : public FsBlockOp {
       }
     }
     // Whole and verified: only now does the caller's row see the bytes.
-    if (bounce_ != nullptr) std::memcpy(row_.data(), bounce_, row_.size());
+    if (bounce_ != nullptr) row_.ScatterFrom(bounce_);
     bytes = row_.size();
     Close(KeyOutcome::kOk, Status());
     // relatime updates atime at most daily, and noatime never: bump it when
@@ -252,8 +255,9 @@ class LoadOp final : public FsBlockOp {
 
   TierShared* shared_;
   std::string rel_;
-  std::span<uint8_t> row_;
+  RowPieces row_;
   uint8_t* bounce_ = nullptr;  // from shared_->bounce, held until the op is freed
+  RowPieces bounce_row_;       // bounce_ as one piece
   struct statx stx_{}, again_{};
   uint8_t crc_be_[8] = {};
   State state_ = kOpen;
@@ -305,8 +309,8 @@ class LookupOp final : public FsBlockOp {
 
 }  // namespace
 
-std::unique_ptr<FsBlockOp> MakeLoadOp(TierShared* shared, std::string rel_path, std::span<uint8_t> row) {
-  return std::make_unique<LoadOp>(shared, std::move(rel_path), row);
+std::unique_ptr<FsBlockOp> MakeLoadOp(TierShared* shared, std::string rel_path, RowPieces row) {
+  return std::make_unique<LoadOp>(shared, std::move(rel_path), std::move(row));
 }
 
 std::unique_ptr<FsBlockOp> MakeLookupOp(TierShared* shared, std::string rel_path) {

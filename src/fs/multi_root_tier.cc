@@ -52,21 +52,18 @@ class MultiRootTier final : public FsTier {
 
   Result<uint64_t> SubmitStore(std::span<const OffloadKey> keys,
                                std::span<const std::span<const uint8_t>> rows) override {
-    KVTIER_RETURN_IF_ERROR(CheckRows(keys.size(), rows, row_bytes_));
-    return Route(JobKind::kStore, keys, [&](FsTier& t, std::span<const OffloadKey> part, const std::vector<uint32_t>& at) {
-      std::vector<std::span<const uint8_t>> part_rows;
-      for (uint32_t k : at) part_rows.push_back(rows[k]);
-      return t.SubmitStore(part, part_rows);
-    });
+    return RouteRows(JobKind::kStore, keys, rows, &FsTier::SubmitStore);
   }
-
   Result<uint64_t> SubmitLoad(std::span<const OffloadKey> keys, std::span<const std::span<uint8_t>> rows) override {
-    KVTIER_RETURN_IF_ERROR(CheckRows(keys.size(), rows, row_bytes_));
-    return Route(JobKind::kLoad, keys, [&](FsTier& t, std::span<const OffloadKey> part, const std::vector<uint32_t>& at) {
-      std::vector<std::span<uint8_t>> part_rows;
-      for (uint32_t k : at) part_rows.push_back(rows[k]);
-      return t.SubmitLoad(part, part_rows);
-    });
+    return RouteRows(JobKind::kLoad, keys, rows, &FsTier::SubmitLoad);
+  }
+  Result<uint64_t> SubmitStorePieces(std::span<const OffloadKey> keys,
+                                     std::span<const std::vector<std::span<const uint8_t>>> rows) override {
+    return RouteRows(JobKind::kStore, keys, rows, &FsTier::SubmitStorePieces);
+  }
+  Result<uint64_t> SubmitLoadPieces(std::span<const OffloadKey> keys,
+                                    std::span<const std::vector<std::span<uint8_t>>> rows) override {
+    return RouteRows(JobKind::kLoad, keys, rows, &FsTier::SubmitLoadPieces);
   }
 
   Result<uint64_t> SubmitLookup(std::span<const OffloadKey> keys) override {
@@ -143,6 +140,19 @@ class MultiRootTier final : public FsTier {
       s->store_latency_us[b] += m.store_latency_us[b];
       s->load_latency_us[b] += m.load_latency_us[b];
     }
+  }
+
+  // A store or load (rows or pieces): each root's part gets its keys' rows.
+  template <class Row>
+  Result<uint64_t> RouteRows(JobKind kind, std::span<const OffloadKey> keys, std::span<const Row> rows,
+                             Result<uint64_t> (FsTier::*submit)(std::span<const OffloadKey>, std::span<const Row>)) {
+    KVTIER_RETURN_IF_ERROR(CheckRows(keys.size(), rows, row_bytes_));
+    return Route(kind, keys, [&](FsTier& t, std::span<const OffloadKey> part, const std::vector<uint32_t>& at) {
+      std::vector<Row> part_rows;
+      part_rows.reserve(at.size());
+      for (uint32_t k : at) part_rows.push_back(rows[k]);
+      return (t.*submit)(part, part_rows);
+    });
   }
 
   // Splits `keys` by root, submits one part per root that has keys, and
@@ -263,7 +273,7 @@ Status EqualizeODirect(MultiRootTier* tier, const FsTierOpenOptions& base, const
 }  // namespace
 
 Result<std::unique_ptr<FsTier>> OpenMultiRootTier(const FsTierOpenOptions& o, const std::vector<std::string>& roots) {
-  KVTIER_ASSIGN_OR_RETURN(Namespace ns, Namespace::Create(o.ns));
+  KVTIER_ASSIGN_OR_RETURN(Namespace ns, TierNamespace(o));
   KVTIER_ASSIGN_OR_RETURN(std::vector<RootState> states, ExamineRoots(roots, ns));
   KVTIER_RETURN_IF_ERROR(CheckRootSet(roots, ns, states));
   auto tier = std::make_unique<MultiRootTier>(o, ns, roots.size());

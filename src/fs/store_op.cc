@@ -33,15 +33,15 @@ constexpr uint64_t kMkdirRetryNs = 2'000'000'000;
 
 class StoreOp final : public FsBlockOp {
  public:
-  StoreOp(TierShared* shared, BlockPathParts path, std::span<const uint8_t> row)
-      : shared_(shared), row_(row) {
+  StoreOp(TierShared* shared, BlockPathParts path, RowPieces row)
+      : shared_(shared), row_(std::move(row)) {
     shard1_ = path.block_dir + "/" + path.shard1;
     shard2_ = shard1_ + "/" + path.shard2;
     dest_ = shard2_ + "/" + path.file;
     block_dir_ = std::move(path.block_dir);
     name1_ = std::move(path.shard1);
     name2_ = std::move(path.shard2);
-    direct_ = shared_->o_direct && DirectIoAligned(row.data(), row.size());
+    direct_ = shared_->o_direct && row_.DirectAligned();
     NewTempName();
   }
 
@@ -317,7 +317,7 @@ class StoreOp final : public FsBlockOp {
   }
 
   TierShared* shared_;
-  std::span<const uint8_t> row_;
+  RowPieces row_;
   std::string block_dir_, shard1_, shard2_, dest_, tmp_;  // relative to root_dir
   std::string name1_, name2_;                              // the shard directories' own names
   uint8_t crc_be_[4];
@@ -337,9 +337,10 @@ class StoreOp final : public FsBlockOp {
 
 }  // namespace
 
-uint32_t TimedCrc32c(TierShared* shared, std::span<const uint8_t> row) {
+uint32_t TimedCrc32c(TierShared* shared, const RowPieces& row) {
   const uint64_t t0 = MonotonicNowNs();
-  const uint32_t crc = Crc32c(row);
+  uint32_t crc = Crc32c(row.piece(0));
+  for (size_t i = 1; i < row.count(); ++i) crc = Crc32cExtend(crc, row.piece(i));
   shared->checksum_ns.fetch_add(MonotonicNowNs() - t0, std::memory_order_relaxed);
   return crc;
 }
@@ -348,9 +349,8 @@ bool DirectIoAligned(const void* buf, uint64_t len) {
   return reinterpret_cast<uintptr_t>(buf) % 4096 == 0 && len % 4096 == 0 && len > 0;
 }
 
-std::unique_ptr<FsBlockOp> MakeStoreOp(TierShared* shared, BlockPathParts path,
-                                       std::span<const uint8_t> row) {
-  return std::make_unique<StoreOp>(shared, std::move(path), row);
+std::unique_ptr<FsBlockOp> MakeStoreOp(TierShared* shared, BlockPathParts path, RowPieces row) {
+  return std::make_unique<StoreOp>(shared, std::move(path), std::move(row));
 }
 
 }  // namespace kvtier::internal

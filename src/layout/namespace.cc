@@ -60,14 +60,6 @@ nlohmann::json Fields(const NamespaceSpec& spec) {
   return fields;
 }
 
-std::string SafeModelName(std::string_view model) {
-  std::string out(model);
-  for (char& c : out) {
-    if (c == '/') c = '_';
-  }
-  return out;
-}
-
 }  // namespace
 
 Result<Namespace> Namespace::Create(NamespaceSpec spec) {
@@ -81,7 +73,7 @@ Result<Namespace> Namespace::Create(NamespaceSpec spec) {
   KVTIER_ASSIGN_OR_RETURN(ns.canonical_json_, internal::PyJsonDumpsCompact(fields));
   KVTIER_ASSIGN_OR_RETURN(ns.config_json_, internal::PyJsonDumpsIndent2(fields));
   ns.digest_ = format::NamespaceDigestOf(ns.canonical_json_);  // L22
-  ns.dir_name_ = SafeModelName(spec.model_name) + "_" + ns.digest_;
+  ns.dir_name_ = format::SafeModelName(spec.model_name) + "_" + ns.digest_;
   ns.spec_ = std::move(spec);
   return ns;
 }

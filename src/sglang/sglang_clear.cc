@@ -1,0 +1,79 @@
+// SglangStore::Clear's walk: one namespace's block directory on one root,
+// removing only what the layout's parsers (format/layout_names.h) call a
+// page (L7, L8) or a page's temp file (L55) in its right shard (L6), and only
+// regular files; directories, symlinks and foreign names stay. No symlink
+// is followed on the way (L98).
+#include "sglang/sglang_clear.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+
+#include "format/layout_names.h"
+#include "util/dir_fd.h"
+
+namespace kvtier::internal {
+namespace {
+
+// A regular file named as a page (or its temp file) of this shard.
+bool IsPageFile(const DirEntry& e, std::string_view shard1, std::string_view hh) {
+  if (e.stat_errno != 0 || !S_ISREG(e.st.st_mode)) return false;
+  std::optional<std::string_view> hex = format::BlockFileHex(e.name);
+  if (!hex) hex = format::BlockTmpHex(e.name);
+  return hex && hex->size() == format::kBlockHexCharsLong && format::BlockInShard(*hex, shard1, hh);
+}
+
+Status ClearShard2(int shard1_fd, const std::string& shown, std::string_view shard1, const DirEntry& d,
+                   uint64_t* removed) {
+  const std::optional<format::Shard2> parsed = format::ParseShard2Name(d.name);
+  if (!parsed || parsed->group != 0 || !S_ISDIR(d.st.st_mode)) return Status::Ok();
+  UniqueFd fd;
+  const std::string path = shown + "/" + d.name;
+  if (int err = OpenDirAt(shard1_fd, d.name, &fd); err != 0) {
+    return err == ENOENT ? Status::Ok() : ErrnoToStatus(err, "open " + path);
+  }
+  std::vector<DirEntry> files;
+  if (int err = ListDir(fd.get(), &files); err != 0) return ErrnoToStatus(err, "list " + path);
+  for (const DirEntry& f : files) {
+    if (!IsPageFile(f, shard1, parsed->hh)) continue;
+    const int err = UnlinkIfSameAt(fd.get(), f.name, f.st.st_dev, f.st.st_ino);
+    if (err == 0) ++*removed;
+    else if (err != ESTALE) return ErrnoToStatus(err, "unlink " + path + "/" + f.name);
+  }
+  // Best effort: fails (ENOTEMPTY) where anything is left, or a store made a file meanwhile.
+  (void)UnlinkIfSameAt(shard1_fd, d.name, d.st.st_dev, d.st.st_ino, /*dir=*/true);
+  return Status::Ok();
+}
+
+Status ClearShard1(int block_fd, const std::string& shown, const DirEntry& d, uint64_t* removed) {
+  if (!format::IsShard1Name(d.name) || !S_ISDIR(d.st.st_mode)) return Status::Ok();
+  UniqueFd fd;
+  const std::string path = shown + "/" + d.name;
+  if (int err = OpenDirAt(block_fd, d.name, &fd); err != 0) {
+    return err == ENOENT ? Status::Ok() : ErrnoToStatus(err, "open " + path);
+  }
+  std::vector<DirEntry> shards;
+  if (int err = ListDir(fd.get(), &shards); err != 0) return ErrnoToStatus(err, "list " + path);
+  for (const DirEntry& s : shards) KVTIER_RETURN_IF_ERROR(ClearShard2(fd.get(), path, d.name, s, removed));
+  (void)UnlinkIfSameAt(block_fd, d.name, d.st.st_dev, d.st.st_ino, /*dir=*/true);
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<uint64_t> ClearBlockDir(const std::string& root_dir, const std::string& block_dir_name) {
+  UniqueFd root;
+  if (int err = OpenDirAt(AT_FDCWD, root_dir, &root); err != 0) return ErrnoToStatus(err, "open " + root_dir);
+  const std::string shown = root_dir + "/" + block_dir_name;
+  UniqueFd block;
+  if (int err = OpenDirAt(root.get(), block_dir_name, &block); err != 0) {
+    if (err == ENOENT) return uint64_t{0};
+    return ErrnoToStatus(err, "open " + shown);
+  }
+  std::vector<DirEntry> entries;
+  if (int err = ListDir(block.get(), &entries); err != 0) return ErrnoToStatus(err, "list " + shown);
+  uint64_t removed = 0;
+  for (const DirEntry& d : entries) KVTIER_RETURN_IF_ERROR(ClearShard1(block.get(), shown, d, &removed));
+  return removed;
+}
+
+}  // namespace kvtier::internal
