@@ -6,7 +6,11 @@
 // group 0); --extra-key/--cache-salt seed the chain exactly as --prior-hash
 // with the seed printed, absent and empty seeds differ, and the output says
 // the seed encoding is unverified; bad input and flags of the other engine
-// exit 2 with a message naming the flag or token.
+// exit 2 with a message naming the flag or token. With a namespace (the
+// SGLang geometry flags, or --namespace-config on the config.json they
+// describe) each key is followed by its file's path, equal to
+// SglangNamespace::PageRelPath's (L105, L106: the rank from TP/PP/CP ranks,
+// TP rank 0's for MLA), and with --root by whether the file exists.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -14,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "kvtier/sglang.h"
 #include "support/test_support.h"
 
 namespace kvtier {
@@ -115,6 +120,95 @@ TEST(CliSglangHash, SeededChainEqualsThePriorHashChain) {
   EXPECT_NE(plain.out, chained.out);
 }
 
+const std::vector<std::string> kGeometry = {"--model",     "org/M", "--mem-layout", "page_first",
+                                            "--k-bytes-per-token", "8", "--v-bytes-per-token", "8",
+                                            "--layer-num", "2", "--tp", "4", "--tp-rank", "3",
+                                            "--pp", "2", "--pp-rank", "1"};
+
+SglangPageSpec GeometrySpec() {
+  SglangPageSpec s;
+  s.model_name = "org/M", s.page_size = 4, s.mem_layout = "page_first", s.dtype = "bfloat16";
+  s.k_bytes_per_token = 8, s.v_bytes_per_token = 8, s.layer_num = 2;
+  s.tp_size = 4, s.tp_rank = 3, s.pp_size = 2, s.pp_rank = 1;
+  return s;
+}
+
+std::vector<std::string> With(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+TEST(CliSglangHash, NamespaceFlagsGivePaths) {
+  const SglangNamespace ns = SglangNamespace::Create(GeometrySpec()).value();
+  ASSERT_EQ(ns.rank(), 7);  // (pp_rank 1 * cp 1 + 0) * tp 4 + tp_rank 3
+  testing::TempDir root;
+  const testing::CommandResult r = Hash(With({"--tokens", "1,2,3,4,5,6,7,8,9", "--page-size", "4", "--json"}, kGeometry));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["namespace_dir"], ns.dir_name());
+  EXPECT_EQ(j["block_dir"], ns.block_dir_name());
+  EXPECT_EQ(j["config_json"], ns.config_json());
+  EXPECT_EQ(j["page_bytes"], 128);
+  ASSERT_EQ(j["pages"].size(), 3u);
+  for (const nlohmann::json& p : j["pages"]) EXPECT_EQ(p["relpath"], ns.PageRelPath(p["key"].get<std::string>()));
+
+  // With --root: each existing page is [present], the others [absent].
+  const std::string first = j["pages"][0]["relpath"];
+  std::filesystem::create_directories((root.path() / first).parent_path());
+  testing::WriteFileOrDie(root.path() / first, std::string(128, 'p'));
+  const testing::CommandResult text =
+      Hash(With({"--tokens", "1,2,3,4,5,6,7,8,9", "--page-size", "4", "--root", root.path().string()}, kGeometry));
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  const std::vector<std::string> lines = Lines(text.out);
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(lines[0], j["pages"][0]["key"].get<std::string>() + "  " + root.path().string() + "/" + first + "  [present]");
+  EXPECT_TRUE(lines[1].ends_with("  [absent]")) << lines[1];
+}
+
+TEST(CliSglangHash, NamespaceConfigGivesTheSamePaths) {
+  const SglangNamespace ns = SglangNamespace::Create(GeometrySpec()).value();
+  testing::TempDir dir;
+  testing::WriteFileOrDie(dir.path() / "config.json", ns.config_json());
+  const std::string config = (dir.path() / "config.json").string();
+  const testing::CommandResult flags = Hash(With({"--tokens", "1,2,3,4,5"}, With(kGeometry, {"--page-size", "4"})));
+  const testing::CommandResult file =
+      Hash({"--tokens", "1,2,3,4,5", "--namespace-config", config, "--tp-rank", "3", "--pp-rank", "1"});
+  ASSERT_EQ(flags.exit_code, 0) << flags.err;
+  ASSERT_EQ(file.exit_code, 0) << file.err;
+  EXPECT_EQ(file.out, flags.out);  // page_size from the file
+  EXPECT_NE(file.out.find(ns.block_dir_name() + "/"), std::string::npos) << file.out;
+
+  const std::vector<std::pair<std::vector<std::string>, std::string>> refused = {
+      {{"--namespace-config", config, "--page-size", "8"}, "--page-size 8 contradicts"},
+      {{"--namespace-config", config, "--layer-num", "3"}, "--layer-num contradicts --namespace-config"},
+      {{"--page-size", "4", "--model", "m", "--mem-layout", "page_first"}, "--k-bytes-per-token"},
+      {{"--page-size", "4", "--layer-num", "3"}, "--layer-num needs --model"},
+      {{"--page-size", "4", "--root", dir.path().string()}, "--root needs the namespace"},
+  };
+  for (const auto& [args, names] : refused) {
+    const testing::CommandResult r = Hash(With({"--tokens", "1,2"}, args));
+    EXPECT_EQ(r.exit_code, 2) << names << ": " << r.out;
+    EXPECT_NE(r.err.find(names), std::string::npos) << r.err;
+  }
+  // vLLM's mode names the engine an SGLang config.json needs.
+  const testing::CommandResult vllm = RunCommand({CliPath().string(), "hash", "--tokens", "1", "--namespace-config", config});
+  EXPECT_EQ(vllm.exit_code, 2);
+  EXPECT_NE(vllm.err.find("--engine sglang"), std::string::npos) << vllm.err;
+}
+
+TEST(CliSglangHash, MlaPagesLieInTpRankZerosDirectory) {
+  const std::vector<std::string> mla = {"--tokens", "1,2,3,4", "--page-size", "4", "--model", "m", "--mla",
+                                        "--mem-layout", "page_first", "--k-bytes-per-token", "576",
+                                        "--layer-num", "4", "--tp", "8", "--json"};
+  const testing::CommandResult r0 = Hash(With(mla, {"--tp-rank", "0"}));
+  const testing::CommandResult r5 = Hash(With(mla, {"--tp-rank", "5"}));
+  ASSERT_EQ(r0.exit_code, 0) << r0.err;
+  ASSERT_EQ(r5.exit_code, 0) << r5.err;
+  const nlohmann::json j0 = nlohmann::json::parse(r0.out), j5 = nlohmann::json::parse(r5.out);
+  EXPECT_EQ(j5["block_dir"], j0["block_dir"]);
+  EXPECT_TRUE(j0["block_dir"].get<std::string>().ends_with("_r0")) << j0["block_dir"];
+}
+
 TEST(CliSglangHash, HelpSaysTheSeedEncodingIsUnverified) {
   const testing::CommandResult r = RunCommand({CliPath().string(), "hash", "--help"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -131,7 +225,7 @@ TEST(CliSglangHash, BadInputExitsTwoNamingIt) {
       {{"--page-size", "2"}, "--tokens"},
       {{"--tokens", "1,2", "--page-size", "2", "--prior-hash", "abc"}, "--prior-hash"},
       {{"--tokens", "1,2", "--page-size", "2", "--prior-hash", "ab", "--extra-key", "x"}, "--prior-hash"},
-      {{"--tokens", "1,2", "--page-size", "2", "--model", "m"}, "--model does not apply to --engine sglang"},
+      {{"--tokens", "1,2", "--page-size", "2", "--rank", "1"}, "--rank does not apply to --engine sglang"},
       {{"--tokens", "1,2", "--page-size", "2", "--algo", "xxhash"}, "--algo does not apply"},
       {{"--tokens", "1,2", "--page-size", "2", "--extra-key", "\xff"}, "extra_key"},
   };
