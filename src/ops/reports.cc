@@ -42,7 +42,7 @@ ConfigInfo ParseConfig(const NsScan& ns) {
   info.model = get_string("model_name");
   info.dtype = get_string("dtype");
   info.mem_layout = get_string("mem_layout");
-  // "inference_engine" tells vLLM's namespaces from SGLang's (the SGLang rules, FORMAT.md L103+).
+  // "inference_engine" tells vLLM's namespaces from SGLang's (FORMAT.md L103).
   info.engine = get_string("inference_engine");
   if (info.engine != "vllm" && info.engine != "sglang") info.engine.clear();
   if (fields.contains("kv_cache_groups") && fields["kv_cache_groups"].is_array()) {

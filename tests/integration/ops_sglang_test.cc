@@ -5,14 +5,17 @@
 // the format's rules (canonical compact JSON -> digest12, indent-2 sorted
 // config.json, pages at <NS>_r<rank>/<hhh>/<hh>_g0/<key>.bin of exactly
 // page_bytes, CRC32C in user.vllm.kv_crc32c), independently of any SGLang
-// writer. On a good tree: fsck --verify-data (with its digest check) has no
+// writer, and checked against sg-core's SglangNamespace (same directory,
+// config.json bytes and page paths). On a good tree: fsck --verify-data (with its digest check) has no
 // finding, and du reports the engine of each namespace with SGLang's
 // page_size, mem_layout, dtype and tp_size (library and CLI). A torn page
 // (short) and a corrupt one (same size, flipped byte) are found and
 // repaired; a config.json whose fields no longer hash to the directory is a
 // digest mismatch. gc --older-than keeps an idle SGLang namespace while a
 // lease is live and reclaims both its directories once none is; gc
-// --max-bytes removes the least recently used pages across engines.
+// --max-bytes removes the least recently used pages across engines. Pages
+// written by the real SglangStore (K and V as two pieces) are as clean, and
+// its lease keeps gc off the namespace while it is open.
 #include <gtest/gtest.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -26,6 +29,7 @@
 #include "format/layout_names.h"
 #include "kvtier/fs_tier.h"
 #include "kvtier/ops.h"
+#include "kvtier/sglang.h"
 #include "kvtier/sglang_hash.h"
 #include "layout/py_json.h"
 #include "support/test_support.h"
@@ -48,6 +52,14 @@ nlohmann::json SglangFields(const std::string& model) {
           {"cp_size", 1},                 {"page_bytes", kPageBytes}};
 }
 
+// The same namespace as SglangFields, as SGLang's backend describes it (TP rank 0 of 2).
+SglangPageSpec Spec(const std::string& model) {
+  SglangPageSpec s;
+  s.model_name = model, s.page_size = kPageSize, s.mem_layout = "page_first", s.dtype = "bfloat16";
+  s.k_bytes_per_token = kKBytes, s.v_bytes_per_token = kVBytes, s.layer_num = kLayers, s.tp_size = 2;
+  return s;
+}
+
 class OpsSglangTest : public ::testing::Test {
  protected:
   fs::path P(const std::string& rel) const { return root_.path() / rel; }
@@ -55,13 +67,19 @@ class OpsSglangTest : public ::testing::Test {
   // Writes the namespace directory and config.json by the rules (L2-L4,
   // L20-L28) and returns "<safe_model>_<digest12>".
   std::string MakeNamespace(const std::string& model) {
+    model_ = model;
     const nlohmann::json fields = SglangFields(model);
     const std::string canonical = internal::PyJsonDumpsCompact(fields).value();
     std::string safe = model;
     for (char& c : safe) c = c == '/' ? '_' : c;
     const std::string dir = safe + "_" + format::NamespaceDigestOf(canonical);
     fs::create_directories(P(dir));
-    testing::WriteFileOrDie(P(dir + "/config.json"), internal::PyJsonDumpsIndent2(fields).value());
+    const std::string config = internal::PyJsonDumpsIndent2(fields).value();
+    testing::WriteFileOrDie(P(dir + "/config.json"), config);
+    const SglangNamespace ns = SglangNamespace::Create(Spec(model)).value();  // the writer's view agrees
+    EXPECT_EQ(ns.dir_name(), dir);
+    EXPECT_EQ(ns.config_json(), config);
+    EXPECT_EQ(ns.page_bytes(), kPageBytes);
     return dir;
   }
 
@@ -73,6 +91,9 @@ class OpsSglangTest : public ::testing::Test {
     const std::vector<std::string> keys = SglangPageKeys(tokens, kPageSize).value();
     for (const std::string& key : keys) {
       const std::string rel = format::BlockDirName(ns, rank) + "/" + format::BlockRelPath(key, 0);
+      if (rank == 0) {
+        EXPECT_EQ(rel, SglangNamespace::Create(Spec(model_)).value().PageRelPath(key));
+      }
       std::string bytes(kPageBytes, static_cast<char>(key[0]));
       fs::create_directories(P(rel).parent_path());
       testing::WriteFileOrDie(P(rel), bytes);
@@ -139,6 +160,7 @@ class OpsSglangTest : public ::testing::Test {
   }
 
   testing::TempDir root_;
+  std::string model_;  // of the last MakeNamespace
 };
 
 TEST_F(OpsSglangTest, GoodTreeIsCleanAndDuNamesTheEngines) {
@@ -278,6 +300,42 @@ TEST_F(OpsSglangTest, GcMaxBytesRemovesTheLeastRecentlyUsedPagesAcrossEngines) {
   EXPECT_FALSE(fs::exists(P(pages[0])));  // the oldest goes first
   ASSERT_OK_AND_ASSIGN(DuReport du, Du(Opts<ScanOptions>()));
   EXPECT_LE(du.total_bytes, *go.max_bytes);
+}
+
+TEST_F(OpsSglangTest, PagesWrittenBySglangStoreAreCleanAndItsLeaseHoldsGcOff) {
+  SglangStoreOptions o;
+  o.tier.root_dir = root_.path().string();
+  o.spec = Spec("org/served");
+  auto store = SglangStore::Open(o);
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  std::vector<int64_t> tokens;
+  for (int64_t t = 0; t < 6 * kPageSize; ++t) tokens.push_back(t * 7);
+  const std::vector<std::string> keys = SglangPageKeys(tokens, kPageSize).value();
+  const std::vector<std::string_view> views(keys.begin(), keys.end());
+  std::vector<uint8_t> k(kPageBytes / 2, 0x4b), v(kPageBytes / 2, 0x56);
+  const std::vector<SglangConstPagePieces> pages(keys.size(), SglangConstPagePieces{k, v});
+  ASSERT_EQ((*store)->Store(views, pages), std::vector<bool>(keys.size(), true));
+
+  FsckOptions fo = Opts<FsckOptions>();
+  fo.verify_data = true;
+  ASSERT_OK_AND_ASSIGN(FsckReport fsck, Fsck(fo));
+  for (const Finding& f : fsck.findings) ADD_FAILURE() << FindingKindName(f.kind) << " " << f.path << " " << f.detail;
+  EXPECT_EQ(fsck.blocks_verified, keys.size());
+  ASSERT_OK_AND_ASSIGN(DuReport du, Du(Opts<ScanOptions>()));
+  ASSERT_EQ(du.namespaces.size(), 1u);
+  EXPECT_EQ(du.namespaces[0].engine, "sglang");
+  EXPECT_EQ(du.namespaces[0].live_leases, 1u);
+
+  const std::string block_dir = (*store)->ns().block_dir_name();
+  AgeTree(block_dir, 3 * 86400);
+  GcOptions go = Opts<GcOptions>();
+  go.older_than_s = 86400;
+  ASSERT_OK_AND_ASSIGN(GcReport held, Gc(go));
+  EXPECT_TRUE(held.reclaimed.empty()) << held.reclaimed.front().path;
+  (*store)->Close();  // the lease goes with it
+  ASSERT_OK_AND_ASSIGN(GcReport gone, Gc(go));
+  EXPECT_EQ(gone.reclaimed.size(), keys.size() + 1);  // the pages and config.json
+  EXPECT_FALSE(fs::exists(P(block_dir)));
 }
 
 }  // namespace
