@@ -215,7 +215,9 @@ int RunHash(const HashFlags& f) {
     return report.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
   }
   if (f.engine == "sglang") {
-    std::cout << (f.json ? report->dump(2) + "\n" : FormatSglangHashReport(*report));
+    // --root may be any bytes: replaced where not UTF-8 rather than thrown on.
+    std::cout << (f.json ? report->dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n"
+                         : FormatSglangHashReport(*report));
   } else if (!f.input.empty()) {
     std::cout << CaseOutput(*report).dump(2) << "\n";
   } else if (f.json) {
