@@ -1,7 +1,8 @@
 // Proves `kvtier du --top N [--by bytes|age]` through the real binary on a
 // root holding vLLM and SGLang namespaces of known sizes and ages: by bytes
 // the N largest come first, by age the N whose newest block is oldest
-// (across engines), ties go by name, N beyond the count lists them all, the
+// (across engines; one without blocks first of all), ties go by name, N
+// beyond the count lists them all, the
 // totals stay the whole volume's, JSON says {"top": {n, by, of}} and text
 // "top n of m"; --by without --top, --top 0 and an unknown --by exit 2.
 #include <gtest/gtest.h>
@@ -28,13 +29,14 @@ struct NsSpec {
 };
 
 // bytes: b 5000 > a 3000 > e 3000 (a before e by name) > c 200 > d 50.
-// age (coldest first): d 30 d > b 10 d > a = e 1 d (a before e) > c 1 h.
+// age (coldest first): f (no blocks) > d 30 d > b 10 d > a = e 1 d (a before e) > c 1 h.
 const std::vector<NsSpec> kTree = {
     {"sg-a_0123456789ab", "sglang", 3, 1000, 86400},
     {"vl-b_0123456789ab", "vllm", 1, 5000, 10 * 86400},
     {"vl-c_0123456789ab", "vllm", 2, 100, 3600},
     {"sg-d_0123456789ab", "sglang", 5, 10, 30 * 86400},
     {"vl-e_0123456789ab", "vllm", 3, 1000, 86400},
+    {"sg-f_0123456789ab", "sglang", 0, 0, 0},
 };
 
 class CliDuTopTest : public ::testing::Test {
@@ -86,19 +88,22 @@ TEST_F(CliDuTopTest, LargestFirstByDefault) {
 
 TEST_F(CliDuTopTest, ColdestFirstByAge) {
   EXPECT_EQ(Order({"--top", "2", "--by", "age"}, 2, "age"),
-            (std::vector<std::string>{"sg-d_0123456789ab", "vl-b_0123456789ab"}));
+            (std::vector<std::string>{"sg-f_0123456789ab", "sg-d_0123456789ab"}));
   EXPECT_EQ(Order({"--top", "99", "--by", "age"}, 99, "age"),
-            (std::vector<std::string>{"sg-d_0123456789ab", "vl-b_0123456789ab", "sg-a_0123456789ab",
-                                      "vl-e_0123456789ab", "vl-c_0123456789ab"}));
+            (std::vector<std::string>{"sg-f_0123456789ab", "sg-d_0123456789ab", "vl-b_0123456789ab",
+                                      "sg-a_0123456789ab", "vl-e_0123456789ab", "vl-c_0123456789ab"}));
 }
 
 TEST_F(CliDuTopTest, TextSaysWhichTop) {
-  const testing::CommandResult r = Du({"--top", "1", "--by", "age"});
+  const testing::CommandResult r = Du({"--top", "2", "--by", "age"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(r.out.find("top 1 of 5 namespaces by age"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("sg-d_0123456789ab"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("top 2 of 6 namespaces by age"), std::string::npos) << r.out;
+  const size_t f = r.out.find("sg-f_0123456789ab"), d = r.out.find("sg-d_0123456789ab");
+  EXPECT_NE(f, std::string::npos) << r.out;
+  EXPECT_NE(d, std::string::npos) << r.out;
+  EXPECT_LT(f, d) << "coldest first";
   EXPECT_EQ(r.out.find("vl-b_0123456789ab"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("total: 5 namespaces"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("total: 6 namespaces"), std::string::npos) << r.out;
   const testing::CommandResult all = Du({});
   ASSERT_EQ(all.exit_code, 0) << all.err;
   EXPECT_EQ(all.out.find("top "), std::string::npos) << "no --top, no top line";
