@@ -255,6 +255,26 @@ void AddSglangNamespaceFlags(CLI::App* cmd, SglangNamespaceFlags* sg) {
   cmd->add_option("--model-revision", sg->model_revision, "SGLang: the model_revision extra_config key");
 }
 
+void AddSglangFlags(CLI::App* cmd, HashFlags* flags) {
+  cmd->add_option("--engine", flags->engine,
+                  "vllm | sglang. sglang: one page key per line (chained SHA-256 over 4-byte little-endian token "
+                  "ids; a trailing partial page too), with its file's path given a namespace (--model and the "
+                  "SGLang geometry flags, or --namespace-config) and whether it exists with --root")
+      ->capture_default_str();
+  cmd->add_option("--page-size", flags->page_size,
+                  "SGLang: tokens per page (--page-size of the server; with --namespace-config the file's)");
+  cmd->add_option("--prior-hash", flags->prior_hash,
+                  "SGLang: hex key the chain continues from (e.g. a seed or the last key SGLang printed): exact "
+                  "whatever the seed encoding");
+  cmd->add_option("--extra-key", flags->extra_key,
+                  "SGLang: the request's extra_key (e.g. LoRA id). With it or --cache-salt the chain is seeded "
+                  "as sglang#38577 describes: SHA-256(\"sglang-storage-namespace-v1\\0\" || part(extra_key) || "
+                  "part(cache_salt)), part = 0x00 if absent else 0x01 || u32le(len) || utf8. This encoding is "
+                  "kvtier's reading of the PR's description, NOT verified against SGLang's code; give "
+                  "--prior-hash with a seed SGLang prints for an exact chain");
+  AddSglangNamespaceFlags(cmd, &flags->sg);
+}
+
 // The first flag given that --engine `engine` does not take ("" if none):
 // each engine's flags mean nothing to the other, and silently ignoring one
 // would print keys the user did not ask for.
@@ -278,22 +298,6 @@ void RegisterHashCommand(CLI::App* app, CliContext* ctx) {
       "hash",
       "Block hashes, offload keys and file paths of a prompt, byte-exact with vLLM; with --engine sglang, "
       "SGLang's HiCache page keys");
-  cmd->add_option("--engine", flags->engine,
-                  "vllm | sglang. sglang: one page key per line (chained SHA-256 over 4-byte little-endian token "
-                  "ids; a trailing partial page too), with its file's path given a namespace (--model and the "
-                  "SGLang geometry flags, or --namespace-config) and whether it exists with --root")
-      ->capture_default_str();
-  cmd->add_option("--page-size", flags->page_size,
-                  "SGLang: tokens per page (--page-size of the server; with --namespace-config the file's)");
-  cmd->add_option("--prior-hash", flags->prior_hash,
-                  "SGLang: hex key the chain continues from (e.g. a seed or the last key SGLang printed): exact "
-                  "whatever the seed encoding");
-  cmd->add_option("--extra-key", flags->extra_key,
-                  "SGLang: the request's extra_key (e.g. LoRA id). With it or --cache-salt the chain is seeded "
-                  "as sglang#38577 describes: SHA-256(\"sglang-storage-namespace-v1\\0\" || part(extra_key) || "
-                  "part(cache_salt)), part = 0x00 if absent else 0x01 || u32le(len) || utf8. This encoding is "
-                  "kvtier's reading of the PR's description, NOT verified against SGLang's code; give "
-                  "--prior-hash with a seed SGLang prints for an exact chain");
   cmd->add_option("--input", flags->input,
                   "A compat case (kvtier-compat-cases/1 JSON, '-' for stdin); prints its 'expected' members");
   cmd->add_option("--algo", flags->algo, "sha256 | sha256_cbor | xxhash | xxhash_cbor")->capture_default_str();
@@ -342,7 +346,7 @@ void RegisterHashCommand(CLI::App* app, CliContext* ctx) {
                            "--dcp", "--not-parallel-agnostic"}) {
     cmd->get_option(name)->excludes(cmd->get_option("--namespace-config"));
   }
-  AddSglangNamespaceFlags(cmd, &flags->sg);
+  AddSglangFlags(cmd, flags.get());
   cmd->callback([flags, ctx, cmd] {
     flags->given_flag_of_other_engine = FlagOfOtherEngine(cmd, flags->engine);
     flags->sg.first_geometry_flag = FirstGiven(cmd, kSglangGeometryFlags);
