@@ -8,6 +8,7 @@
 #include "cli/hash_command.h"
 #include "cli/ops_command.h"
 #include "cli/json_input.h"
+#include "cli/sglang_hash.h"
 #include "commands.h"
 #include "ops/io_watch.h"
 #include "util/read_file.h"
@@ -41,6 +42,13 @@ struct HashFlags {
   // Whether --hash-block-size / --blocks-per-chunk were given (not defaults).
   bool hash_block_size_given = false;
   bool blocks_per_chunk_given = false;
+  // --engine sglang: SGLang's page keys instead of vLLM's block hashes.
+  std::string engine = "vllm";
+  uint32_t page_size = 0;
+  std::optional<std::string> prior_hash;
+  std::optional<std::string> extra_key;
+  SglangNamespaceFlags sg;  // --model, --dtype, --tp, --pp and --namespace-config are copied in
+  std::string given_flag_of_other_engine;  // the first flag the chosen engine does not take
 };
 
 // Inputs of `kvtier hash` are cases, token lists and config.json files: a
@@ -164,14 +172,53 @@ Result<nlohmann::json> RunQuery(const HashFlags& f) {
   return RunWatchedFor<nlohmann::json>(*timeout_ms, "", [query = std::move(query)] { return RunHashQuery(query); });
 }
 
+Result<nlohmann::json> RunSglangQuery(const HashFlags& f) {
+  if (f.tokens.empty() && f.tokens_file.empty()) return InvalidArgument("give --tokens 1,2,3 or --tokens-file FILE");
+  SglangHashQuery q;
+  KVTIER_ASSIGN_OR_RETURN(q.token_ids, ParseTokenList(f));
+  SglangNamespaceFlags sg = f.sg;
+  sg.model = f.model;
+  sg.dtype = f.dtype;
+  sg.tp_size = f.tp, sg.pp_size = f.pp;
+  if (!f.namespace_config.empty()) {
+    KVTIER_ASSIGN_OR_RETURN(sg.config_text, ReadAll(f.namespace_config, "--namespace-config file"));
+    sg.config_file = f.namespace_config;
+  }
+  KVTIER_ASSIGN_OR_RETURN(q.ns, SglangSpecFromFlags(sg));
+  q.root_dir = f.root;
+  q.page_size = f.page_size;
+  q.prior_hash = f.prior_hash;
+  q.extra_key = f.extra_key;
+  q.cache_salt = f.salt;
+  if (!q.root_dir) return RunSglangHashQuery(q);
+  // Each page's file is stat'ed: watched, as the vLLM mode (RunQuery).
+  const Result<uint64_t> timeout_ms = ParseDurationMs(f.io_timeout);
+  if (!timeout_ms.ok()) return timeout_ms.status().WithContext("--io-timeout");
+  return RunWatchedFor<nlohmann::json>(*timeout_ms, "", [q = std::move(q)] { return RunSglangHashQuery(q); });
+}
+
+Result<nlohmann::json> RunEngineQuery(const HashFlags& f) {
+  if (f.engine != "vllm" && f.engine != "sglang") {
+    return InvalidArgument("--engine: expected vllm or sglang, got '" + f.engine + "'");
+  }
+  if (!f.given_flag_of_other_engine.empty()) {
+    return InvalidArgument(f.given_flag_of_other_engine + " does not apply to --engine " + f.engine);
+  }
+  return f.engine == "sglang" ? RunSglangQuery(f) : RunQuery(f);
+}
+
 int RunHash(const HashFlags& f) {
-  Result<nlohmann::json> report = RunQuery(f);
+  Result<nlohmann::json> report = RunEngineQuery(f);
   if (!report.ok()) {
     std::fprintf(stderr, "kvtier hash: %s\n", report.status().ToString().c_str());
     if (report.status().code() == StatusCode::kTimedOut) ExitHung();
     return report.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
   }
-  if (!f.input.empty()) {
+  if (f.engine == "sglang") {
+    // --root may be any bytes: replaced where not UTF-8 rather than thrown on.
+    std::cout << (f.json ? report->dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n"
+                         : FormatSglangHashReport(*report));
+  } else if (!f.input.empty()) {
     std::cout << CaseOutput(*report).dump(2) << "\n";
   } else if (f.json) {
     std::cout << report->dump(2) << "\n";
@@ -181,12 +228,76 @@ int RunHash(const HashFlags& f) {
   return 0;
 }
 
+// The flags that define an SGLang namespace besides --model, --dtype, --tp and --pp.
+const std::vector<const char*> kSglangGeometryFlags = {"--mem-layout", "--k-bytes-per-token", "--v-bytes-per-token",
+                                                       "--layer-num", "--mla", "--cp", "--model-path",
+                                                       "--model-revision"};
+
+std::string FirstGiven(CLI::App* cmd, const std::vector<const char*>& names) {
+  for (const char* name : names) {
+    if (cmd->get_option(name)->count() > 0) return name;
+  }
+  return "";
+}
+
+void AddSglangNamespaceFlags(CLI::App* cmd, SglangNamespaceFlags* sg) {
+  cmd->add_option("--mem-layout", sg->mem_layout,
+                  "SGLang: host KV layout (layer_first | page_first | page_first_direct | page_head)");
+  cmd->add_option("--k-bytes-per-token", sg->k_bytes_per_token, "SGLang: K bytes per token per layer on this rank");
+  cmd->add_option("--v-bytes-per-token", sg->v_bytes_per_token, "SGLang: V bytes per token per layer (MLA: 0)");
+  cmd->add_option("--layer-num", sg->layer_num, "SGLang: layers held by this rank");
+  cmd->add_flag("--mla", sg->mla, "SGLang: an MLA model (pages of TP rank 0, read by every TP rank)");
+  cmd->add_option("--tp-rank", sg->tp_rank, "SGLang: TP rank (with --tp; places the _r<rank> directory)");
+  cmd->add_option("--pp-rank", sg->pp_rank, "SGLang: PP rank (with --pp)");
+  cmd->add_option("--cp", sg->cp_size, "SGLang: attention context-parallel size");
+  cmd->add_option("--cp-rank", sg->cp_rank, "SGLang: attention context-parallel rank");
+  cmd->add_option("--model-path", sg->model_path, "SGLang: the model_path extra_config key, when the server has it");
+  cmd->add_option("--model-revision", sg->model_revision, "SGLang: the model_revision extra_config key");
+}
+
+void AddSglangFlags(CLI::App* cmd, HashFlags* flags) {
+  cmd->add_option("--engine", flags->engine,
+                  "vllm | sglang. sglang: one page key per line (chained SHA-256 over 4-byte little-endian token "
+                  "ids; a trailing partial page too), with its file's path given a namespace (--model and the "
+                  "SGLang geometry flags, or --namespace-config) and whether it exists with --root")
+      ->capture_default_str();
+  cmd->add_option("--page-size", flags->page_size,
+                  "SGLang: tokens per page (--page-size of the server; with --namespace-config the file's)");
+  cmd->add_option("--prior-hash", flags->prior_hash,
+                  "SGLang: hex key the chain continues from (e.g. a seed or the last key SGLang printed): exact "
+                  "whatever the seed encoding");
+  cmd->add_option("--extra-key", flags->extra_key,
+                  "SGLang: the request's extra_key (e.g. LoRA id). With it or --cache-salt the chain is seeded "
+                  "as sglang#38577 describes: SHA-256(\"sglang-storage-namespace-v1\\0\" || part(extra_key) || "
+                  "part(cache_salt)), part = 0x00 if absent else 0x01 || u32le(len) || utf8. This encoding is "
+                  "kvtier's reading of the PR's description, NOT verified against SGLang's code; give "
+                  "--prior-hash with a seed SGLang prints for an exact chain");
+  AddSglangNamespaceFlags(cmd, &flags->sg);
+}
+
+// The first flag given that --engine `engine` does not take ("" if none):
+// each engine's flags mean nothing to the other, and silently ignoring one
+// would print keys the user did not ask for.
+std::string FlagOfOtherEngine(CLI::App* cmd, const std::string& engine) {
+  static const char* const kSglangOnly[] = {
+      "--page-size", "--prior-hash", "--extra-key", "--mem-layout", "--k-bytes-per-token", "--v-bytes-per-token",
+      "--layer-num", "--mla", "--tp-rank", "--pp-rank", "--cp", "--cp-rank", "--model-path", "--model-revision"};
+  static const char* const kVllmOnly[] = {
+      "--input", "--algo", "--seed", "--no-seed", "--hash-block-size", "--num-layers", "--layer-name-template",
+      "--blocks-per-chunk", "--group", "--pcp", "--dcp", "--rank", "--not-parallel-agnostic", "--lora-name",
+      "--explain"};
+  return engine == "sglang" ? FirstGiven(cmd, {std::begin(kVllmOnly), std::end(kVllmOnly)})
+                            : FirstGiven(cmd, {std::begin(kSglangOnly), std::end(kSglangOnly)});
+}
+
 }  // namespace
 
 void RegisterHashCommand(CLI::App* app, CliContext* ctx) {
   auto flags = std::make_shared<HashFlags>();
   CLI::App* cmd = app->add_subcommand(
-      "hash", "Block hashes, offload keys and file paths of a prompt, byte-exact with vLLM");
+      "hash",
+      "Block hashes, offload keys and file paths of a prompt, byte-exact with vLLM; with --engine sglang, "
+      "SGLang's HiCache page keys");
   cmd->add_option("--input", flags->input,
                   "A compat case (kvtier-compat-cases/1 JSON, '-' for stdin); prints its 'expected' members");
   cmd->add_option("--algo", flags->algo, "sha256 | sha256_cbor | xxhash | xxhash_cbor")->capture_default_str();
@@ -198,7 +309,9 @@ void RegisterHashCommand(CLI::App* app, CliContext* ctx) {
                   "Tokens per hash (vLLM tokens_per_hash; with --namespace-config the file's, and a different "
                   "value is an error)")
       ->capture_default_str();
-  cmd->add_option("--model", flags->model, "Model name as the engine was given it (enables paths)");
+  cmd->add_option("--model", flags->model,
+                  "Model name as the engine was given it (enables paths; SGLang: the served model name, with "
+                  "--mem-layout, --k-bytes-per-token, --v-bytes-per-token, --layer-num)");
   cmd->add_option("--dtype", flags->dtype, "KV cache dtype")->capture_default_str();
   cmd->add_option("--num-layers", flags->num_layers, "Attention layers in the single KV group")->capture_default_str();
   cmd->add_option("--layer-name-template", flags->layer_template, "Layer name; {} is the index")->capture_default_str();
@@ -207,7 +320,7 @@ void RegisterHashCommand(CLI::App* app, CliContext* ctx) {
                   "different value is an error)")
       ->capture_default_str();
   cmd->add_option("--group", flags->group, "KV-cache group index")->capture_default_str();
-  cmd->add_option("--tp", flags->tp, "Tensor-parallel size (with --not-parallel-agnostic)");
+  cmd->add_option("--tp", flags->tp, "Tensor-parallel size (vLLM: with --not-parallel-agnostic)");
   cmd->add_option("--pp", flags->pp, "Pipeline-parallel size");
   cmd->add_option("--pcp", flags->pcp, "Prefill context-parallel size");
   cmd->add_option("--dcp", flags->dcp, "Decode context-parallel size");
@@ -215,10 +328,11 @@ void RegisterHashCommand(CLI::App* app, CliContext* ctx) {
   cmd->add_flag("--not-parallel-agnostic", flags->not_agnostic, "The namespace records tp/pp/pcp/dcp and rank");
   cmd->add_option("--namespace-config", flags->namespace_config,
                   "Take the namespace from an existing config.json, with its tokens_per_hash, blocks_per_file "
-                  "and groups' tokens_per_block (one path per chunk)");
+                  "and groups' tokens_per_block (one path per chunk); SGLang: its page_size and geometry "
+                  "(the ranks from --tp-rank, --pp-rank, --cp-rank)");
   cmd->add_option("--root", flags->root, "root_dir: print absolute paths and whether each file exists");
   cmd->add_option("--lora-name", flags->lora, "LoRA adapter name");
-  cmd->add_option("--cache-salt", flags->salt, "Request cache_salt");
+  cmd->add_option("--cache-salt", flags->salt, "Request cache_salt (vLLM: an extra key; SGLang: seeds the chain, see --extra-key)");
   cmd->add_flag("--json", flags->json, "Machine-readable output");
   cmd->add_flag("--explain", flags->explain, "Include each block's serialized input (with --json)");
   cmd->add_option("--io-timeout", flags->io_timeout,
@@ -232,7 +346,10 @@ void RegisterHashCommand(CLI::App* app, CliContext* ctx) {
                            "--dcp", "--not-parallel-agnostic"}) {
     cmd->get_option(name)->excludes(cmd->get_option("--namespace-config"));
   }
+  AddSglangFlags(cmd, flags.get());
   cmd->callback([flags, ctx, cmd] {
+    flags->given_flag_of_other_engine = FlagOfOtherEngine(cmd, flags->engine);
+    flags->sg.first_geometry_flag = FirstGiven(cmd, kSglangGeometryFlags);
     flags->hash_block_size_given = cmd->get_option("--hash-block-size")->count() > 0;
     flags->blocks_per_chunk_given = cmd->get_option("--blocks-per-chunk")->count() > 0;
     // With --root in a child process (RunGuarded): a stat stuck on a hung

@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <functional>
 #include <iostream>
 
 #include "cli/ops_command.h"
@@ -55,7 +56,8 @@ bool Fill(const CommonFlags& f, std::string_view cmd, ScanOptions* o) {
 
 template <class Report>
 int Emit(const Result<Report>& r, std::string_view cmd, bool json, bool progress_shown,
-         nlohmann::json (*to_json)(const Report&), std::string (*to_text)(const Report&)) {
+         const std::function<nlohmann::json(const Report&)>& to_json,
+         const std::function<std::string(const Report&)>& to_text) {
   if (progress_shown) std::fputs("\n", stderr);
   if (!r.ok()) {
     // The message may name a file on the volume: escaped as fsck's details.
@@ -85,11 +87,27 @@ void RegisterDu(CLI::App* app, CliContext* ctx) {
   auto f = std::make_shared<CommonFlags>();
   CLI::App* du = app->add_subcommand("du", "Usage per namespace of a shared root_dir");
   AddCommon(du, f.get());
-  du->callback(Guarded([f, ctx] {
+  auto top_n = std::make_shared<size_t>(0);
+  auto by = std::make_shared<std::string>("bytes");
+  CLI::Option* top_option = du->add_option("--top", *top_n,
+                                    "Only the N largest namespaces (or the N coldest, with --by age), whichever "
+                                    "engine wrote them; the totals stay the whole volume's")
+                         ->check(CLI::Range(size_t{1}, size_t{1} << 40));
+  du->add_option("--by", *by, "With --top: bytes (largest first) | age (least recently used first)")
+      ->capture_default_str()
+      ->needs(top_option);
+  du->callback(Guarded([f, ctx, top_n, by] {
     ScanOptions o;
-    if (!Fill(*f, "du", &o)) return void(ctx->exit_code = 2);
+    const Result<DuTopBy> top_by = ParseDuTopBy(*by);
+    if (!top_by.ok()) std::fprintf(stderr, "kvtier du: %s\n", top_by.status().message().c_str());
+    if (!top_by.ok() || !Fill(*f, "du", &o)) return void(ctx->exit_code = 2);
+    const DuTop top{.n = *top_n, .by = *top_by};
     Result<DuReport> r = Du(o);
-    const int rc = Emit<DuReport>(r, "du", f->json, o.progress != nullptr, &DuJson, &DuText);
+    const size_t of = r.ok() ? r->namespaces.size() : 0;
+    if (r.ok()) KeepTopNamespaces(top, &*r);
+    const int rc = Emit<DuReport>(
+        r, "du", f->json, o.progress != nullptr, [&](const DuReport& d) { return DuJson(d, top, of); },
+        [&](const DuReport& d) { return DuText(d, top, of); });
     ctx->exit_code = rc != 0 ? rc : r->ExitCode();  // 8: parts could not be read
   }, ctx));
 }

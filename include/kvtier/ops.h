@@ -118,10 +118,16 @@ struct NamespaceUsage {
   std::string model;   // model_name from config.json (or the directory's prefix)
   std::string digest;  // 12 hex characters
   bool has_config = false;
-  // From config.json when it parses: tokens_per_hash, blocks_per_file, dtype,
-  // tp_size, and the number of KV-cache groups (-1 / "" when unknown).
+  // Which engine wrote it: config.json's "inference_engine", "vllm" or
+  // "sglang" ("" when unknown: no config.json, or another value).
+  std::string engine;
+  // From config.json when it parses: dtype and tp_size (both engines);
+  // vLLM's tokens_per_hash, blocks_per_file and number of KV-cache groups;
+  // SGLang's page_size and mem_layout (-1 / "" when unknown or absent).
   int64_t tokens_per_hash = -1, blocks_per_file = -1, tp_size = -1, groups = -1;
   std::string dtype;
+  int64_t page_size = -1;
+  std::string mem_layout;
   std::vector<int64_t> ranks;  // the _r<rank> block directories
   uint64_t blocks = 0, bytes = 0, tmp_files = 0;
   int64_t newest_activity = 0, oldest_activity = 0;  // unix seconds, max(atime, mtime) of blocks

@@ -4,6 +4,7 @@ A thin binding over kvtier's C++ library (``kvtier._kvtier``):
 
 * hashing and layout: :func:`block_hashes`, :func:`none_hash`, :func:`chunk_keys`,
   :func:`make_key`, :class:`Namespace` (directory, digest, ``config.json`` bytes, block paths);
+  SGLang's page keys: :func:`sglang_page_keys`;
 * :class:`FsTier`: asynchronous store / load / lookup jobs over caller buffers (zero-copy);
 * :class:`EngineTier`: the same tier driven by an engine's per-step contract (used by
   :mod:`kvtier.vllm`, vLLM's out-of-tree secondary tier ``KvtierFsTier``);
@@ -38,12 +39,13 @@ from kvtier._kvtier import (
     none_hash,
     set_log_sink,
     set_min_log_level,
+    sglang_page_keys,
 )
 
 __all__ = [
     "DuReport", "EngineTier", "Finding", "FsckReport", "FsTier", "GcReport", "JobResult", "KvtierError",
     "Namespace", "NamespaceUsage", "Reclaimed", "block_hashes", "chunk_keys", "config_check", "du", "fsck",
-    "gc", "make_key", "none_hash", "set_log_sink", "set_min_log_level", "use_python_logging",
+    "gc", "make_key", "none_hash", "set_log_sink", "set_min_log_level", "sglang_page_keys", "use_python_logging",
 ]
 
 _LEVELS = {"info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}

@@ -51,6 +51,20 @@ def chunk_keys(
 def make_key(block_hash: bytes, group_idx: int = 0) -> bytes:
     """vLLM's OffloadKey: ``block_hash`` (1-32 bytes) followed by ``group_idx`` (4 bytes, big-endian)."""
 
+def sglang_page_keys(
+    tokens: Sequence[int] | Sequence[tuple[int, int]],
+    page_size: int,
+    prior_hash: str | None = None,
+    extra_key: str | None = None,
+    cache_salt: str | None = None,
+) -> list[str]:
+    """SGLang's HiCache page keys (64 lowercase hex characters each): chained SHA-256 over
+    4-byte little-endian token ids (each in [0, 2**32-1]; (a, b) pairs in EAGLE bigram mode),
+    a trailing partial page too. ``prior_hash`` (hex) continues a chain exactly.
+    ``extra_key`` / ``cache_salt`` seed a fresh chain as sgl-project/sglang#38577 describes, in
+    kvtier's reading of it, NOT verified against SGLang's code (see docs/ops.md); give
+    ``prior_hash`` with a seed SGLang prints for an exact chain. Both at once is an error."""
+
 class Namespace:
     """A vLLM fs-tier namespace (vLLM's FileMapper fields): the directory ``<model>_<digest>``,
     the exact bytes of its ``config.json`` and the path of each block file."""
@@ -274,11 +288,14 @@ class NamespaceUsage:
     model: str
     digest: str
     has_config: bool
-    tokens_per_hash: int
-    blocks_per_file: int
+    engine: str  # config.json's inference_engine: "vllm", "sglang", or "" (unknown)
+    tokens_per_hash: int  # vLLM (-1 when unknown or absent, as the other ints)
+    blocks_per_file: int  # vLLM
     tp_size: int
-    groups: int
+    groups: int  # vLLM
     dtype: str
+    page_size: int  # SGLang
+    mem_layout: str  # SGLang ("" when unknown)
     ranks: list[int]
     blocks: int
     bytes: int

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "kvtier/layout.h"
+#include "kvtier/sglang_hash.h"
 #include "py_common.h"
 
 namespace kvtier::py {
@@ -197,9 +198,60 @@ void BindNamespace(pb::module_& m) {
       .def("__repr__", [](const Namespace& ns) { return "<kvtier.Namespace " + ns.dir_name() + ">"; });
 }
 
+// SGLang's token list as flat ids: ints, or (a, b) pairs throughout (EAGLE
+// bigram mode), each id in [0, 2^32-1] as SGLang's hash requires.
+std::pair<std::vector<int64_t>, uint32_t> SglangIds(const pb::iterable& tokens) {
+  std::vector<int64_t> ids;
+  std::optional<bool> pairs;
+  size_t i = 0;
+  for (pb::handle t : tokens) {
+    const std::string what = "tokens[" + std::to_string(i++) + "]";
+    const bool is_pair = PyTuple_Check(t.ptr()) || PyList_Check(t.ptr());
+    if (pairs && *pairs != is_pair) ThrowStatus(InvalidArgument(what + ": mixes ints and (a, b) pairs"));
+    pairs = is_pair;
+    if (!is_pair) {
+      ids.push_back(IntIn(t, what, 0, kSglangTokenIdMax));
+      continue;
+    }
+    const pb::sequence pair = pb::reinterpret_borrow<pb::sequence>(t);
+    if (pair.size() != 2) ThrowStatus(InvalidArgument(what + ": a bigram pair holds 2 ids"));
+    for (size_t k = 0; k < 2; ++k) {
+      ids.push_back(IntIn(pair[k], what + "[" + std::to_string(k) + "]", 0, kSglangTokenIdMax));
+    }
+  }
+  return {std::move(ids), pairs.value_or(false) ? 2u : 1u};
+}
+
+pb::list SglangPageKeysPy(const pb::iterable& tokens, const pb::object& page_size,
+                          const pb::object& prior_hash, const pb::object& extra_key,
+                          const pb::object& cache_salt) {
+  const auto [ids, ids_per_token] = SglangIds(tokens);
+  const uint32_t size = static_cast<uint32_t>(IntIn(page_size, "page_size", 1, UINT32_MAX));
+  std::optional<std::string> head = OptionalText(prior_hash, "prior_hash");
+  const std::optional<std::string> key = OptionalText(extra_key, "extra_key");
+  const std::optional<std::string> salt = OptionalText(cache_salt, "cache_salt");
+  if (head && (key || salt)) {
+    ThrowStatus(InvalidArgument(
+        "prior_hash continues a chain, extra_key/cache_salt seed a fresh one: give one or the other"));
+  }
+  if (!head) head = Unwrap(SglangNamespaceSeed(key, salt));
+  const std::vector<std::string> keys =
+      Unwrap(WithoutGil([&] { return SglangPageKeys(ids, size, head, ids_per_token); }));
+  pb::list out;
+  for (const std::string& k : keys) out.append(pb::str(k));
+  return out;
+}
+
 }  // namespace
 
 void BindHashing(pb::module_& m) {
+  m.def("sglang_page_keys", &SglangPageKeysPy, pb::arg("tokens"), pb::arg("page_size"),
+        pb::arg("prior_hash") = pb::none(), pb::arg("extra_key") = pb::none(),
+        pb::arg("cache_salt") = pb::none(),
+        "SGLang's HiCache page keys (64 hex characters each) of `tokens` (ints, or (a, b) EAGLE bigram pairs): "
+        "chained SHA-256 over 4-byte little-endian ids, a trailing partial page too. extra_key / cache_salt seed "
+        "a fresh chain as sglang#38577 describes, in kvtier's reading of it (NOT verified against SGLang's code); "
+        "prior_hash (hex) continues a chain exactly, e.g. from a seed SGLang printed.");
   m.def("block_hashes", &BlockHashes, pb::arg("tokens"), pb::kw_only(), pb::arg("algo") = "sha256",
         pb::arg("block_size") = 16, pb::arg("seed") = pb::none(), pb::arg("lora_name") = pb::none(),
         pb::arg("cache_salt") = pb::none(),

@@ -19,8 +19,8 @@ using format::kLeaseRefreshS;
 struct ConfigInfo {
   bool parses = false;          // a JSON object
   bool digest_matches = false;  // its fields hash to the directory's digest (L79)
-  std::string model, dtype;
-  int64_t tokens_per_hash = -1, blocks_per_file = -1, tp_size = -1, groups = -1;
+  std::string model, dtype, engine, mem_layout;
+  int64_t tokens_per_hash = -1, blocks_per_file = -1, tp_size = -1, groups = -1, page_size = -1;
 };
 
 // Whether `then` (unix seconds) lies at least / at most `s` seconds before

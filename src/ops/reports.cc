@@ -35,8 +35,16 @@ ConfigInfo ParseConfig(const NsScan& ns) {
   info.tokens_per_hash = get_int("tokens_per_hash");
   info.blocks_per_file = get_int("blocks_per_file");
   info.tp_size = get_int("tp_size");
-  if (fields.contains("model_name") && fields["model_name"].is_string()) info.model = fields["model_name"];
-  if (fields.contains("dtype") && fields["dtype"].is_string()) info.dtype = fields["dtype"];
+  info.page_size = get_int("page_size");
+  auto get_string = [&](const char* key) {
+    return fields.contains(key) && fields[key].is_string() ? fields[key].get<std::string>() : std::string();
+  };
+  info.model = get_string("model_name");
+  info.dtype = get_string("dtype");
+  info.mem_layout = get_string("mem_layout");
+  // "inference_engine" tells vLLM's namespaces from SGLang's (FORMAT.md L103).
+  info.engine = get_string("inference_engine");
+  if (info.engine != "vllm" && info.engine != "sglang") info.engine.clear();
   if (fields.contains("kv_cache_groups") && fields["kv_cache_groups"].is_array()) {
     info.groups = static_cast<int64_t>(fields["kv_cache_groups"].size());
   }
@@ -70,11 +78,14 @@ NamespaceUsage Usage(const std::string& name, const NsScan& ns, int64_t now) {
       .model = info.model.empty() ? name.substr(0, name.size() - format::kDigestHexChars - 1) : info.model,  // L2
       .digest = ns.digest,
       .has_config = ns.has_config,
+      .engine = info.engine,
       .tokens_per_hash = info.tokens_per_hash,
       .blocks_per_file = info.blocks_per_file,
       .tp_size = info.tp_size,
       .groups = info.groups,
       .dtype = info.dtype,
+      .page_size = info.page_size,
+      .mem_layout = info.mem_layout,
       .ranks = ns.ranks,
       .blocks = ns.blocks.size(),
       .tmp_files = ns.tmps.size(),

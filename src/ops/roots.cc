@@ -89,6 +89,7 @@ void MergeUsage(const NamespaceUsage& u, NamespaceUsage* into) {
     into->dtype = u.dtype;
     into->tokens_per_hash = u.tokens_per_hash, into->blocks_per_file = u.blocks_per_file;
     into->tp_size = u.tp_size, into->groups = u.groups;
+    into->engine = u.engine, into->page_size = u.page_size, into->mem_layout = u.mem_layout;
   }
 }
 

@@ -184,6 +184,9 @@ Result<HashQuery> HashQueryFromCase(std::string_view case_json_text) {
 
 Result<NamespaceSpec> NamespaceSpecFromConfigJson(std::string_view text, int64_t rank) {
   KVTIER_ASSIGN_OR_RETURN(json fields, ParseJsonKeepingBigInts(text, "config.json"));
+  if (fields.is_object() && fields.contains("inference_engine") && fields["inference_engine"] == "sglang") {
+    return InvalidArgument("config.json is an SGLang namespace's (FORMAT.md L103): add --engine sglang");
+  }
   KVTIER_ASSIGN_OR_RETURN(NamespaceSpec spec, ParseNamespace(fields, "config.json", true));
   spec.rank = rank;
   return spec;

@@ -30,8 +30,21 @@ int RunGuarded(const std::function<int()>& body);
 // _exit skips the static destructors the stuck threads could race with.
 [[noreturn]] void ExitHung();
 
-nlohmann::json DuJson(const DuReport& r);
-std::string DuText(const DuReport& r);
+// `du --top N --by bytes|age`: the n largest namespaces (kBytes: most bytes
+// first) or the n coldest (kAge: oldest newest_activity first, one without
+// blocks first of all), across engines; ties go by name.
+enum class DuTopBy { kBytes, kAge };
+struct DuTop {
+  size_t n = 0;  // 0: every namespace, by name (no --top)
+  DuTopBy by = DuTopBy::kBytes;
+};
+Result<DuTopBy> ParseDuTopBy(std::string_view text);
+// Keeps r's top namespaces in that order; the totals stay the whole volume's.
+void KeepTopNamespaces(const DuTop& top, DuReport* r);
+// With a top, the reports say which (JSON "top": {n, by, of}; text "top n
+// of m ... by ..."): `of` is the number of namespaces before KeepTopNamespaces.
+nlohmann::json DuJson(const DuReport& r, const DuTop& top = {}, size_t of = 0);
+std::string DuText(const DuReport& r, const DuTop& top = {}, size_t of = 0);
 nlohmann::json FsckJson(const FsckReport& r);
 std::string FsckText(const FsckReport& r);
 nlohmann::json GcJson(const GcReport& r);

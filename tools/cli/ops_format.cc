@@ -73,12 +73,14 @@ static void ProblemsText(std::ostringstream& out, const char* what, const std::v
   for (const ScanProblem& p : problems) out << what << " " << QuoteName(p.path) << ": " << EscapeUnprintable(p.detail) << "\n";
 }
 
-nlohmann::json DuJson(const DuReport& r) {
+nlohmann::json DuJson(const DuReport& r, const DuTop& top, size_t of) {
   nlohmann::json list = nlohmann::json::array();
   for (const NamespaceUsage& u : r.namespaces) {
     list.push_back({{"dir", u.dir}, {"model", u.model}, {"digest", u.digest}, {"has_config", u.has_config},
+                    {"engine", u.engine},
                     {"config", {{"tokens_per_hash", u.tokens_per_hash}, {"blocks_per_file", u.blocks_per_file},
-                                {"dtype", u.dtype}, {"tp_size", u.tp_size}, {"groups", u.groups}}},
+                                {"dtype", u.dtype}, {"tp_size", u.tp_size}, {"groups", u.groups},
+                                {"page_size", u.page_size}, {"mem_layout", u.mem_layout}}},
                     {"ranks", u.ranks}, {"blocks", u.blocks}, {"bytes", u.bytes}, {"tmp_files", u.tmp_files},
                     {"newest_activity", u.newest_activity}, {"oldest_activity", u.oldest_activity},
                     {"live_leases", u.live_leases}, {"leases_known", u.leases_known}});
@@ -86,15 +88,26 @@ nlohmann::json DuJson(const DuReport& r) {
   nlohmann::json j = {{"namespaces", list}, {"total_bytes", r.total_bytes}, {"total_blocks", r.total_blocks},
                       {"files_scanned", r.files_scanned}, {"unreadable", ProblemsJson(r.unreadable)},
                       {"exit_code", r.ExitCode()}};
+  if (top.n != 0) j["top"] = {{"n", top.n}, {"by", top.by == DuTopBy::kBytes ? "bytes" : "age"}, {"of", of}};
   MakeJsonUtf8(&j);  // names on the volume may be any bytes
   return j;
 }
 
-std::string DuText(const DuReport& r) {
+// The settings that size a namespace's files: vLLM's tokens per hash x
+// blocks per file; SGLang's page size, host layout and TP size.
+static std::string Geometry(const NamespaceUsage& u) {
+  if (u.engine == "sglang") {
+    return "page " + std::to_string(u.page_size) + " " + (u.mem_layout.empty() ? "?" : QuoteName(u.mem_layout)) +
+           " tp" + std::to_string(u.tp_size);
+  }
+  return std::to_string(u.tokens_per_hash) + " tokens/hash x " + std::to_string(u.blocks_per_file) + " blocks/file";
+}
+
+std::string DuText(const DuReport& r, const DuTop& top, size_t of) {
   std::ostringstream out;
   char line[512];
-  std::snprintf(line, sizeof line, "%-52s %10s %11s %5s %6s %-12s %-10s %s\n", "NAMESPACE", "BLOCKS", "BYTES", "TMP",
-                "LEASES", "NEWEST", "DTYPE", "TOKENS/HASH x BLOCKS/FILE");
+  std::snprintf(line, sizeof line, "%-52s %-6s %10s %11s %5s %6s %-12s %-10s %s\n", "NAMESPACE", "ENGINE", "BLOCKS",
+                "BYTES", "TMP", "LEASES", "NEWEST", "DTYPE", "GEOMETRY");
   out << line;
   // The name and the dtype (from the volume: any length, quoted when odd)
   // are padded here rather than formatted into the fixed buffer.
@@ -107,10 +120,14 @@ std::string DuText(const DuReport& r) {
     std::snprintf(line, sizeof line, " %10llu %11s %5llu %6s %-12s ", static_cast<unsigned long long>(u.blocks),
                   HumanBytes(u.bytes).c_str(), static_cast<unsigned long long>(u.tmp_files), leases.c_str(),
                   Age(u.newest_activity).c_str());
-    out << padded(QuoteName(u.dir), 52) << line << padded(u.dtype.empty() ? "?" : QuoteName(u.dtype), 10) << ' '
-        << u.tokens_per_hash << " x " << u.blocks_per_file << "\n";
+    out << padded(QuoteName(u.dir), 52) << ' ' << padded(u.engine.empty() ? "?" : u.engine, 6) << line
+        << padded(u.dtype.empty() ? "?" : QuoteName(u.dtype), 10) << ' ' << Geometry(u) << "\n";
   }
-  out << "total: " << r.namespaces.size() << " namespaces, " << r.total_blocks << " blocks, "
+  if (top.n != 0) {
+    out << "top " << r.namespaces.size() << " of " << of << " namespaces by "
+        << (top.by == DuTopBy::kBytes ? "bytes (largest first)" : "age (coldest first)") << "\n";
+  }
+  out << "total: " << (top.n != 0 ? of : r.namespaces.size()) << " namespaces, " << r.total_blocks << " blocks, "
       << HumanBytes(r.total_bytes) << " (" << r.files_scanned << " files scanned)\n";
   ProblemsText(out, "unreadable:", r.unreadable);
   if (!r.unreadable.empty()) out << "du: incomplete: " << r.unreadable.size() << " parts could not be read (exit 8)\n";
