@@ -157,11 +157,14 @@ class KVTIER_API FsTier {
   // probes O_DIRECT (a refusal is logged: buffered I/O) and, with
   // tier.checksum_blocks, user xattrs (L102), registers registered_memory
   // with io_uring (a refusal is logged), takes a heartbeat lease for gc
-  // (L74), and starts the engine thread. Blocks on that file system work;
+  // (L74), and starts the engine thread, and the threads that scan the
+  // block directory once (max_bytes, usage) and sample statvfs (neither is
+  // waited for here, nor by the close on a hung mount). Blocks on that file system work;
   // call it off latency-critical threads.
   // Errors:
   // - kInvalidArgument: tier.root_dir empty, row_bytes 0, n_read_threads or
-  //   n_write_threads < 1, stores_while_loading_max < 0, an invalid `ns`
+  //   n_write_threads < 1, stores_while_loading_max < 0, max_bytes below
+  //   one row (per root with path_sharding), an invalid `ns`
   //   (Namespace::Create), or root_dir exists and is not a directory;
   // - kUnavailable: with checksum_blocks, user xattrs do not work under
   //   root_dir (as vLLM's tier; a probe that fails for another reason is
