@@ -117,8 +117,8 @@ CapacityIndex::Admission CapacityIndex::Reserve(std::span<const CapacityKey> key
   const uint64_t used = bytes();
   const uint64_t need = used + new_bytes > bytes_max_ ? used + new_bytes - bytes_max_ : 0;
   if (new_bytes > bytes_max_) {
-    out.status = Refuse(keys.size(), "a store batch of " + std::to_string(new_bytes) + " new bytes is larger than max_bytes " +
-                                         std::to_string(bytes_max_));
+    out.status = Refuse(keys.size(), "a store batch of " + std::to_string(new_bytes) +
+                                         " new bytes is larger than max_bytes " + std::to_string(bytes_max_));
   } else if (Status s = PickVictims(need, &out.victims); !s.ok()) {
     out.status = Refuse(keys.size(), s.message());
   }

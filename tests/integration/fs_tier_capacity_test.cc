@@ -138,7 +138,8 @@ class FsTierCapacityTest : public ::testing::Test {
   }
 
   // Opens a tier (with `backend` if given) and waits for its startup scan.
-  std::unique_ptr<FsTier> Open(std::optional<uint64_t> max_rows, std::unique_ptr<internal::IoBackend> backend = nullptr) {
+  std::unique_ptr<FsTier> Open(std::optional<uint64_t> max_rows,
+                               std::unique_ptr<internal::IoBackend> backend = nullptr) {
     const FsTierOpenOptions o = Options(max_rows);
     Result<std::unique_ptr<FsTier>> tier =
         backend ? internal::OpenFsTierWithBackend(o, std::move(backend)) : FsTier::Open(o);
