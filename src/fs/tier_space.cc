@@ -9,6 +9,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <system_error>
 #include <thread>
 
 #include "fs/namespace_scan.h"
@@ -75,6 +76,34 @@ void RunSampler(const std::shared_ptr<TierSpace::State>& s) {
   s->Exited();
 }
 
+// Where the OS refuses a thread (a thread or memory limit), the tier runs
+// without it (a warning): the budget still holds for what it stores, and the
+// gauges it would have fed stay 0.
+void Refused(const std::shared_ptr<TierSpace::State>& s, const std::system_error& e, bool scan) {
+  std::lock_guard lock(s->mu);
+  --s->running;
+  if (scan) s->scan_done = true;
+  LogWarning("fs tier: no thread for the usage " + std::string(scan ? "scan" : "sampler") + " of " + s->root_dir +
+             " (" + e.what() + "): " + (scan ? "namespace" : "volume") + " usage stays unknown");
+}
+
+void StartThreads(const std::shared_ptr<TierSpace::State>& s) {
+  {
+    std::lock_guard lock(s->mu);
+    s->running = 2;
+  }
+  try {
+    s->scanner = std::thread([s] { RunScan(s); });
+  } catch (const std::system_error& e) {
+    Refused(s, e, true);
+  }
+  try {
+    s->sampler = std::thread([s] { RunSampler(s); });
+  } catch (const std::system_error& e) {
+    Refused(s, e, false);
+  }
+}
+
 }  // namespace
 
 Status CheckCapacityOptions(const FsTierOptions& tier, uint64_t row_bytes, size_t roots) {
@@ -104,9 +133,7 @@ std::unique_ptr<TierSpace> TierSpace::Start(const FsTierOptions& tier, int root_
     s->scan_done = true;
     return usage;
   }
-  s->running = 2;
-  s->scanner = std::thread([s] { RunScan(s); });
-  s->sampler = std::thread([s] { RunSampler(s); });
+  StartThreads(s);
   return usage;
 }
 
