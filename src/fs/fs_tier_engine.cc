@@ -101,8 +101,7 @@ class FsTierImpl final : public FsTier {
       metrics_.store_queue_bytes -= bytes;
       return Drop(keys.size(), "store queue full");
     }
-    // max_bytes: room is reserved, and the LRU blocks evicted for it are
-    // unlinked by ops of this job, so it finishes only once they are gone.
+    // max_bytes: room is reserved; this job's own ops unlink the LRU blocks evicted for it.
     std::vector<CapacityKey> capacity_keys = space_->Keys(keys);
     std::vector<std::string> evict;
     if (Status s = space_->AdmitStore(capacity_keys, &evict); !s.ok()) {
