@@ -71,8 +71,10 @@ struct FsTierOpenOptions {
 
 // What happened to one key of a job. KeyResult::status carries the details:
 // - kCorrupt: kCorruption (wrong size, CRC attribute or CRC32C mismatch).
-// - kDropped: kRejected ("store queue full" or "store latency above the
-//   high water mark").
+// - kDropped: kRejected ("store queue full", "store latency above the
+//   high water mark", or, with max_bytes, a batch that cannot fit: larger
+//   than max_bytes, or the blocks that could be evicted for it are being
+//   read or written; nothing of the batch is written).
 // - kError: ErrnoToStatus of the failed syscall, named with the path:
 //   kTimedOut (io_timeout_ms expired), kNoSpace (ENOSPC, EDQUOT),
 //   kPermissionDenied (EACCES, EPERM, EROFS), kNotFound (a store whose shard
@@ -85,7 +87,7 @@ enum class KeyOutcome : uint8_t {
   kSkippedExists,  // store: the file already existed (another writer had it)
   kMiss,           // load or lookup: no such regular file (a symlink, FIFO or directory there is a miss too)
   kCorrupt,        // load: wrong size or CRC; never returned (short or bad-CRC files removed)
-  kDropped,        // store: refused by backpressure, nothing written
+  kDropped,        // store: refused by backpressure or max_bytes, nothing written
   kError,          // an I/O error or an expired deadline; see KeyResult::status
 };
 // Stable lower-case name ("ok", "skipped_exists", "miss", "corrupt",
@@ -131,6 +133,20 @@ struct FsTierMetrics {
   // not yet returned by it (bounded by n_read_threads + n_write_threads + 1
   // per root).
   uint64_t root_up = 1, roots_down = 0, deadline_misses = 0, requests_stuck = 0;
+  // Space (docs/metrics.md, "Capacity and usage"), sampled, never a scan
+  // per call: the volume's used and free bytes (statvfs of root_dir, every
+  // 5 s; free is what an unprivileged writer may still use); this tier's
+  // <ns>_r<rank> directory's bytes and block files (the max_bytes index, or
+  // the startup scan plus this tier's stores); namespace_scan_complete is 1
+  // once the startup scan finished (before, the namespace counts are
+  // partial). With max_bytes: the budget (0: none), the blocks and bytes
+  // evicted for it, and the store rows refused because a batch could not
+  // fit (also counted in rows_dropped). Several roots: summed (roots on one
+  // volume count its bytes once per root).
+  uint64_t volume_used_bytes = 0, volume_free_bytes = 0;
+  uint64_t namespace_bytes = 0, namespace_blocks = 0, namespace_scan_complete = 0;
+  uint64_t capacity_bytes_max = 0, capacity_evicted_blocks = 0, capacity_evicted_bytes = 0;
+  uint64_t capacity_refused_rows = 0;
   // Latency histograms per direction: bucket i counts operations that took
   // < 2^i microseconds (the last bucket is everything slower).
   static constexpr int kLatencyBuckets = 24;
@@ -145,11 +161,14 @@ class KVTIER_API FsTier {
   // probes O_DIRECT (a refusal is logged: buffered I/O) and, with
   // tier.checksum_blocks, user xattrs (L102), registers registered_memory
   // with io_uring (a refusal is logged), takes a heartbeat lease for gc
-  // (L74), and starts the engine thread. Blocks on that file system work;
+  // (L74), and starts the engine thread, and the threads that scan the
+  // block directory once (max_bytes, usage) and sample statvfs (neither is
+  // waited for here, nor by the close on a hung mount). Blocks on that file system work;
   // call it off latency-critical threads.
   // Errors:
   // - kInvalidArgument: tier.root_dir empty, row_bytes 0, n_read_threads or
-  //   n_write_threads < 1, stores_while_loading_max < 0, an invalid `ns`
+  //   n_write_threads < 1, stores_while_loading_max < 0, max_bytes below
+  //   one row (per root with path_sharding), an invalid `ns`
   //   (Namespace::Create), or root_dir exists and is not a directory;
   // - kUnavailable: with checksum_blocks, user xattrs do not work under
   //   root_dir (as vLLM's tier; a probe that fails for another reason is

@@ -100,6 +100,14 @@ struct FsTierOptions {
   // a read abandoned at its deadline can never write a row the caller has
   // reused (options.h says why); default "auto".
   BounceLoads bounce_loads = BounceLoads::kAuto;
+  // `max_bytes` (vLLM PR #54327): the byte budget of this tier's
+  // <model>_<digest>_r<rank> directory (not of the whole root); absent or
+  // null: unbounded (no index, no eviction). Set: a store batch reserves its
+  // bytes and evicts least recently used blocks that nothing reads or
+  // writes; a batch that cannot fit is refused whole (kDropped). With
+  // path_sharding each root gets max_bytes / (number of roots). > 0, and at
+  // least one row per root (FsTier::Open checks). docs/config.md.
+  std::optional<uint64_t> capacity_bytes_max;
   // `checksum_blocks` (vLLM PR #57912, where vLLM's default is false): store
   // each block's CRC32C in the xattr user.vllm.kv_crc32c and verify it on
   // load (FORMAT.md L60, L67, L102); the tier's open fails where the

@@ -6,8 +6,9 @@ Add to vLLM's ``kv_connector_extra_config`` (``spec_name: "TieringOffloadingSpec
 
 vLLM's ``SecondaryTierFactory`` imports this module and builds the class with the tier's other
 keys: vLLM's fs-tier keys (``root_dir``, ``n_read_threads``, ``n_write_threads``,
-``enable_kv_events``, ``locality``, ``backpressure``, and PR #57912's ``checksum_blocks``, on by
-default in kvtier) and kvtier's own (docs/config.md); an unknown key or a broken rule raises
+``enable_kv_events``, ``locality``, ``backpressure``, PR #57912's ``checksum_blocks``, on by
+default in kvtier, and PR #54327's ``max_bytes``, the byte budget of the tier's
+``<model>_<digest>_r<rank>`` directory with LRU eviction) and kvtier's own (docs/config.md); an unknown key or a broken rule raises
 ``kvtier.KvtierError`` naming the key. Blocks, paths and
 ``config.json`` are vLLM's, so vLLM's own ``"type": "fs"`` tier on the same root reads what this
 tier writes, and the reverse.
@@ -73,6 +74,9 @@ _COUNTERS = {  # metric name -> (FsTier metrics() field, scale, documentation)
     "kvtier:fs_lookup_errors": ("lookup_errors", 1, "Existence checks that failed with an I/O error."),
     "kvtier:fs_checksum_seconds": ("checksum_ns", 1e-9, "CPU seconds spent on CRC32C, stores and loads."),
     "kvtier:fs_deadline_misses": ("deadline_misses", 1, "Requests with no answer within io_timeout_ms."),
+    "kvtier:fs_capacity_evicted_blocks": ("capacity_evicted_blocks", 1, "Blocks evicted to keep max_bytes."),
+    "kvtier:fs_capacity_evicted_bytes": ("capacity_evicted_bytes", 1, "Bytes evicted to keep max_bytes."),
+    "kvtier:fs_capacity_refused_rows": ("capacity_refused_rows", 1, "Stores refused: the batch could not fit max_bytes."),
 }
 _GAUGES = {
     "kvtier:fs_read_queue_depth": ("read_queue_depth", "Loads and lookups queued in kvtier's engine."),
@@ -80,6 +84,11 @@ _GAUGES = {
     "kvtier:fs_backpressure_active": ("backpressure_active", "1 while kvtier drops stores for latency."),
     "kvtier:fs_root_up": ("root_up", "1 while the tier's root answers; 0 while it is down."),
     "kvtier:fs_requests_stuck": ("requests_stuck", "Requests abandoned to the kernel, not yet returned."),
+    "kvtier:fs_volume_used_bytes": ("volume_used_bytes", "Used bytes of the tier's volume (statvfs, sampled)."),
+    "kvtier:fs_volume_free_bytes": ("volume_free_bytes", "Free bytes of the tier's volume for unprivileged writers."),
+    "kvtier:fs_namespace_bytes": ("namespace_bytes", "Bytes of this tier's <model>_<digest>_r<rank> directory."),
+    "kvtier:fs_namespace_blocks": ("namespace_blocks", "Block files of this tier's <model>_<digest>_r<rank> directory."),
+    "kvtier:fs_capacity_bytes_max": ("capacity_bytes_max", "The tier's max_bytes (0: unbounded)."),
 }
 _LABELS = ("tier",)
 # What a tier key from JSON can be. vLLM's factory passes a detector object (or None) as
@@ -207,7 +216,9 @@ class KvtierFsTier(SecondaryTierManager):
             yield from events
 
     def touch(self, keys: Collection[OffloadKey], req_context: ReqContext) -> None:
-        return  # the fs tier keeps no eviction order (gc reclaims by age and capacity)
+        # Recency for max_bytes comes from the tier's own loads and lookup hits; without max_bytes
+        # the tier keeps no eviction order (gc reclaims by age and capacity).
+        return
 
     def shutdown(self) -> None:
         """Drains, stops all I/O into the primary rows and releases them, so vLLM can unmap."""

@@ -250,6 +250,24 @@ void EmitPathSharding(const FsTierOptions& out, std::string_view name, Json& obj
   if (out.path_sharding == PathSharding::kByBlockHash) obj[std::string(name)] = "by_block_hash";
 }
 
+// vLLM PR #54327: null (or absent) is no budget; 0 is refused rather than
+// read as "store nothing" or "unbounded".
+Status ParseMaxBytes(const Json& value, const std::string& path, FsTierOptions& out) {
+  if (value.is_null()) {
+    out.capacity_bytes_max.reset();
+    return Status::Ok();
+  }
+  uint64_t bytes = 0;
+  Status s = internal::ReadInteger(value, path, IntRule::kPositive, &bytes);
+  if (!s.ok()) return Status(s.code(), s.message() + " (bytes; null or absent: unbounded)");
+  out.capacity_bytes_max = bytes;
+  return Status::Ok();
+}
+
+void EmitMaxBytes(const FsTierOptions& out, std::string_view name, Json& obj) {
+  if (out.capacity_bytes_max.has_value()) obj[std::string(name)] = *out.capacity_bytes_max;
+}
+
 // null means "unspecified", as vLLM's locality=None.
 Status ParseLocality(const Json& value, const std::string& path, FsTierOptions& out) {
   if (value.is_null()) {
@@ -303,6 +321,7 @@ constexpr KeySpec<FsTierOptions> kFsTierKeys[] = {
     BoolKey<&FsTierOptions::enable_kv_events>("enable_kv_events", kVllm),
     {"locality", kVllm, kOptional, &ParseLocality, &EmitLocality},
     {"backpressure", kVllm, kOptional, nullptr, &EmitTierBackpressure},
+    {"max_bytes", kVllm, kOptional, &ParseMaxBytes, &EmitMaxBytes},  // vLLM PR #54327
     IntegerKey<&FsTierOptions::io_timeout_ms, kNonNegative>("io_timeout_ms", kKvtier),
     IntegerKey<&FsTierOptions::stores_while_loading_max, kNonNegative>("stores_while_loading_max", kKvtier),
     EnumKey<&FsTierOptions::durability, kDurabilityNames>("durability", kKvtier),

@@ -24,6 +24,7 @@
 #include "fs/fs_tier_internal.h"
 #include "fs/root_health.h"
 #include "fs/tier_metrics.h"
+#include "fs/tier_space.h"
 #include "util/keep_forever.h"
 #include "util/log.h"
 
@@ -47,6 +48,7 @@ struct Job {
   JobKind kind = JobKind::kLoad;
   std::vector<KeyResult> results;
   size_t remaining = 0;
+  std::vector<CapacityKey> capacity_keys;  // per key, with max_bytes (tier_space.h)
 };
 
 struct Submission {
@@ -62,7 +64,8 @@ class FsTierImpl final : public FsTier {
              std::unique_ptr<IoBackend> backend, std::unique_ptr<Lease> lease)
       : options_(o), ns_(std::move(ns)), shared_(std::move(shared)), backend_(std::move(backend)),
         lease_(std::move(lease)),
-        scheduler_limits_(Limits(o)), scheduler_(scheduler_limits_), detector_(o.tier.backpressure), health_(kMissesToDown, kProbeIntervalNs) {
+        scheduler_limits_(Limits(o)), scheduler_(scheduler_limits_), detector_(o.tier.backpressure), health_(kMissesToDown, kProbeIntervalNs),
+        space_(TierSpace::Start(o.tier, shared_->root.get(), ns_.block_dir_name(), o.row_bytes)) {
     engine_ = std::thread([this] { Run(); });
   }
   ~FsTierImpl() override {
@@ -115,10 +118,20 @@ class FsTierImpl final : public FsTier {
       metrics_.store_queue_bytes -= bytes;
       return Drop(keys.size(), "store queue full");
     }
+    // max_bytes: room is reserved; this job's own ops unlink the LRU blocks evicted for it.
+    std::vector<CapacityKey> capacity_keys = space_->Keys(keys);
+    std::vector<std::string> evict;
+    if (Status s = space_->AdmitStore(capacity_keys, &evict); !s.ok()) {
+      metrics_.store_queue_bytes -= bytes;
+      return Drop(keys.size(), s.message().c_str());
+    }
     Submission sub = NewSubmission(JobKind::kStore, keys.size(), IoClass::kWrite);
     for (size_t i = 0; i < keys.size(); ++i) {
       sub.ops.push_back(MakeStoreOp(shared_.get(), Parts(keys[i]), RowPieces(rows[i])));
     }
+    for (std::string& path : evict) sub.ops.push_back(MakeEvictOp(shared_.get(), std::move(path)));
+    sub.job->remaining = sub.ops.size();
+    sub.job->capacity_keys = std::move(capacity_keys);
     return Enqueue(std::move(sub));
   }
 
@@ -127,6 +140,8 @@ class FsTierImpl final : public FsTier {
     KVTIER_RETURN_IF_ERROR(CheckRows(keys.size(), rows, options_.row_bytes));
     if (!health_.up()) return FailNow(JobKind::kLoad, keys.size());
     Submission sub = NewSubmission(JobKind::kLoad, keys.size(), IoClass::kRead);
+    sub.job->capacity_keys = space_->Keys(keys);
+    space_->PinLoads(sub.job->capacity_keys);  // not evicted while read
     for (size_t i = 0; i < keys.size(); ++i) {
       sub.ops.push_back(MakeLoadOp(shared_.get(), ns_.BlockRelPath(keys[i]), RowPieces(rows[i])));
     }
@@ -136,6 +151,7 @@ class FsTierImpl final : public FsTier {
   Result<uint64_t> SubmitLookup(std::span<const OffloadKey> keys) override {
     if (!health_.up()) return FailNow(JobKind::kLookup, keys.size());
     Submission sub = NewSubmission(JobKind::kLookup, keys.size(), IoClass::kRead);
+    sub.job->capacity_keys = space_->Keys(keys);
     for (const OffloadKey& key : keys) sub.ops.push_back(MakeLookupOp(shared_.get(), ns_.BlockRelPath(key)));
     return Enqueue(std::move(sub));
   }
@@ -161,6 +177,7 @@ class FsTierImpl final : public FsTier {
     m.deadline_misses = health_.misses_total();
     m.fixed_buffer_ios = backend_->fixed_buffer_ios();
     m.checksum_ns = shared_->checksum_ns.load(std::memory_order_relaxed);
+    space_->Fill(&m);
     return m;
   }
   std::string PrometheusText(std::string_view tier_name) const override {
@@ -277,14 +294,7 @@ class FsTierImpl final : public FsTier {
 
   void Report(FsBlockOp* op) {
     auto* job = static_cast<Job*>(op->owner);
-    const uint64_t latency_ns = MonotonicNowNs() - op->start_ns;
-    metrics_.Record(job->kind, op->result.outcome, op->bytes, latency_ns);
-    if (job->kind == JobKind::kStore && op->result.outcome == KeyOutcome::kOk) {
-      detector_.Add(op->bytes, latency_ns);
-      metrics_.SetBackpressure(detector_.pressured(), detector_.ema());
-    }
-    if (job->kind == JobKind::kStore) metrics_.store_queue_bytes -= options_.row_bytes;
-    job->results[op->index] = std::move(op->result);
+    if (op->index < job->results.size()) ReportKey(job, op);  // past the keys: max_bytes evictions
     if (--job->remaining > 0) return;
     std::unique_ptr<Job> done = std::move(jobs_.at(job->id));
     jobs_.erase(job->id);
@@ -293,6 +303,19 @@ class FsTierImpl final : public FsTier {
       Finish(std::move(done));
     }
     NotifyFinished();
+  }
+
+  void ReportKey(Job* job, FsBlockOp* op) {
+    const uint64_t latency_ns = MonotonicNowNs() - op->start_ns;
+    metrics_.Record(job->kind, op->result.outcome, op->bytes, latency_ns);
+    if (job->kind == JobKind::kStore && op->result.outcome == KeyOutcome::kOk) {
+      detector_.Add(op->bytes, latency_ns);
+      metrics_.SetBackpressure(detector_.pressured(), detector_.ema());
+    }
+    if (job->kind == JobKind::kStore) metrics_.store_queue_bytes -= options_.row_bytes;
+    const CapacityKey* key = job->capacity_keys.empty() ? nullptr : &job->capacity_keys[op->index];
+    space_->OnKeyDone(job->kind, key, op->result.outcome);
+    job->results[op->index] = std::move(op->result);
   }
 
   // Moves the inbox into the scheduler; false when it is time to stop.
@@ -446,6 +469,7 @@ class FsTierImpl final : public FsTier {
   std::unordered_map<uint64_t, std::unique_ptr<Job>> jobs_;  // engine thread only
   StoreLatencyDetector detector_;  // Add() on the engine thread; pressured() anywhere
   RootHealth health_;              // changed on the engine thread; up() anywhere
+  std::unique_ptr<TierSpace> space_;  // max_bytes and the space gauges
   const std::string root_down_why_ = "root_dir " + options_.tier.root_dir + " is down (no answer within io_timeout_ms)";
   // The probe's answer (engine thread); on the heap, so that a probe still
   // in the kernel when the tier closes can keep it.

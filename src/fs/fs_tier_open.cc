@@ -26,6 +26,7 @@
 #include "format/layout_names.h"
 #include "format/root_list.h"
 #include "fs/tier_dirs.h"
+#include "fs/tier_space.h"
 #include "util/log.h"
 
 namespace kvtier::internal {
@@ -269,7 +270,7 @@ Status ValidateOptions(const FsTierOpenOptions& o) {
   if (o.tier.stores_while_loading_max < 0) {
     return InvalidArgument("fs tier: stores_while_loading_max must be >= 0 (0: no cap)");
   }
-  return Status::Ok();
+  return CheckCapacityOptions(o.tier, o.row_bytes, 1);
 }
 
 }  // namespace

@@ -22,6 +22,7 @@
 #include "fs/fs_tier_internal.h"
 #include "fs/root_set.h"
 #include "fs/tier_metrics.h"
+#include "fs/tier_space.h"
 
 namespace kvtier::internal {
 namespace {
@@ -90,6 +91,7 @@ class MultiRootTier final : public FsTier {
   // gauges are the worst root's.
   FsTierMetrics Metrics() const override {
     FsTierMetrics sum;
+    sum.namespace_scan_complete = 1;  // 1 only when every root's scan is
     for (const auto& child : children_) AddMetrics(child->Metrics(), &sum);
     return sum;
   }
@@ -130,11 +132,15 @@ class MultiRootTier final : public FsTier {
                    &FsTierMetrics::lookup_errors, &FsTierMetrics::read_queue_depth, &FsTierMetrics::write_queue_depth,
                    &FsTierMetrics::in_flight, &FsTierMetrics::store_queue_bytes, &FsTierMetrics::fixed_buffer_ios,
                    &FsTierMetrics::checksum_ns, &FsTierMetrics::roots_down, &FsTierMetrics::deadline_misses,
-                   &FsTierMetrics::requests_stuck}) {
+                   &FsTierMetrics::requests_stuck, &FsTierMetrics::volume_used_bytes,
+                   &FsTierMetrics::volume_free_bytes, &FsTierMetrics::namespace_bytes, &FsTierMetrics::namespace_blocks,
+                   &FsTierMetrics::capacity_bytes_max, &FsTierMetrics::capacity_evicted_blocks,
+                   &FsTierMetrics::capacity_evicted_bytes, &FsTierMetrics::capacity_refused_rows}) {
       s->*f += m.*f;
     }
     s->backpressure_active = std::max(s->backpressure_active, m.backpressure_active);
     s->root_up = std::min(s->root_up, m.root_up);
+    s->namespace_scan_complete = std::min(s->namespace_scan_complete, m.namespace_scan_complete);
     s->store_latency_ema_s_per_mib = std::max(s->store_latency_ema_s_per_mib, m.store_latency_ema_s_per_mib);
     for (int b = 0; b < FsTierMetrics::kLatencyBuckets; ++b) {
       s->store_latency_us[b] += m.store_latency_us[b];
@@ -277,8 +283,11 @@ Result<std::unique_ptr<FsTier>> OpenMultiRootTier(const FsTierOpenOptions& o, co
   KVTIER_ASSIGN_OR_RETURN(std::vector<RootState> states, ExamineRoots(roots, ns));
   KVTIER_RETURN_IF_ERROR(CheckRootSet(roots, ns, states));
   auto tier = std::make_unique<MultiRootTier>(o, ns, roots.size());
+  KVTIER_RETURN_IF_ERROR(CheckCapacityOptions(o.tier, o.row_bytes, roots.size()));
   FsTierOpenOptions base = o;
   base.tier.path_sharding = PathSharding::kNone;
+  // max_bytes splits evenly: blocks spread evenly over the roots by hash (L99).
+  if (base.tier.capacity_bytes_max) *base.tier.capacity_bytes_max /= roots.size();
   for (size_t i = 0; i < roots.size(); ++i) {
     FsTierOpenOptions child = base;
     child.tier.root_dir = roots[i];

@@ -97,7 +97,10 @@ std::string FormatPrometheus(const FsTierMetrics& m, std::string_view tier_name)
       {"kvtier_fs_rows_corrupt_total", m.rows_corrupt}, {"kvtier_fs_lookups_hit_total", m.lookups_hit},
       {"kvtier_fs_lookups_miss_total", m.lookups_miss}, {"kvtier_fs_store_errors_total", m.store_errors},
       {"kvtier_fs_load_errors_total", m.load_errors}, {"kvtier_fs_lookup_errors_total", m.lookup_errors},
-      {"kvtier_fs_deadline_misses_total", m.deadline_misses}};
+      {"kvtier_fs_deadline_misses_total", m.deadline_misses},
+      {"kvtier_fs_capacity_evicted_blocks_total", m.capacity_evicted_blocks},
+      {"kvtier_fs_capacity_evicted_bytes_total", m.capacity_evicted_bytes},
+      {"kvtier_fs_capacity_refused_rows_total", m.capacity_refused_rows}};
   for (const auto& [name, value] : counters) {
     out += std::string("# TYPE ") + name + " counter\n";
     Line(&out, name, labels, value);
@@ -106,7 +109,11 @@ std::string FormatPrometheus(const FsTierMetrics& m, std::string_view tier_name)
       {"kvtier_fs_read_queue_depth", m.read_queue_depth}, {"kvtier_fs_write_queue_depth", m.write_queue_depth},
       {"kvtier_fs_in_flight", m.in_flight}, {"kvtier_fs_store_queue_bytes", m.store_queue_bytes},
       {"kvtier_fs_backpressure_active", m.backpressure_active}, {"kvtier_fs_root_up", m.root_up},
-      {"kvtier_fs_roots_down", m.roots_down}, {"kvtier_fs_requests_stuck", m.requests_stuck}};
+      {"kvtier_fs_roots_down", m.roots_down}, {"kvtier_fs_requests_stuck", m.requests_stuck},
+      {"kvtier_fs_volume_used_bytes", m.volume_used_bytes}, {"kvtier_fs_volume_free_bytes", m.volume_free_bytes},
+      {"kvtier_fs_namespace_bytes", m.namespace_bytes}, {"kvtier_fs_namespace_blocks", m.namespace_blocks},
+      {"kvtier_fs_namespace_scan_complete", m.namespace_scan_complete},
+      {"kvtier_fs_capacity_bytes_max", m.capacity_bytes_max}};
   for (const auto& [name, value] : gauges) {
     out += std::string("# TYPE ") + name + " gauge\n";
     Line(&out, name, labels, value);
