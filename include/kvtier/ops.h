@@ -118,7 +118,7 @@ inline constexpr uint64_t kConfigBytesMax = 1 << 20;
 // a sparse file of 1 TiB apparent size costs a stat, not a terabyte of reads.
 inline constexpr uint64_t kBlockBytesMax = uint64_t{1} << 30;
 // GcOptions::list_max's default: the longest list a GcReport holds.
-inline constexpr uint64_t kDefaultGcListMax = 100000;
+inline constexpr uint64_t kDefaultGcListMax = 10000;
 
 struct NamespaceUsage {
   std::string dir;     // "<model>_<digest>"
