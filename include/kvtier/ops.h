@@ -112,7 +112,7 @@ struct ScanProblem {
 
 // config.json files larger than this are not read (a finding instead).
 inline constexpr uint64_t kConfigBytesMax = 1 << 20;
-// No block row is larger than this (a generous bound: a 405B-parameter model's
+// FORMAT.md L104: no block row is larger than this (a generous bound: a 405B-parameter model's
 // 32-block file is ~256 MiB). A larger block file is a size_mismatch finding
 // that is never read, and takes no part in a namespace's "most common size":
 // a sparse file of 1 TiB apparent size costs a stat, not a terabyte of reads.

@@ -107,6 +107,7 @@ class FsckRun {
     if (b.size == row->second) return o_.verify_data && VerifyOne(b, dir_fd);
     const std::string basis = o_.row_bytes != 0 ? "given row size " : "most common size ";
     std::string detail = std::to_string(b.size) + " bytes, " + basis + std::to_string(row->second);
+    // L104: never read, whatever the row (a sparse terabyte costs a stat).
     if (b.size > kBlockBytesMax) detail += "; larger than any block (" + std::to_string(kBlockBytesMax) + " bytes): not read";
     // Short files are what vLLM itself deletes (L65); longer ones may be
     // rows of a 64 K-page host (L66) and are only reported.

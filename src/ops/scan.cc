@@ -28,7 +28,7 @@ ScannedFile Scanned(std::string rel, const struct stat& st) {
   ScannedFile f;
   f.rel = std::move(rel);
   f.size = static_cast<uint64_t>(st.st_size);
-  f.bytes = std::min(f.size, static_cast<uint64_t>(st.st_blocks) * 512);
+  f.bytes = std::min(f.size, static_cast<uint64_t>(st.st_blocks) * 512);  // L104: holes hold nothing
   f.mtime = st.st_mtim.tv_sec;
   f.atime = st.st_atim.tv_sec;
   f.ino = st.st_ino;
