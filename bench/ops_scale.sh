@@ -10,6 +10,8 @@
 #
 # Usage: bench/ops_scale.sh [N] [DIR]     (N default 1000000; DIR default $TMPDIR or /tmp)
 #   Everything lives in a fresh DIR/kvtier-ops-scale.XXXXXX, removed at the end.
+#   OPS_SCALE_GC_FLAGS: extra gc flags (default "--list-max 100"; "" for a
+#   kvtier from before --list-max, e.g. KVTIER_BUILD_DIR=../main/build).
 #   OPS_SCALE_NO_LOOP=1: build the tree in a plain directory there (/dev/shm
 #   without DIR; no root needed): the test suite's 10^5 run, ctest's ops_scale_1e5.
 # Needs root for the loop device (losetup, mkfs.ext4, mount), /usr/bin/time and bc.
@@ -92,8 +94,9 @@ row() {  # name seconds rss
 }
 row "find -printf '%A@ %s\\n'" "$t_find" "$m_find"
 status=0
-for spec in "du|du" "fsck|fsck" "gc --dry-run --max-bytes|gc --dry-run --max-bytes $half --list-max 100" \
-            "gc --max-bytes|gc --max-bytes $half --list-max 100"; do
+gc_flags=${OPS_SCALE_GC_FLAGS---list-max 100}
+for spec in "du|du" "fsck|fsck" "gc --dry-run --max-bytes|gc --dry-run --max-bytes $half $gc_flags" \
+            "gc --max-bytes|gc --max-bytes $half $gc_flags"; do
   name=${spec%%|*}
   read -r -a args <<<"${spec#*|}"
   read -r t m rc < <(measure "$kvtier" "${args[0]}" "$root" "${args[@]:1}" --json)
