@@ -251,10 +251,10 @@ struct GcReport {
   // above hold at most GcOptions::list_max of each.
   uint64_t files_reclaimed = 0, files_failed = 0;
   uint64_t dirs_removed = 0;  // empty shard directories removed (L103)
-  // With max_bytes: the use time (unix seconds) at and below which blocks
-  // were eligible, and whether the capacity bound was over at all. Blocks
-  // used within capacity_tolerance_s of the cut-off were selected in walk
-  // order, not by exact use time (see Gc). 0 when no capacity pass ran.
+  // With max_bytes, when the bound was over: the use time (unix seconds) at
+  // and before which blocks were removed for capacity; those used within
+  // capacity_tolerance_s before it were taken in walk order, not by exact
+  // use time (see Gc). Both 0 when no capacity removal was needed.
   int64_t capacity_cutoff = 0;
   uint64_t capacity_tolerance_s = 0;
   std::vector<ScanProblem> unreadable;  // parts that could not be read
