@@ -326,6 +326,12 @@ TEST(OpsBoundedTest, CapacityRemovalLeavesNoEmptyShardDirectoriesOfAnyEngine) {
   fs::create_directories(root.path() / "v_0123456789a0_r0/abc/de_g0");
   ASSERT_OK_AND_ASSIGN(GcReport again, Gc(o));
   EXPECT_TRUE(fs::exists(root.path() / "v_0123456789a0_r0/abc/de_g0")) << "younger than dir_grace_s";
+  // Once idle for the grace, a gc with nothing else to do removes it, and its <hhh> parent.
+  AgeDirs(root.path() / "v_0123456789a0_r0", old);
+  ASSERT_OK_AND_ASSIGN(GcReport idle, Gc(o));
+  EXPECT_EQ(idle.dirs_removed, 2u);
+  EXPECT_FALSE(fs::exists(root.path() / "v_0123456789a0_r0/abc"));
+  EXPECT_TRUE(fs::exists(root.path() / "v_0123456789a0_r0")) << "a block directory of a live namespace stays";
 }
 
 OffloadKey SameShardKey(uint64_t i) {
