@@ -145,6 +145,7 @@ void RegisterGc(CLI::App* app, CliContext* ctx) {
   auto older = std::make_shared<std::string>(), max_bytes = std::make_shared<std::string>(),
        low_water = std::make_shared<std::string>();
   auto keep = std::make_shared<std::vector<std::string>>();
+  auto list_max = std::make_shared<uint64_t>(kDefaultGcListMax);
   CLI::App* gc = app->add_subcommand("gc", "Reclaim orphaned namespaces, stale temp files, corrupt blocks, capacity");
   AddCommon(gc, f.get());
   gc->add_flag("--dry-run", *dry_run, "Print what would be removed; change nothing");
@@ -153,10 +154,13 @@ void RegisterGc(CLI::App* app, CliContext* ctx) {
   gc->add_option("--low-water", *low_water, "With --max-bytes: delete down to this");
   gc->add_option("--keep", *keep, "A namespace directory never to touch (repeatable)");
   gc->add_option("--tmp-grace", f->tmp_grace, "Temp and probe files younger than this are in flight")->capture_default_str();
+  gc->add_option("--list-max", *list_max, "List at most this many removed (and failed) files; the counts cover all")
+      ->capture_default_str();
   gc->callback(Guarded([=] {
     GcOptions o;
     if (!Fill(*f, "gc", &o)) return void(ctx->exit_code = 2);
     o.dry_run = *dry_run;
+    o.list_max = *list_max;
     for (std::string k : *keep) {
       while (k.size() > 1 && k.back() == '/') k.pop_back();
       o.keep.push_back(k.substr(k.rfind('/') + 1));  // a path or a bare directory name

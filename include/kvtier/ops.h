@@ -112,6 +112,13 @@ struct ScanProblem {
 
 // config.json files larger than this are not read (a finding instead).
 inline constexpr uint64_t kConfigBytesMax = 1 << 20;
+// FORMAT.md L109: no block row is larger than this (a generous bound: a 405B-parameter model's
+// 32-block file is ~256 MiB). A larger block file is a size_mismatch finding
+// that is never read, and takes no part in a namespace's "most common size":
+// a sparse file of 1 TiB apparent size costs a stat, not a terabyte of reads.
+inline constexpr uint64_t kBlockBytesMax = uint64_t{1} << 30;
+// GcOptions::list_max's default: the longest list a GcReport holds.
+inline constexpr uint64_t kDefaultGcListMax = 10000;
 
 struct NamespaceUsage {
   std::string dir;     // "<model>_<digest>"
@@ -129,6 +136,8 @@ struct NamespaceUsage {
   int64_t page_size = -1;
   std::string mem_layout;
   std::vector<int64_t> ranks;  // the _r<rank> block directories
+  // bytes: what the blocks hold on disk, min(st_size, 512 * st_blocks) per
+  // block: a sparse file counts its data, not its holes.
   uint64_t blocks = 0, bytes = 0, tmp_files = 0;
   int64_t newest_activity = 0, oldest_activity = 0;  // unix seconds, max(atime, mtime) of blocks
   uint64_t live_leases = 0;
@@ -212,6 +221,14 @@ struct GcOptions : ScanOptions {
   // "..", or one holding '/' or NUL matches nothing and is refused.
   std::vector<std::string> keep;
   uint64_t lease_ttl_s = 60;                 // leases refreshed within this are live (>= kDurationNeverS: forever)
+  // A shard directory (<hhh>, <hh>_g<g>) that held nothing but blocks gc
+  // removed is removed too (rmdir: only if still empty), but only if the
+  // scan found it unchanged (its mtime) for at least this long: a writer may
+  // have just created it (FORMAT.md L108). >= kDurationNeverS: never.
+  uint64_t dir_grace_s = 60;
+  // At most this many entries in GcReport::reclaimed and ::failed each (the
+  // counts say how many there were): a report's memory is bounded too.
+  uint64_t list_max = kDefaultGcListMax;
 };
 
 struct Reclaimed {
@@ -236,6 +253,16 @@ struct GcReport {
   // enforced. A file replaced meanwhile (another writer) is not listed.
   std::vector<FailedRemoval> failed;
   uint64_t bytes_reclaimed = 0, files_scanned = 0;
+  // How many files were reclaimed and how many removals failed: the lists
+  // above hold at most GcOptions::list_max of each.
+  uint64_t files_reclaimed = 0, files_failed = 0;
+  uint64_t dirs_removed = 0;  // empty shard directories removed (L108)
+  // With max_bytes, when the bound was over: the use time (unix seconds) at
+  // and before which blocks were removed for capacity; those used within
+  // capacity_tolerance_s before it were taken in walk order, not by exact
+  // use time (see Gc). Both 0 when no capacity removal was needed.
+  int64_t capacity_cutoff = 0;
+  uint64_t capacity_tolerance_s = 0;
   std::vector<ScanProblem> unreadable;  // parts that could not be read
   // Namespaces kept although --older-than would reclaim them by what could
   // be read, because a part (its leases above all) could not: gc fails closed.
@@ -257,6 +284,17 @@ struct GcReport {
 // when it is orphaned on every root that holds it, and max_bytes applies to
 // each root. Errors: kInvalidArgument when low_water_bytes exceeds
 // max_bytes, and those listed at the top of this file.
+//
+// Memory is bounded whatever the number of files: gc walks the tree up to
+// three times (statistics; orphans, corrupt blocks and a histogram of use
+// times; the capacity removals) and never holds the list of blocks. The
+// histogram has one-second buckets for blocks used within the last 128 s and
+// buckets 1/64 of their age wide beyond (e.g. 1 h wide at 64 h): every block
+// removed for capacity was used before every block kept, except within the
+// one bucket where the cut-off falls (capacity_tolerance_s, at most
+// max(1 s, age / 64)), where blocks are taken in walk order until the bound
+// is met. The bytes freed match the exact LRU order's: gc stops at the first
+// block that brings the total to low_water_bytes or under.
 KVTIER_API Result<GcReport> Gc(const GcOptions& options);
 
 }  // namespace kvtier

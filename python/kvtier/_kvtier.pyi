@@ -340,6 +340,11 @@ class GcReport:
     unreadable: list[ScanProblem]
     kept: list[ScanProblem]  # namespaces kept because their leases or parts could not be read
     failed: list[FailedRemoval]  # selected but not removed: the bound was not enforced
+    files_reclaimed: int  # all of them: the lists above stop at list_max (10000) entries each
+    files_failed: int
+    dirs_removed: int  # empty shard directories removed (FORMAT.md L108)
+    capacity_cutoff: int  # with max_bytes: blocks used at or before this (unix s) were eligible; 0: bound not over
+    capacity_tolerance_s: int  # the width of the cut-off's histogram bucket: LRU order is exact beyond it
     exit_code: int  # 0 complete, 4 removals failed, 8 parts could not be read, 12 both
 
 class FailedRemoval:

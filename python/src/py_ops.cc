@@ -176,6 +176,9 @@ void BindReports(pb::module_& m) {
       .def_readonly("files_scanned", &GcReport::files_scanned)
       .def_readonly("unreadable", &GcReport::unreadable).def_readonly("kept", &GcReport::kept)
       .def_readonly("failed", &GcReport::failed)
+      .def_readonly("files_reclaimed", &GcReport::files_reclaimed).def_readonly("files_failed", &GcReport::files_failed)
+      .def_readonly("dirs_removed", &GcReport::dirs_removed).def_readonly("capacity_cutoff", &GcReport::capacity_cutoff)
+      .def_readonly("capacity_tolerance_s", &GcReport::capacity_tolerance_s)
       .def_property_readonly("exit_code", &GcReport::ExitCode);
 }
 

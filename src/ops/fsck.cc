@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 #include <ctime>
+#include <map>
 #include <mutex>
 #include <thread>
 
@@ -28,6 +29,12 @@ int TreeEditor::Remove(const ScannedFile& f) const {
   UniqueFd fd;
   if (const int err = OpenDir(dir, &fd)) return err == ENOENT ? 0 : err;
   return UnlinkIfSameAt(fd.get(), name, f.dev, f.ino, S_ISDIR(f.mode));
+}
+
+int TreeEditor::RemoveAt(int dir_fd, const ScannedFile& f) const {
+  IoScope io(f.rel);
+  if (io.cancelled()) return ECANCELED;
+  return UnlinkIfSameAt(dir_fd, SplitRel(f.rel).second, f.dev, f.ino, S_ISDIR(f.mode));
 }
 
 int TreeEditor::RemoveEmptyDir(const std::string& rel) const {
@@ -74,15 +81,47 @@ Verdict CrcVerdict(int fd, uint64_t size, IoScope* io, std::string* detail) {
 
 class FsckRun {
  public:
-  FsckRun(const FsckOptions& o, const TreeScan& scan, FsckReport* report)
-      : o_(o), editor_(scan.root_fd), report_(report), now_(std::time(nullptr)) {}
+  FsckRun(const FsckOptions& o, const TreeScan& scan, FsckReport* report, const ExtraBlockCheck& extra)
+      : o_(o), editor_(scan.root_fd), report_(report), now_(std::time(nullptr)), extra_(extra) {
+    for (const auto& [name, ns] : scan.namespaces) rows_[name] = o_.row_bytes != 0 ? o_.row_bytes : MostCommonSize(ns);
+  }
+
+  // Whether a second walk must visit the blocks: only where a block is not
+  // of its namespace's row size, or their data or roots are checked.
+  bool NeedsBlockWalk(const TreeScan& first) const {
+    if (o_.verify_data || extra_) return true;
+    for (const auto& [name, ns] : first.namespaces) {
+      if (ns.blocks.count != 0 && (ns.blocks.oversize != 0 || !ns.blocks.sizes.All(rows_.at(name)))) return true;
+    }
+    return false;
+  }
+
+  // One block of the second walk (walker threads): its size against the
+  // row (L80), then with verify_data its CRC (L67). Whether it was removed.
+  bool Block(const std::string& ns, const ScannedFile& b, int dir_fd) {
+    if (extra_) {
+      if (auto f = extra_(ns, b)) Add(f->kind, f->path, f->rule.c_str(), f->action, f->detail);
+    }
+    const auto row = rows_.find(ns);
+    if (row == rows_.end()) return false;  // a namespace new since the first walk: judged next time
+    if (b.size == row->second) return o_.verify_data && VerifyOne(b, dir_fd);
+    const std::string basis = o_.row_bytes != 0 ? "given row size " : "most common size ";
+    std::string detail = std::to_string(b.size) + " bytes, " + basis + std::to_string(row->second);
+    // L109: never read, whatever the row (a sparse terabyte costs a stat).
+    if (b.size > kBlockBytesMax) detail += "; larger than any block (" + std::to_string(kBlockBytesMax) + " bytes): not read";
+    // Short files are what vLLM itself deletes (L65); longer ones may be
+    // rows of a 64 K-page host (L66) and are only reported.
+    const RepairAction action = b.size < row->second ? Remove(b, &detail) : RepairAction::kNone;
+    Add(FindingKind::kSizeMismatch, b.rel, "L80", action, detail);
+    return action == RepairAction::kRemoved;
+  }
 
   void Namespace(const NsScan& ns) {
     for (const ScanProblem& p : ns.unreadable) Add(FindingKind::kUnreadable, p.path, "L97", RepairAction::kNone, p.detail);
     CheckConfig(ns);
     for (const auto& [path, why] : ns.bad_names) Add(FindingKind::kBadName, path, "L94", RepairAction::kNone, why);
     for (const ScannedFile& f : ns.non_files) NonFile(f);
-    CheckSizes(ns);
+    report_->blocks_checked += ns.blocks.count;
     for (const ScannedFile& t : ns.tmps) Aged(t, FindingKind::kStaleTmp, "L81");
     for (const ScannedFile& p : ns.probes) Aged(p, FindingKind::kProbeLeftover, "L82");
     for (const std::string& s : ns.strays) Add(FindingKind::kStrayFile, s, "L90", RepairAction::kNone, "");
@@ -139,7 +178,7 @@ class FsckRun {
   void CheckConfig(const NsScan& ns) {
     const std::string path = ns.dir + "/" + std::string(format::kConfigName);
     if (!ns.has_config) {
-      if (!ns.blocks.empty()) Add(FindingKind::kConfigMissing, path, "L78", RepairAction::kNone, "");
+      if (ns.blocks.count != 0) Add(FindingKind::kConfigMissing, path, "L78", RepairAction::kNone, "");
       return;
     }
     if (ns.config_oversize) {  // no config.json is that large: treat it as torn, never read it
@@ -178,67 +217,43 @@ class FsckRun {
     return RepairAction::kNone;
   }
 
-  void CheckSizes(const NsScan& ns) {
-    const uint64_t row = o_.row_bytes != 0 ? o_.row_bytes : MostCommonSize(ns);
-    const std::string basis = o_.row_bytes != 0 ? "given row size " : "most common size ";
-    std::vector<const ScannedFile*> sized;
-    for (const ScannedFile& b : ns.blocks) {
-      if (b.size == row) {
-        sized.push_back(&b);
-        continue;
-      }
-      // Short files are what vLLM itself deletes (L65); longer ones may be
-      // rows of a 64 K-page host (L66) and are only reported.
-      std::string detail = std::to_string(b.size) + " bytes, " + basis + std::to_string(row);
-      const RepairAction action = b.size < row ? Remove(b, &detail) : RepairAction::kNone;
-      Add(FindingKind::kSizeMismatch, b.rel, "L80", action, detail);
-    }
-    report_->blocks_checked += ns.blocks.size();
-    if (o_.verify_data) Verify(sized);
-  }
-
   // Opens a block for verification without changing what gc sees (O_NOATIME)
-  // and only if it is still the regular file scanned.
-  void VerifyOne(const ScannedFile& b, std::atomic<uint64_t>* with_atime) {
-    const auto [dir, name] = SplitRel(b.rel);
-    IoScope io(b.rel);  // before the fds: their close is a call too
-    UniqueFd dfd, fd;
+  // and only if it is still the regular file scanned. Whether it was removed.
+  bool VerifyOne(const ScannedFile& b, int dir_fd) {
+    IoScope io(b.rel);  // before the fd: its close is a call too
+    UniqueFd fd;
     struct stat st;
     bool atime_kept = true;
-    if (io.cancelled() || editor_.OpenDir(dir, &dfd) != 0 ||
-        OpenRegularAt(dfd.get(), name, /*no_atime=*/true, &fd, &st, &atime_kept) != 0) {
-      return;
+    if (io.cancelled() || OpenRegularAt(dir_fd, SplitRel(b.rel).second, /*no_atime=*/true, &fd, &st, &atime_kept) != 0) {
+      return false;
     }
-    if (st.st_ino != b.ino || st.st_dev != b.dev) return;  // replaced meanwhile: judged next time
-    *with_atime += !atime_kept;
+    if (st.st_ino != b.ino || st.st_dev != b.dev) return false;  // replaced meanwhile: judged next time
+    ++verified_;
+    with_atime_ += !atime_kept;
     std::string detail;
-    if (CrcVerdict(fd.get(), static_cast<uint64_t>(st.st_size), &io, &detail) == Verdict::kMismatch) {
-      const RepairAction action = Remove(b, &detail);
-      Add(FindingKind::kCrcMismatch, b.rel, "L67", action, detail);
-    }
+    // The size scanned is the row size (at most kBlockBytesMax unless the
+    // operator gave a row): never more is read, whatever the file became.
+    const uint64_t size = std::min(static_cast<uint64_t>(st.st_size), b.size);
+    if (CrcVerdict(fd.get(), size, &io, &detail) != Verdict::kMismatch) return false;
+    const RepairAction action = Remove(b, &detail);
+    Add(FindingKind::kCrcMismatch, b.rel, "L67", action, detail);
+    return action == RepairAction::kRemoved;
   }
 
-  void Verify(const std::vector<const ScannedFile*>& blocks) {
-    std::atomic<size_t> next{0};
-    std::atomic<uint64_t> with_atime{0};
-    auto worker = [&] {
-      for (size_t i; (i = next.fetch_add(1)) < blocks.size();) VerifyOne(*blocks[i], &with_atime);
-    };
-    std::vector<std::thread> threads;
-    StartThreads(o_.jobs - 1, [&, watch = CurrentIoWatch(), root = CurrentIoRoot()] {
-      IoThreadBinding bind(watch, root);
-      worker();
-    }, &threads);
-    worker();
-    for (auto& t : threads) t.join();
-    report_->blocks_verified += blocks.size();
-    report_->verified_without_noatime += with_atime.load();
+ public:
+  void Finish() {
+    report_->blocks_verified += verified_.load();
+    report_->verified_without_noatime += with_atime_.load();
   }
 
+ private:
   const FsckOptions& o_;
   TreeEditor editor_;
   FsckReport* report_;
   int64_t now_;
+  const ExtraBlockCheck& extra_;
+  std::map<std::string, uint64_t> rows_;  // by namespace: the size its blocks must have
+  std::atomic<uint64_t> verified_{0}, with_atime_{0};
   std::mutex mu_;
 };
 
@@ -247,13 +262,24 @@ class FsckRun {
 
 namespace internal {
 
-FsckReport FsckScanned(const FsckOptions& options, const TreeScan& scan) {
-  IoRootScope io_root(scan.root);
+// The first walk gave the row sizes; a second one visits the blocks, only
+// where one may be judged (FsckRun::NeedsBlockWalk).
+Result<FsckReport> FsckScanned(const FsckOptions& options, const TreeScan& first, const ExtraBlockCheck& extra) {
+  IoRootScope io_root(first.root);
   FsckReport report;
-  report.files_scanned = scan.files;
-  FsckRun run(options, scan, &report);
-  for (const auto& [name, ns] : scan.namespaces) run.Namespace(ns);
-  for (const std::string& s : scan.root_strays) run.RootStray(s);
+  FsckRun run(options, first, &report, extra);
+  const TreeScan* scan = &first;
+  std::optional<TreeScan> second;
+  if (run.NeedsBlockWalk(first)) {
+    ScanVisitors visit;
+    visit.block = [&run](const std::string& ns, const ScannedFile& b, int dir_fd) { return run.Block(ns, b, dir_fd); };
+    KVTIER_ASSIGN_OR_RETURN(second, ScanAgain(options, first, visit));
+    scan = &*second;
+  }
+  report.files_scanned = scan->files;
+  for (const auto& [name, ns] : scan->namespaces) run.Namespace(ns);
+  for (const std::string& s : scan->root_strays) run.RootStray(s);
+  run.Finish();
   return report;
 }
 
@@ -264,7 +290,7 @@ namespace internal {
 Result<FsckReport> FsckUnwatched(const FsckOptions& options) {
   if (IsRootList(options.root)) return FsckRoots(options);
   KVTIER_ASSIGN_OR_RETURN(TreeScan scan, ScanTree(options));
-  return FsckScanned(options, scan);
+  return FsckScanned(options, scan, {});
 }
 
 }  // namespace internal

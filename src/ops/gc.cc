@@ -2,16 +2,27 @@
 // use, and always removes stale temp/probe files and short (corrupt) blocks.
 // Only layout files are deleted, each only if it is still the file scanned,
 // and a namespace gc cannot fully read (its leases above all) is kept.
+//
+// Bounded memory (issue 25): the first walk keeps statistics per namespace;
+// a second removes orphaned namespaces' and short blocks and fills a
+// histogram of use times (gc_histogram.h); a third, only when the bound is
+// over, removes the blocks beyond the histogram's cut-off. No walk holds the
+// list of blocks.
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <ctime>
+#include <map>
+#include <mutex>
 #include <set>
 
 #include "format/layout_names.h"
+#include "ops/gc_histogram.h"
 #include "ops/io_watch.h"
 #include "ops/ops_internal.h"
 
@@ -19,136 +30,263 @@ namespace kvtier {
 namespace internal {
 namespace {
 
+enum class Fate { kLive, kKept, kOrphaned };
+
 class GcRun {
  public:
-  GcRun(const GcOptions& o, const TreeScan& scan, GcReport* report, const std::set<std::string>* no_reclaim = nullptr)
-      : o_(o), editor_(scan.root_fd), report_(report), now_(std::time(nullptr)), no_reclaim_(no_reclaim) {}
+  GcRun(const GcOptions& o, const TreeScan& first, GcReport* report, const std::set<std::string>* no_reclaim = nullptr,
+        const FirstWalkUse* first_use = nullptr)
+      : o_(o), editor_(first.root_fd), report_(report), now_(first_use ? first_use->now : std::time(nullptr)),
+        no_reclaim_(no_reclaim), first_use_(first_use) {}
 
-  void Run(TreeScan& scan) {
-    for (const auto& [name, ns] : scan.namespaces) {
-      report_->unreadable.insert(report_->unreadable.end(), ns.unreadable.begin(), ns.unreadable.end());
-    }
-    const std::set<std::string> keep(o_.keep.begin(), o_.keep.end());
-    std::vector<const ScannedFile*> candidates;  // blocks eligible for capacity eviction
-    uint64_t total = 0;
-    for (auto& [name, ns] : scan.namespaces) {
-      const bool kept = keep.count(name) > 0;
-      if (!kept) Always(ns);
-      uint64_t ns_bytes = 0;
-      for (const ScannedFile& b : ns.blocks) ns_bytes += b.size;
-      if (kept) {
-        total += ns_bytes;
-        continue;
-      }
-      if ((no_reclaim_ == nullptr || no_reclaim_->count(name) == 0) && Orphaned(ns)) {
-        ReclaimNamespace(ns);
-        continue;
-      }
-      total += ns_bytes;
-      for (const ScannedFile& b : ns.blocks) candidates.push_back(&b);
-    }
-    if (o_.max_bytes) Capacity(candidates, total);
-  }
+  Status Run(const TreeScan& first);
   bool WouldReclaim(const NsScan& ns) const { return Orphaned(ns); }
 
  private:
   // F9: a selected file that cannot be removed is listed with its errno (the
   // bound is not enforced); one replaced meanwhile (ESTALE) is another
-  // writer's new file, not ours to judge.
-  void Reclaim(const ScannedFile& f, const char* reason) {
-    if (const int err = o_.dry_run ? 0 : editor_.Remove(f)) {
-      if (err != ESTALE) report_->failed.push_back({f.rel, f.size, reason, err, std::strerror(err)});
-      return;
+  // writer's new file, not ours to judge. Lists stop at list_max (counts
+  // go on). Whether the file is gone now. Thread-safe.
+  bool Reclaim(const ScannedFile& f, const char* reason, int dir_fd = -1) {
+    int err = 0;
+    if (!o_.dry_run) err = dir_fd >= 0 ? editor_.RemoveAt(dir_fd, f) : editor_.Remove(f);
+    std::lock_guard lock(mu_);
+    if (err != 0) {
+      if (err == ESTALE) return false;
+      ++report_->files_failed;
+      if (report_->failed.size() < o_.list_max) report_->failed.push_back({f.rel, f.bytes, reason, err, std::strerror(err)});
+      return false;
     }
-    report_->reclaimed.push_back({f.rel, f.size, reason});
-    report_->bytes_reclaimed += f.size;
+    ++report_->files_reclaimed;
+    report_->bytes_reclaimed += f.bytes;
+    if (report_->reclaimed.size() < o_.list_max) report_->reclaimed.push_back({f.rel, f.bytes, reason});
+    return !o_.dry_run;
   }
 
-  // Stale temp and probe files (L81, L82) and short blocks (L65, L80).
-  void Always(NsScan& ns) {
+  // Stale temp and probe files (L81, L82), before the walk that prunes
+  // directories (a stale temp file would keep its directory).
+  void StaleFiles(const NsScan& ns) {
     for (const ScannedFile& t : ns.tmps) {
       if (AgeAtLeast(now_, t.mtime, o_.tmp_grace_s)) Reclaim(t, "stale_tmp");
     }
     for (const ScannedFile& p : ns.probes) {
       if (AgeAtLeast(now_, p.mtime, o_.tmp_grace_s)) Reclaim(p, "stale_tmp");
     }
-    const uint64_t row = MostCommonSize(ns);
-    auto short_block = [&](const ScannedFile& b) { return b.size < row; };
-    for (const ScannedFile& b : ns.blocks) {
-      if (short_block(b)) Reclaim(b, "corrupt");
-    }
-    ns.blocks.erase(std::remove_if(ns.blocks.begin(), ns.blocks.end(), short_block), ns.blocks.end());
   }
 
   // L92: no live lease and no activity within --older-than. Fails closed:
   // a namespace whose leases or parts could not be read is kept, and said so.
   bool Orphaned(const NsScan& ns) const {
     if (!o_.older_than_s || LiveLeases(ns, o_.lease_ttl_s, now_) > 0) return false;
-    int64_t newest = 0;
-    for (const ScannedFile& b : ns.blocks) newest = std::max(newest, b.activity());
+    int64_t newest = ns.blocks.newest;
     for (const ScannedFile& t : ns.tmps) newest = std::max(newest, t.mtime);
     for (const ScannedFile& l : ns.leases) newest = std::max(newest, l.mtime);
     if (!AgeAtLeast(now_, newest, *o_.older_than_s)) return false;
     if (ns.leases_known && ns.unreadable.empty()) return true;
     const std::string why = ns.unreadable.empty() ? "it changed during the walk"
                                                   : ns.unreadable.front().path + ": " + ns.unreadable.front().detail;
+    std::lock_guard lock(mu_);
     report_->kept.push_back({ns.dir, (ns.leases_known ? "parts could not be read; " : "its leases could not be read; ") + why});
     return false;
   }
 
-  void ReclaimNamespace(const NsScan& ns) {
-    for (const ScannedFile& b : ns.blocks) Reclaim(b, "orphaned_namespace");
+  // What is left of an orphaned namespace once its blocks are gone (the
+  // walk removed its emptied shard directories).
+  void ReclaimNamespaceRest(const NsScan& ns) {
     for (const ScannedFile& l : ns.leases) Reclaim(l, "orphaned_namespace");
     if (ns.has_config) Reclaim(ns.config, "orphaned_namespace");
     if (ns.root_marker) Reclaim(*ns.root_marker, "orphaned_namespace");  // L100
-    if (!o_.dry_run) RemoveEmptyDirs(ns);
-  }
-
-  // Directories left empty, deepest first; a directory with a stray file in
-  // it (or a fresh write) is not empty and stays.
-  void RemoveEmptyDirs(const NsScan& ns) {
-    std::set<std::string, std::greater<>> dirs;
-    for (const ScannedFile& b : ns.blocks) {
-      for (size_t at = b.rel.rfind('/'); at != std::string::npos && at > 0; at = b.rel.rfind('/', at - 1)) {
-        dirs.insert(b.rel.substr(0, at));
-      }
-    }
-    for (int64_t rank : ns.ranks) dirs.insert(format::BlockDirName(ns.dir, rank));
+    if (o_.dry_run) return;
+    for (int64_t rank : ns.ranks) (void)editor_.RemoveEmptyDir(format::BlockDirName(ns.dir, rank));
     const std::string meta = ns.dir + "/" + std::string(format::kMetaDirName);
-    dirs.insert(meta + "/" + std::string(format::kLeaseDirName));
-    dirs.insert(meta);
-    dirs.insert(ns.dir);
-    for (const std::string& d : dirs) (void)editor_.RemoveEmptyDir(d);  // fails harmlessly when not empty
-  }
-
-  void Capacity(std::vector<const ScannedFile*>& blocks, uint64_t total) {
-    const uint64_t low = std::min(o_.low_water_bytes.value_or(*o_.max_bytes), *o_.max_bytes);
-    if (total <= *o_.max_bytes) return;
-    std::sort(blocks.begin(), blocks.end(),
-              [](const ScannedFile* a, const ScannedFile* b) { return a->activity() < b->activity(); });
-    for (const ScannedFile* b : blocks) {
-      if (total <= low) break;
-      const uint64_t before = report_->bytes_reclaimed;
-      Reclaim(*b, "capacity");
-      total -= report_->bytes_reclaimed - before;
+    for (const std::string& d : {meta + "/" + std::string(format::kLeaseDirName), meta, ns.dir}) {
+      (void)editor_.RemoveEmptyDir(d);  // fails harmlessly when not empty
     }
   }
+
+  Fate FateOf(const std::string& ns) const {
+    const auto it = fate_.find(ns);
+    return it == fate_.end() ? Fate::kKept : it->second;  // new since the first walk: left for next time
+  }
+
+  // The second walk: orphaned namespaces' and short blocks go; the others'
+  // bytes go into the histogram of use times.
+  bool SecondWalkBlock(const std::string& ns, const ScannedFile& b, int dir_fd) {
+    const Fate fate = FateOf(ns);
+    if (fate == Fate::kKept) return false;
+    if (fate == Fate::kOrphaned) return Reclaim(b, "orphaned_namespace", dir_fd);
+    if (b.size < rows_.at(ns)) return Reclaim(b, "corrupt", dir_fd);  // L65, L80
+    histogram_.Add(UseHistogram::Bucket(now_, b.activity()), b.bytes);
+    live_bytes_ += b.bytes;
+    return false;
+  }
+
+  // The third walk: blocks older than the cut-off bucket go; in the bucket
+  // itself, blocks in walk order until the bound is met.
+  bool CapacityBlock(const std::string& ns, const ScannedFile& b, int dir_fd) {
+    if (FateOf(ns) != Fate::kLive || b.size < rows_.at(ns)) return false;
+    const int bucket = UseHistogram::Bucket(now_, b.activity());
+    if (bucket < cut_.bucket) return false;
+    if (bucket == cut_.bucket) {
+      int64_t left = boundary_left_.load();
+      do {
+        if (left <= 0) return false;
+      } while (!boundary_left_.compare_exchange_weak(left, left - static_cast<int64_t>(b.bytes)));
+    }
+    return Reclaim(b, "capacity", dir_fd);
+  }
+
+  // FORMAT.md L108: a shard directory gc emptied (or found empty) goes, by
+  // rmdir of the inode listed, only if the listing showed it unchanged for
+  // dir_grace_s: a writer that just made it is about to create its file.
+  bool PruneDir(const std::string& ns, const ScannedFile& d, size_t left, int parent_fd) {
+    if (left != 0 || o_.dry_run) return false;
+    const Fate fate = FateOf(ns);
+    if (fate == Fate::kKept || (fate == Fate::kLive && !AgeAtLeast(now_, d.mtime, o_.dir_grace_s))) return false;
+    IoScope io(d.rel);
+    if (io.cancelled() || UnlinkIfSameAt(parent_fd, SplitRel(d.rel).second, d.dev, d.ino, /*dir=*/true) != 0) return false;
+    ++dirs_removed_;
+    return true;
+  }
+
+  ScanVisitors Visitors(bool (GcRun::*block)(const std::string&, const ScannedFile&, int)) {
+    ScanVisitors v;
+    v.block = [this, block](const std::string& ns, const ScannedFile& b, int fd) { return (this->*block)(ns, b, fd); };
+    v.shard_dir = [this](const std::string& ns, const ScannedFile& d, size_t left, int fd) { return PruneDir(ns, d, left, fd); };
+    return v;
+  }
+
+  void Decide(const TreeScan& first);
+  bool NeedsSecondWalk(const TreeScan& first) const;
+  void PruneListedEmptyDirs(const TreeScan& first);
+  std::optional<ScannedFile> LookAt(const std::string& rel) const;
+  Status Capacity(const TreeScan& first, const UseHistogram& histogram, uint64_t live_bytes);
 
   const GcOptions& o_;
   TreeEditor editor_;
   GcReport* report_;
   int64_t now_;
   const std::set<std::string>* no_reclaim_;  // namespaces never reclaimed whole (several roots)
+  const FirstWalkUse* first_use_;            // the first walk's histogram, when it made one
+  mutable std::mutex mu_;                    // guards report_
+  std::map<std::string, Fate> fate_;         // by namespace, from the first walk
+  std::map<std::string, uint64_t> rows_;     // by namespace: its most common size
+  uint64_t kept_bytes_ = 0;
+  std::atomic<uint64_t> live_bytes_{0}, dirs_removed_{0};
+  UseHistogram histogram_;  // of the second walk
+  UseHistogram::Cut cut_;
+  std::atomic<int64_t> boundary_left_{0};
 };
+
+// What becomes of each namespace, by the first walk.
+void GcRun::Decide(const TreeScan& first) {
+  const std::set<std::string> keep(o_.keep.begin(), o_.keep.end());
+  for (const auto& [name, ns] : first.namespaces) {
+    report_->unreadable.insert(report_->unreadable.end(), ns.unreadable.begin(), ns.unreadable.end());
+    rows_[name] = MostCommonSize(ns);
+    if (keep.count(name) > 0) {
+      fate_[name] = Fate::kKept;
+      kept_bytes_ += ns.blocks.bytes;
+      continue;
+    }
+    StaleFiles(ns);
+    const bool may_reclaim = no_reclaim_ == nullptr || no_reclaim_->count(name) == 0;
+    fate_[name] = may_reclaim && Orphaned(ns) ? Fate::kOrphaned : Fate::kLive;
+  }
+}
+
+// The second walk is needed where blocks must go before the histogram is
+// right (orphaned namespaces, short blocks), or without the first walk's.
+bool GcRun::NeedsSecondWalk(const TreeScan& first) const {
+  if (first_use_ == nullptr) return true;
+  for (const auto& [name, ns] : first.namespaces) {
+    const Fate fate = fate_.at(name);
+    if (fate == Fate::kOrphaned) return true;
+    if (fate == Fate::kLive && ns.blocks.count != 0 && !ns.blocks.sizes.All(rows_.at(name))) return true;  // short blocks?
+  }
+  return false;
+}
+
+// Without a second walk, the empty shard directories the first one listed
+// go by the same rule (L108), looked at again (lstat) first.
+void GcRun::PruneListedEmptyDirs(const TreeScan& first) {
+  for (const auto& [name, ns] : first.namespaces) {
+    if (fate_.at(name) != Fate::kLive) continue;
+    for (const std::string& d : ns.empty_dirs) {
+      const size_t depth = static_cast<size_t>(std::count(d.begin(), d.end(), '/'));
+      if (depth < 1 || depth > 2) continue;  // <hhh> or <hhh>/<hh>_g<g> below a block directory
+      // The <hhh> parent is looked at before its child goes: it may go too,
+      // by the same rule, if that child was its last entry.
+      const auto [parent, leaf] = SplitRel(d);
+      std::optional<ScannedFile> up = depth == 2 ? LookAt(parent) : std::nullopt;
+      const std::optional<ScannedFile> dir = LookAt(d);
+      UniqueFd fd, up_fd;
+      if (!dir || editor_.OpenDir(parent, &fd) != 0 || !PruneDir(name, *dir, 0, fd.get())) continue;
+      if (up && editor_.OpenDir(SplitRel(parent).first, &up_fd) == 0) (void)PruneDir(name, *up, 0, up_fd.get());
+    }
+  }
+}
+
+// A directory's lstat now, as the walk would list it (nullopt: gone, or not a directory).
+std::optional<ScannedFile> GcRun::LookAt(const std::string& rel) const {
+  const auto [parent, leaf] = SplitRel(rel);
+  UniqueFd fd;
+  struct stat st;
+  if (editor_.OpenDir(parent, &fd) != 0 || fstatat(fd.get(), leaf.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 ||
+      !S_ISDIR(st.st_mode)) {
+    return std::nullopt;
+  }
+  ScannedFile dir;
+  dir.rel = rel;
+  dir.mtime = st.st_mtim.tv_sec;
+  dir.dev = st.st_dev, dir.ino = st.st_ino;
+  dir.mode = st.st_mode;
+  return dir;
+}
+
+// The bound: a histogram of use times gives the cut-off; one more walk
+// removes what lies beyond it.
+Status GcRun::Capacity(const TreeScan& first, const UseHistogram& histogram, uint64_t live_bytes) {
+  const uint64_t total = kept_bytes_ + live_bytes;
+  if (!o_.max_bytes || total <= *o_.max_bytes) return Status::Ok();
+  const uint64_t low = std::min(o_.low_water_bytes.value_or(*o_.max_bytes), *o_.max_bytes);
+  cut_ = histogram.CutFor(total - low);
+  if (cut_.bucket < 0) return Status::Ok();
+  boundary_left_ = static_cast<int64_t>(std::min<uint64_t>(total - low - cut_.older_bytes, INT64_MAX));
+  report_->capacity_cutoff = now_ - static_cast<int64_t>(UseHistogram::LowestAgeS(cut_.bucket));
+  report_->capacity_tolerance_s = UseHistogram::WidthS(cut_.bucket);
+  return ScanAgain(o_, first, Visitors(&GcRun::CapacityBlock)).status();
+}
+
+Status GcRun::Run(const TreeScan& first) {
+  Decide(first);
+  if (!NeedsSecondWalk(first)) {
+    uint64_t live = 0;
+    for (const auto& [name, ns] : first.namespaces) live += fate_[name] == Fate::kLive ? ns.blocks.bytes : 0;
+    const uint64_t dirs_before = dirs_removed_.load();
+    KVTIER_RETURN_IF_ERROR(Capacity(first, first_use_->histogram, live));
+    if (cut_.bucket < 0 && dirs_removed_.load() == dirs_before && !o_.dry_run) PruneListedEmptyDirs(first);
+    report_->dirs_removed = dirs_removed_.load();
+    return Status::Ok();
+  }
+  KVTIER_RETURN_IF_ERROR(ScanAgain(o_, first, Visitors(&GcRun::SecondWalkBlock)).status());
+  for (const auto& [name, ns] : first.namespaces) {
+    if (fate_[name] == Fate::kOrphaned) ReclaimNamespaceRest(ns);
+  }
+  KVTIER_RETURN_IF_ERROR(Capacity(first, histogram_, live_bytes_.load()));
+  report_->dirs_removed = dirs_removed_.load();
+  return Status::Ok();
+}
 
 }  // namespace
 
-GcReport GcScanned(const GcOptions& o, TreeScan& scan, const std::set<std::string>& no_reclaim) {
-  IoRootScope io_root(scan.root);
+Result<GcReport> GcScanned(const GcOptions& o, const TreeScan& first, const std::set<std::string>& no_reclaim,
+                           const FirstWalkUse* first_use) {
+  IoRootScope io_root(first.root);
   GcReport report;
   report.dry_run = o.dry_run;
-  report.files_scanned = scan.files;
-  GcRun(o, scan, &report, &no_reclaim).Run(scan);
+  report.files_scanned = first.files;
+  KVTIER_RETURN_IF_ERROR(GcRun(o, first, &report, &no_reclaim, first_use).Run(first));
   return report;
 }
 
@@ -164,8 +302,17 @@ std::set<std::string> OrphanedNamespaces(const GcOptions& o, const TreeScan& sca
 
 Result<GcReport> GcUnwatched(const GcOptions& options) {
   if (IsRootList(options.root)) return GcRoots(options);
-  KVTIER_ASSIGN_OR_RETURN(TreeScan scan, ScanTree(options));
-  return GcScanned(options, scan, {});
+  // The first walk's histogram spares a walk when no block must go first.
+  auto use = std::make_unique<FirstWalkUse>();
+  use->now = std::time(nullptr);
+  const std::set<std::string> keep(options.keep.begin(), options.keep.end());
+  ScanVisitors visit;
+  visit.block = [&](const std::string& ns, const ScannedFile& b, int) {
+    if (keep.count(ns) == 0) use->histogram.Add(UseHistogram::Bucket(use->now, b.activity()), b.bytes);
+    return false;
+  };
+  KVTIER_ASSIGN_OR_RETURN(TreeScan scan, ScanTree(options, options.max_bytes ? visit : ScanVisitors{}));
+  return GcScanned(options, scan, {}, use.get());
 }
 
 }  // namespace internal

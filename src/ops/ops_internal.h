@@ -2,12 +2,15 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 
 #include "format/layout_names.h"
 #include "kvtier/ops.h"
+#include "ops/gc_histogram.h"
 #include "ops/scan.h"
 
 namespace kvtier::internal {
@@ -50,11 +53,21 @@ uint64_t LiveLeases(const NsScan& ns, uint64_t ttl_s, int64_t now);
 // The size most blocks of the namespace have (0 without blocks).
 uint64_t MostCommonSize(const NsScan& ns);
 
-// du, fsck and gc over one scanned root (the public functions scan first).
+// du, fsck and gc over one scanned root (the public functions scan first;
+// fsck and gc walk it again through `first`'s root fd where they act on blocks).
 DuReport DuScanned(const TreeScan& scan);
-FsckReport FsckScanned(const FsckOptions& options, const TreeScan& scan);
+// A check of one block beyond fsck's own (several roots: the block's root).
+using ExtraBlockCheck = std::function<std::optional<Finding>(const std::string& ns, const ScannedFile& block)>;
+Result<FsckReport> FsckScanned(const FsckOptions& options, const TreeScan& first, const ExtraBlockCheck& extra = {});
+// The first walk's use times (blocks of namespaces not kept), when gc's first
+// walk made them (with max_bytes; a single root).
+struct FirstWalkUse {
+  int64_t now = 0;  // the time the buckets are relative to
+  UseHistogram histogram;
+};
 // Namespaces in `no_reclaim` are never reclaimed whole (several roots decide together).
-GcReport GcScanned(const GcOptions& options, TreeScan& scan, const std::set<std::string>& no_reclaim);
+Result<GcReport> GcScanned(const GcOptions& options, const TreeScan& first, const std::set<std::string>& no_reclaim,
+                           const FirstWalkUse* first_use = nullptr);
 // The namespaces gc would reclaim whole (L92) by what this scan shows.
 std::set<std::string> OrphanedNamespaces(const GcOptions& options, const TreeScan& scan);
 
@@ -72,6 +85,8 @@ class TreeEditor {
   explicit TreeEditor(std::shared_ptr<UniqueFd> root) : root_(std::move(root)) {}
   // 0 (removed, or already gone), ESTALE (replaced meanwhile) or the errno.
   int Remove(const ScannedFile& f) const;
+  // The same, where `dir_fd` is the directory holding f (a walk's fd).
+  int RemoveAt(int dir_fd, const ScannedFile& f) const;
   // Removes the directory root/rel if it is empty: 0 or the errno.
   int RemoveEmptyDir(const std::string& rel) const;
   // Opens the directory root/rel: 0 or the errno.

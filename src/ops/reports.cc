@@ -57,15 +57,7 @@ uint64_t LiveLeases(const NsScan& ns, uint64_t ttl_s, int64_t now) {
   return live;
 }
 
-uint64_t MostCommonSize(const NsScan& ns) {
-  std::map<uint64_t, uint64_t> counts;
-  for (const ScannedFile& b : ns.blocks) ++counts[b.size];
-  uint64_t best = 0, best_count = 0;
-  for (auto [size, count] : counts) {  // ascending: on a tie the larger size wins (short files are torn ones)
-    if (count >= best_count) best = size, best_count = count;
-  }
-  return best;
-}
+uint64_t MostCommonSize(const NsScan& ns) { return ns.blocks.sizes.Mode(); }
 
 namespace {
 
@@ -87,16 +79,14 @@ NamespaceUsage Usage(const std::string& name, const NsScan& ns, int64_t now) {
       .page_size = info.page_size,
       .mem_layout = info.mem_layout,
       .ranks = ns.ranks,
-      .blocks = ns.blocks.size(),
+      .blocks = ns.blocks.count,
+      .bytes = ns.blocks.bytes,
       .tmp_files = ns.tmps.size(),
+      .newest_activity = ns.blocks.newest,
+      .oldest_activity = ns.blocks.oldest,
       .live_leases = LiveLeases(ns, kDefaultLeaseTtlS, now),
       .leases_known = ns.leases_known,
   };
-  for (const ScannedFile& b : ns.blocks) {
-    u.bytes += b.size;
-    u.newest_activity = std::max(u.newest_activity, b.activity());
-    u.oldest_activity = u.oldest_activity == 0 ? b.activity() : std::min(u.oldest_activity, b.activity());
-  }
   return u;
 }
 
@@ -142,7 +132,9 @@ std::string_view RepairActionName(RepairAction action) {
 }
 
 int DuReport::ExitCode() const { return unreadable.empty() ? 0 : 8; }
-int GcReport::ExitCode() const { return (failed.empty() ? 0 : 4) | (unreadable.empty() ? 0 : 8); }
+int GcReport::ExitCode() const {
+  return (failed.empty() && files_failed == 0 ? 0 : 4) | (unreadable.empty() ? 0 : 8);
+}
 
 int FsckReport::ExitCode() const {
   bool left = false, repaired = false;

@@ -108,21 +108,21 @@ std::map<std::string, bool> ShardedNamespaces(const RootScans& s) {
   return sharded;
 }
 
-// L101: a block whose root by L99 is another one.
-void WrongRoots(const RootScans& s, size_t i, const std::map<std::string, bool>& sharded, FsckReport* out) {
-  for (const auto& [name, ns] : s.scans[i].namespaces) {
-    if (!sharded.at(name)) continue;
-    for (const ScannedFile& b : ns.blocks) {
-      const std::string file = SplitRel(b.rel).second;  // the view below points into it
-      const auto hex = format::BlockFileHex(file);
-      const Result<BlockHash> hash = hex ? BlockHash::FromHex(*hex) : Result<BlockHash>(InvalidArgument("not a block"));
-      if (!hash.ok()) continue;
-      const size_t want = format::RootIndexOf(hash->bytes(), s.roots.size());
-      if (want == i) continue;
-      out->findings.push_back({FindingKind::kWrongRoot, JoinRoot(s.roots[i], b.rel), "L101", RepairAction::kNone,
-                               "belongs on " + RootName(s.roots, want) + " (hash mod " + std::to_string(s.roots.size()) + ")"});
-    }
-  }
+// L101: a block whose root by L99 is another one (checked on fsck's walk
+// of root i's blocks).
+ExtraBlockCheck WrongRoots(const RootScans& s, size_t i, const std::map<std::string, bool>& sharded) {
+  return [&s, i, &sharded](const std::string& ns, const ScannedFile& b) -> std::optional<Finding> {
+    const auto it = sharded.find(ns);
+    if (it == sharded.end() || !it->second) return std::nullopt;
+    const std::string file = SplitRel(b.rel).second;  // the view below points into it
+    const auto hex = format::BlockFileHex(file);
+    const Result<BlockHash> hash = hex ? BlockHash::FromHex(*hex) : Result<BlockHash>(InvalidArgument("not a block"));
+    if (!hash.ok()) return std::nullopt;
+    const size_t want = format::RootIndexOf(hash->bytes(), s.roots.size());
+    if (want == i) return std::nullopt;
+    return Finding{FindingKind::kWrongRoot, b.rel, "L101", RepairAction::kNone,
+                   "belongs on " + RootName(s.roots, want) + " (hash mod " + std::to_string(s.roots.size()) + ")"};
+  };
 }
 
 }  // namespace
@@ -154,10 +154,9 @@ Result<FsckReport> FsckRoots(const FsckOptions& o) {
   const std::map<std::string, bool> sharded = ShardedNamespaces(s);
   FsckReport out;
   for (size_t i = 0; i < s.roots.size(); ++i) {
-    FsckReport r = FsckScanned(ForRoot(o, s.roots[i]), s.scans[i]);
+    KVTIER_ASSIGN_OR_RETURN(FsckReport r, FsckScanned(ForRoot(o, s.roots[i]), s.scans[i], WrongRoots(s, i, sharded)));
     for (Finding& f : r.findings) f.path = JoinRoot(s.roots[i], f.path);
     out.findings.insert(out.findings.end(), r.findings.begin(), r.findings.end());
-    WrongRoots(s, i, sharded, &out);
     out.files_scanned += r.files_scanned;
     out.blocks_checked += r.blocks_checked;
     out.blocks_verified += r.blocks_verified;
@@ -180,7 +179,7 @@ Result<GcReport> GcRoots(const GcOptions& o) {
   GcReport out;
   out.dry_run = o.dry_run;
   for (size_t i = 0; i < s.roots.size(); ++i) {
-    GcReport r = GcScanned(ForRoot(o, s.roots[i]), s.scans[i], no_reclaim);
+    KVTIER_ASSIGN_OR_RETURN(GcReport r, GcScanned(ForRoot(o, s.roots[i]), s.scans[i], no_reclaim));
     for (Reclaimed& c : r.reclaimed) c.path = JoinRoot(s.roots[i], c.path);
     for (FailedRemoval& f : r.failed) f.path = JoinRoot(s.roots[i], f.path);
     out.failed.insert(out.failed.end(), r.failed.begin(), r.failed.end());
@@ -191,6 +190,11 @@ Result<GcReport> GcRoots(const GcOptions& o) {
     out.kept.insert(out.kept.end(), r.kept.begin(), r.kept.end());
     out.bytes_reclaimed += r.bytes_reclaimed;
     out.files_scanned += r.files_scanned;
+    out.files_reclaimed += r.files_reclaimed;
+    out.files_failed += r.files_failed;
+    out.dirs_removed += r.dirs_removed;
+    out.capacity_cutoff = std::max(out.capacity_cutoff, r.capacity_cutoff);
+    out.capacity_tolerance_s = std::max(out.capacity_tolerance_s, r.capacity_tolerance_s);
   }
   return out;
 }

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstring>
 #include <functional>
+#include <mutex>
 #include <system_error>
 #include <thread>
 
@@ -27,6 +28,7 @@ ScannedFile Scanned(std::string rel, const struct stat& st) {
   ScannedFile f;
   f.rel = std::move(rel);
   f.size = static_cast<uint64_t>(st.st_size);
+  f.bytes = std::min(f.size, static_cast<uint64_t>(st.st_blocks) * 512);  // L109: holes hold nothing
   f.mtime = st.st_mtim.tv_sec;
   f.atime = st.st_atim.tv_sec;
   f.ino = st.st_ino;
@@ -64,20 +66,30 @@ struct Counters {
   std::atomic<uint64_t> files{0}, bytes{0};
 };
 
-// One file of a <hhh>/<hh>_g<g> directory (L6, L7, L55).
-void ClassifyShardFile(const DirEntry& f, const std::string& rel2, std::string_view shard1, std::string_view hh,
-                       NsScan* out, Counters* counters) {
-  if (f.st.st_mode == 0) return;  // vanished, or recorded as unreadable
+// What one walker thread needs to classify a shard directory's files.
+struct ShardCtx {
+  const std::string& ns;
+  const ScanVisitors& visit;
+  Counters* counters;
+};
+
+// One file of a <hhh>/<hh>_g<g> directory (L6, L7, L55): whether a visitor
+// removed it.
+bool ClassifyShardFile(const DirEntry& f, const std::string& rel2, std::string_view shard1, std::string_view hh,
+                       int dir_fd, NsScan* out, const ShardCtx& ctx) {
+  if (f.st.st_mode == 0) return true;  // vanished, or recorded as unreadable
   std::string rel3 = rel2 + "/" + f.name;
   const auto tmp_hex = format::BlockTmpHex(f.name);
   const auto hex = tmp_hex ? tmp_hex : format::BlockFileHex(f.name);
   if (hex && !format::BlockInShard(*hex, shard1, hh)) {
     out->bad_names.emplace_back(std::move(rel3), "in the wrong shard directory");
   } else if (hex && !tmp_hex) {
-    if (!S_ISREG(f.st.st_mode)) return out->non_files.push_back(Scanned(std::move(rel3), f.st));
-    out->blocks.push_back(Scanned(std::move(rel3), f.st));
-    ++counters->files;
-    counters->bytes += static_cast<uint64_t>(f.st.st_size);
+    if (!S_ISREG(f.st.st_mode)) return out->non_files.push_back(Scanned(std::move(rel3), f.st)), false;
+    const ScannedFile block = Scanned(std::move(rel3), f.st);
+    out->blocks.Add(block);
+    ++ctx.counters->files;
+    ctx.counters->bytes += block.bytes;
+    return ctx.visit.block && ctx.visit.block(ctx.ns, block, dir_fd);
   } else if (hex && S_ISREG(f.st.st_mode)) {
     out->tmps.push_back(Scanned(std::move(rel3), f.st));
   } else if (S_ISLNK(f.st.st_mode)) {
@@ -85,33 +97,47 @@ void ClassifyShardFile(const DirEntry& f, const std::string& rel2, std::string_v
   } else {
     out->bad_names.emplace_back(std::move(rel3), S_ISREG(f.st.st_mode) ? "not <hex>.bin" : "not a regular file");
   }
+  return false;
 }
 
 // One shard-1 directory of a block directory: the unit of parallel work.
 struct ShardWork {
   std::string ns, rel;  // rel: "<ns>_r<rank>/<hhh>"
   std::string shard1;
+  struct stat st;  // its lstat, from the block directory's listing
   std::shared_ptr<UniqueFd> block_dir;
-  NsScan result;  // only the block-tree fields are filled
 };
 
-void ScanShard(ShardWork* w, Counters* counters) {
-  NsScan& out = w->result;
+// A <hh>_g<g> directory: whether it is gone afterwards.
+bool ScanShard2(const ShardWork& w, int s1, const DirEntry& e2, std::string_view hh, NsScan* out, const ShardCtx& ctx) {
+  const std::string rel2 = w.rel + "/" + e2.name;
+  UniqueFd s2;
+  std::vector<DirEntry> files;
+  if (EnterDir(s1, e2.name, rel2, out, &s2) != 0 || !ListInto(s2.get(), rel2, out, &files)) return false;
+  size_t left = 0;
+  for (const DirEntry& f : files) left += !ClassifyShardFile(f, rel2, w.shard1, hh, s2.get(), out, ctx);
+  return ctx.visit.shard_dir && ctx.visit.shard_dir(ctx.ns, Scanned(rel2, e2.st), left, s1);
+}
+
+void ScanShard(const ShardWork& w, const ScanVisitors& visit, Counters* counters, NsScan* out) {
+  const ShardCtx ctx{w.ns, visit, counters};
   UniqueFd s1;
-  std::vector<DirEntry> level2, files;
-  if (EnterDir(w->block_dir->get(), w->shard1, w->rel, &out, &s1) != 0 || !ListInto(s1.get(), w->rel, &out, &level2)) return;
+  std::vector<DirEntry> level2;
+  if (EnterDir(w.block_dir->get(), w.shard1, w.rel, out, &s1) != 0 || !ListInto(s1.get(), w.rel, out, &level2)) return;
+  size_t left = 0;
   for (const DirEntry& e2 : level2) {
-    const std::string rel2 = w->rel + "/" + e2.name;
+    const std::string rel2 = w.rel + "/" + e2.name;
     const auto shard2 = format::ParseShard2Name(e2.name);
     if (S_ISLNK(e2.st.st_mode)) {
-      out.strays.push_back(rel2);
+      out->strays.push_back(rel2);
     } else if (e2.st.st_mode != 0 && (!S_ISDIR(e2.st.st_mode) || !shard2)) {
-      out.bad_names.emplace_back(rel2, "not a <hh>_g<group> shard directory");
-    } else if (UniqueFd s2; shard2 && EnterDir(s1.get(), e2.name, rel2, &out, &s2) == 0 &&
-                            ListInto(s2.get(), rel2, &out, &files)) {
-      for (const DirEntry& f : files) ClassifyShardFile(f, rel2, w->shard1, shard2->hh, &out, counters);
+      out->bad_names.emplace_back(rel2, "not a <hh>_g<group> shard directory");
+    } else if (e2.st.st_mode == 0 || (shard2 && ScanShard2(w, s1.get(), e2, shard2->hh, out, ctx))) {
+      continue;  // gone
     }
+    ++left;
   }
+  if (visit.shard_dir) visit.shard_dir(w.ns, Scanned(w.rel, w.st), left, w.block_dir->get());
 }
 
 // config.json (L24): read only if it is a regular file, and at most
@@ -222,7 +248,7 @@ void ScanNsDir(int root_fd, NsScan* ns) {
 
 void Merge(NsScan* into, NsScan&& from) {
   auto move_all = [](auto& dst, auto& src) { dst.insert(dst.end(), std::make_move_iterator(src.begin()), std::make_move_iterator(src.end())); };
-  move_all(into->blocks, from.blocks);
+  into->blocks.Merge(from.blocks);
   move_all(into->non_files, from.non_files);
   move_all(into->tmps, from.tmps);
   move_all(into->empty_dirs, from.empty_dirs);
@@ -249,7 +275,7 @@ void ScanBlockDir(int root_fd, const std::string& name, NsScan* n, std::vector<S
     } else if (s.st.st_mode != 0 && (!S_ISDIR(s.st.st_mode) || !format::IsShard1Name(s.name))) {
       n->bad_names.emplace_back(rel, "not a <hhh> shard directory");
     } else if (s.st.st_mode != 0) {
-      work->push_back({n->dir, rel, s.name, fd, {}});
+      work->push_back({n->dir, rel, s.name, s.st, fd});
     }
   }
 }
@@ -281,12 +307,20 @@ bool ScanRoot(const std::vector<DirEntry>& top, TreeScan* scan, std::vector<Shar
   return layout_seen;
 }
 
-void RunShards(const ScanOptions& o, std::vector<ShardWork>* work) {
+void RunShards(const ScanOptions& o, const ScanVisitors& visit, const std::vector<ShardWork>& work, TreeScan* scan) {
   Counters counters;
   std::atomic<uint64_t> next{0};
   std::atomic<bool> done{false};
+  std::mutex mu;  // guards scan->namespaces
+  // Each directory's result is merged as soon as it is walked: memory holds
+  // one shard directory's listing per thread, never the whole tree's.
   auto worker = [&] {
-    for (size_t i; (i = next.fetch_add(1)) < work->size();) ScanShard(&(*work)[i], &counters);
+    for (size_t i; (i = next.fetch_add(1)) < work.size();) {
+      NsScan part;
+      ScanShard(work[i], visit, &counters, &part);
+      std::lock_guard lock(mu);
+      Merge(&scan->namespaces[work[i].ns], std::move(part));
+    }
   };
   // Walker threads report their calls to the watch of the thread that starts them.
   auto watched_worker = [&, watch = CurrentIoWatch(), root = CurrentIoRoot()] {
@@ -341,12 +375,10 @@ static Status OpenRoot(const std::string& root, TreeScan* scan, std::vector<DirE
   return Status::Ok();
 }
 
-Result<TreeScan> ScanTree(const ScanOptions& o) {
-  if (o.root.empty()) return InvalidArgument("a root directory is required");
-  IoRootScope io_root(o.root);
-  TreeScan scan;
-  std::vector<DirEntry> top;
-  KVTIER_RETURN_IF_ERROR(OpenRoot(o.root, &scan, &top));
+namespace {
+
+// The walk below the root, once the root is open and listed.
+Result<TreeScan> Walk(const ScanOptions& o, const ScanVisitors& visit, TreeScan scan, const std::vector<DirEntry>& top) {
   std::vector<ShardWork> work;
   if (!ScanRoot(top, &scan, &work) && !top.empty() && !o.force) {
     return InvalidArgument(o.root + " does not look like a kvtier/vLLM root_dir (no <model>_<digest> directories); "
@@ -355,13 +387,93 @@ Result<TreeScan> ScanTree(const ScanOptions& o) {
   for (auto& [name, ns] : scan.namespaces) {
     if (ns.has_ns_dir) ScanNsDir(scan.root_fd->get(), &ns);
   }
-  RunShards(o, &work);
-  for (ShardWork& w : work) Merge(&scan.namespaces[w.ns], std::move(w.result));
+  RunShards(o, visit, work, &scan);
   for (auto& [name, ns] : scan.namespaces) {
     std::sort(ns.ranks.begin(), ns.ranks.end());
-    scan.files += ns.blocks.size() + ns.tmps.size() + ns.probes.size() + ns.leases.size() + (ns.has_config ? 1 : 0);
+    scan.files += ns.blocks.count + ns.tmps.size() + ns.probes.size() + ns.leases.size() + (ns.has_config ? 1 : 0);
   }
   return scan;
+}
+
+}  // namespace
+
+Result<TreeScan> ScanTree(const ScanOptions& o, const ScanVisitors& visit) {
+  if (o.root.empty()) return InvalidArgument("a root directory is required");
+  IoRootScope io_root(o.root);
+  TreeScan scan;
+  std::vector<DirEntry> top;
+  KVTIER_RETURN_IF_ERROR(OpenRoot(o.root, &scan, &top));
+  return Walk(o, visit, std::move(scan), top);
+}
+
+Result<TreeScan> ScanAgain(const ScanOptions& o, const TreeScan& first, const ScanVisitors& visit) {
+  IoRootScope io_root(first.root);
+  IoScope io("");
+  if (io.cancelled()) return Status(StatusCode::kTimedOut, "abandoned: " + first.root);
+  TreeScan scan;
+  scan.root = first.root;
+  scan.root_fd = first.root_fd;
+  std::vector<DirEntry> top;
+  if (const int err = ListDir(first.root_fd->get(), &top)) return ErrnoToStatus(err, "read directory " + first.root);
+  ScanOptions again = o;
+  again.force = true;  // the first walk decided
+  return Walk(again, visit, std::move(scan), top);
+}
+
+}  // namespace kvtier::internal
+
+namespace kvtier::internal {
+
+void SizeSummary::Add(uint64_t size, uint64_t n) {
+  counts_[size] += n;
+  if (counts_.size() > kTracked) Shrink();
+}
+
+void SizeSummary::Merge(const SizeSummary& other) {
+  for (const auto& [size, n] : other.counts_) counts_[size] += n;
+  exact_ = exact_ && other.exact_;
+  if (counts_.size() > kTracked) Shrink();
+}
+
+// Misra-Gries: take the (kTracked+1)-th largest count off every counter and
+// drop those left at zero, so at most kTracked remain.
+void SizeSummary::Shrink() {
+  std::vector<uint64_t> ns;
+  ns.reserve(counts_.size());
+  for (const auto& [size, n] : counts_) ns.push_back(n);
+  std::nth_element(ns.begin(), ns.begin() + kTracked, ns.end(), std::greater<>());
+  const uint64_t cut = ns[kTracked];
+  for (auto it = counts_.begin(); it != counts_.end();) {
+    it->second = it->second > cut ? it->second - cut : 0;
+    it = it->second == 0 ? counts_.erase(it) : std::next(it);
+  }
+  exact_ = false;
+}
+
+uint64_t SizeSummary::Mode() const {
+  uint64_t best = 0, best_count = 0;
+  for (auto [size, count] : counts_) {  // ascending: on a tie the larger size wins
+    if (count >= best_count) best = size, best_count = count;
+  }
+  return best;
+}
+
+void BlockStats::Add(const ScannedFile& b) {
+  ++count;
+  bytes += b.bytes;
+  newest = std::max(newest, b.activity());
+  oldest = oldest == 0 ? b.activity() : std::min(oldest, b.activity());
+  if (b.size > kBlockBytesMax) ++oversize;
+  else sizes.Add(b.size);
+}
+
+void BlockStats::Merge(const BlockStats& o) {
+  count += o.count;
+  bytes += o.bytes;
+  newest = std::max(newest, o.newest);
+  if (o.oldest != 0) oldest = oldest == 0 ? o.oldest : std::min(oldest, o.oldest);
+  oversize += o.oversize;
+  sizes.Merge(o.sizes);
 }
 
 }  // namespace kvtier::internal

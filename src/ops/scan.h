@@ -3,14 +3,21 @@
 // and actions over its result. The walk holds directory fds and opens each
 // component with O_NOFOLLOW: symlinks are never followed (they are strays,
 // or non-files at a layout name), and no non-regular file is opened.
+//
+// Memory does not grow with the number of blocks: a scan keeps per-namespace
+// statistics of its blocks (BlockStats), never their list; a tool that acts
+// on blocks walks again with ScanVisitors (ScanAgain). What is kept in
+// lists are the anomalies (temp files, strays, bad names...), which fsck
+// reports one by one anyway.
 #pragma once
 
 #include <sys/stat.h>
 
 #include <cstdint>
 #include <functional>
-#include <thread>
 #include <map>
+#include <optional>
+#include <thread>
 #include <memory>
 #include <string>
 #include <vector>
@@ -23,11 +30,43 @@ namespace kvtier::internal {
 
 struct ScannedFile {
   std::string rel;  // path relative to the root
-  uint64_t size = 0;
+  uint64_t size = 0;   // st_size: what a reader sees
+  uint64_t bytes = 0;  // what it holds on disk: min(st_size, 512 * st_blocks); a hole holds nothing
   int64_t mtime = 0, atime = 0;  // unix seconds
   uint64_t ino = 0, dev = 0;
   mode_t mode = 0;  // st_mode (file type and permissions)
   int64_t activity() const { return std::max(mtime, atime); }
+};
+
+// The sizes most blocks of a namespace have, in bounded memory whatever their
+// number: a Misra-Gries summary of kTracked counters. Exact while the
+// namespace has at most kTracked distinct sizes; beyond that, any size held
+// by more than 1/(kTracked + 1) of the blocks is still among the counters.
+class SizeSummary {
+ public:
+  static constexpr size_t kTracked = 64;
+  void Add(uint64_t size, uint64_t n = 1);
+  void Merge(const SizeSummary& other);
+  // The most common size (0 when empty); on a tie the larger one (short
+  // files are torn ones).
+  uint64_t Mode() const;
+  // Whether every block has size `size` (false when not exact).
+  bool All(uint64_t size) const { return exact_ && counts_.size() == 1 && counts_.begin()->first == size; }
+
+ private:
+  void Shrink();
+  std::map<uint64_t, uint64_t> counts_;
+  bool exact_ = true;
+};
+
+// What a scan keeps of a namespace's blocks.
+struct BlockStats {
+  uint64_t count = 0, bytes = 0;   // bytes: ScannedFile::bytes summed
+  int64_t newest = 0, oldest = 0;  // activity, unix seconds (0: no block)
+  SizeSummary sizes;               // of the blocks of at most kBlockBytesMax bytes
+  uint64_t oversize = 0;           // blocks larger than kBlockBytesMax (never a row, never read)
+  void Add(const ScannedFile& b);
+  void Merge(const BlockStats& other);
 };
 
 struct NsScan {
@@ -40,7 +79,7 @@ struct NsScan {
   bool config_oversize = false;  // larger than kConfigBytesMax (never read)
   ScannedFile config;            // its lstat (when has_config)
   std::vector<int64_t> ranks;
-  std::vector<ScannedFile> blocks;     // well-placed <hex>.bin regular files
+  BlockStats blocks;                   // of the well-placed <hex>.bin regular files
   std::vector<ScannedFile> non_files;  // directories, symlinks, FIFOs... at a block or config.json name
   std::vector<ScannedFile> tmps;       // <hex>.bin_<n>.tmp and config.json_<n>.tmp
   std::vector<ScannedFile> probes;     // .o_direct_probe_<n>.tmp, .xattr_probe_<n>.tmp
@@ -62,7 +101,24 @@ struct TreeScan {
   uint64_t files = 0;
 };
 
-Result<TreeScan> ScanTree(const ScanOptions& options);
+// What a walk calls back, from the walker threads at once (each callback
+// must be thread-safe). One thread walks a <hhh> directory and all it holds:
+// for each <hh>_g<g> directory, `block` for each of its blocks, then
+// `shard_dir` for it; then `shard_dir` for the <hhh> directory.
+struct ScanVisitors {
+  // A well-placed block, with the namespace's directory name and an fd of
+  // the directory holding it. Returns whether the file is gone (removed).
+  std::function<bool(const std::string& ns, const ScannedFile& block, int dir_fd)> block;
+  // A shard directory after its contents were visited: its lstat from its
+  // parent's listing (before any change), how many of the entries listed
+  // are left, and an fd of its parent. Returns whether it is gone.
+  std::function<bool(const std::string& ns, const ScannedFile& dir, size_t entries_left, int parent_fd)> shard_dir;
+};
+
+Result<TreeScan> ScanTree(const ScanOptions& options, const ScanVisitors& visit = {});
+// Walks the root of `first` again (its fd: the same directory) with
+// visitors; the result is a fresh scan of its own.
+Result<TreeScan> ScanAgain(const ScanOptions& options, const TreeScan& first, const ScanVisitors& visit);
 
 // Starts up to n threads running fn (fewer when the system has no more).
 void StartThreads(int n, const std::function<void()>& fn, std::vector<std::thread>* threads);

@@ -179,7 +179,10 @@ nlohmann::json GcJson(const GcReport& r) {
     failed.push_back({{"path", f.path}, {"bytes", f.bytes}, {"reason", f.reason}, {"errno", f.sys_errno}, {"detail", f.detail}});
   }
   nlohmann::json j = {{"dry_run", r.dry_run}, {"reclaimed", list}, {"failed", failed}, {"bytes_reclaimed", r.bytes_reclaimed},
-                      {"files_scanned", r.files_scanned}, {"kept", ProblemsJson(r.kept)},
+                      {"files_scanned", r.files_scanned}, {"files_reclaimed", r.files_reclaimed},
+                      {"files_failed", r.files_failed}, {"dirs_removed", r.dirs_removed},
+                      {"capacity_cutoff", r.capacity_cutoff}, {"capacity_tolerance_s", r.capacity_tolerance_s},
+                      {"kept", ProblemsJson(r.kept)},
                       {"unreadable", ProblemsJson(r.unreadable)}, {"exit_code", r.ExitCode()}};
   MakeJsonUtf8(&j);  // names on the volume may be any bytes
   return j;
@@ -193,18 +196,23 @@ std::string GcText(const GcReport& r) {
     by_reason[x.reason].first++;
     by_reason[x.reason].second += x.bytes;
   }
-  out << "gc" << (r.dry_run ? " (dry run)" : "") << ": " << r.reclaimed.size() << " files, "
+  if (r.files_reclaimed > r.reclaimed.size()) {
+    out << "... and " << (r.files_reclaimed - r.reclaimed.size()) << " more (the list stops at --list-max)\n";
+  }
+  out << "gc" << (r.dry_run ? " (dry run)" : "") << ": " << r.files_reclaimed << " files, "
       << HumanBytes(r.bytes_reclaimed) << (r.dry_run ? " reclaimable" : " reclaimed");
   for (const auto& [reason, c] : by_reason) out << "; " << reason << " " << c.first;
-  out << " (" << r.files_scanned << " files scanned)\n";
+  out << " (" << r.files_scanned << " files scanned";
+  if (r.dirs_removed) out << ", " << r.dirs_removed << " empty shard directories removed";
+  out << ")\n";
   for (const FailedRemoval& f : r.failed) {
     out << "not removed " << QuoteName(f.path) << " (" << HumanBytes(f.bytes) << ", " << f.reason << "): "
         << EscapeUnprintable(f.detail) << "\n";
   }
   ProblemsText(out, "kept", r.kept);
   ProblemsText(out, "unreadable:", r.unreadable);
-  if (!r.failed.empty()) {
-    out << "gc: " << r.failed.size() << " selected files could not be removed: the bound is not enforced (exit 4)\n";
+  if (r.files_failed != 0) {
+    out << "gc: " << r.files_failed << " selected files could not be removed: the bound is not enforced (exit 4)\n";
   }
   if (!r.unreadable.empty()) out << "gc: incomplete: " << r.unreadable.size() << " parts could not be read (exit 8)\n";
   return out.str();

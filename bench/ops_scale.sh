@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# Do the operators' tools scale (issue 25 item 6)? Builds a root_dir of N
+# block files in vLLM's layout (4 namespaces, two written as vLLM's and two as
+# SGLang's, 64-byte rows used at random times over 30 days) on an ext4 loop
+# device made for it (1 KiB blocks, an inode per file), then reports, on the
+# same warm tree, wall time against `find ROOT -printf '%A@ %s\n'` (target
+# <= 1.0x), peak RSS (target: independent of N) and files per second for
+# `kvtier du`, `kvtier fsck`, `kvtier gc --dry-run --max-bytes` and
+# `kvtier gc --max-bytes` (half the bytes), and checks that gc met its bound.
+#
+# Usage: bench/ops_scale.sh [N] [DIR]     (N default 1000000; DIR default $TMPDIR or /tmp)
+#   Everything lives in a fresh DIR/kvtier-ops-scale.XXXXXX, removed at the end.
+#   OPS_SCALE_GC_FLAGS: extra gc flags (default "--list-max 100"; "" for a
+#   kvtier from before --list-max, e.g. KVTIER_BUILD_DIR=../main/build).
+#   OPS_SCALE_NO_LOOP=1: build the tree in a plain directory there (/dev/shm
+#   without DIR; no root needed): the test suite's 10^5 run, ctest's ops_scale_1e5.
+# Needs root for the loop device (losetup, mkfs.ext4, mount), /usr/bin/time and bc.
+set -euo pipefail
+n=${1:-1000000}
+build=${KVTIER_BUILD_DIR:-build}
+kvtier=$build/bin/kvtier
+[ -x "$kvtier" ] || { echo "build kvtier first (cmake --build $build --target kvtier_cli)" >&2; exit 1; }
+base=${2:-${TMPDIR:-/tmp}}
+# Without a loop device and without a DIR, tmpfs where there is one: the tree is built in seconds.
+if [ "${OPS_SCALE_NO_LOOP:-0}" = 1 ] && [ -z "${2:-}" ] && [ -d /dev/shm ]; then base=/dev/shm; fi
+work=$(mktemp -d "$base/kvtier-ops-scale.XXXXXX")
+mnt=$work/mnt
+loopdev=""
+cleanup() {
+  if [ -n "$loopdev" ]; then umount "$mnt" 2>/dev/null || true; losetup -d "$loopdev" 2>/dev/null || true; fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+mkdir -p "$mnt"
+if [ "${OPS_SCALE_NO_LOOP:-0}" != 1 ]; then
+  # 1 KiB blocks: a 64-byte row takes 1 KiB, a shard directory 1 KiB.
+  img=$work/ext4.img
+  truncate -s $(( (n * 3 + 200000) * 1024 + (1 << 30) )) "$img"
+  mkfs.ext4 -q -F -b 1024 -N $(( n * 2 + 1200000 )) -O ^has_journal "$img"
+  loopdev=$(losetup -f --show "$img")
+  mount "$loopdev" "$mnt"
+fi
+root=$mnt/root
+mkdir -p "$root"
+
+t0=$(date +%s.%N)
+/usr/bin/python3 - "$root" "$n" <<'PY'
+import hashlib, json, os, random, sys, time
+root, n = sys.argv[1], int(sys.argv[2])
+payload = b"\x5a" * 64
+rng = random.Random(25)
+now = int(time.time())
+for ns_i in range(4):
+    fields = {"blocks_per_file": 1, "dcp_size": 1, "dtype": "bfloat16",
+              "inference_engine": "vllm" if ns_i % 2 == 0 else "sglang", "kv_cache_groups": [],
+              "model_name": f"bench/model-{ns_i}", "pcp_size": 1, "pp_size": 1, "tokens_per_hash": 16, "tp_size": 1}
+    digest = hashlib.sha256(json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:12]
+    ns = f"{root}/bench_model-{ns_i}_{digest}"
+    os.makedirs(ns, exist_ok=True)
+    with open(f"{ns}/config.json", "w") as f:
+        json.dump(fields, f, indent=2, sort_keys=True)
+    made = set()
+    for i in range(ns_i, n, 4):
+        h = hashlib.sha256(i.to_bytes(8, "little")).hexdigest()
+        d = f"{ns}_r0/{h[:3]}/{h[3:5]}_g0"
+        if d not in made:
+            os.makedirs(d, exist_ok=True)
+            made.add(d)
+        p = f"{d}/{h}.bin"
+        fd = os.open(p, os.O_CREAT | os.O_WRONLY, 0o644)
+        os.write(fd, payload)
+        t = now - 3600 - rng.randrange(0, 30 * 86400)
+        os.utime(fd, (t, t))
+        os.close(fd)
+PY
+t1=$(date +%s.%N)
+echo "built $n block files in $(echo "$t1 - $t0" | bc -l | xargs printf '%.0f') s under $root$([ -n "$loopdev" ] && echo " ($loopdev, ext4)")" >&2
+
+find "$root" -printf '%A@ %s\n' >/dev/null  # warm the dentry and inode caches once for everyone
+# Runs a command; prints "<wall s> <peak RSS KiB> <exit>".
+measure() {
+  local f=$work/time.txt rc=0
+  /usr/bin/time -o "$f" -f '%e %M' "$@" >/dev/null 2>"$work/stderr.txt" || rc=$?
+  echo "$(tail -1 "$f") $rc"
+}
+total=$("$kvtier" du "$root" --json | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["total_bytes"])')
+half=$(( total / 2 ))
+read -r t_find m_find _ < <(measure find "$root" -printf '%A@ %s\n')
+printf '%-34s %9s %8s %10s %12s\n' "command ($n files)" "seconds" "x find" "peak RSS" "files/s"
+row() {  # name seconds rss
+  printf '%-34s %9.2f %8.2f %7d MiB %12.0f\n' "$1" "$2" "$(echo "$2 / $t_find" | bc -l)" $(( $3 / 1024 )) \
+    "$(echo "$n / ($2 + 0.001)" | bc -l)"
+}
+row "find -printf '%A@ %s\\n'" "$t_find" "$m_find"
+status=0
+gc_flags=${OPS_SCALE_GC_FLAGS---list-max 100}
+for spec in "du|du" "fsck|fsck" "gc --dry-run --max-bytes|gc --dry-run --max-bytes $half $gc_flags" \
+            "gc --max-bytes|gc --max-bytes $half $gc_flags"; do
+  name=${spec%%|*}
+  read -r -a args <<<"${spec#*|}"
+  read -r t m rc < <(measure "$kvtier" "${args[0]}" "$root" "${args[@]:1}" --json)
+  row "kvtier $name" "$t" "$m"
+  # fsck: 4 is its findings (none expected here, but not an operational error); gc/du: 0.
+  if [ "$rc" -ge 8 ] || { [ "$name" != fsck ] && [ "$rc" -ne 0 ]; }; then
+    echo "kvtier $name exited $rc: $(cat "$work/stderr.txt")" >&2
+    status=1
+  fi
+done
+after=$("$kvtier" du "$root" --json | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["total_bytes"])')
+echo "gc --max-bytes $half: $total -> $after bytes" >&2
+if [ "$after" -gt "$half" ]; then echo "gc left $after bytes, over its bound $half" >&2; status=1; fi
+exit $status
