@@ -206,12 +206,25 @@ struct GcOptions : ScanOptions {
   // "..", or one holding '/' or NUL matches nothing and is refused.
   std::vector<std::string> keep;
   uint64_t lease_ttl_s = 60;                 // leases refreshed within this are live (>= kDurationNeverS: forever)
+  // A free-space floor (`gc --watch --min-free`): on root i of `root`,
+  // besides max_bytes, remove least recently active blocks until at least
+  // reclaim_bytes[i] bytes of blocks are gone (reason "min_free"). Empty:
+  // none; otherwise one entry per root, in list order (kInvalidArgument
+  // naming reclaim_bytes when the count differs). Counted in file sizes, as
+  // max_bytes is; the caller turns a statvfs deficit into it.
+  std::vector<uint64_t> reclaim_bytes;
+  // Asked before each removal, from any of gc's threads (so thread-safe);
+  // once it returns true gc removes nothing more, sets GcReport::stopped and
+  // returns after the walk (the watch mode's SIGTERM, or a lost collector
+  // lease, FORMAT.md L121). Empty: never stops. The removal under way is
+  // finished: each is one unlink.
+  std::function<bool()> stop;
 };
 
 struct Reclaimed {
   std::string path;  // relative to the root
   uint64_t bytes = 0;
-  std::string reason;  // orphaned_namespace, capacity, stale_tmp, corrupt
+  std::string reason;  // orphaned_namespace, capacity, min_free, stale_tmp, corrupt
 };
 
 // A file gc selected but could not remove (EACCES, EPERM, EROFS, EIO...).
@@ -234,6 +247,9 @@ struct GcReport {
   // Namespaces kept although --older-than would reclaim them by what could
   // be read, because a part (its leases above all) could not: gc fails closed.
   std::vector<ScanProblem> kept;
+  // GcOptions::stop said stop: removals were skipped from then on (not
+  // listed in `failed`); a later run finishes the job.
+  bool stopped = false;
   // e2fsck's bits: 0 complete; 4: some selected files could not be removed
   // (`failed`); 8 ("operational error"): parts could not be read; 12: both.
   KVTIER_API int ExitCode() const;
@@ -249,8 +265,9 @@ struct GcReport {
 // if it is still the inode scanned; with dry_run it removes nothing and
 // reports what it would. With a list of roots, a namespace is reclaimed only
 // when it is orphaned on every root that holds it, and max_bytes applies to
-// each root. Errors: kInvalidArgument when low_water_bytes exceeds
-// max_bytes, and those listed at the top of this file.
+// each root, as reclaim_bytes[i] does to root i. Errors: kInvalidArgument
+// when low_water_bytes exceeds max_bytes or reclaim_bytes does not have one
+// entry per root, and those listed at the top of this file.
 KVTIER_API Result<GcReport> Gc(const GcOptions& options);
 
 }  // namespace kvtier

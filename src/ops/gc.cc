@@ -47,7 +47,7 @@ class GcRun {
       total += ns_bytes;
       for (const ScannedFile& b : ns.blocks) candidates.push_back(&b);
     }
-    if (o_.max_bytes) Capacity(candidates, total);
+    if (o_.max_bytes || !o_.reclaim_bytes.empty()) Capacity(candidates, total);
   }
   bool WouldReclaim(const NsScan& ns) const { return Orphaned(ns); }
 
@@ -56,6 +56,7 @@ class GcRun {
   // bound is not enforced); one replaced meanwhile (ESTALE) is another
   // writer's new file, not ours to judge.
   void Reclaim(const ScannedFile& f, const char* reason) {
+    if (report_->stopped || (o_.stop && o_.stop())) return void(report_->stopped = true);  // SIGTERM, or the lease lost
     if (const int err = o_.dry_run ? 0 : editor_.Remove(f)) {
       if (err != ESTALE) report_->failed.push_back({f.rel, f.size, reason, err, std::strerror(err)});
       return;
@@ -121,16 +122,22 @@ class GcRun {
     for (const std::string& d : dirs) (void)editor_.RemoveEmptyDir(d);  // fails harmlessly when not empty
   }
 
+  // max_bytes's need is "capacity", what reclaim_bytes asks beyond it "min_free".
   void Capacity(std::vector<const ScannedFile*>& blocks, uint64_t total) {
-    const uint64_t low = std::min(o_.low_water_bytes.value_or(*o_.max_bytes), *o_.max_bytes);
-    if (total <= *o_.max_bytes) return;
+    uint64_t capacity_need = 0;
+    if (o_.max_bytes && total > *o_.max_bytes) {
+      capacity_need = total - std::min(o_.low_water_bytes.value_or(*o_.max_bytes), *o_.max_bytes);
+    }
+    const uint64_t need = std::max(capacity_need, o_.reclaim_bytes.empty() ? 0 : o_.reclaim_bytes.front());
+    if (need == 0) return;
     std::sort(blocks.begin(), blocks.end(),
               [](const ScannedFile* a, const ScannedFile* b) { return a->activity() < b->activity(); });
+    uint64_t freed = 0;
     for (const ScannedFile* b : blocks) {
-      if (total <= low) break;
+      if (freed >= need) break;
       const uint64_t before = report_->bytes_reclaimed;
-      Reclaim(*b, "capacity");
-      total -= report_->bytes_reclaimed - before;
+      Reclaim(*b, freed < capacity_need ? "capacity" : "min_free");
+      freed += report_->bytes_reclaimed - before;
     }
   }
 

@@ -274,7 +274,7 @@ bool ScanRoot(const std::vector<DirEntry>& top, TreeScan* scan, std::vector<Shar
     } else if (dir && format::NamespaceDigest(e.name)) {
       NamespaceOf(scan, e.name).has_ns_dir = true;
       layout_seen = true;
-    } else {
+    } else if (!(dir && e.name == format::kMetaDirName)) {  // L120: the volume's collector lease
       scan->root_strays.push_back(e.name);
     }
   }
@@ -348,7 +348,8 @@ Result<TreeScan> ScanTree(const ScanOptions& o) {
   std::vector<DirEntry> top;
   KVTIER_RETURN_IF_ERROR(OpenRoot(o.root, &scan, &top));
   std::vector<ShardWork> work;
-  if (!ScanRoot(top, &scan, &work) && !top.empty() && !o.force) {
+  const bool only_meta = top.size() == 1 && top[0].name == format::kMetaDirName;  // L120: a fresh volume
+  if (!ScanRoot(top, &scan, &work) && !top.empty() && !only_meta && !o.force) {
     return InvalidArgument(o.root + " does not look like a kvtier/vLLM root_dir (no <model>_<digest> directories); "
                            "pass --force to scan it anyway");
   }
