@@ -24,6 +24,33 @@ namespace {
 
 int g_hung_fd = -1;  // the child's end of the pipe to the parent (-1: not guarded)
 constexpr char kHung = 'H';
+volatile pid_t g_child = 0;  // the parent's child, while it runs
+// A supervisor stops the process it started, the parent: the child must hear
+// it (gc --watch stops cleanly on SIGTERM), and then the parent ends as the
+// child did.
+constexpr int kForwarded[] = {SIGTERM, SIGINT, SIGHUP};
+
+void Forward(int sig) {
+  if (g_child > 0) kill(g_child, sig);
+}
+
+void ForwardSignals() {
+  struct sigaction sa {};
+  sa.sa_handler = Forward;
+  sigemptyset(&sa.sa_mask);
+  for (const int sig : kForwarded) sigaction(sig, &sa, nullptr);
+}
+
+// The child died of a forwarded signal: so does the parent (a shell sees
+// the same end it would have without the child).
+void DieLikeChild(int status) {
+  if (!WIFSIGNALED(status)) return;
+  for (const int sig : kForwarded) {
+    if (WTERMSIG(status) != sig) continue;
+    signal(sig, SIG_DFL);
+    raise(sig);
+  }
+}
 
 int WaitChild(pid_t pid, int hung_fd) {
   char c = 0;
@@ -38,6 +65,8 @@ int WaitChild(pid_t pid, int hung_fd) {
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
+  g_child = 0;
+  DieLikeChild(status);
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
@@ -63,6 +92,8 @@ int RunGuarded(const std::function<int()>& body) {
     _exit(rc);
   }
   close(fds[1]);
+  g_child = pid;
+  ForwardSignals();
   return WaitChild(pid, fds[0]);
 }
 
