@@ -268,13 +268,13 @@ int RunGcWatch(const GcWatchOptions& o, const std::atomic<bool>& stop) {
   std::thread ticker([&] { LeaseLoop(lease, where, lease_done); });
   Log("watching %s (token %s)", o.gc.root.c_str(), lease->token().c_str());
   auto next_pass = Clock::now();
-  bool last_freed = true;
+  bool stuck = false;  // the last pass ran below the floor and freed nothing: wait for the interval
   while (!stop) {
     SampleRoots(o, &m.roots);
     const bool below = BelowFloor(m.roots);
-    if (lease->MayCollect() && (Clock::now() >= next_pass || (below && last_freed))) {
+    if (lease->MayCollect() && (Clock::now() >= next_pass || (below && !stuck))) {
       next_pass = Clock::now() + std::chrono::milliseconds(o.interval_ms);
-      last_freed = RunPass(o, stop, lease, below, &m);
+      stuck = !RunPass(o, stop, lease, below, &m) && below;
       SampleRoots(o, &m.roots);
     }
     m.holding = lease->state() == CollectorLease::State::kHolding;

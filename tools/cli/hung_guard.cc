@@ -11,6 +11,7 @@
 // (a stopped daemon, an NFS hard mount) the child goes at once.
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -77,6 +78,7 @@ int RunGuarded(const std::function<int()>& body) {
   std::fflush(stdout);
   std::fflush(stderr);
   if (pipe2(fds, O_CLOEXEC) != 0) return body();  // no pipe: unguarded, as before
+  const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid < 0) {
     close(fds[0]);
@@ -85,6 +87,10 @@ int RunGuarded(const std::function<int()>& body) {
   }
   if (pid == 0) {
     close(fds[0]);
+    // The parent killed (SIGKILL cannot be forwarded): the child goes too, or
+    // a killed `gc --watch` would go on collecting unseen.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(128 + SIGKILL);
     g_hung_fd = fds[1];
     const int rc = body();
     std::fflush(stdout);
