@@ -74,10 +74,12 @@ CollectorLease::CollectorLease(UniqueFd dir, std::string display, std::string to
     : dir_(std::move(dir)), display_(std::move(display)), token_(std::move(token)), ttl_ms_(ttl_ms),
       refresh_ms_(std::clamp<uint64_t>(ttl_ms / 15, 20, 2000)), validity_ms_(3 * refresh_ms_) {}
 
-bool CollectorLease::MayCollect() const { return state_ == State::kHolding && NowNs() < valid_until_ns_; }
+bool CollectorLease::MayCollect() const { return MayCollectAt(NowNs()); }
+bool CollectorLease::MayCollectAt(int64_t now) const { return state_ == State::kHolding && now < valid_until_ns_; }
 
-CollectorLease::State CollectorLease::Tick() {
-  const int64_t now = NowNs();
+CollectorLease::State CollectorLease::Tick() { return TickAt(NowNs()); }
+
+CollectorLease::State CollectorLease::TickAt(int64_t now) {
   if (state_ == State::kObserving) {
     TickObserver(now);
   } else {
@@ -150,15 +152,16 @@ bool CollectorLease::TryCreate(int64_t now) {
 }
 
 // L123: the stale file is renamed aside (only one taker's rename finds it)
-// and judged there: the very inode and mtime seen stale is removed and the
+// and judged there: the very inode, mtime and body seen stale is removed and the
 // lease created anew; anything else (another taker's fresh lease) is put back.
 void CollectorLease::TryTakeover(int64_t now) {
   const std::string aside = format::CollectorLeaseAsideName(token_), name(format::kCollectorLeaseName);
   seen_since_ns_ = 0;
   if (renameat(dir_.get(), name.c_str(), dir_.get(), aside.c_str()) != 0) return;
+  std::string body;
   struct stat st {};
-  const bool stale = fstatat(dir_.get(), aside.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && st.st_ino == seen_ino_ &&
-                     MtimeNs(st) == seen_mtime_ns_;
+  const bool stale = ReadLease(dir_.get(), aside, &body, &st) == 0 && st.st_ino == seen_ino_ &&
+                     MtimeNs(st) == seen_mtime_ns_ && body == seen_;  // a reused inode number has another body
   if (!stale) (void)linkat(dir_.get(), aside.c_str(), dir_.get(), name.c_str(), 0);  // EEXIST: its holder sees it lost
   unlinkat(dir_.get(), aside.c_str(), 0);
   if (stale) TryCreate(now);

@@ -40,12 +40,15 @@ class CollectorLease {
   // the lease is still its own and refreshes its mtime; an observer watches it
   // and takes it when absent or stale.
   State Tick();
+  // Tick at a given steady-clock time (ns): the tests step time by hand.
+  State TickAt(int64_t now_ns);
   // A holder gives the lease up (removed only if still its own), so an
   // observer takes it at its next tick.
   void Release();
 
   // Holding, and the last successful check is within validity_ms.
   bool MayCollect() const;
+  bool MayCollectAt(int64_t now_ns) const;
   State state() const { return state_.load(); }
   uint64_t acquisitions() const { return acquisitions_.load(); }
   uint64_t refresh_ms() const { return refresh_ms_; }
