@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdio>
 #include <iostream>
+#include <optional>
 #include <tuple>
 
 #include "cli/gc_watch.h"
@@ -130,6 +131,8 @@ void RegisterFsck(CLI::App* app, CliContext* ctx) {
 struct WatchFlags {
   bool watch = false;
   std::string interval = "60s", check = "2s", min_free, min_free_target, ttl = "30s", metrics_file;
+  std::optional<uint16_t> metrics_port;
+  std::string metrics_address = "127.0.0.1";
 };
 
 void AddWatchFlags(CLI::App* gc, WatchFlags* w) {
@@ -142,6 +145,9 @@ void AddWatchFlags(CLI::App* gc, WatchFlags* w) {
                  "--watch: below --min-free, remove least recently used blocks until this is free (default: --min-free + 25%)");
   gc->add_option("--collector-ttl", w->ttl, "--watch: take over a collector lease unchanged this long")->capture_default_str();
   gc->add_option("--metrics-file", w->metrics_file, "--watch: write Prometheus text here (temp file + rename)");
+  gc->add_option("--metrics-port", w->metrics_port, "--watch: serve GET /metrics on this TCP port (0: any, logged)");
+  gc->add_option("--metrics-address", w->metrics_address, "--watch: the IPv4 address --metrics-port listens on")
+      ->capture_default_str();
 }
 
 std::atomic<bool> g_watch_stop{false};
@@ -151,6 +157,8 @@ bool FillWatch(const WatchFlags& w, const GcOptions& gc, bool json, GcWatchOptio
   o->gc = gc;
   o->gc.progress = nullptr;
   o->metrics_file = w.metrics_file;
+  o->metrics_port = w.metrics_port;
+  o->metrics_address = w.metrics_address;
   auto fail = [](const char* flag, const Status& s) {
     std::fprintf(stderr, "kvtier gc: %s: %s\n", flag, s.message().c_str());
     return false;
@@ -230,8 +238,8 @@ void RegisterGc(CLI::App* app, CliContext* ctx) {
       ctx->exit_code = FillWatch(*watch, o, f->json, &w) ? RunWatchCommand(w) : 2;
       return;
     }
-    if (!watch->min_free.empty() || !watch->metrics_file.empty()) {
-      std::fprintf(stderr, "kvtier gc: --min-free and --metrics-file need --watch\n");
+    if (!watch->min_free.empty() || !watch->metrics_file.empty() || watch->metrics_port) {
+      std::fprintf(stderr, "kvtier gc: --min-free, --metrics-file and --metrics-port need --watch\n");
       return void(ctx->exit_code = 2);
     }
     Result<GcReport> r = Gc(o);

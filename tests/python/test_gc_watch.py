@@ -5,6 +5,7 @@ use time so that least-recently-used order is unambiguous. Each test starts `kvt
 processes with short intervals and a short collector TTL, and reads what they did from their
 metrics files (Prometheus text, written by temp file and rename) and their logs:
 
+* --metrics-port serves the same text over HTTP (GET /metrics; anything else is 404).
 * SIGTERM ends a watch with exit 0, its lease released (the volume's `.kvtier/gc.lease` gone);
   bad flag combinations and a directory that is not a root are refused (exit 2) creating nothing.
 * Three watchers on one root: exactly one holds the lease and runs passes; after a SIGKILL of the
@@ -23,6 +24,8 @@ import re
 import signal
 import subprocess
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -118,6 +121,26 @@ def test_sigterm_exits_zero_and_releases_the_lease(kvtier_bin, tmp_path):
     # fsck does not count the volume's own directory as a stray.
     fsck = subprocess.run([kvtier_bin, "fsck", str(root), "--json"], capture_output=True, text=True)
     assert ".kvtier" not in fsck.stdout
+
+
+def test_metrics_port_serves_the_metrics(kvtier_bin, tmp_path):
+    root = tmp_path / "root"
+    make_blocks(root, 4, "a")
+    w = Watcher(kvtier_bin, root, tmp_path, "w", "--metrics-port", "0", *FAST)
+    try:
+        wait_for("a pass", lambda: w.passes() >= 1)
+        port = int(re.search(r"serving /metrics on 127\.0\.0\.1:(\d+)", w.log_path.read_text()).group(1))
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+            assert r.status == 200
+            assert r.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+            text = r.read().decode()
+        assert "# TYPE kvtier_gc_passes_total counter" in text
+        assert "kvtier_gc_lease_held 1" in text
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/other", timeout=10)
+        assert e.value.code == 404
+    finally:
+        assert w.stop() == 0
 
 
 @pytest.mark.parametrize("flags", [["--dry-run"], ["--json"], ["--interval", "0"], ["--min-free", "120%"],

@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "cli/metrics_server.h"
 #include "cli/ops_command.h"
 #include "format/layout_names.h"
 #include "format/root_list.h"
@@ -131,6 +132,13 @@ void WriteMetricsFile(const std::string& path, const std::string& text) {
   if (!ok) unlink(tmp.c_str());
   if (err != last_error && !err.empty()) Log("cannot write the metrics file %s: %s", path.c_str(), err.c_str());
   last_error = err;
+}
+
+void Publish(const GcWatchOptions& o, const Metrics& m, MetricsServer* server) {
+  if (o.metrics_file.empty() && server == nullptr) return;
+  std::string text = MetricsText(m);
+  if (!o.metrics_file.empty()) WriteMetricsFile(o.metrics_file, text);
+  if (server != nullptr) server->Set(std::move(text));
 }
 
 void SampleRoots(const GcWatchOptions& o, std::vector<RootUsage>* roots) {
@@ -262,6 +270,13 @@ int RunGcWatch(const GcWatchOptions& o, const std::atomic<bool>& stop) {
   if (!opened.ok()) return Log("%s", opened.status().ToString().c_str()), 1;
   std::shared_ptr<CollectorLease> lease = std::move(*opened);
   const std::string where = roots->front() + "/" + std::string(format::kMetaDirName) + "/" + std::string(format::kCollectorLeaseName);
+  std::unique_ptr<MetricsServer> server;
+  if (o.metrics_port) {
+    Result<std::unique_ptr<MetricsServer>> started = MetricsServer::Start(o.metrics_address, *o.metrics_port);
+    if (!started.ok()) return Log("--metrics-port: %s", started.status().ToString().c_str()), 1;
+    server = std::move(*started);
+    Log("serving /metrics on %s:%u", o.metrics_address.c_str(), static_cast<unsigned>(server->port()));
+  }
   Metrics m;
   for (const std::string& root : *roots) m.roots.push_back({root});
   std::atomic<bool> lease_done{false};
@@ -279,14 +294,14 @@ int RunGcWatch(const GcWatchOptions& o, const std::atomic<bool>& stop) {
     }
     m.holding = lease->state() == CollectorLease::State::kHolding;
     m.acquisitions = lease->acquisitions();
-    if (!o.metrics_file.empty()) WriteMetricsFile(o.metrics_file, MetricsText(m));
+    Publish(o, m, server.get());
     SleepUnlessStopped(stop, o.check_ms);
   }
   lease_done = true;
   ticker.join();
   lease->Release();
   m.holding = false;
-  if (!o.metrics_file.empty()) WriteMetricsFile(o.metrics_file, MetricsText(m));
+  Publish(o, m, server.get());
   Log("stopped");
   return 0;
 }

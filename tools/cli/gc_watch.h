@@ -37,11 +37,14 @@ struct GcWatchOptions {
   std::optional<FreeSpace> min_free_target;  // ... frees blocks up to this (default: min_free + a quarter)
   uint64_t collector_ttl_ms = 30000;         // L122: a lease unchanged this long is taken over
   std::string metrics_file;                  // "" : none; written by temp file and rename
+  std::optional<uint16_t> metrics_port;      // serve GET /metrics here (0: any free port, logged)
+  std::string metrics_address = "127.0.0.1";  // ... on this IPv4 address
 };
 
 // Runs until *stop (exit 0), or a hung mount (exit 8, ExitHung). Logs one
 // line per pass and per lease change to stderr. 1 when the lease directory
-// cannot be made, 2 for a root that does not look like one (without force).
+// cannot be made or the metrics port cannot be listened on, 2 for a root
+// that does not look like one (without force).
 int RunGcWatch(const GcWatchOptions& options, const std::atomic<bool>& stop);
 
 }  // namespace kvtier::internal
