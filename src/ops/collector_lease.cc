@@ -157,6 +157,7 @@ bool CollectorLease::TryCreate(int64_t now) {
 void CollectorLease::TryTakeover(int64_t now) {
   const std::string aside = format::CollectorLeaseAsideName(token_), name(format::kCollectorLeaseName);
   seen_since_ns_ = 0;
+  if (before_takeover_) before_takeover_();
   if (renameat(dir_.get(), name.c_str(), dir_.get(), aside.c_str()) != 0) return;
   std::string body;
   struct stat st {};

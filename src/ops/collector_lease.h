@@ -20,6 +20,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -53,6 +54,9 @@ class CollectorLease {
   uint64_t acquisitions() const { return acquisitions_.load(); }
   uint64_t refresh_ms() const { return refresh_ms_; }
   const std::string& token() const { return token_; }
+  // Tests: runs between judging a lease stale and renaming it aside, where
+  // another collector's takeover may fall.
+  void SetBeforeTakeoverForTest(std::function<void()> fn) { before_takeover_ = std::move(fn); }
 
  private:
   CollectorLease(UniqueFd dir, std::string display, std::string token, uint64_t ttl_ms);
@@ -74,6 +78,7 @@ class CollectorLease {
   std::string seen_;
   uint64_t seen_ino_ = 0;
   int64_t seen_mtime_ns_ = 0, seen_since_ns_ = 0;
+  std::function<void()> before_takeover_;
 };
 
 }  // namespace kvtier::internal

@@ -95,10 +95,15 @@ TEST(CollectorLease, OfTwoObserversOfAStaleLeaseExactlyOneTakesIt) {
   EXPECT_EQ(c->TickAt(kSettle), State::kObserving);
   // a stops refreshing (killed). Unchanged for just under the TTL: not yet stale.
   EXPECT_EQ(b->TickAt(kSettle + kTtl - 1), State::kObserving);
-  LetMtimeMove();  // the new lease's mtime must differ from the stale one's
-  EXPECT_EQ(b->TickAt(kSettle + kTtl), State::kSettling);
-  // c judged the same stale file: its rename now moves b's fresh lease, which it puts back.
+  // c judges it stale, and b takes it over just before c's rename: c's rename
+  // then moves b's fresh lease, which c must see and put back.
+  bool raced = false;
+  c->SetBeforeTakeoverForTest([&] {
+    LetMtimeMove();  // the new lease's mtime must differ from the stale one's
+    raced = b->TickAt(kSettle + kTtl) == State::kSettling;
+  });
   EXPECT_EQ(c->TickAt(kSettle + kTtl), State::kObserving);
+  EXPECT_TRUE(raced);
   EXPECT_NE(LeaseBody(dir.path()).find(b->token()), std::string::npos);
   ExpectOnlyTheLease(dir.path());
   EXPECT_EQ(b->TickAt(kSettle + kTtl + kSettle), State::kHolding);
