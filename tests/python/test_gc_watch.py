@@ -164,9 +164,12 @@ def test_a_directory_that_is_not_a_root_is_refused(kvtier_bin, tmp_path):
 
 def test_three_collectors_one_collects_and_one_takes_over(kvtier_bin, tmp_path):
     root, ref = tmp_path / "root", tmp_path / "ref"
+    # Each bound falls in a wide gap of use times (a day against a minute), so any LRU method
+    # with a tolerance (a histogram of ages) removes exactly the same blocks as the exact order.
     now = time.time()
-    make_blocks(root, 120, "a", now=now)
-    make_blocks(ref, 120, "a", now=now)  # not a copy: reading the blocks would move their atime
+    for tree in (root, ref):  # not a copy: reading the blocks would move their atime
+        make_blocks(tree, 80, "a", base_age_s=100000, now=now)
+        make_blocks(tree, 40, "y", base_age_s=60, now=now)
     bound = ["--max-bytes", str(60 * ROW), "--low-water", str(40 * ROW)]
     ws = [Watcher(kvtier_bin, root, tmp_path, f"w{i}", *bound, *FAST) for i in range(3)]
     try:
@@ -181,8 +184,8 @@ def test_three_collectors_one_collects_and_one_takes_over(kvtier_bin, tmp_path):
         removed_before = removed_files(holder.m())
         killed_at = time.monotonic()
         holder.stop(signal.SIGKILL)
-        make_blocks(root, 50, "b", base_age_s=50000, now=now)  # over the bound again
-        make_blocks(ref, 50, "b", base_age_s=50000, now=now)
+        for tree in (root, ref):  # over the bound again, by 50 blocks older than the 40 left
+            make_blocks(tree, 50, "b", base_age_s=200000, now=now)
         wait_for("a takeover", lambda: any(w.holding() and w.passes() >= 1 for w in others))
         print(f"takeover after {time.monotonic() - killed_at:.2f} s (TTL 1 s, interval 0.3 s, check 0.05 s)")
         wait_for("the new holder's pass", lambda: len(blocks(root)) == 40)
