@@ -64,6 +64,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -236,9 +237,17 @@ struct FailedRemoval {
   std::string detail;  // strerror(sys_errno)
 };
 
+// What gc removed for one reason.
+struct ReasonTotal {
+  uint64_t files = 0, bytes = 0;
+};
+
 struct GcReport {
   bool dry_run = false;
   std::vector<Reclaimed> reclaimed;
+  // The same, counted per Reclaimed::reason ("capacity", "min_free", ...):
+  // what `gc --watch` exports, whatever the length of `reclaimed`.
+  std::map<std::string, ReasonTotal> by_reason;
   // Selected but not removed: the bound (--max-bytes, --older-than) is not
   // enforced. A file replaced meanwhile (another writer) is not listed.
   std::vector<FailedRemoval> failed;

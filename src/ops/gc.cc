@@ -63,6 +63,9 @@ class GcRun {
     }
     report_->reclaimed.push_back({f.rel, f.size, reason});
     report_->bytes_reclaimed += f.size;
+    ReasonTotal& total = report_->by_reason[reason];
+    ++total.files;
+    total.bytes += f.size;
   }
 
   // Stale temp and probe files (L81, L82) and short blocks (L65, L80).

@@ -183,6 +183,10 @@ Result<GcReport> GcRoots(const GcOptions& o) {
     if (!o.reclaim_bytes.empty()) one.reclaim_bytes = {o.reclaim_bytes[i]};  // each root's own goal
     GcReport r = GcScanned(one, s.scans[i], no_reclaim);
     out.stopped = out.stopped || r.stopped;
+    for (const auto& [reason, t] : r.by_reason) {
+      out.by_reason[reason].files += t.files;
+      out.by_reason[reason].bytes += t.bytes;
+    }
     for (Reclaimed& c : r.reclaimed) c.path = JoinRoot(s.roots[i], c.path);
     for (FailedRemoval& f : r.failed) f.path = JoinRoot(s.roots[i], f.path);
     out.failed.insert(out.failed.end(), r.failed.begin(), r.failed.end());

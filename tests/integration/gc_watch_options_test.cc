@@ -93,6 +93,11 @@ TEST(GcWatchOptions, CapacityFirstThenMinFreeBeyondIt) {
   std::map<std::string, int> by_reason;  // counted: the order of removals is gc's own business
   for (const Reclaimed& x : r->reclaimed) ++by_reason[x.reason];
   EXPECT_EQ(by_reason, (std::map<std::string, int>{{"capacity", 2}, {"min_free", 3}}));
+  ASSERT_EQ(r->by_reason.size(), 2u);  // the totals the watch exports
+  EXPECT_EQ(r->by_reason.at("capacity").files, 2u);
+  EXPECT_EQ(r->by_reason.at("capacity").bytes, 2 * kRow);
+  EXPECT_EQ(r->by_reason.at("min_free").files, 3u);
+  EXPECT_EQ(r->by_reason.at("min_free").bytes, 3 * kRow);
   for (int i = 0; i < 10; ++i) EXPECT_EQ(Has(dir.path(), i), i >= 5) << i;
 }
 

@@ -180,10 +180,10 @@ int CheckRoot(const std::string& root, bool force) {
 }
 
 void Accumulate(const GcReport& r, Metrics* m) {
-  for (const Reclaimed& x : r.reclaimed) {
-    auto& [files, bytes] = m->reclaimed[x.reason];
-    ++files;
-    bytes += x.bytes;
+  for (const auto& [reason, t] : r.by_reason) {
+    auto& [files, bytes] = m->reclaimed[reason];
+    files += t.files;
+    bytes += t.bytes;
   }
   m->failed += r.failed.size();
   m->passes_stopped += r.stopped ? 1 : 0;
