@@ -12,6 +12,8 @@ metrics files (Prometheus text, written by temp file and rename) and their logs:
   holder another takes over (the time it took is printed) and the blocks left are exactly those a
   single one-shot `kvtier gc` leaves on a copy of the tree given the same writes, and the files the
   watchers report removed add up to the files that disappeared (nothing removed twice).
+* A hung mount (a bindfs FUSE mount whose daemon is stopped; skipped in one line without root,
+  bindfs or /dev/fuse) ends the watch with exit 8 once a call passes --io-timeout.
 * --min-free on a 64 MiB tmpfs (mounted here; skipped in one line where mount is refused): a
   writer storing 1 MiB blocks at a steady rate writes more than the volume holds, never gets
   ENOSPC, and gc frees space with reason min_free. How far free space fell below the floor, against
@@ -21,6 +23,7 @@ metrics files (Prometheus text, written by temp file and rename) and their logs:
 import hashlib
 import os
 import re
+import shutil
 import signal
 import subprocess
 import time
@@ -200,6 +203,26 @@ def test_three_collectors_one_collects_and_one_takes_over(kvtier_bin, tmp_path):
         rcs = [w.stop() for w in ws]
     assert rcs[ws.index(holder)] == -signal.SIGKILL
     assert [rc for w, rc in zip(ws, rcs) if w is not holder] == [0, 0]
+
+
+def test_a_hung_mount_ends_the_watch_with_exit_8(kvtier_bin, tmp_path):
+    if os.geteuid() != 0 or shutil.which("bindfs") is None or not os.path.exists("/dev/fuse"):
+        pytest.skip("needs root, bindfs and /dev/fuse for a FUSE mount that can be made to hang")
+    backing, mnt = tmp_path / "backing", tmp_path / "mnt"
+    make_blocks(backing, 4, "a")
+    mnt.mkdir()
+    daemon = subprocess.Popen(["bindfs", "-f", str(backing), str(mnt)])
+    try:
+        wait_for("the mount", lambda: os.path.ismount(mnt))
+        w = Watcher(kvtier_bin, mnt, tmp_path, "w", "--io-timeout", "1s", *FAST)
+        wait_for("a pass", lambda: w.passes() >= 1)
+        daemon.send_signal(signal.SIGSTOP)  # every call on the mount now waits in the kernel
+        assert w.proc.wait(timeout=60) == 8, w.log_path.read_text()
+        assert "hung" in w.log_path.read_text()
+    finally:
+        daemon.send_signal(signal.SIGCONT)
+        subprocess.run(["fusermount3", "-u", "-z", str(mnt)], timeout=10, check=False)
+        daemon.wait(timeout=10)
 
 
 @pytest.fixture

@@ -23,6 +23,7 @@
 #include "format/layout_names.h"
 #include "format/root_list.h"
 #include "ops/collector_lease.h"
+#include "ops/io_watch.h"
 #include "util/dir_fd.h"
 
 namespace kvtier::internal {
@@ -141,10 +142,27 @@ void Publish(const GcWatchOptions& o, const Metrics& m, MetricsServer* server) {
   if (server != nullptr) server->Set(std::move(text));
 }
 
+// statvfs under the io deadline: on a hung mount the watch exits 8 (its
+// supervisor restarts it) rather than wait in the kernel forever.
+bool StatFs(const std::string& root, uint64_t io_timeout_ms, struct statvfs* out) {
+  auto v = std::make_shared<struct statvfs>();
+  auto ok = std::make_shared<bool>(false);
+  const Status s = RunWatched(io_timeout_ms, "", [root, v, ok] {
+    IoScope io(root);
+    *ok = statvfs(root.c_str(), v.get()) == 0;
+  });
+  if (!s.ok()) {
+    Log("statvfs: %s", s.ToString().c_str());
+    ExitHung();
+  }
+  *out = *v;
+  return *ok;
+}
+
 void SampleRoots(const GcWatchOptions& o, std::vector<RootUsage>* roots) {
   for (RootUsage& r : *roots) {
     struct statvfs v {};
-    r.ok = statvfs(r.root.c_str(), &v) == 0;
+    r.ok = StatFs(r.root, o.gc.io_timeout_ms, &v);
     if (!r.ok) continue;
     r.size = uint64_t{v.f_blocks} * v.f_frsize;
     r.used = r.size - uint64_t{v.f_bfree} * v.f_frsize;
@@ -237,6 +255,27 @@ void LeaseLoop(const std::shared_ptr<CollectorLease>& lease, const std::string& 
   }
 }
 
+// Samples, runs passes while holding the lease, publishes; until *stop.
+void WatchLoop(const GcWatchOptions& o, const std::atomic<bool>& stop, const std::shared_ptr<CollectorLease>& lease,
+               MetricsServer* server, Metrics* m_out) {
+  Metrics& m = *m_out;
+  auto next_pass = Clock::now();
+  bool stuck = false;  // the last pass ran below the floor and freed nothing: wait for the interval
+  while (!stop) {
+    SampleRoots(o, &m.roots);
+    const bool below = BelowFloor(m.roots);
+    if (lease->MayCollect() && (Clock::now() >= next_pass || (below && !stuck))) {
+      next_pass = Clock::now() + std::chrono::milliseconds(o.interval_ms);
+      stuck = !RunPass(o, stop, lease, below, &m) && below;
+      SampleRoots(o, &m.roots);
+    }
+    m.holding = lease->state() == CollectorLease::State::kHolding;
+    m.acquisitions = lease->acquisitions();
+    Publish(o, m, server);
+    SleepUnlessStopped(stop, o.check_ms);
+  }
+}
+
 }  // namespace
 
 uint64_t FreeSpace::Of(uint64_t fs_bytes) const {
@@ -282,21 +321,7 @@ int RunGcWatch(const GcWatchOptions& o, const std::atomic<bool>& stop) {
   std::atomic<bool> lease_done{false};
   std::thread ticker([&] { LeaseLoop(lease, where, lease_done); });
   Log("watching %s (token %s)", o.gc.root.c_str(), lease->token().c_str());
-  auto next_pass = Clock::now();
-  bool stuck = false;  // the last pass ran below the floor and freed nothing: wait for the interval
-  while (!stop) {
-    SampleRoots(o, &m.roots);
-    const bool below = BelowFloor(m.roots);
-    if (lease->MayCollect() && (Clock::now() >= next_pass || (below && !stuck))) {
-      next_pass = Clock::now() + std::chrono::milliseconds(o.interval_ms);
-      stuck = !RunPass(o, stop, lease, below, &m) && below;
-      SampleRoots(o, &m.roots);
-    }
-    m.holding = lease->state() == CollectorLease::State::kHolding;
-    m.acquisitions = lease->acquisitions();
-    Publish(o, m, server.get());
-    SleepUnlessStopped(stop, o.check_ms);
-  }
+  WatchLoop(o, stop, lease, server.get(), &m);
   lease_done = true;
   ticker.join();
   lease->Release();
