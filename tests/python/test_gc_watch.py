@@ -174,7 +174,10 @@ def test_three_collectors_one_collects_and_one_takes_over(kvtier_bin, tmp_path):
         make_blocks(tree, 80, "a", base_age_s=100000, now=now)
         make_blocks(tree, 40, "y", base_age_s=60, now=now)
     bound = ["--max-bytes", str(60 * ROW), "--low-water", str(40 * ROW)]
-    ws = [Watcher(kvtier_bin, root, tmp_path, f"w{i}", *bound, *FAST) for i in range(3)]
+    # A TTL of 3 s: a holder's lease thread would have to stall that long (a loaded machine) before
+    # another collector could take over while it lives, and the test would see two collectors.
+    flags = ["--interval", "300ms", "--check-interval", "50ms", "--collector-ttl", "3s"]
+    ws = [Watcher(kvtier_bin, root, tmp_path, f"w{i}", *bound, *flags) for i in range(3)]
     try:
         wait_for("one holder and its pass", lambda: sum(w.holding() for w in ws) == 1 and len(blocks(root)) == 40)
         time.sleep(1.0)  # several more intervals: the others must stay idle
@@ -190,7 +193,7 @@ def test_three_collectors_one_collects_and_one_takes_over(kvtier_bin, tmp_path):
         for tree in (root, ref):  # over the bound again, by 50 blocks older than the 40 left
             make_blocks(tree, 50, "b", base_age_s=200000, now=now)
         wait_for("a takeover", lambda: any(w.holding() and w.passes() >= 1 for w in others))
-        print(f"takeover after {time.monotonic() - killed_at:.2f} s (TTL 1 s, interval 0.3 s, check 0.05 s)")
+        print(f"takeover after {time.monotonic() - killed_at:.2f} s (TTL 3 s, interval 0.3 s, check 0.05 s)")
         wait_for("the new holder's pass", lambda: len(blocks(root)) == 40)
         time.sleep(1.0)
         new = next(w for w in others if w.holding())
