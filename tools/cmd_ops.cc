@@ -1,11 +1,17 @@
 // `kvtier du`, `kvtier fsck`, `kvtier gc`: flag wiring over src/ops and the
 // report formatters in tools/cli/ops_command.h.
+#include <signal.h>
+
 #include <CLI/CLI.hpp>
 
+#include <atomic>
 #include <cstdio>
 #include <functional>
 #include <iostream>
+#include <optional>
+#include <tuple>
 
+#include "cli/gc_watch.h"
 #include "cli/ops_command.h"
 #include "commands.h"
 #include "util/name_escape.h"
@@ -139,6 +145,72 @@ void RegisterFsck(CLI::App* app, CliContext* ctx) {
   }, ctx));
 }
 
+// The flags of `gc --watch` (tools/cli/gc_watch.h).
+struct WatchFlags {
+  bool watch = false;
+  std::string interval = "60s", check = "2s", min_free, min_free_target, ttl = "30s", metrics_file;
+  std::optional<uint16_t> metrics_port;
+  std::string metrics_address = "127.0.0.1";
+};
+
+void AddWatchFlags(CLI::App* gc, WatchFlags* w) {
+  gc->add_flag("--watch", w->watch, "Run until SIGTERM/SIGINT: a pass every --interval, sooner below --min-free; "
+                                   "one collector per volume (a lease in <root>/.kvtier/)");
+  gc->add_option("--interval", w->interval, "--watch: time between passes")->capture_default_str();
+  gc->add_option("--check-interval", w->check, "--watch: time between free-space samples")->capture_default_str();
+  gc->add_option("--min-free", w->min_free, "--watch: a pass as soon as a root's free space is below this (e.g. 10%, 50G)");
+  gc->add_option("--min-free-target,--min-free-low", w->min_free_target,
+                 "--watch: below --min-free, remove least recently used blocks until this is free (default: --min-free + 25%)");
+  gc->add_option("--collector-ttl", w->ttl, "--watch: take over a collector lease unchanged this long")->capture_default_str();
+  gc->add_option("--metrics-file", w->metrics_file, "--watch: write Prometheus text here (temp file + rename)");
+  gc->add_option("--metrics-port", w->metrics_port, "--watch: serve GET /metrics on this TCP port (0: any, logged)");
+  gc->add_option("--metrics-address", w->metrics_address, "--watch: the IPv4 address --metrics-port listens on")
+      ->capture_default_str();
+}
+
+std::atomic<bool> g_watch_stop{false};
+
+// The watch's options from its flags; false (after printing) on a bad value.
+bool FillWatch(const WatchFlags& w, const GcOptions& gc, bool json, GcWatchOptions* o) {
+  o->gc = gc;
+  o->gc.progress = nullptr;
+  o->metrics_file = w.metrics_file;
+  o->metrics_port = w.metrics_port;
+  o->metrics_address = w.metrics_address;
+  auto fail = [](const char* flag, const Status& s) {
+    std::fprintf(stderr, "kvtier gc: %s: %s\n", flag, s.message().c_str());
+    return false;
+  };
+  if (gc.dry_run || json) return fail(gc.dry_run ? "--dry-run" : "--json", InvalidArgument("not with --watch"));
+  const std::pair<const std::string*, uint64_t*> durations[] = {{&w.interval, &o->interval_ms}, {&w.check, &o->check_ms},
+                                                                {&w.ttl, &o->collector_ttl_ms}};
+  const char* names[] = {"--interval", "--check-interval", "--collector-ttl"};
+  for (size_t i = 0; i < 3; ++i) {
+    auto v = ParseDurationMs(*durations[i].first);
+    if (!v.ok()) return fail(names[i], v.status());
+    if (*v == 0) return fail(names[i], InvalidArgument("must be more than 0"));
+    *durations[i].second = *v;
+  }
+  for (auto [text, out, flag] : {std::tuple{&w.min_free, &o->min_free, "--min-free"},
+                                 std::tuple{&w.min_free_target, &o->min_free_target, "--min-free-target"}}) {
+    if (text->empty()) continue;
+    auto v = ParseFreeSpace(*text);
+    if (!v.ok()) return fail(flag, v.status());
+    *out = *v;
+  }
+  if (o->min_free_target && !o->min_free) return fail("--min-free-target", InvalidArgument("needs --min-free"));
+  return true;
+}
+
+int RunWatchCommand(const GcWatchOptions& o) {
+  struct sigaction sa {};
+  sa.sa_handler = [](int) { g_watch_stop = true; };
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+  return RunGcWatch(o, g_watch_stop);
+}
+
 void RegisterGc(CLI::App* app, CliContext* ctx) {
   auto f = std::make_shared<CommonFlags>();
   auto dry_run = std::make_shared<bool>(false);
@@ -146,6 +218,8 @@ void RegisterGc(CLI::App* app, CliContext* ctx) {
        low_water = std::make_shared<std::string>();
   auto keep = std::make_shared<std::vector<std::string>>();
   auto list_max = std::make_shared<uint64_t>(kDefaultGcListMax);
+
+  auto watch = std::make_shared<WatchFlags>();
   CLI::App* gc = app->add_subcommand("gc", "Reclaim orphaned namespaces, stale temp files, corrupt blocks, capacity");
   AddCommon(gc, f.get());
   gc->add_flag("--dry-run", *dry_run, "Print what would be removed; change nothing");
@@ -156,6 +230,8 @@ void RegisterGc(CLI::App* app, CliContext* ctx) {
   gc->add_option("--tmp-grace", f->tmp_grace, "Temp and probe files younger than this are in flight")->capture_default_str();
   gc->add_option("--list-max", *list_max, "List at most this many removed (and failed) files; the counts cover all")
       ->capture_default_str();
+
+  AddWatchFlags(gc, watch.get());
   gc->callback(Guarded([=] {
     GcOptions o;
     if (!Fill(*f, "gc", &o)) return void(ctx->exit_code = 2);
@@ -179,6 +255,15 @@ void RegisterGc(CLI::App* app, CliContext* ctx) {
     }
     if (o.low_water_bytes && !o.max_bytes) {
       std::fprintf(stderr, "kvtier gc: --low-water needs --max-bytes\n");
+      return void(ctx->exit_code = 2);
+    }
+    if (watch->watch) {
+      GcWatchOptions w;
+      ctx->exit_code = FillWatch(*watch, o, f->json, &w) ? RunWatchCommand(w) : 2;
+      return;
+    }
+    if (!watch->min_free.empty() || !watch->metrics_file.empty() || watch->metrics_port) {
+      std::fprintf(stderr, "kvtier gc: --min-free, --metrics-file and --metrics-port need --watch\n");
       return void(ctx->exit_code = 2);
     }
     Result<GcReport> r = Gc(o);

@@ -64,6 +64,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -229,12 +230,25 @@ struct GcOptions : ScanOptions {
   // At most this many entries in GcReport::reclaimed and ::failed each (the
   // counts say how many there were): a report's memory is bounded too.
   uint64_t list_max = kDefaultGcListMax;
+  // A free-space floor (`gc --watch --min-free`): on root i of `root`,
+  // besides max_bytes, remove least recently active blocks until at least
+  // reclaim_bytes[i] bytes of blocks are gone (reason "min_free"). Empty:
+  // none; otherwise one entry per root, in list order (kInvalidArgument
+  // naming reclaim_bytes when the count differs). Counted in file sizes, as
+  // max_bytes is; the caller turns a statvfs deficit into it.
+  std::vector<uint64_t> reclaim_bytes;
+  // Asked before each removal, from any of gc's threads (so thread-safe);
+  // once it returns true gc removes nothing more, sets GcReport::stopped and
+  // returns after the walk (the watch mode's SIGTERM, or a lost collector
+  // lease, FORMAT.md L121). Empty: never stops. The removal under way is
+  // finished: each is one unlink.
+  std::function<bool()> stop;
 };
 
 struct Reclaimed {
   std::string path;  // relative to the root
   uint64_t bytes = 0;
-  std::string reason;  // orphaned_namespace, capacity, stale_tmp, corrupt
+  std::string reason;  // orphaned_namespace, capacity, min_free, stale_tmp, corrupt
 };
 
 // A file gc selected but could not remove (EACCES, EPERM, EROFS, EIO...).
@@ -246,9 +260,17 @@ struct FailedRemoval {
   std::string detail;  // strerror(sys_errno)
 };
 
+// What gc removed for one reason.
+struct ReasonTotal {
+  uint64_t files = 0, bytes = 0;
+};
+
 struct GcReport {
   bool dry_run = false;
   std::vector<Reclaimed> reclaimed;
+  // The same, counted per Reclaimed::reason ("capacity", "min_free", ...):
+  // what `gc --watch` exports, whatever the length of `reclaimed`.
+  std::map<std::string, ReasonTotal> by_reason;
   // Selected but not removed: the bound (--max-bytes, --older-than) is not
   // enforced. A file replaced meanwhile (another writer) is not listed.
   std::vector<FailedRemoval> failed;
@@ -267,6 +289,9 @@ struct GcReport {
   // Namespaces kept although --older-than would reclaim them by what could
   // be read, because a part (its leases above all) could not: gc fails closed.
   std::vector<ScanProblem> kept;
+  // GcOptions::stop said stop: removals were skipped from then on (not
+  // listed in `failed`); a later run finishes the job.
+  bool stopped = false;
   // e2fsck's bits: 0 complete; 4: some selected files could not be removed
   // (`failed`); 8 ("operational error"): parts could not be read; 12: both.
   KVTIER_API int ExitCode() const;
@@ -282,8 +307,9 @@ struct GcReport {
 // if it is still the inode scanned; with dry_run it removes nothing and
 // reports what it would. With a list of roots, a namespace is reclaimed only
 // when it is orphaned on every root that holds it, and max_bytes applies to
-// each root. Errors: kInvalidArgument when low_water_bytes exceeds
-// max_bytes, and those listed at the top of this file.
+// each root, as reclaim_bytes[i] does to root i. Errors: kInvalidArgument
+// when low_water_bytes exceeds max_bytes or reclaim_bytes does not have one
+// entry per root, and those listed at the top of this file.
 //
 // Memory is bounded whatever the number of files: gc walks the tree up to
 // three times (statistics; orphans, corrupt blocks and a histogram of use

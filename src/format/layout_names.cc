@@ -2,6 +2,8 @@
 #include "format/layout_names.h"
 
 #include <algorithm>
+#include <cctype>
+#include <cstdio>
 
 #include "hash/digest.h"
 #include "util/hex.h"
@@ -173,6 +175,22 @@ std::string LeaseTmpName(std::string_view lease_name) { return std::string(lease
 bool IsLeaseTmpName(std::string_view name) {
   auto lease = Between(name, "", ".tmp");
   return lease && IsLeaseName(*lease);
+}
+
+std::string CollectorToken(std::string_view host, int64_t pid, uint64_t random) {
+  std::string out;
+  for (const char c : host) out += std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' ? c : '_';
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(random));
+  return out + "-" + std::to_string(pid) + "-" + hex;
+}
+
+std::string CollectorLeaseTmpName(std::string_view token) {
+  return std::string(kCollectorLeaseName) + "." + std::string(token) + ".tmp";
+}
+
+std::string CollectorLeaseAsideName(std::string_view token) {
+  return std::string(kCollectorLeaseName) + "." + std::string(token) + ".old";
 }
 
 std::string LeaseName(std::string_view host, int64_t pid, uint64_t n) {

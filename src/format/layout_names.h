@@ -84,6 +84,17 @@ bool IsLeaseName(std::string_view name);
 bool IsLeaseTmpName(std::string_view name);
 std::string LeaseName(std::string_view host, int64_t pid, uint64_t n);
 std::string LeaseTmpName(std::string_view lease_name);
+
+// L120: the volume's collector lease (`gc --watch`), <root>/.kvtier/gc.lease
+// (the directory is kMetaDirName, at the root itself).
+inline constexpr std::string_view kCollectorLeaseName = "gc.lease";
+// L121: a collector's token "<host>-<pid>-<16 hex>" (a host name's bytes
+// outside [A-Za-z0-9.-] become '_'), and the names it writes beside the
+// lease: "gc.lease.<token>.tmp" (its new lease before the link) and
+// "gc.lease.<token>.old" (a stale lease renamed aside before it is judged).
+std::string CollectorToken(std::string_view host, int64_t pid, uint64_t random);
+std::string CollectorLeaseTmpName(std::string_view token);
+std::string CollectorLeaseAsideName(std::string_view token);
 // L8 split for directory-fd walks: "<h[0:3]>" and "<h[3:5]>_g<g>".
 std::string Shard1Name(std::string_view hex);
 std::string Shard2Name(std::string_view hex, int64_t group);

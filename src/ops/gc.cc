@@ -48,6 +48,11 @@ class GcRun {
   // writer's new file, not ours to judge. Lists stop at list_max (counts
   // go on). Whether the file is gone now. Thread-safe.
   bool Reclaim(const ScannedFile& f, const char* reason, int dir_fd = -1) {
+    if (o_.stop && o_.stop()) {  // SIGTERM, or the collector lease lost (FORMAT.md L122)
+      std::lock_guard lock(mu_);
+      report_->stopped = true;
+      return false;
+    }
     int err = 0;
     if (!o_.dry_run) err = dir_fd >= 0 ? editor_.RemoveAt(dir_fd, f) : editor_.Remove(f);
     std::lock_guard lock(mu_);
@@ -59,6 +64,9 @@ class GcRun {
     }
     ++report_->files_reclaimed;
     report_->bytes_reclaimed += f.bytes;
+    ReasonTotal& total = report_->by_reason[reason];
+    ++total.files;
+    total.bytes += f.bytes;
     if (report_->reclaimed.size() < o_.list_max) report_->reclaimed.push_back({f.rel, f.bytes, reason});
     return !o_.dry_run;
   }
@@ -133,7 +141,9 @@ class GcRun {
         if (left <= 0) return false;
       } while (!boundary_left_.compare_exchange_weak(left, left - static_cast<int64_t>(b.bytes)));
     }
-    return Reclaim(b, "capacity", dir_fd);
+    // max_bytes's need is "capacity", what reclaim_bytes asks beyond it "min_free".
+    const bool capacity = capacity_taken_.fetch_add(b.bytes) < capacity_need_;
+    return Reclaim(b, capacity ? "capacity" : "min_free", dir_fd);
   }
 
   // FORMAT.md L108: a shard directory gc emptied (or found empty) goes, by
@@ -176,6 +186,8 @@ class GcRun {
   UseHistogram histogram_;  // of the second walk
   UseHistogram::Cut cut_;
   std::atomic<int64_t> boundary_left_{0};
+  uint64_t capacity_need_ = 0;  // what max_bytes asks; reclaim_bytes may ask more
+  std::atomic<uint64_t> capacity_taken_{0};
 };
 
 // What becomes of each namespace, by the first walk.
@@ -248,11 +260,14 @@ std::optional<ScannedFile> GcRun::LookAt(const std::string& rel) const {
 // removes what lies beyond it.
 Status GcRun::Capacity(const TreeScan& first, const UseHistogram& histogram, uint64_t live_bytes) {
   const uint64_t total = kept_bytes_ + live_bytes;
-  if (!o_.max_bytes || total <= *o_.max_bytes) return Status::Ok();
-  const uint64_t low = std::min(o_.low_water_bytes.value_or(*o_.max_bytes), *o_.max_bytes);
-  cut_ = histogram.CutFor(total - low);
+  if (o_.max_bytes && total > *o_.max_bytes) {
+    capacity_need_ = total - std::min(o_.low_water_bytes.value_or(*o_.max_bytes), *o_.max_bytes);
+  }
+  const uint64_t need = std::max(capacity_need_, o_.reclaim_bytes.empty() ? 0 : o_.reclaim_bytes.front());
+  if (need == 0) return Status::Ok();
+  cut_ = histogram.CutFor(need);
   if (cut_.bucket < 0) return Status::Ok();
-  boundary_left_ = static_cast<int64_t>(std::min<uint64_t>(total - low - cut_.older_bytes, INT64_MAX));
+  boundary_left_ = static_cast<int64_t>(std::min<uint64_t>(need - cut_.older_bytes, INT64_MAX));
   report_->capacity_cutoff = now_ - static_cast<int64_t>(UseHistogram::LowestAgeS(cut_.bucket));
   report_->capacity_tolerance_s = UseHistogram::WidthS(cut_.bucket);
   return ScanAgain(o_, first, Visitors(&GcRun::CapacityBlock)).status();
@@ -311,7 +326,8 @@ Result<GcReport> GcUnwatched(const GcOptions& options) {
     if (keep.count(ns) == 0) use->histogram.Add(UseHistogram::Bucket(use->now, b.activity()), b.bytes);
     return false;
   };
-  KVTIER_ASSIGN_OR_RETURN(TreeScan scan, ScanTree(options, options.max_bytes ? visit : ScanVisitors{}));
+  const bool capacity = options.max_bytes || !options.reclaim_bytes.empty();
+  KVTIER_ASSIGN_OR_RETURN(TreeScan scan, ScanTree(options, capacity ? visit : ScanVisitors{}));
   return GcScanned(options, scan, {}, use.get());
 }
 

@@ -3,6 +3,7 @@
 // call with kTimedOut rather than hanging the caller.
 #include <cstring>
 
+#include "format/root_list.h"
 #include "ops/io_watch.h"
 #include "ops/ops_internal.h"
 
@@ -24,6 +25,15 @@ Status CheckGcOptions(const GcOptions& o) {
   KVTIER_RETURN_IF_ERROR(CheckScanOptions(o));
   if (o.max_bytes && o.low_water_bytes && *o.low_water_bytes > *o.max_bytes) {
     return InvalidArgument("low_water_bytes (--low-water) must not exceed max_bytes (--max-bytes)");
+  }
+  // One free-space goal per root: any other count is a caller's mistake.
+  if (!o.reclaim_bytes.empty()) {
+    auto roots = format::SplitRootDirs(o.root, IsRootList(o.root));
+    const size_t n = roots.ok() ? roots->size() : 1;
+    if (o.reclaim_bytes.size() != n) {
+      return InvalidArgument("reclaim_bytes: expected one entry per root (" + std::to_string(n) + "), got " +
+                             std::to_string(o.reclaim_bytes.size()));
+    }
   }
   // A keep entry is compared with directory names: one that no directory can
   // be named would protect nothing, silently.

@@ -179,7 +179,14 @@ Result<GcReport> GcRoots(const GcOptions& o) {
   GcReport out;
   out.dry_run = o.dry_run;
   for (size_t i = 0; i < s.roots.size(); ++i) {
-    KVTIER_ASSIGN_OR_RETURN(GcReport r, GcScanned(ForRoot(o, s.roots[i]), s.scans[i], no_reclaim));
+    GcOptions one = ForRoot(o, s.roots[i]);
+    if (!o.reclaim_bytes.empty()) one.reclaim_bytes = {o.reclaim_bytes[i]};  // each root's own goal
+    KVTIER_ASSIGN_OR_RETURN(GcReport r, GcScanned(one, s.scans[i], no_reclaim));
+    out.stopped = out.stopped || r.stopped;
+    for (const auto& [reason, t] : r.by_reason) {
+      out.by_reason[reason].files += t.files;
+      out.by_reason[reason].bytes += t.bytes;
+    }
     for (Reclaimed& c : r.reclaimed) c.path = JoinRoot(s.roots[i], c.path);
     for (FailedRemoval& f : r.failed) f.path = JoinRoot(s.roots[i], f.path);
     out.failed.insert(out.failed.end(), r.failed.begin(), r.failed.end());

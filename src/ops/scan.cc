@@ -300,7 +300,7 @@ bool ScanRoot(const std::vector<DirEntry>& top, TreeScan* scan, std::vector<Shar
     } else if (dir && format::NamespaceDigest(e.name)) {
       NamespaceOf(scan, e.name).has_ns_dir = true;
       layout_seen = true;
-    } else {
+    } else if (!(dir && e.name == format::kMetaDirName)) {  // L120: the volume's collector lease
       scan->root_strays.push_back(e.name);
     }
   }
@@ -380,7 +380,8 @@ namespace {
 // The walk below the root, once the root is open and listed.
 Result<TreeScan> Walk(const ScanOptions& o, const ScanVisitors& visit, TreeScan scan, const std::vector<DirEntry>& top) {
   std::vector<ShardWork> work;
-  if (!ScanRoot(top, &scan, &work) && !top.empty() && !o.force) {
+  const bool only_meta = top.size() == 1 && top[0].name == format::kMetaDirName;  // L120: a fresh volume
+  if (!ScanRoot(top, &scan, &work) && !top.empty() && !only_meta && !o.force) {
     return InvalidArgument(o.root + " does not look like a kvtier/vLLM root_dir (no <model>_<digest> directories); "
                            "pass --force to scan it anyway");
   }

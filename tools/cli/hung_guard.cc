@@ -11,6 +11,7 @@
 // (a stopped daemon, an NFS hard mount) the child goes at once.
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -24,6 +25,33 @@ namespace {
 
 int g_hung_fd = -1;  // the child's end of the pipe to the parent (-1: not guarded)
 constexpr char kHung = 'H';
+volatile pid_t g_child = 0;  // the parent's child, while it runs
+// A supervisor stops the process it started, the parent: the child must hear
+// it (gc --watch stops cleanly on SIGTERM), and then the parent ends as the
+// child did.
+constexpr int kForwarded[] = {SIGTERM, SIGINT, SIGHUP};
+
+void Forward(int sig) {
+  if (g_child > 0) kill(g_child, sig);
+}
+
+void ForwardSignals() {
+  struct sigaction sa {};
+  sa.sa_handler = Forward;
+  sigemptyset(&sa.sa_mask);
+  for (const int sig : kForwarded) sigaction(sig, &sa, nullptr);
+}
+
+// The child died of a forwarded signal: so does the parent (a shell sees
+// the same end it would have without the child).
+void DieLikeChild(int status) {
+  if (!WIFSIGNALED(status)) return;
+  for (const int sig : kForwarded) {
+    if (WTERMSIG(status) != sig) continue;
+    signal(sig, SIG_DFL);
+    raise(sig);
+  }
+}
 
 int WaitChild(pid_t pid, int hung_fd) {
   char c = 0;
@@ -38,6 +66,8 @@ int WaitChild(pid_t pid, int hung_fd) {
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
+  g_child = 0;
+  DieLikeChild(status);
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
@@ -48,6 +78,7 @@ int RunGuarded(const std::function<int()>& body) {
   std::fflush(stdout);
   std::fflush(stderr);
   if (pipe2(fds, O_CLOEXEC) != 0) return body();  // no pipe: unguarded, as before
+  const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid < 0) {
     close(fds[0]);
@@ -56,6 +87,10 @@ int RunGuarded(const std::function<int()>& body) {
   }
   if (pid == 0) {
     close(fds[0]);
+    // The parent killed (SIGKILL cannot be forwarded): the child goes too, or
+    // a killed `gc --watch` would go on collecting unseen.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(128 + SIGKILL);
     g_hung_fd = fds[1];
     const int rc = body();
     std::fflush(stdout);
@@ -63,6 +98,8 @@ int RunGuarded(const std::function<int()>& body) {
     _exit(rc);
   }
   close(fds[1]);
+  g_child = pid;
+  ForwardSignals();
   return WaitChild(pid, fds[0]);
 }
 

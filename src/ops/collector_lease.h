@@ -1,0 +1,84 @@
+// The volume's collector lease (FORMAT.md L120-L123): of all the
+// `kvtier gc --watch` processes on one volume (one per node of a DaemonSet),
+// only the one holding <root>/.kvtier/gc.lease removes anything; the others
+// watch it and take it over when its holder stops refreshing it.
+//
+// No clock is compared across machines: a lease is stale when an observer has
+// seen it unchanged (same inode, mtime and body) for ttl_ms of its own
+// monotonic clock, and a holder may remove only within validity_ms (a
+// fraction of the TTL) of its own last successful check. Creation is a
+// link(2), which fails on an existing name; a takeover first renames the
+// stale file aside under a name of the taker's own and checks that what it
+// moved is the very file it judged stale (else puts it back), so two takers
+// cannot both win, and a new holder settles (waits out any earlier holder's
+// validity) before its first removal. The argument, NFS included, is in
+// FORMAT.md L122.
+//
+// Thread-safety: Tick and Release from one thread (the watch's lease thread);
+// MayCollect, state and the counters from any.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "kvtier/result.h"
+#include "util/dir_fd.h"
+
+namespace kvtier::internal {
+
+class CollectorLease {
+ public:
+  enum class State { kObserving, kSettling, kHolding };
+
+  // Creates <root>/.kvtier (no symlink followed below root) and a token; takes
+  // nothing yet. ttl_ms > 0. Errors: ErrnoToStatus naming the directory.
+  static Result<std::unique_ptr<CollectorLease>> Open(const std::string& root, uint64_t ttl_ms);
+
+  // One step of the protocol; call it every refresh_ms(). A holder checks that
+  // the lease is still its own and refreshes its mtime; an observer watches it
+  // and takes it when absent or stale.
+  State Tick();
+  // Tick at a given steady-clock time (ns): the tests step time by hand.
+  State TickAt(int64_t now_ns);
+  // A holder gives the lease up (removed only if still its own), so an
+  // observer takes it at its next tick.
+  void Release();
+
+  // Holding, and the last successful check is within validity_ms.
+  bool MayCollect() const;
+  bool MayCollectAt(int64_t now_ns) const;
+  State state() const { return state_.load(); }
+  uint64_t acquisitions() const { return acquisitions_.load(); }
+  uint64_t refresh_ms() const { return refresh_ms_; }
+  const std::string& token() const { return token_; }
+  // Tests: runs between judging a lease stale and renaming it aside, where
+  // another collector's takeover may fall.
+  void SetBeforeTakeoverForTest(std::function<void()> fn) { before_takeover_ = std::move(fn); }
+
+ private:
+  CollectorLease(UniqueFd dir, std::string display, std::string token, uint64_t ttl_ms);
+  void TickHolder(int64_t now_ns);
+  void TickObserver(int64_t now_ns);
+  bool TryCreate(int64_t now_ns);
+  void TryTakeover(int64_t now_ns);
+  void Lose(const char* why);
+
+  UniqueFd dir_;         // <root>/.kvtier
+  std::string display_;  // its path, for messages
+  std::string token_, body_;
+  uint64_t ttl_ms_, refresh_ms_, validity_ms_;
+  std::atomic<State> state_{State::kObserving};
+  std::atomic<int64_t> valid_until_ns_{0};  // steady clock
+  std::atomic<uint64_t> acquisitions_{0};
+  int64_t acquired_ns_ = 0, last_ok_ns_ = 0;
+  // What the observer saw last, and since when (steady clock).
+  std::string seen_;
+  uint64_t seen_ino_ = 0;
+  int64_t seen_mtime_ns_ = 0, seen_since_ns_ = 0;
+  std::function<void()> before_takeover_;
+};
+
+}  // namespace kvtier::internal

@@ -1,0 +1,150 @@
+// Proves the collector lease's protocol (FORMAT.md L120-L123) step by step:
+// the first collector takes the lease and may collect only after settling and
+// only within its validity; a live holder is never taken over; a stale one is
+// taken over by exactly one of two observers (the other's rename moves the
+// winner's fresh lease aside, sees it is not the file it judged, and puts it
+// back); a holder whose lease was replaced stops at once; a released lease is
+// taken at the next tick; a symlinked .kvtier is refused.
+//
+// Method: several CollectorLease objects on one real directory, each ticked
+// by hand with TickAt(now) on a made-up steady clock, so that the TTL,
+// settling and validity decisions are exact. Real time passes (a few ms)
+// only where a holder's refresh must change the file's mtime, whose
+// granularity is the kernel's.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "ops/collector_lease.h"
+#include "support/test_support.h"
+
+namespace kvtier::internal {
+namespace {
+
+namespace fs = std::filesystem;
+using State = CollectorLease::State;
+using testing::TempDir;
+
+constexpr uint64_t kTtlMs = 3000;                 // R = 200 ms, V = 600 ms, settling 800 ms
+constexpr int64_t kMs = 1000000;                  // ns
+constexpr int64_t kTtl = kTtlMs * kMs, kR = 200 * kMs, kV = 3 * kR, kSettle = kV + kR;
+
+std::unique_ptr<CollectorLease> Open(const fs::path& root) {
+  Result<std::unique_ptr<CollectorLease>> lease = CollectorLease::Open(root.string(), kTtlMs);
+  EXPECT_TRUE(lease.ok()) << lease.status().ToString();
+  return lease.ok() ? std::move(*lease) : nullptr;
+}
+
+std::string LeaseBody(const fs::path& root) {
+  std::ifstream in(root / ".kvtier" / "gc.lease");
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// Only gc.lease is left in .kvtier: no temp or aside name outlives a step.
+void ExpectOnlyTheLease(const fs::path& root) {
+  for (const auto& e : fs::directory_iterator(root / ".kvtier")) EXPECT_EQ(e.path().filename(), "gc.lease");
+}
+
+// Lets the kernel's clock move past the mtime granularity before a refresh.
+void LetMtimeMove() { std::this_thread::sleep_for(std::chrono::milliseconds(20)); }
+
+// a holds the lease from t = 0 (settled at kSettle).
+void HoldFromZero(CollectorLease* a) {
+  ASSERT_EQ(a->TickAt(0), State::kSettling);
+  ASSERT_EQ(a->TickAt(kSettle), State::kHolding);
+}
+
+TEST(CollectorLease, FirstComerHoldsAfterSettlingAndOnlyWithinItsValidity) {
+  TempDir dir;
+  auto a = Open(dir.path()), b = Open(dir.path());
+  EXPECT_EQ(a->refresh_ms(), 200u);
+  EXPECT_EQ(a->TickAt(0), State::kSettling);
+  EXPECT_FALSE(a->MayCollectAt(0));
+  EXPECT_NE(LeaseBody(dir.path()).find(a->token()), std::string::npos);
+  EXPECT_EQ(b->TickAt(0), State::kObserving);
+  EXPECT_EQ(a->TickAt(kSettle - 1), State::kSettling);
+  EXPECT_FALSE(a->MayCollectAt(kSettle - 1));
+  EXPECT_EQ(a->TickAt(kSettle), State::kHolding);
+  EXPECT_TRUE(a->MayCollectAt(kSettle + kV - 1));
+  EXPECT_FALSE(a->MayCollectAt(kSettle + kV));  // no check since: it must not remove
+  EXPECT_EQ(a->acquisitions(), 1u);
+  ExpectOnlyTheLease(dir.path());
+}
+
+TEST(CollectorLease, ALiveHolderIsNeverTakenOver) {
+  TempDir dir;
+  auto a = Open(dir.path()), b = Open(dir.path());
+  HoldFromZero(a.get());
+  for (int64_t t = kSettle; t < kSettle + 3 * kTtl; t += kR) {
+    LetMtimeMove();
+    ASSERT_EQ(a->TickAt(t), State::kHolding);
+    ASSERT_EQ(b->TickAt(t), State::kObserving) << "at " << t / kMs << " ms";
+  }
+  EXPECT_EQ(b->acquisitions(), 0u);
+}
+
+TEST(CollectorLease, OfTwoObserversOfAStaleLeaseExactlyOneTakesIt) {
+  TempDir dir;
+  auto a = Open(dir.path()), b = Open(dir.path()), c = Open(dir.path());
+  HoldFromZero(a.get());
+  EXPECT_EQ(b->TickAt(kSettle), State::kObserving);
+  EXPECT_EQ(c->TickAt(kSettle), State::kObserving);
+  // a stops refreshing (killed). Unchanged for just under the TTL: not yet stale.
+  EXPECT_EQ(b->TickAt(kSettle + kTtl - 1), State::kObserving);
+  // c judges it stale, and b takes it over just before c's rename: c's rename
+  // then moves b's fresh lease, which c must see and put back.
+  bool raced = false;
+  c->SetBeforeTakeoverForTest([&] {
+    LetMtimeMove();  // the new lease's mtime must differ from the stale one's
+    raced = b->TickAt(kSettle + kTtl) == State::kSettling;
+  });
+  EXPECT_EQ(c->TickAt(kSettle + kTtl), State::kObserving);
+  EXPECT_TRUE(raced);
+  EXPECT_NE(LeaseBody(dir.path()).find(b->token()), std::string::npos);
+  ExpectOnlyTheLease(dir.path());
+  EXPECT_EQ(b->TickAt(kSettle + kTtl + kSettle), State::kHolding);
+  EXPECT_TRUE(b->MayCollectAt(kSettle + kTtl + kSettle));
+  EXPECT_EQ(c->acquisitions(), 0u);
+  // The old holder, back, finds its lease gone and stops.
+  EXPECT_EQ(a->TickAt(kSettle + kTtl + kSettle), State::kObserving);
+  EXPECT_FALSE(a->MayCollectAt(kSettle + kTtl + kSettle));
+}
+
+TEST(CollectorLease, AHolderWhoseLeaseWasReplacedStopsAtOnce) {
+  TempDir dir;
+  auto a = Open(dir.path());
+  HoldFromZero(a.get());
+  ASSERT_TRUE(a->MayCollectAt(kSettle));
+  std::ofstream(dir.path() / ".kvtier" / "x.tmp") << "{\"token\": \"someone-else\"}\n";
+  fs::rename(dir.path() / ".kvtier" / "x.tmp", dir.path() / ".kvtier" / "gc.lease");
+  EXPECT_EQ(a->TickAt(kSettle + kR), State::kObserving);
+  EXPECT_FALSE(a->MayCollectAt(kSettle + kR));
+}
+
+TEST(CollectorLease, AReleasedLeaseIsTakenAtTheNextTick) {
+  TempDir dir;
+  auto a = Open(dir.path()), b = Open(dir.path());
+  HoldFromZero(a.get());
+  EXPECT_EQ(b->TickAt(kSettle), State::kObserving);
+  a->Release();
+  EXPECT_FALSE(fs::exists(dir.path() / ".kvtier" / "gc.lease"));
+  EXPECT_FALSE(a->MayCollectAt(kSettle));
+  EXPECT_EQ(b->TickAt(kSettle + kR), State::kSettling);
+  ExpectOnlyTheLease(dir.path());
+}
+
+TEST(CollectorLease, ASymlinkedMetadataDirectoryIsRefused) {
+  TempDir dir, elsewhere;
+  fs::create_directory_symlink(elsewhere.path(), dir.path() / ".kvtier");
+  Result<std::unique_ptr<CollectorLease>> lease = CollectorLease::Open(dir.path().string(), kTtlMs);
+  ASSERT_FALSE(lease.ok());
+  EXPECT_NE(lease.status().message().find(".kvtier"), std::string::npos) << lease.status().ToString();
+  EXPECT_TRUE(fs::is_empty(elsewhere.path()));
+}
+
+}  // namespace
+}  // namespace kvtier::internal
