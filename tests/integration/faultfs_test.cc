@@ -212,7 +212,7 @@ TEST_F(FaultFsTest, TeardownIsBoundedWithACallStillHung) {
 
 TEST_F(FaultFsTest, TeardownIsBoundedWithTheDaemonStopped) {
   const int fd = OpenMnt("f", O_RDONLY);
-  ASSERT_EQ(kill(fs_->daemon_pid(), SIGSTOP), 0);
+  ASSERT_TRUE(fs_->StopDaemon());
   auto read = Async([this, fd] { return static_cast<long>(pread(fd, buffer_, 16, 0)); });
   EXPECT_EQ(read.wait_for(std::chrono::milliseconds(200)), std::future_status::timeout);
   const auto start = std::chrono::steady_clock::now();

@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <chrono>
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -347,6 +348,35 @@ FaultFs::~FaultFs() {
   Unmount();
   Reap(1000);  // an unmounted daemon exits by itself (its /dev/fuse reads end)
   unlink(socket_.c_str());
+}
+
+
+namespace {
+// Whether every thread of `pid` is in state T (stopped), by /proc.
+bool AllThreadsStopped(int pid) {
+  std::error_code ec;
+  const std::string tasks = "/proc/" + std::to_string(pid) + "/task";
+  for (const auto& task : std::filesystem::directory_iterator(tasks, ec)) {
+    FILE* f = std::fopen((task.path() / "stat").c_str(), "r");
+    if (f == nullptr) continue;  // the thread ended
+    char line[512] = {};
+    const bool read = std::fgets(line, sizeof line, f) != nullptr;
+    std::fclose(f);
+    const char* close = read ? std::strrchr(line, ')') : nullptr;  // comm may hold spaces
+    if (close == nullptr || close[1] != ' ' || close[2] != 'T') return false;
+  }
+  return !ec;
+}
+}  // namespace
+
+bool FaultFs::StopDaemon(int timeout_ms) {
+  if (pid_ <= 0 || kill(pid_, SIGSTOP) != 0) return false;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (!AllThreadsStopped(pid_)) {
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
 }
 
 }  // namespace kvtier::testing

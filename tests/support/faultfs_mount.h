@@ -95,6 +95,10 @@ class FaultFs {
   const std::string& control_socket() const { return socket_; }
   // -1 once the daemon is gone and reaped.
   int daemon_pid() const { return pid_; }
+  // SIGSTOPs the daemon and returns once every one of its threads is stopped
+  // (kill only queues the signal: a thread may still answer a request it
+  // already took). false when they did not all stop within timeout_ms.
+  bool StopDaemon(int timeout_ms = 5000);
 
  private:
   FaultFs(std::string backing, std::string mountpoint, std::string socket)
