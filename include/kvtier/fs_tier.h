@@ -125,6 +125,10 @@ struct FsTierMetrics {
   uint64_t backpressure_active = 0;  // 1 while stores are being dropped for latency
   double store_latency_ema_s_per_mib = 0;
   uint64_t fixed_buffer_ios = 0;  // reads and writes into registered memory
+  // Rows whose pieces are not page-aligned, stored or loaded with O_DIRECT
+  // through a page-aligned row of the tier's (one memcpy each way) instead
+  // of through the page cache.
+  uint64_t staged_ios = 0;
   uint64_t checksum_ns = 0;       // time spent computing CRC32C, stores and loads
   // A sick volume (docs/config.md, "When the volume is sick"): root_up is 1
   // while the root answers (several roots: 1 only when all do), roots_down
@@ -214,10 +218,15 @@ class KVTIER_API FsTier {
   // As SubmitStore and SubmitLoad, with each row given as the pieces whose
   // concatenation it is, in order (e.g. a page's K bytes, then its V bytes):
   // the file holds the concatenation, its CRC32C is the concatenation's,
-  // and each piece is written from, or read into, where it lies (no staging
-  // copy; with bounce_loads a load reads a whole bounce row first and copies
-  // it to the pieces once verified). O_DIRECT is used only when every piece
-  // is page-aligned in address and length. Empty pieces are ignored.
+  // and each piece is written from, or read into, where it lies when every
+  // piece is page-aligned in address and length (with bounce_loads a load
+  // reads a whole bounce row first and copies it to the pieces once
+  // verified). With O_DIRECT on, a row with any piece not so aligned goes
+  // through a page-aligned staging row of the tier's, still O_DIRECT: a
+  // store copies the pieces into it, a load copies out of it once the block
+  // is verified (FsTierMetrics::staged_ios counts them); only where
+  // row_bytes is not a multiple of 4096 do such rows go through the page
+  // cache instead. Empty pieces are ignored.
   // Errors (nothing submitted): kInvalidArgument when rows.size() !=
   // keys.size() or a row's pieces do not add up to row_bytes.
   virtual Result<uint64_t> SubmitStorePieces(std::span<const OffloadKey> keys,

@@ -169,10 +169,11 @@ class KvtierHiCacheStorage(HiCacheStorage):
         if isinstance(kv, torch.Tensor) and kv.device.type == "cpu" and kv.is_contiguous():
             memory.append((kv.data_ptr(), kv.numel() * kv.element_size()))
             if kv.data_ptr() % 4096:
-                # O_DIRECT needs page-aligned pieces: pages then go through the page cache (a kernel
-                # copy each way). SGLang's pinned CUDA host pools are page-aligned.
+                # O_DIRECT needs page-aligned pieces: pages then go through the tier's aligned
+                # staging rows (one memcpy each way; buffered only where a page's size is not a
+                # multiple of 4 KiB). SGLang's pinned CUDA host pools are page-aligned: no copy.
                 logger.info("kvtier.sglang: the host pool starts %d bytes past a 4 KiB boundary: "
-                            "buffered I/O, no O_DIRECT", kv.data_ptr() % 4096)
+                            "pages are staged through aligned rows (one copy each way)", kv.data_ptr() % 4096)
         if self._store is not None:
             self._store.close()
         store = _kvtier.SglangStore(self._fs_config, spec, memory)

@@ -46,6 +46,7 @@ pb::dict MetricsDict(const FsTierMetrics& m) {
   KVTIER_PY_FIELD(lookup_errors); KVTIER_PY_FIELD(read_queue_depth); KVTIER_PY_FIELD(write_queue_depth);
   KVTIER_PY_FIELD(in_flight); KVTIER_PY_FIELD(store_queue_bytes); KVTIER_PY_FIELD(backpressure_active);
   KVTIER_PY_FIELD(store_latency_ema_s_per_mib); KVTIER_PY_FIELD(fixed_buffer_ios); KVTIER_PY_FIELD(checksum_ns);
+  KVTIER_PY_FIELD(staged_ios);
   KVTIER_PY_FIELD(root_up); KVTIER_PY_FIELD(roots_down); KVTIER_PY_FIELD(deadline_misses);
   KVTIER_PY_FIELD(requests_stuck); KVTIER_PY_FIELD(volume_used_bytes); KVTIER_PY_FIELD(volume_free_bytes);
   KVTIER_PY_FIELD(namespace_bytes); KVTIER_PY_FIELD(namespace_blocks); KVTIER_PY_FIELD(namespace_scan_complete);

@@ -107,6 +107,8 @@ class RowPieces {
   bool DirectAligned() const;
   // Copies `src` (size() bytes) into the pieces.
   void ScatterFrom(const uint8_t* src) const;
+  // Copies the pieces (size() bytes) to `dst`.
+  void GatherTo(uint8_t* dst) const;
 
  private:
   std::span<uint8_t> one_;
@@ -130,6 +132,15 @@ struct TierShared {
   std::atomic<uint64_t> checksum_ns{0};  // time spent computing CRC32C (both directions)
   // bounce_loads: where loads read (nullptr: straight into the caller's row).
   std::unique_ptr<BouncePool> bounce;
+  // Staging rows: with O_DIRECT on, a row whose pieces are not page-aligned
+  // (SGLang's host pool sits 64 bytes past a page) is copied into one of
+  // these and written with O_DIRECT, or read into one (bounce when on) and
+  // copied out, instead of going through the page cache (far more CPU per
+  // byte than one memcpy). Held by the op until the kernel lets go of it,
+  // as bounce rows are. nullptr when O_DIRECT is off or the row size is not
+  // a multiple of the page (those rows stay buffered).
+  std::unique_ptr<BouncePool> stage;
+  std::atomic<uint64_t> staged_ios{0};  // rows moved with O_DIRECT through a staging or bounce row
   // Whether the atime refresh after a load may run as a plain syscall on the
   // engine thread (futimens has no io_uring opcode): only where metadata
   // calls never wait for a network (LocalFilesystem). Elsewhere loads skip
@@ -229,7 +240,16 @@ inline bool NotRegular(const struct statx& stx) { return !S_ISREG(stx.stx_mode);
 // kTimedOut, naming the syscall and path that did not answer.
 KeyResult AbandonedResult(const char* syscall, const std::string& path, uint32_t io_timeout_ms);
 
+// Clears O_DIRECT on `fd` (F_SETFL never waits: the engine thread calls it)
+// so that a transfer cut short at an unaligned offset resumes buffered;
+// returns false, the fd's new O_DIRECT state (true only if fcntl failed).
+bool DropDirect(int fd);
+
 // True when O_DIRECT may be used for this buffer (page-aligned address and length).
 bool DirectIoAligned(const void* buf, uint64_t len);
+
+// True when `row`, not itself fit for O_DIRECT, may go through a staging row
+// with O_DIRECT (TierShared::stage): O_DIRECT is on and the row fits one.
+bool Stageable(const TierShared& shared, const RowPieces& row);
 
 }  // namespace kvtier::internal

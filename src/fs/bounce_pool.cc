@@ -74,6 +74,18 @@ void RowPieces::ScatterFrom(const uint8_t* src) const {
   }
 }
 
+void RowPieces::GatherTo(uint8_t* dst) const {
+  for (size_t i = 0; i < count(); ++i) {
+    std::memcpy(dst, piece(i).data(), piece(i).size());
+    dst += piece(i).size();
+  }
+}
+
+bool Stageable(const TierShared& shared, const RowPieces& row) {
+  return shared.stage != nullptr && row.size() > 0 && row.size() % kPage == 0 && row.size() <= shared.row_bytes &&
+         !row.DirectAligned();
+}
+
 KeyResult AbandonedResult(const char* syscall, const std::string& path, uint32_t io_timeout_ms) {
   return {KeyOutcome::kError,
           ErrnoToStatus(ETIMEDOUT, std::string(syscall) + " " + path + ": no answer within io_timeout_ms (" +

@@ -322,6 +322,11 @@ Result<std::unique_ptr<FsTier>> OpenFsTierWithBackend(const FsTierOpenOptions& o
   if (BounceLoadsFor(o.tier)) {
     shared->bounce = std::make_unique<BouncePool>(o.row_bytes, o.tier.n_read_threads + o.tier.n_write_threads);
   }
+  // Unaligned rows keep O_DIRECT through staging rows (block_ops.h); rows
+  // of a size O_DIRECT cannot transfer whole stay buffered, as before.
+  if (shared->o_direct && o.row_bytes % 4096 == 0) {
+    shared->stage = std::make_unique<BouncePool>(o.row_bytes, o.tier.n_read_threads + o.tier.n_write_threads);
+  }
   if (!backend) {
     KVTIER_ASSIGN_OR_RETURN(backend, MakeBackend(o));
   }

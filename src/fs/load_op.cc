@@ -40,11 +40,15 @@ class LoadOp final : public FsBlockOp {
  public:
   LoadOp(TierShared* shared, std::string rel_path, RowPieces row)
       : shared_(shared), rel_(std::move(rel_path)), row_(std::move(row)) {
-    // A bounce row is page-aligned whatever the caller's pieces are.
-    direct_ = shared_->o_direct && (shared_->bounce != nullptr || row_.DirectAligned());
+    // A bounce row is page-aligned whatever the caller's pieces are; without
+    // bounce rows an unaligned row reads into a staging row (block_ops.h).
+    pool_ = shared_->bounce != nullptr       ? shared_->bounce.get()
+            : Stageable(*shared_, row_) ? shared_->stage.get()
+                                        : nullptr;
+    direct_ = shared_->o_direct && (pool_ != nullptr || row_.DirectAligned());
   }
   ~LoadOp() override {
-    if (bounce_ != nullptr) shared_->bounce->Release(bounce_);
+    if (bounce_ != nullptr) pool_->Release(bounce_);
   }
 
   bool NextRequest(IoRequest* req) override {
@@ -97,9 +101,10 @@ class LoadOp final : public FsBlockOp {
     }
   }
 
-  // A read straight into the caller's row (no bounce rows) is waited for:
-  // abandoning it would hand the row back while the kernel may write it.
-  bool MayAbandon() const override { return state_ != kRead || shared_->bounce != nullptr; }
+  // A read straight into the caller's row (no bounce or staging row) is
+  // waited for: abandoning it would hand the row back while the kernel may
+  // write it.
+  bool MayAbandon() const override { return state_ != kRead || pool_ != nullptr; }
 
   void OnAbandon() override {
     if (!final_) result = AbandonedResult(StateSyscall(), Path(), shared_->io_timeout_ms);
@@ -116,12 +121,12 @@ class LoadOp final : public FsBlockOp {
     return kNames[state_];
   }
 
-  // Where the row's bytes are read: the caller's pieces, or one bounce row
-  // (block_ops.h) taken when the first read is issued.
+  // Where the row's bytes are read: the caller's pieces, or one bounce or
+  // staging row (block_ops.h) taken when the first read is issued.
   const RowPieces& Target() {
-    if (shared_->bounce == nullptr) return row_;
+    if (pool_ == nullptr) return row_;
     if (bounce_ == nullptr) {
-      bounce_ = shared_->bounce->Acquire();
+      bounce_ = pool_->Acquire();
       bounce_row_ = RowPieces(std::span<uint8_t>(bounce_, row_.size()));
     }
     return bounce_row_;
@@ -188,12 +193,20 @@ class LoadOp final : public FsBlockOp {
   }
   void AfterRead(int64_t res) {
     if (Replaced(res)) return;
+    // O_DIRECT refused this transfer: the rest is read buffered (as store_op.cc).
+    if (res == -EINVAL && direct_ && !(direct_ = DropDirect(fd_))) return;
     if (res < 0) return Close(KeyOutcome::kError, ErrnoToStatus(static_cast<int>(-res), "read " + Path()));
     if (res == 0) {  // shrank between statx and read: torn or truncated
       return Close(KeyOutcome::kCorrupt, Corruption(Path() + ": short read"), /*unlink=*/true);
     }
     read_ += static_cast<uint64_t>(res);
-    if (read_ < row_.size()) return;  // short read: resume
+    if (read_ < row_.size()) {  // short read: resume
+      if (direct_ && read_ % 4096 != 0) direct_ = DropDirect(fd_);  // O_DIRECT would refuse the offset
+      return;
+    }
+    if (direct_ && bounce_ != nullptr && !row_.DirectAligned()) {
+      shared_->staged_ios.fetch_add(1, std::memory_order_relaxed);  // O_DIRECT kept for an unaligned row
+    }
     if (has_crc_) {
       const uint32_t want = uint32_t{crc_be_[0]} << 24 | uint32_t{crc_be_[1]} << 16 |
                             uint32_t{crc_be_[2]} << 8 | crc_be_[3];
@@ -256,7 +269,8 @@ class LoadOp final : public FsBlockOp {
   TierShared* shared_;
   std::string rel_;
   RowPieces row_;
-  uint8_t* bounce_ = nullptr;  // from shared_->bounce, held until the op is freed
+  BouncePool* pool_ = nullptr;  // where bounce_ comes from (bounce, else stage); nullptr: none
+  uint8_t* bounce_ = nullptr;   // from pool_, held until the op is freed
   RowPieces bounce_row_;       // bounce_ as one piece
   std::vector<iovec> iov_;     // a vectored read's pieces (RowPart)
   struct statx stx_{}, again_{};

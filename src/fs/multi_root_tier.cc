@@ -131,6 +131,7 @@ class MultiRootTier final : public FsTier {
                    &FsTierMetrics::lookups_miss, &FsTierMetrics::store_errors, &FsTierMetrics::load_errors,
                    &FsTierMetrics::lookup_errors, &FsTierMetrics::read_queue_depth, &FsTierMetrics::write_queue_depth,
                    &FsTierMetrics::in_flight, &FsTierMetrics::store_queue_bytes, &FsTierMetrics::fixed_buffer_ios,
+                   &FsTierMetrics::staged_ios,
                    &FsTierMetrics::checksum_ns, &FsTierMetrics::roots_down, &FsTierMetrics::deadline_misses,
                    &FsTierMetrics::requests_stuck, &FsTierMetrics::volume_used_bytes,
                    &FsTierMetrics::volume_free_bytes, &FsTierMetrics::namespace_bytes, &FsTierMetrics::namespace_blocks,

@@ -41,8 +41,15 @@ class StoreOp final : public FsBlockOp {
     block_dir_ = std::move(path.block_dir);
     name1_ = std::move(path.shard1);
     name2_ = std::move(path.shard2);
-    direct_ = shared_->o_direct && row_.DirectAligned();
+    // An unaligned row is staged (block_ops.h) and still written O_DIRECT.
+    staged_ = Stageable(*shared_, row_);
+    direct_ = shared_->o_direct && (staged_ || row_.DirectAligned());
     NewTempName();
+  }
+  // An abandoned op is freed only once the kernel has returned its request
+  // (scheduler.h), so the staging row outlives any late write from it.
+  ~StoreOp() override {
+    if (stage_ != nullptr) shared_->stage->Release(stage_);
   }
 
   bool NextRequest(IoRequest* req) override {
@@ -145,7 +152,7 @@ class StoreOp final : public FsBlockOp {
         req->path = MkdirName();
         req->mode = 0777;
         return;
-      case kWrite: return RowPart(req, IoOp::kWrite, fd_, row_, written_, &iov_);
+      case kWrite: return RowPart(req, IoOp::kWrite, fd_, Data(), written_, &iov_);
       case kSync: return OnFd(req, IoOp::kFdatasync, fd_);
       case kXattr: return CrcXattr(req, IoOp::kFsetxattr, fd_, crc_be_, sizeof crc_be_);
       case kRename: req->op = IoOp::kRename; req->path = tmp_.c_str(); req->path2 = dest_.c_str(); return;
@@ -188,14 +195,24 @@ class StoreOp final : public FsBlockOp {
     }
     if (res == 0) return Finish(0, "", KeyOutcome::kSkippedExists);  // L54: another writer has it
     if (res != -ENOENT) return Finish(res, "statx " + Shown(dest_));
-    // The checksum is computed here, on the engine thread, and only for rows
-    // that will be written: submitting stays cheap for the caller.
+    // The checksum (and the staging copy) are made here, on the engine
+    // thread, and only for rows that will be written: submitting stays cheap
+    // for the caller.
+    if (staged_) Stage();
     if (shared_->checksum) {
-      const uint32_t crc = TimedCrc32c(shared_, row_);
+      const uint32_t crc = TimedCrc32c(shared_, Data());
       for (int i = 0; i < 4; ++i) crc_be_[i] = static_cast<uint8_t>(crc >> (24 - 8 * i));  // big-endian
     }
     Go(kOpen);
   }
+  // The bytes written: the caller's pieces, or the staging row holding a copy.
+  const RowPieces& Data() const { return stage_ != nullptr ? stage_row_ : row_; }
+  void Stage() {
+    stage_ = shared_->stage->Acquire();
+    stage_row_ = RowPieces(std::span<uint8_t>(stage_, row_.size()));
+    row_.GatherTo(stage_);
+  }
+
   void AfterOpen(int64_t res) {
     if (res >= 0) {
       fd_ = static_cast<int>(res);
@@ -268,10 +285,17 @@ class StoreOp final : public FsBlockOp {
     Go(kMkdirParent);
   }
   void AfterWrite(int64_t res) {
+    // O_DIRECT refused this transfer (an offset or length it cannot take):
+    // the rest goes buffered, as a file that refuses it at open does.
+    if (res == -EINVAL && direct_ && !(direct_ = DropDirect(fd_))) return;
     if (res < 0) return Fail(res, "write " + Shown(tmp_));
     if (res == 0) return Fail(-EIO, "write " + Shown(tmp_) + " made no progress");
     written_ += static_cast<uint64_t>(res);
-    if (written_ < row_.size()) return;  // a short write: resume with the rest
+    if (written_ < row_.size()) {  // a short write: resume with the rest
+      if (direct_ && written_ % 4096 != 0) direct_ = DropDirect(fd_);  // O_DIRECT would refuse the offset
+      return;
+    }
+    if (direct_ && stage_ != nullptr) shared_->staged_ios.fetch_add(1, std::memory_order_relaxed);
     Go(shared_->durability != Durability::kNone ? kSync : shared_->checksum ? kXattr : kClose);
   }
   // As vLLM with checksum_blocks (L102): a block is never published without
@@ -318,6 +342,8 @@ class StoreOp final : public FsBlockOp {
 
   TierShared* shared_;
   RowPieces row_;
+  uint8_t* stage_ = nullptr;  // from shared_->stage, held until the op is freed
+  RowPieces stage_row_;       // stage_ as one piece
   std::vector<iovec> iov_;  // a vectored write's pieces (RowPart)
   std::string block_dir_, shard1_, shard2_, dest_, tmp_;  // relative to root_dir
   std::string name1_, name2_;                              // the shard directories' own names
@@ -330,6 +356,7 @@ class StoreOp final : public FsBlockOp {
   int mkdir_level_ = 0, mkdir_rounds_ = 0, name_retries_ = 0, sync_dir_level_ = 0;
   int64_t sync_dir_res_ = 0;
   uint64_t mkdir_first_ns_ = 0;  // when this store first found a shard directory missing
+  bool staged_ = false;  // written through a staging row (Stageable)
   bool direct_ = false, mkdirs_done_ = false, tmp_created_ = false, cleanup_ = false;
   bool final_ = false;      // `result` is the outcome
   bool abandoned_ = false;  // OnAbandon ran: only cleanup is left
@@ -348,6 +375,11 @@ uint32_t TimedCrc32c(TierShared* shared, const RowPieces& row) {
 
 bool DirectIoAligned(const void* buf, uint64_t len) {
   return reinterpret_cast<uintptr_t>(buf) % 4096 == 0 && len % 4096 == 0 && len > 0;
+}
+
+bool DropDirect(int fd) {
+  const int flags = ::fcntl(fd, F_GETFL);
+  return flags < 0 || ::fcntl(fd, F_SETFL, flags & ~O_DIRECT) < 0;
 }
 
 std::unique_ptr<FsBlockOp> MakeStoreOp(TierShared* shared, BlockPathParts path, RowPieces row) {

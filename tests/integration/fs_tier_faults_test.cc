@@ -9,10 +9,12 @@
 // directories are made deepest first; ENODATA from an open is transient; a
 // file replaced under an open fd is looked up afresh before it is reopened;
 // rows of several pieces (one request each, or vectored) resume short
-// transfers mid-piece.
+// transfers mid-piece, staged unaligned rows with O_DIRECT on included.
 // Seeded.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <random>
 #include <thread>
@@ -29,13 +31,15 @@ constexpr uint64_t kRow = 8192;
 
 class FaultTest : public ::testing::Test {
  protected:
-  std::unique_ptr<FsTier> Open(testing::FaultPlan plan, FsTierOpenOptions o = {}) {
+  // O_DIRECT is off unless `o_direct`: short transfers cut anywhere resume
+  // at offsets O_DIRECT refuses (the tier then drops it for that file).
+  std::unique_ptr<FsTier> Open(testing::FaultPlan plan, FsTierOpenOptions o = {}, bool o_direct = false) {
     if (o.tier.root_dir.empty()) o.tier.root_dir = root_.path().string();
     o.ns.model_name = "faulty/model";
     o.row_bytes = kRow;
     o.tier.n_read_threads = 3;
     o.tier.n_write_threads = 3;
-    o.tier.o_direct = false;  // short transfers with O_DIRECT would need aligned offsets
+    o.tier.o_direct = o_direct;
     auto fake = std::make_unique<testing::FakeBackend>(seed_, plan);
     fake_ = fake.get();
     return internal::OpenFsTierWithBackend(o, std::move(fake)).value();
@@ -142,6 +146,56 @@ TEST_F(FaultTest, PiecewiseAndVectoredRowsSurviveShortTransfers) {
   }
   EXPECT_GT(fake_->faults_injected(), 10);
   EXPECT_TRUE(NoTempFiles());
+}
+
+// Unaligned rows (64 bytes past a page: one piece, [K, V], uneven pieces)
+// with O_DIRECT on go through staging rows; transfers cut short anywhere
+// still resume to byte-exact rows (an unaligned resume drops O_DIRECT for
+// that file), with bounce_loads on and off, and the uncut ones stay O_DIRECT.
+TEST_F(FaultTest, StagedUnalignedRowsSurviveShortTransfers) {
+  testing::FaultPlan plan;
+  plan.short_transfer_one_in = 2;
+  plan.eagain_one_in = 5;
+  plan.shuffle = true;
+  const std::vector<std::vector<uint64_t>> cuts = {{kRow}, {kRow / 2, kRow / 2}, {1000, 3, 4093, 96, 3000}};
+  constexpr size_t kRows = 12;
+  const uint64_t arena_bytes = kRows * kRow + 4096;
+  auto* src = static_cast<uint8_t*>(std::aligned_alloc(4096, arena_bytes));
+  auto* dst = static_cast<uint8_t*>(std::aligned_alloc(4096, arena_bytes));
+  std::mt19937_64 rng(seed_);
+  for (uint64_t i = 0; i < arena_bytes; ++i) src[i] = static_cast<uint8_t>(rng());
+  auto cut_rows = [&](uint8_t* arena, size_t c) {
+    std::vector<std::vector<std::span<uint8_t>>> rows(kRows);
+    uint8_t* at = arena + 64;
+    for (auto& row : rows) for (uint64_t len : cuts[c]) row.emplace_back(at, len), at += len;
+    return rows;
+  };
+  for (bool bounce : {false, true}) {
+    FsTierOpenOptions o;
+    o.tier.root_dir = (root_.path() / (bounce ? "bounce" : "direct")).string();
+    fs::create_directories(o.tier.root_dir);
+    o.tier.bounce_loads = bounce ? BounceLoads::kOn : BounceLoads::kOff;
+    auto tier = Open(plan, o, /*o_direct=*/true);
+    if (!tier->o_direct()) GTEST_SKIP() << "this filesystem refuses O_DIRECT: nothing to stage";
+    for (size_t c = 0; c < cuts.size(); ++c) {
+      SCOPED_TRACE(std::to_string(cuts[c].size()) + " pieces, bounce_loads " + (bounce ? "on" : "off"));
+      auto keys = Keys(kRows);
+      for (auto& k : keys) k.group_idx = static_cast<uint32_t>(c);
+      std::vector<std::vector<std::span<const uint8_t>>> pieces;
+      for (const auto& row : cut_rows(src, c)) pieces.emplace_back(row.begin(), row.end());
+      JobResult stored = Wait(tier.get(), tier->SubmitStorePieces(keys, pieces).value());
+      ASSERT_EQ(stored.OkPrefix(), kRows) << stored.keys[stored.OkPrefix()].status.ToString();
+      std::memset(dst, 0, arena_bytes);
+      JobResult loaded = Wait(tier.get(), tier->SubmitLoadPieces(keys, cut_rows(dst, c)).value());
+      ASSERT_EQ(loaded.OkPrefix(), kRows) << loaded.keys[loaded.OkPrefix()].status.ToString();
+      EXPECT_EQ(std::memcmp(src + 64, dst + 64, kRows * kRow), 0);
+    }
+    EXPECT_GT(tier->Metrics().staged_ios, 0u) << "rows whose transfers were not cut stay O_DIRECT";
+    EXPECT_GT(fake_->faults_injected(), 10);  // before `tier` (and the backend) goes
+  }
+  EXPECT_TRUE(NoTempFiles());
+  std::free(src);
+  std::free(dst);
 }
 
 TEST_F(FaultTest, EnospcFailsStoresCleanlyAndLeavesNoTempFile) {

@@ -4,7 +4,8 @@
 //    back byte-exact, its file holds the pieces' concatenation and its CRC32C
 //    attribute is the concatenation's; a page written as pieces reads back
 //    as one piece; a flipped byte makes the load false (with bounce rows the
-//    caller's pieces are not even touched);
+//    caller's pieces are not even touched); unaligned pages keep O_DIRECT
+//    through staging rows (staged_ios), aligned ones are never staged;
 //  * ExistsPrefix counts the consecutive prefix only; pages of the wrong size
 //    and calls after Close are false without raising;
 //  * the namespace: each field that changes a page's bytes changes the
@@ -18,6 +19,7 @@
 //    mount every call returns false within the deadline and Close returns.
 // Seeded random bytes; the seed is printed on failure (KVTIER_TEST_SEED).
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <sys/xattr.h>
 #include <unistd.h>
 
@@ -138,6 +140,15 @@ struct KeySet {
   std::vector<std::string_view> views;
 };
 
+// Whether the filesystem under `dir` takes O_DIRECT (as the tier's probe
+// asks): only there are unaligned pages staged.
+bool ODirectWorks(const std::filesystem::path& dir) {
+  const std::string path = (dir / "o_direct_check").string();
+  const int fd = ::open(path.c_str(), O_CREAT | O_WRONLY | O_DIRECT, 0644);
+  if (fd >= 0) ::close(fd), ::unlink(path.c_str());
+  return fd >= 0;
+}
+
 size_t CountTrue(const std::vector<bool>& v) { return static_cast<size_t>(std::count(v.begin(), v.end(), true)); }
 
 struct Param {
@@ -243,6 +254,11 @@ TEST_P(SglangStoreTest, PageAlignedPerLayerPiecesRoundTrip) {
       EXPECT_EQ(back[i].Concat(), pages[i].Concat());
       EXPECT_EQ(FileBytes(store->PagePath(keys.keys[i])), pages[i].Concat());
     }
+    // Unaligned pages keep O_DIRECT through staging rows; aligned ones are
+    // never staged.
+    if (ODirectWorks(root_.path())) {
+      EXPECT_EQ(store->Metrics().staged_ios, unaligned ? 10u : 0u);
+    }
   }
 }
 
@@ -274,6 +290,35 @@ TEST_P(SglangStoreTest, AFlippedByteIsNeverLoaded) {
   EXPECT_EQ(store->Metrics().rows_corrupt, 1u);
   EXPECT_FALSE(fs::exists(path)) << "a bad-CRC page is removed (L67)";
   EXPECT_EQ(store->ExistsPrefix(keys.views), 1u);
+}
+
+// Unaligned [K, V] pages with O_DIRECT are read into a staging row (or a
+// bounce row) and verified there: a bad page is false and its pieces are
+// never written, with bounce rows on or off.
+TEST_P(SglangStoreTest, AFlippedByteInAStagedPageNeverReachesThePieces) {
+  OPEN_OR_SKIP(store);
+  if (!ODirectWorks(root_.path())) GTEST_SKIP() << "no O_DIRECT here: pages are not staged";
+  const KeySet keys = KeySet::Range(150, 2);
+  std::vector<PagePieces> pages = MakePages(2, 2, /*unaligned=*/true);
+  for (auto& p : pages) p.Fill(rng_);
+  ASSERT_EQ(CountTrue(store->Store(keys.views, ConstOf(pages))), 2u);
+  const std::string path = store->PagePath(keys.keys[0]);
+  {
+    std::string bytes = FileBytes(path);
+    const size_t at = std::uniform_int_distribution<size_t>(0, bytes.size() - 1)(rng_);
+    bytes[at] = static_cast<char>(bytes[at] ^ 0x01);
+    std::FILE* f = std::fopen(path.c_str(), "r+b");  // in place: the CRC attribute stays
+    ASSERT_NE(f, nullptr);
+    ASSERT_EQ(std::fwrite(bytes.data(), 1, bytes.size(), f), bytes.size());
+    std::fclose(f);
+  }
+  std::vector<PagePieces> back = MakePages(2, 2, /*unaligned=*/true);
+  for (auto& p : back) p.Set(0x77);
+  EXPECT_EQ(store->Load(keys.views, MutOf(back)), (std::vector<bool>{false, true}));
+  EXPECT_EQ(back[0].Concat(), std::string(kPage, '\x77')) << "a bad page touched the pieces";
+  EXPECT_EQ(back[1].Concat(), pages[1].Concat());
+  EXPECT_EQ(store->Metrics().rows_corrupt, 1u);
+  EXPECT_EQ(store->Metrics().staged_ios, 4u) << "two stores and two loads (the bad one read O_DIRECT too)";
 }
 
 TEST_P(SglangStoreTest, ExistsPrefixCountsOnlyTheConsecutivePrefix) {
