@@ -262,6 +262,18 @@ TEST_P(SglangStoreTest, PageAlignedPerLayerPiecesRoundTrip) {
   }
 }
 
+// Flips one random bit of the file at `path` in place (its CRC attribute
+// stays, so a load must find the mismatch).
+void FlipOneByteInPlace(const std::string& path, std::mt19937_64& rng) {
+  std::string bytes = testing::ReadFileOrDie(path);
+  const size_t at = std::uniform_int_distribution<size_t>(0, bytes.size() - 1)(rng);
+  bytes[at] = static_cast<char>(bytes[at] ^ 0x01);
+  std::FILE* f = std::fopen(path.c_str(), "r+b");
+  ASSERT_NE(f, nullptr);
+  ASSERT_EQ(std::fwrite(bytes.data(), 1, bytes.size(), f), bytes.size());
+  std::fclose(f);
+}
+
 TEST_P(SglangStoreTest, AFlippedByteIsNeverLoaded) {
   OPEN_OR_SKIP(store);
   const KeySet keys = KeySet::Range(100, 3);
@@ -269,15 +281,7 @@ TEST_P(SglangStoreTest, AFlippedByteIsNeverLoaded) {
   for (auto& p : pages) p.Fill(rng_);
   ASSERT_EQ(CountTrue(store->Store(keys.views, ConstOf(pages))), 3u);
   const std::string path = store->PagePath(keys.keys[1]);
-  {
-    std::string bytes = FileBytes(path);
-    const size_t at = std::uniform_int_distribution<size_t>(0, bytes.size() - 1)(rng_);
-    bytes[at] = static_cast<char>(bytes[at] ^ 0x01);
-    std::FILE* f = std::fopen(path.c_str(), "r+b");  // in place: the CRC attribute stays
-    ASSERT_NE(f, nullptr);
-    ASSERT_EQ(std::fwrite(bytes.data(), 1, bytes.size(), f), bytes.size());
-    std::fclose(f);
-  }
+  ASSERT_NO_FATAL_FAILURE(FlipOneByteInPlace(path, rng_));
   std::vector<PagePieces> back = MakePages(3, 2, false);
   for (auto& p : back) p.Set(0x77);
   const std::vector<bool> ok = store->Load(keys.views, MutOf(back));
@@ -303,15 +307,7 @@ TEST_P(SglangStoreTest, AFlippedByteInAStagedPageNeverReachesThePieces) {
   for (auto& p : pages) p.Fill(rng_);
   ASSERT_EQ(CountTrue(store->Store(keys.views, ConstOf(pages))), 2u);
   const std::string path = store->PagePath(keys.keys[0]);
-  {
-    std::string bytes = FileBytes(path);
-    const size_t at = std::uniform_int_distribution<size_t>(0, bytes.size() - 1)(rng_);
-    bytes[at] = static_cast<char>(bytes[at] ^ 0x01);
-    std::FILE* f = std::fopen(path.c_str(), "r+b");  // in place: the CRC attribute stays
-    ASSERT_NE(f, nullptr);
-    ASSERT_EQ(std::fwrite(bytes.data(), 1, bytes.size(), f), bytes.size());
-    std::fclose(f);
-  }
+  ASSERT_NO_FATAL_FAILURE(FlipOneByteInPlace(path, rng_));
   std::vector<PagePieces> back = MakePages(2, 2, /*unaligned=*/true);
   for (auto& p : back) p.Set(0x77);
   EXPECT_EQ(store->Load(keys.views, MutOf(back)), (std::vector<bool>{false, true}));
