@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Do the operators' tools scale (issue 25 item 6)? Builds a root_dir of N
-# block files in vLLM's layout (4 namespaces, two written as vLLM's and two as
+# block files in vLLM's layout (4 namespaces by default, alternately vLLM's and
 # SGLang's, 64-byte rows used at random times over 30 days) on an ext4 loop
 # device made for it (1 KiB blocks, an inode per file), then reports, on the
 # same warm tree, wall time against `find ROOT -printf '%A@ %s\n'` (target
@@ -14,6 +14,12 @@
 #   kvtier from before --list-max, e.g. KVTIER_BUILD_DIR=../main/build).
 #   OPS_SCALE_NO_LOOP=1: build the tree in a plain directory there (/dev/shm
 #   without DIR; no root needed): the test suite's 10^5 run, ctest's ops_scale_1e5.
+#   OPS_SCALE_NAMESPACES: how many namespaces share the N blocks (default 4).
+#   OPS_SCALE_KEEP=1: keep the tree (and its mount) at the end and say where;
+#   OPS_SCALE_REUSE=<that work dir>: measure a kept tree without building it
+#   (N is the kept tree's; 10^7 files take a while to build);
+#   OPS_SCALE_BUILD_ONLY=1: build and keep it, measure nothing. The tree is
+#   built by one process per core.
 # Needs root for the loop device (losetup, mkfs.ext4, mount), /usr/bin/time and bc.
 set -euo pipefail
 n=${1:-1000000}
@@ -21,61 +27,91 @@ build=${KVTIER_BUILD_DIR:-build}
 kvtier=$build/bin/kvtier
 [ -x "$kvtier" ] || { echo "build kvtier first (cmake --build $build --target kvtier_cli)" >&2; exit 1; }
 base=${2:-${TMPDIR:-/tmp}}
+namespaces=${OPS_SCALE_NAMESPACES:-4}
+reuse=${OPS_SCALE_REUSE:-}
 # Without a loop device and without a DIR, tmpfs where there is one: the tree is built in seconds.
 if [ "${OPS_SCALE_NO_LOOP:-0}" = 1 ] && [ -z "${2:-}" ] && [ -d /dev/shm ]; then base=/dev/shm; fi
-work=$(mktemp -d "$base/kvtier-ops-scale.XXXXXX")
+if [ -n "$reuse" ]; then
+  work=$reuse
+  [ -f "$work/n" ] && [ -d "$work/mnt/root" ] || { echo "OPS_SCALE_REUSE=$reuse: no finished tree there" >&2; exit 1; }
+  n=$(cat "$work/n")
+else
+  work=$(mktemp -d "$base/kvtier-ops-scale.XXXXXX")
+fi
 mnt=$work/mnt
 loopdev=""
 cleanup() {
+  if [ "${OPS_SCALE_KEEP:-0}" = 1 ]; then
+    echo "kept: OPS_SCALE_REUSE=$work bench/ops_scale.sh measures it again (umount $mnt; losetup -d ${loopdev:-<dev>}; rm -rf $work when done)" >&2
+    return
+  fi
   if [ -n "$loopdev" ]; then umount "$mnt" 2>/dev/null || true; losetup -d "$loopdev" 2>/dev/null || true; fi
   rm -rf "$work"
 }
 trap cleanup EXIT
 
 mkdir -p "$mnt"
-if [ "${OPS_SCALE_NO_LOOP:-0}" != 1 ]; then
+if [ -z "$reuse" ] && [ "${OPS_SCALE_NO_LOOP:-0}" != 1 ]; then
   # 1 KiB blocks: a 64-byte row takes 1 KiB, a shard directory 1 KiB.
   img=$work/ext4.img
   truncate -s $(( (n * 3 + 200000) * 1024 + (1 << 30) )) "$img"
   mkfs.ext4 -q -F -b 1024 -N $(( n * 2 + 1200000 )) -O ^has_journal "$img"
   loopdev=$(losetup -f --show "$img")
   mount "$loopdev" "$mnt"
+elif [ -n "$reuse" ] && mountpoint -q "$mnt"; then
+  loopdev=$(findmnt -n -o SOURCE "$mnt")
 fi
 root=$mnt/root
 mkdir -p "$root"
 
 t0=$(date +%s.%N)
-/usr/bin/python3 - "$root" "$n" <<'PY'
-import hashlib, json, os, random, sys, time
-root, n = sys.argv[1], int(sys.argv[2])
+if [ -n "$reuse" ]; then
+  echo "reusing the tree under $root ($(cat "$work/n") files)" >&2
+else
+/usr/bin/python3 - "$root" "$n" "$namespaces" "$(nproc)" <<'PY'
+# One process per core, each writing every procs-th block of every namespace.
+import hashlib, json, multiprocessing, os, random, sys, time
+root, n, namespaces, procs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 payload = b"\x5a" * 64
-rng = random.Random(25)
 now = int(time.time())
-for ns_i in range(4):
+
+def namespace_dir(ns_i):
     fields = {"blocks_per_file": 1, "dcp_size": 1, "dtype": "bfloat16",
               "inference_engine": "vllm" if ns_i % 2 == 0 else "sglang", "kv_cache_groups": [],
               "model_name": f"bench/model-{ns_i}", "pcp_size": 1, "pp_size": 1, "tokens_per_hash": 16, "tp_size": 1}
     digest = hashlib.sha256(json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:12]
-    ns = f"{root}/bench_model-{ns_i}_{digest}"
+    return f"{root}/bench_model-{ns_i}_{digest}", fields
+
+def write_slice(worker):
+    rng = random.Random(25 + worker)  # seeded: the same tree for the same N and core count
+    for ns_i in range(namespaces):
+        ns, _ = namespace_dir(ns_i)
+        made = set()
+        for i in range(ns_i + namespaces * worker, n, namespaces * procs):
+            h = hashlib.sha256(i.to_bytes(8, "little")).hexdigest()
+            d = f"{ns}_r0/{h[:3]}/{h[3:5]}_g0"
+            if d not in made:
+                os.makedirs(d, exist_ok=True)
+                made.add(d)
+            fd = os.open(f"{d}/{h}.bin", os.O_CREAT | os.O_WRONLY, 0o644)
+            os.write(fd, payload)
+            t = now - 3600 - rng.randrange(0, 30 * 86400)
+            os.utime(fd, (t, t))
+            os.close(fd)
+
+for ns_i in range(namespaces):
+    ns, fields = namespace_dir(ns_i)
     os.makedirs(ns, exist_ok=True)
     with open(f"{ns}/config.json", "w") as f:
         json.dump(fields, f, indent=2, sort_keys=True)
-    made = set()
-    for i in range(ns_i, n, 4):
-        h = hashlib.sha256(i.to_bytes(8, "little")).hexdigest()
-        d = f"{ns}_r0/{h[:3]}/{h[3:5]}_g0"
-        if d not in made:
-            os.makedirs(d, exist_ok=True)
-            made.add(d)
-        p = f"{d}/{h}.bin"
-        fd = os.open(p, os.O_CREAT | os.O_WRONLY, 0o644)
-        os.write(fd, payload)
-        t = now - 3600 - rng.randrange(0, 30 * 86400)
-        os.utime(fd, (t, t))
-        os.close(fd)
+with multiprocessing.Pool(procs) as pool:
+    pool.map(write_slice, range(procs))
 PY
+echo "$n" >"$work/n"
+fi
 t1=$(date +%s.%N)
-echo "built $n block files in $(echo "$t1 - $t0" | bc -l | xargs printf '%.0f') s under $root$([ -n "$loopdev" ] && echo " ($loopdev, ext4)")" >&2
+[ -n "$reuse" ] || echo "built $n block files in $(echo "$t1 - $t0" | bc -l | xargs printf '%.0f') s under $root$([ -n "$loopdev" ] && echo " ($loopdev, ext4)")" >&2
+if [ "${OPS_SCALE_BUILD_ONLY:-0}" = 1 ]; then OPS_SCALE_KEEP=1; exit 0; fi
 
 find "$root" -printf '%A@ %s\n' >/dev/null  # warm the dentry and inode caches once for everyone
 # Runs a command; prints "<wall s> <peak RSS KiB> <exit>".
