@@ -193,6 +193,9 @@ struct FsckReport {
   std::vector<Finding> findings;
   uint64_t files_scanned = 0, blocks_checked = 0, blocks_verified = 0;
   uint64_t verified_without_noatime = 0;  // read where O_NOATIME was refused (atime may have moved)
+  // What verify_data read: a block's holes are checked as zeros without
+  // being read (FORMAT.md L109), so this is bounded by the data allocated.
+  uint64_t verify_read_bytes = 0;
   // e2fsck's convention: 0 clean, 1 problems repaired, 4 problems left.
   KVTIER_API int ExitCode() const;
 };
