@@ -46,6 +46,23 @@ int TreeEditor::RemoveEmptyDir(const std::string& rel) const {
   return unlinkat(fd.get(), name.c_str(), AT_REMOVEDIR) == 0 ? 0 : errno;
 }
 
+std::optional<ScannedFile> TreeEditor::LookAtDir(const std::string& rel) const {
+  const auto [parent, leaf] = SplitRel(rel);
+  IoScope io(rel);
+  UniqueFd fd;
+  struct stat st;
+  if (io.cancelled() || OpenDir(parent, &fd) != 0 || fstatat(fd.get(), leaf.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 ||
+      !S_ISDIR(st.st_mode)) {
+    return std::nullopt;
+  }
+  ScannedFile dir;
+  dir.rel = rel;
+  dir.mtime = st.st_mtim.tv_sec;
+  dir.dev = st.st_dev, dir.ino = st.st_ino;
+  dir.mode = st.st_mode;
+  return dir;
+}
+
 namespace {
 
 constexpr size_t kVerifyChunkBytes = 1 << 20;  // memory per verifying thread, whatever a file's size
@@ -194,17 +211,25 @@ class FsckRun {
   // left, exit 4); one replaced meanwhile (ESTALE) is another writer's file.
   RepairAction Remove(const ScannedFile& f, std::string* detail) {
     if (!o_.repair) return RepairAction::kNone;
+    // Shard directories the removal empties go too, so one pass leaves a
+    // clean tree, by L108: as they were before it, unchanged for the grace
+    // (rmdir fails harmlessly on a directory that is not empty).
+    const bool in_shard = std::count(f.rel.begin(), f.rel.end(), '/') == 3;
+    const std::string dir2 = SplitRel(f.rel).first;
+    const std::optional<ScannedFile> shard = in_shard ? editor_.LookAtDir(dir2) : std::nullopt;
+    const std::optional<ScannedFile> parent = in_shard ? editor_.LookAtDir(SplitRel(dir2).first) : std::nullopt;
     if (const int err = editor_.Remove(f)) {
       if (err != ESTALE) *detail += std::string(detail->empty() ? "" : "; ") + "not removed: " + std::strerror(err);
       return RepairAction::kNone;
     }
-    // Shard directories the removal emptied go too, so one pass leaves a
-    // clean tree (rmdir fails harmlessly on a directory that is not empty).
-    const std::string dir2 = SplitRel(f.rel).first;
-    if (std::count(f.rel.begin(), f.rel.end(), '/') == 3 && editor_.RemoveEmptyDir(dir2) == 0) {
-      (void)editor_.RemoveEmptyDir(SplitRel(dir2).first);
-    }
+    if (PruneDir(shard)) (void)PruneDir(parent);
     return RepairAction::kRemoved;
+  }
+  // FORMAT.md L108, as gc: a shard directory goes by rmdir of the inode
+  // looked at, and only if that look showed it unchanged for dir_grace_s: a
+  // writer that just made it is about to create its file.
+  bool PruneDir(const std::optional<ScannedFile>& d) {
+    return d && AgeAtLeast(now_, d->mtime, o_.dir_grace_s) && editor_.Remove(*d) == 0;
   }
   void Aged(const ScannedFile& f, FindingKind kind, const char* rule) {
     if (!AgeAtLeast(now_, f.mtime, o_.tmp_grace_s)) return;  // may be a write in flight
@@ -212,12 +237,23 @@ class FsckRun {
     const RepairAction action = Remove(f, &detail);
     Add(kind, f.rel, rule, action, detail);
   }
+  // An empty directory (L91); repair removes it by L108. A <hh>_g<g>
+  // directory may be the last entry of its <hhh> parent, which then goes
+  // too, by the same rule (looked at before its child goes).
   void EmptyDir(const std::string& d) {
-    const bool removed = o_.repair && editor_.RemoveEmptyDir(d) == 0;
-    // A <hh>_g<g> directory was the last entry of its <hhh> parent: that
-    // one is empty now too (rmdir fails harmlessly if a writer got there).
-    if (removed && std::count(d.begin(), d.end(), '/') == 2) (void)editor_.RemoveEmptyDir(SplitRel(d).first);
-    Add(FindingKind::kEmptyDir, d, "L91", removed ? RepairAction::kRemoved : RepairAction::kNone, "");
+    std::string detail;
+    bool removed = false;
+    if (o_.repair) {
+      const std::optional<ScannedFile> dir = editor_.LookAtDir(d);
+      const bool shard = std::count(d.begin(), d.end(), '/') == 2;
+      const std::optional<ScannedFile> parent = shard ? editor_.LookAtDir(SplitRel(d).first) : std::nullopt;
+      removed = PruneDir(dir);
+      if (removed) (void)PruneDir(parent);
+      if (dir && !removed && !AgeAtLeast(now_, dir->mtime, o_.dir_grace_s)) {
+        detail = "changed within the last " + std::to_string(o_.dir_grace_s) + " s (L108): a writer may be using it; left";
+      }
+    }
+    Add(FindingKind::kEmptyDir, d, "L91", removed ? RepairAction::kRemoved : RepairAction::kNone, detail);
   }
 
   // A directory, symlink, FIFO, socket or device at a block or config.json
