@@ -219,7 +219,8 @@ struct FsckReport {
 // are only reported. Each removal happens only if the name is still the inode
 // scanned; a failed repair leaves the finding's action kNone.
 // verify_data reads every block of the expected size (jobs threads) with
-// O_NOATIME where allowed. Parts that cannot be read become kUnreadable
+// O_NOATIME where allowed, and only its data: holes are checked as zeros
+// without being read (L109, FsckReport::verify_read_bytes). Parts that cannot be read become kUnreadable
 // findings (L97). Errors: those listed at the top of this file, no others.
 KVTIER_API Result<FsckReport> Fsck(const FsckOptions& options);
 
