@@ -118,6 +118,8 @@ inline constexpr uint64_t kConfigBytesMax = 1 << 20;
 // that is never read, and takes no part in a namespace's "most common size":
 // a sparse file of 1 TiB apparent size costs a stat, not a terabyte of reads.
 inline constexpr uint64_t kBlockBytesMax = uint64_t{1} << 30;
+// GcOptions::dir_grace_s's and FsckOptions::dir_grace_s's default (FORMAT.md L108).
+inline constexpr uint64_t kDefaultDirGraceS = 60;
 // GcOptions::list_max's default: the longest list a GcReport holds.
 inline constexpr uint64_t kDefaultGcListMax = 10000;
 
@@ -187,12 +189,20 @@ struct FsckOptions : ScanOptions {
   bool repair = false;       // without it nothing changes
   bool verify_data = false;  // read every block and check its CRC32C
   uint64_t row_bytes = 0;    // expected block size; 0: each namespace's most common size
+  // With repair, an empty shard directory (<hhh>, <hh>_g<g>) is removed only
+  // by rmdir of the inode looked at, and only if it was unchanged (its mtime)
+  // for this long: a writer may have just created it (FORMAT.md L108, as
+  // gc's). A younger one is reported and left. >= kDurationNeverS: never.
+  uint64_t dir_grace_s = kDefaultDirGraceS;
 };
 
 struct FsckReport {
   std::vector<Finding> findings;
   uint64_t files_scanned = 0, blocks_checked = 0, blocks_verified = 0;
   uint64_t verified_without_noatime = 0;  // read where O_NOATIME was refused (atime may have moved)
+  // What verify_data read: a block's holes are checked as zeros without
+  // being read (FORMAT.md L109), so this is bounded by the data allocated.
+  uint64_t verify_read_bytes = 0;
   // e2fsck's convention: 0 clean, 1 problems repaired, 4 problems left.
   KVTIER_API int ExitCode() const;
 };
@@ -201,7 +211,7 @@ struct FsckReport {
 // (`kvtier fsck`): one Finding per problem, citing its rule. Without
 // `repair` it changes nothing. With it: short blocks (L65, L80), temp and
 // probe files older than tmp_grace_s (L81, L82), empty layout directories
-// (L91), non-files at layout names (L95, a directory only when empty) and,
+// unchanged for dir_grace_s (L91, L108), non-files at layout names (L95, a directory only when empty) and,
 // with verify_data, blocks whose CRC32C does not match (L67) are removed; a
 // torn or mismatched config.json (L77, L79) is moved to
 // <ns>/.kvtier/quarantine/. Bad names (L94), stray files (L90) and, with a
@@ -209,7 +219,8 @@ struct FsckReport {
 // are only reported. Each removal happens only if the name is still the inode
 // scanned; a failed repair leaves the finding's action kNone.
 // verify_data reads every block of the expected size (jobs threads) with
-// O_NOATIME where allowed. Parts that cannot be read become kUnreadable
+// O_NOATIME where allowed, and only its data: holes are checked as zeros
+// without being read (L109, FsckReport::verify_read_bytes). Parts that cannot be read become kUnreadable
 // findings (L97). Errors: those listed at the top of this file, no others.
 KVTIER_API Result<FsckReport> Fsck(const FsckOptions& options);
 
@@ -226,7 +237,7 @@ struct GcOptions : ScanOptions {
   // removed is removed too (rmdir: only if still empty), but only if the
   // scan found it unchanged (its mtime) for at least this long: a writer may
   // have just created it (FORMAT.md L108). >= kDurationNeverS: never.
-  uint64_t dir_grace_s = 60;
+  uint64_t dir_grace_s = kDefaultDirGraceS;
   // At most this many entries in GcReport::reclaimed and ::failed each (the
   // counts say how many there were): a report's memory is bounded too.
   uint64_t list_max = kDefaultGcListMax;

@@ -325,6 +325,7 @@ class FsckReport:
     blocks_checked: int
     blocks_verified: int
     verified_without_noatime: int  # blocks read where O_NOATIME was refused
+    verify_read_bytes: int  # bytes verify_data read (holes are checked as zeros, unread)
     exit_code: int  # 0 clean, 1 repaired, 4 problems left (e2fsck's convention)
 
 class Reclaimed:

@@ -162,6 +162,7 @@ void BindReports(pb::module_& m) {
       .def_readonly("blocks_checked", &FsckReport::blocks_checked)
       .def_readonly("blocks_verified", &FsckReport::blocks_verified)
       .def_readonly("verified_without_noatime", &FsckReport::verified_without_noatime)
+      .def_readonly("verify_read_bytes", &FsckReport::verify_read_bytes)
       .def_property_readonly("exit_code", &FsckReport::ExitCode);
   pb::class_<Reclaimed>(m, "Reclaimed", "One path gc removed (or would remove, dry run).")
       .def_property_readonly("path", Fs(&Reclaimed::path)).def_readonly("bytes", &Reclaimed::bytes)

@@ -46,15 +46,95 @@ int TreeEditor::RemoveEmptyDir(const std::string& rel) const {
   return unlinkat(fd.get(), name.c_str(), AT_REMOVEDIR) == 0 ? 0 : errno;
 }
 
+std::optional<ScannedFile> TreeEditor::LookAtDir(const std::string& rel) const {
+  const auto [parent, leaf] = SplitRel(rel);
+  IoScope io(rel);
+  UniqueFd fd;
+  struct stat st;
+  if (io.cancelled() || OpenDir(parent, &fd) != 0 || fstatat(fd.get(), leaf.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 ||
+      !S_ISDIR(st.st_mode)) {
+    return std::nullopt;
+  }
+  ScannedFile dir;
+  dir.rel = rel;
+  dir.mtime = st.st_mtim.tv_sec;
+  dir.dev = st.st_dev, dir.ino = st.st_ino;
+  dir.mode = st.st_mode;
+  return dir;
+}
+
 namespace {
 
 constexpr size_t kVerifyChunkBytes = 1 << 20;  // memory per verifying thread, whatever a file's size
 
 enum class Verdict { kMatches, kMismatch, kUnjudged };
 
-// FORMAT.md L67: the CRC32C attribute against the bytes, read in fixed-size
-// chunks. Files without the attribute (written by vLLM, L68) pass.
-Verdict CrcVerdict(int fd, uint64_t size, IoScope* io, std::string* detail) {
+// A block's bytes into a CRC32C: its data read in fixed-size chunks, its
+// holes counted as zeros without being read (FORMAT.md L109).
+struct CrcWalk {
+  int fd;
+  IoScope* io;
+  std::vector<uint8_t> chunk = std::vector<uint8_t>(kVerifyChunkBytes);
+  uint32_t crc = 0;
+  uint64_t pos = 0;         // the bytes before it are in crc
+  uint64_t read_bytes = 0;  // of them, those read (not holes)
+};
+
+// Reads [w->pos, end) into the CRC. False on a short read or an error.
+bool ReadData(CrcWalk* w, uint64_t end) {
+  while (w->pos < end) {
+    const ssize_t n = pread(w->fd, w->chunk.data(), std::min<uint64_t>(w->chunk.size(), end - w->pos),
+                            static_cast<off_t>(w->pos));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    w->crc = Crc32cExtend(w->crc, {w->chunk.data(), static_cast<size_t>(n)});
+    w->pos += static_cast<uint64_t>(n);
+    w->read_bytes += static_cast<uint64_t>(n);
+    w->io->Step();  // the deadline is per read, not per (possibly large) file
+  }
+  return true;
+}
+
+// The next data extent at or after pos, [*from, *to) clipped to size
+// (*from == size: only holes remain). False where the file system cannot
+// say (EINVAL, EOPNOTSUPP...): the caller then reads everything. ENXIO means
+// no data past pos; a file that shrank meanwhile says so too, hence the
+// caller's final size check.
+bool NextData(int fd, uint64_t pos, uint64_t size, uint64_t* from, uint64_t* to) {
+  const off_t data = lseek(fd, static_cast<off_t>(pos), SEEK_DATA);
+  if (data < 0) {
+    if (errno != ENXIO) return false;
+    *from = *to = size;
+    return true;
+  }
+  *from = std::clamp<uint64_t>(static_cast<uint64_t>(data), pos, size);
+  const off_t hole = lseek(fd, data, SEEK_HOLE);
+  *to = hole < 0 ? size : std::clamp<uint64_t>(static_cast<uint64_t>(hole), *from, size);
+  if (*to == *from && *from < size) *to = size;  // changing under us: read the rest rather than loop
+  return true;
+}
+
+// Covers the first `size` bytes: whether all of them were, the file no
+// shorter at the end (one that shrank or failed meanwhile is not judged).
+bool CrcOfBytes(CrcWalk* w, uint64_t size) {
+  bool seekable = true;
+  while (w->pos < size) {
+    uint64_t from = w->pos, to = size;
+    if (seekable) seekable = NextData(w->fd, w->pos, size, &from, &to);
+    if (!seekable) from = w->pos, to = size;
+    w->io->Step();
+    w->crc = Crc32cExtendZeros(w->crc, from - w->pos);  // a hole: O(log n), never read
+    w->pos = from;
+    if (!ReadData(w, to)) return false;
+  }
+  struct stat st;
+  return fstat(w->fd, &st) == 0 && static_cast<uint64_t>(st.st_size) >= size;
+}
+
+// FORMAT.md L67: the CRC32C attribute against the bytes (L109: holes as
+// zeros, unread). Files without the attribute (written by vLLM, L68) pass.
+// *read_bytes: what was read.
+Verdict CrcVerdict(int fd, uint64_t size, IoScope* io, std::string* detail, uint64_t* read_bytes) {
   uint8_t want[format::kCrcXattrBytes];
   const ssize_t got = fgetxattr(fd, format::kCrcXattr, want, sizeof want);
   if (got < 0 && errno != ERANGE) return Verdict::kMatches;  // no attribute (ENODATA) or none readable
@@ -62,19 +142,12 @@ Verdict CrcVerdict(int fd, uint64_t size, IoScope* io, std::string* detail) {
     *detail = "CRC32C attribute is not 4 bytes";
     return Verdict::kMismatch;
   }
-  std::vector<uint8_t> chunk(kVerifyChunkBytes);
-  uint32_t crc = 0;
-  uint64_t have = 0;
-  for (ssize_t n; have < size; have += static_cast<uint64_t>(n)) {
-    n = pread(fd, chunk.data(), std::min<uint64_t>(chunk.size(), size - have), static_cast<off_t>(have));
-    if (n < 0 && errno == EINTR) n = 0;
-    else if (n <= 0) break;
-    crc = Crc32cExtend(crc, {chunk.data(), static_cast<size_t>(n)});
-    io->Step();  // the deadline is per read, not per (possibly large) file
-  }
-  if (have != size) return Verdict::kUnjudged;  // shrank or failed meanwhile: the size check judges it next time
+  CrcWalk walk{fd, io};
+  const bool whole = CrcOfBytes(&walk, size);
+  *read_bytes = walk.read_bytes;
+  if (!whole) return Verdict::kUnjudged;  // shrank or failed meanwhile: the size check judges it next time
   const uint32_t stored = uint32_t{want[0]} << 24 | uint32_t{want[1]} << 16 | uint32_t{want[2]} << 8 | want[3];
-  if (stored == crc) return Verdict::kMatches;
+  if (stored == walk.crc) return Verdict::kMatches;
   *detail = "CRC32C attribute does not match the bytes";
   return Verdict::kMismatch;
 }
@@ -138,17 +211,25 @@ class FsckRun {
   // left, exit 4); one replaced meanwhile (ESTALE) is another writer's file.
   RepairAction Remove(const ScannedFile& f, std::string* detail) {
     if (!o_.repair) return RepairAction::kNone;
+    // Shard directories the removal empties go too, so one pass leaves a
+    // clean tree, by L108: as they were before it, unchanged for the grace
+    // (rmdir fails harmlessly on a directory that is not empty).
+    const bool in_shard = std::count(f.rel.begin(), f.rel.end(), '/') == 3;
+    const std::string dir2 = SplitRel(f.rel).first;
+    const std::optional<ScannedFile> shard = in_shard ? editor_.LookAtDir(dir2) : std::nullopt;
+    const std::optional<ScannedFile> parent = in_shard ? editor_.LookAtDir(SplitRel(dir2).first) : std::nullopt;
     if (const int err = editor_.Remove(f)) {
       if (err != ESTALE) *detail += std::string(detail->empty() ? "" : "; ") + "not removed: " + std::strerror(err);
       return RepairAction::kNone;
     }
-    // Shard directories the removal emptied go too, so one pass leaves a
-    // clean tree (rmdir fails harmlessly on a directory that is not empty).
-    const std::string dir2 = SplitRel(f.rel).first;
-    if (std::count(f.rel.begin(), f.rel.end(), '/') == 3 && editor_.RemoveEmptyDir(dir2) == 0) {
-      (void)editor_.RemoveEmptyDir(SplitRel(dir2).first);
-    }
+    if (PruneDir(shard)) (void)PruneDir(parent);
     return RepairAction::kRemoved;
+  }
+  // FORMAT.md L108, as gc: a shard directory goes by rmdir of the inode
+  // looked at, and only if that look showed it unchanged for dir_grace_s: a
+  // writer that just made it is about to create its file.
+  bool PruneDir(const std::optional<ScannedFile>& d) {
+    return d && AgeAtLeast(now_, d->mtime, o_.dir_grace_s) && editor_.Remove(*d) == 0;
   }
   void Aged(const ScannedFile& f, FindingKind kind, const char* rule) {
     if (!AgeAtLeast(now_, f.mtime, o_.tmp_grace_s)) return;  // may be a write in flight
@@ -156,12 +237,23 @@ class FsckRun {
     const RepairAction action = Remove(f, &detail);
     Add(kind, f.rel, rule, action, detail);
   }
+  // An empty directory (L91); repair removes it by L108. A <hh>_g<g>
+  // directory may be the last entry of its <hhh> parent, which then goes
+  // too, by the same rule (looked at before its child goes).
   void EmptyDir(const std::string& d) {
-    const bool removed = o_.repair && editor_.RemoveEmptyDir(d) == 0;
-    // A <hh>_g<g> directory was the last entry of its <hhh> parent: that
-    // one is empty now too (rmdir fails harmlessly if a writer got there).
-    if (removed && std::count(d.begin(), d.end(), '/') == 2) (void)editor_.RemoveEmptyDir(SplitRel(d).first);
-    Add(FindingKind::kEmptyDir, d, "L91", removed ? RepairAction::kRemoved : RepairAction::kNone, "");
+    std::string detail;
+    bool removed = false;
+    if (o_.repair) {
+      const std::optional<ScannedFile> dir = editor_.LookAtDir(d);
+      const bool shard = std::count(d.begin(), d.end(), '/') == 2;
+      const std::optional<ScannedFile> parent = shard ? editor_.LookAtDir(SplitRel(d).first) : std::nullopt;
+      removed = PruneDir(dir);
+      if (removed) (void)PruneDir(parent);
+      if (dir && !removed && !AgeAtLeast(now_, dir->mtime, o_.dir_grace_s)) {
+        detail = "changed within the last " + std::to_string(o_.dir_grace_s) + " s (L108): a writer may be using it; left";
+      }
+    }
+    Add(FindingKind::kEmptyDir, d, "L91", removed ? RepairAction::kRemoved : RepairAction::kNone, detail);
   }
 
   // A directory, symlink, FIFO, socket or device at a block or config.json
@@ -234,7 +326,10 @@ class FsckRun {
     // The size scanned is the row size (at most kBlockBytesMax unless the
     // operator gave a row): never more is read, whatever the file became.
     const uint64_t size = std::min(static_cast<uint64_t>(st.st_size), b.size);
-    if (CrcVerdict(fd.get(), size, &io, &detail) != Verdict::kMismatch) return false;
+    uint64_t read_bytes = 0;
+    const Verdict verdict = CrcVerdict(fd.get(), size, &io, &detail, &read_bytes);
+    read_bytes_ += read_bytes;
+    if (verdict != Verdict::kMismatch) return false;
     const RepairAction action = Remove(b, &detail);
     Add(FindingKind::kCrcMismatch, b.rel, "L67", action, detail);
     return action == RepairAction::kRemoved;
@@ -244,6 +339,7 @@ class FsckRun {
   void Finish() {
     report_->blocks_verified += verified_.load();
     report_->verified_without_noatime += with_atime_.load();
+    report_->verify_read_bytes += read_bytes_.load();
   }
 
  private:
@@ -253,7 +349,7 @@ class FsckRun {
   int64_t now_;
   const ExtraBlockCheck& extra_;
   std::map<std::string, uint64_t> rows_;  // by namespace: the size its blocks must have
-  std::atomic<uint64_t> verified_{0}, with_atime_{0};
+  std::atomic<uint64_t> verified_{0}, with_atime_{0}, read_bytes_{0};
   std::mutex mu_;
 };
 

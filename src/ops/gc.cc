@@ -169,7 +169,6 @@ class GcRun {
   void Decide(const TreeScan& first);
   bool NeedsSecondWalk(const TreeScan& first) const;
   void PruneListedEmptyDirs(const TreeScan& first);
-  std::optional<ScannedFile> LookAt(const std::string& rel) const;
   Status Capacity(const TreeScan& first, const UseHistogram& histogram, uint64_t live_bytes);
 
   const GcOptions& o_;
@@ -230,30 +229,13 @@ void GcRun::PruneListedEmptyDirs(const TreeScan& first) {
       // The <hhh> parent is looked at before its child goes: it may go too,
       // by the same rule, if that child was its last entry.
       const auto [parent, leaf] = SplitRel(d);
-      std::optional<ScannedFile> up = depth == 2 ? LookAt(parent) : std::nullopt;
-      const std::optional<ScannedFile> dir = LookAt(d);
+      std::optional<ScannedFile> up = depth == 2 ? editor_.LookAtDir(parent) : std::nullopt;
+      const std::optional<ScannedFile> dir = editor_.LookAtDir(d);
       UniqueFd fd, up_fd;
       if (!dir || editor_.OpenDir(parent, &fd) != 0 || !PruneDir(name, *dir, 0, fd.get())) continue;
       if (up && editor_.OpenDir(SplitRel(parent).first, &up_fd) == 0) (void)PruneDir(name, *up, 0, up_fd.get());
     }
   }
-}
-
-// A directory's lstat now, as the walk would list it (nullopt: gone, or not a directory).
-std::optional<ScannedFile> GcRun::LookAt(const std::string& rel) const {
-  const auto [parent, leaf] = SplitRel(rel);
-  UniqueFd fd;
-  struct stat st;
-  if (editor_.OpenDir(parent, &fd) != 0 || fstatat(fd.get(), leaf.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 ||
-      !S_ISDIR(st.st_mode)) {
-    return std::nullopt;
-  }
-  ScannedFile dir;
-  dir.rel = rel;
-  dir.mtime = st.st_mtim.tv_sec;
-  dir.dev = st.st_dev, dir.ino = st.st_ino;
-  dir.mode = st.st_mode;
-  return dir;
 }
 
 // The bound: a histogram of use times gives the cut-off; one more walk

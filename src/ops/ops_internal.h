@@ -89,6 +89,9 @@ class TreeEditor {
   int RemoveAt(int dir_fd, const ScannedFile& f) const;
   // Removes the directory root/rel if it is empty: 0 or the errno.
   int RemoveEmptyDir(const std::string& rel) const;
+  // The directory root/rel's lstat now, as a walk would list it (nullopt:
+  // gone, or not a directory); Remove() of it is an rmdir of that inode.
+  std::optional<ScannedFile> LookAtDir(const std::string& rel) const;
   // Opens the directory root/rel: 0 or the errno.
   int OpenDir(const std::string& rel, UniqueFd* out) const { return OpenDirPath(root_->get(), rel, out); }
 

@@ -161,6 +161,7 @@ Result<FsckReport> FsckRoots(const FsckOptions& o) {
     out.blocks_checked += r.blocks_checked;
     out.blocks_verified += r.blocks_verified;
     out.verified_without_noatime += r.verified_without_noatime;
+    out.verify_read_bytes += r.verify_read_bytes;
   }
   return out;
 }

@@ -153,6 +153,7 @@ TEST_F(OpsTest, EveryFindingKindWithItsRuleAndRepair) {
   EXPECT_EQ(before.ExitCode(), 4);
   EXPECT_TRUE(fs::exists(P(paths[0]))) << "without --repair nothing changes";
   o.repair = true;
+  o.dir_grace_s = 0;  // the directories are all fresh here; the grace has its own test
   ASSERT_OK_AND_ASSIGN(FsckReport repaired, Fsck(o));
   EXPECT_EQ(repaired.ExitCode(), 4) << "strays and bad names are never removed";
   EXPECT_FALSE(fs::exists(P(paths[0])));
@@ -165,6 +166,53 @@ TEST_F(OpsTest, EveryFindingKindWithItsRuleAndRepair) {
   ASSERT_OK_AND_ASSIGN(FsckReport after, Fsck(o));
   std::set<std::string> left = Kinds(after);
   EXPECT_EQ(left, (std::set<std::string>{"stray_file@L90", "bad_name@L94", "config_missing@L78"}));
+}
+
+// FORMAT.md L108 holds for fsck --repair as for gc: an empty shard directory
+// changed within dir_grace_s may be a writer's about to hold its file, so it
+// is reported and left; once unchanged for the grace it goes, with its <hhh>
+// parent when that was its last entry. A short block's removal takes its
+// shard directories along only when they were idle for the grace before it.
+TEST_F(OpsTest, RepairRemovesEmptyShardDirectoriesOnlyAfterTheGrace) {
+  auto paths = Write("org/a", 5);
+  const std::string ns = NsDir("org/a");
+  auto shard = [](const std::string& rel) { return rel.substr(0, rel.rfind('/')); };
+  auto up = [&](const std::string& rel) { return shard(shard(rel)); };
+  for (int i : {0, 1}) {
+    ASSERT_EQ(std::distance(fs::directory_iterator(P(up(paths[i]))), fs::directory_iterator{}), 1) << "one block per <hhh>";
+    ASSERT_EQ(std::distance(fs::directory_iterator(P(shard(paths[i]))), fs::directory_iterator{}), 1);
+    fs::resize_file(P(paths[i]), kRow / 2);  // size_mismatch, short: removed
+  }
+  Age(shard(paths[1]), 7200);
+  Age(up(paths[1]), 7200);
+  const std::string fresh = ns + "_r0/ffe/fe_g0", idle = ns + "_r0/ffd/fd_g0";
+  fs::create_directories(P(fresh));
+  fs::create_directories(P(idle));
+  Age(idle, 7200);
+  Age(shard(idle), 7200);
+  FsckOptions o = FsckOpts();
+  o.repair = true;
+  ASSERT_OK_AND_ASSIGN(FsckReport r, Fsck(o));
+  EXPECT_FALSE(fs::exists(P(paths[0])));
+  EXPECT_FALSE(fs::exists(P(paths[1])));
+  EXPECT_TRUE(fs::exists(P(shard(paths[0])))) << "changed within the grace before the removal";
+  EXPECT_FALSE(fs::exists(P(up(paths[1])))) << "idle for the grace: it and its <hhh> go with the block";
+  EXPECT_TRUE(fs::exists(P(fresh))) << "a writer may have just created it";
+  EXPECT_FALSE(fs::exists(P(shard(idle)))) << "idle for the grace: it and its <hhh> go";
+  bool fresh_left = false;
+  for (const Finding& f : r.findings) {
+    if (f.path == fresh) fresh_left = f.kind == FindingKind::kEmptyDir && f.action == RepairAction::kNone &&
+                                      f.detail.find("L108") != std::string::npos;
+  }
+  EXPECT_TRUE(fresh_left) << "reported, and left with the reason";
+  EXPECT_EQ(r.ExitCode(), 4);
+  // Once idle for the grace, the next pass removes them with their parents.
+  for (const std::string& d : {fresh, shard(fresh), shard(paths[0]), up(paths[0])}) Age(d, 7200);
+  ASSERT_OK_AND_ASSIGN(FsckReport again, Fsck(o));
+  EXPECT_EQ(again.ExitCode(), 1);
+  EXPECT_FALSE(fs::exists(P(shard(fresh))));
+  EXPECT_FALSE(fs::exists(P(up(paths[0]))));
+  EXPECT_TRUE(fs::exists(P(paths[2])));
 }
 
 // vLLM's checksum probe (PR #57912, FORMAT.md L82, L102), which kvtier's tier
@@ -208,6 +256,8 @@ TEST_F(OpsTest, CliExitCodesFollowE2fsck) {
   auto doc = nlohmann::json::parse(found.out);
   EXPECT_EQ(doc["findings"][0]["kind"], "size_mismatch");
   EXPECT_EQ(doc["findings"][0]["action"], "none");
+  const std::string shard = paths[0].substr(0, paths[0].rfind('/'));
+  for (const std::string& d : {shard, shard.substr(0, shard.rfind('/'))}) Age(d, 7200);  // idle: they go with it (L108)
   EXPECT_EQ(run({"fsck", root_.path(), "--repair"}).exit_code, 1);
   EXPECT_EQ(run({"fsck", root_.path()}).exit_code, 0);
   testing::TempDir not_root;

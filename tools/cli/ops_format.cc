@@ -148,6 +148,7 @@ nlohmann::json FsckJson(const FsckReport& r) {
                       {"summary", {{"files_scanned", r.files_scanned}, {"blocks_checked", r.blocks_checked},
                                    {"blocks_verified", r.blocks_verified},
                                    {"verified_without_noatime", r.verified_without_noatime},
+                                   {"verify_read_bytes", r.verify_read_bytes},
                                    {"findings", r.findings.size()}, {"by_kind", by_kind}, {"repaired", repaired},
                                    {"left", r.findings.size() - repaired}, {"exit_code", r.ExitCode()}}}};
   MakeJsonUtf8(&j);  // paths and details may hold any bytes
