@@ -218,6 +218,7 @@ void RegisterGc(CLI::App* app, CliContext* ctx) {
        low_water = std::make_shared<std::string>();
   auto keep = std::make_shared<std::vector<std::string>>();
   auto list_max = std::make_shared<uint64_t>(kDefaultGcListMax);
+  auto candidates = std::make_shared<std::string>("32M");
 
   auto watch = std::make_shared<WatchFlags>();
   CLI::App* gc = app->add_subcommand("gc", "Reclaim orphaned namespaces, stale temp files, corrupt blocks, capacity");
@@ -229,6 +230,10 @@ void RegisterGc(CLI::App* app, CliContext* ctx) {
   gc->add_option("--keep", *keep, "A namespace directory never to touch (repeatable)");
   gc->add_option("--tmp-grace", f->tmp_grace, "Temp and probe files younger than this are in flight")->capture_default_str();
   gc->add_option("--list-max", *list_max, "List at most this many removed (and failed) files; the counts cover all")
+      ->capture_default_str();
+  gc->add_option("--candidates-max", *candidates,
+                 "Memory for the least recently used blocks the first walk keeps; a capacity trim they cover "
+                 "needs no second walk (0: always walk again)")
       ->capture_default_str();
 
   AddWatchFlags(gc, watch.get());
@@ -250,7 +255,8 @@ void RegisterGc(CLI::App* app, CliContext* ctx) {
     };
     if (!parse(*older, ParseDurationS, &o.older_than_s, "--older-than") ||
         !parse(*max_bytes, ParseSizeBytes, &o.max_bytes, "--max-bytes") ||
-        !parse(*low_water, ParseSizeBytes, &o.low_water_bytes, "--low-water")) {
+        !parse(*low_water, ParseSizeBytes, &o.low_water_bytes, "--low-water") ||
+        !parse(*candidates, ParseSizeBytes, &o.candidates_bytes_max, "--candidates-max")) {
       return void(ctx->exit_code = 2);
     }
     if (o.low_water_bytes && !o.max_bytes) {

@@ -243,6 +243,13 @@ struct GcOptions : ScanOptions {
   // lease, FORMAT.md L121). Empty: never stops. The removal under way is
   // finished: each is one unlink.
   std::function<bool()> stop;
+  // The memory gc's first walk may hold for the least recently used blocks
+  // (about 80 bytes each: 32 MiB holds ~400k). When the capacity bound asks
+  // for no more than they hold, gc removes them in exact LRU order without
+  // walking again (GcReport::walks 1); otherwise it walks again with the
+  // histogram (see Gc). With a list of roots, each root gets its share.
+  // Tests set it small; 0 always walks again.
+  uint64_t candidates_bytes_max = uint64_t{32} << 20;
 };
 
 struct Reclaimed {
@@ -285,6 +292,13 @@ struct GcReport {
   // use time (see Gc). Both 0 when no capacity removal was needed.
   int64_t capacity_cutoff = 0;
   uint64_t capacity_tolerance_s = 0;
+  // Full walks of the tree this run made (with a list of roots, the most any
+  // root took): 1 when nothing had to go before the capacity trim and it fit
+  // the candidate buffer (GcOptions::candidates_bytes_max), 2 or 3 otherwise.
+  uint64_t walks = 0;
+  // How many blocks the first walk's candidate buffer held (summed over roots):
+  // never more than candidates_bytes_max allows, whatever the file count.
+  uint64_t candidates_held = 0;
   std::vector<ScanProblem> unreadable;  // parts that could not be read
   // Namespaces kept although --older-than would reclaim them by what could
   // be read, because a part (its leases above all) could not: gc fails closed.
