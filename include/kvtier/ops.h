@@ -325,16 +325,24 @@ struct GcReport {
 // when low_water_bytes exceeds max_bytes or reclaim_bytes does not have one
 // entry per root, and those listed at the top of this file.
 //
-// Memory is bounded whatever the number of files: gc walks the tree up to
-// three times (statistics; orphans, corrupt blocks and a histogram of use
-// times; the capacity removals) and never holds the list of blocks. The
+// Memory is bounded whatever the number of files: gc never holds the list of
+// blocks. Its first walk keeps, besides statistics, a histogram of use times
+// and the least recently used blocks that fit candidates_bytes_max (32 MiB:
+// ~400k blocks). When no block must go first (no namespace reclaimed whole,
+// no short blocks) and the bound asks for no more than those oldest blocks
+// hold, they go oldest first and that walk is all (GcReport::walks 1): exact
+// LRU, use times in seconds, ties in one second taken in name order
+// (capacity_tolerance_s 1). Otherwise gc walks again: once to remove orphaned
+// namespaces' and short blocks (rebuilding the histogram), and once, when the
+// bound is over, to remove the blocks beyond the histogram's cut-off. The
 // histogram has one-second buckets for blocks used within the last 128 s and
 // buckets 1/64 of their age wide beyond (e.g. 1 h wide at 64 h): every block
 // removed for capacity was used before every block kept, except within the
 // one bucket where the cut-off falls (capacity_tolerance_s, at most
 // max(1 s, age / 64)), where blocks are taken in walk order until the bound
 // is met. The bytes freed match the exact LRU order's: gc stops at the first
-// block that brings the total to low_water_bytes or under.
+// block that brings the total to low_water_bytes or under. Either way a block
+// used (or replaced) after the walk that selected it is kept.
 KVTIER_API Result<GcReport> Gc(const GcOptions& options);
 
 }  // namespace kvtier

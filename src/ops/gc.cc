@@ -179,6 +179,7 @@ class GcRun {
   uint64_t Need(uint64_t live_bytes);
   Status Capacity(const TreeScan& first, const UseHistogram& histogram, uint64_t live_bytes, CandidateBuffer* buffer);
   bool TrimFromBuffer(uint64_t need, CandidateBuffer* buffer);
+  bool UsedSinceWalk(int dir_fd, const ScannedFile& f) const;
   void RemoveByDirectory(const CandidateBuffer& buffer, const std::vector<CandidateBuffer::Entry>& oldest, size_t capacity_n);
   void RemoveShard2(const CandidateBuffer& buffer, const std::vector<CandidateBuffer::Entry>& oldest,
                     const std::vector<size_t>& idx, size_t begin, size_t end, size_t capacity_n, int parent_fd);
@@ -351,10 +352,21 @@ void GcRun::RemoveShard2(const CandidateBuffer& buffer, const std::vector<Candid
   UniqueFd fd;
   const bool open = parent_fd >= 0 && editor_.OpenDir(dir, &fd) == 0;
   for (size_t k = begin; k < end; ++k) {
-    Reclaim(buffer.File(oldest[idx[k]]), idx[k] < capacity_n ? "capacity" : "min_free", open ? fd.get() : -1);
+    const ScannedFile f = buffer.File(oldest[idx[k]]);
+    if (open && UsedSinceWalk(fd.get(), f)) continue;
+    Reclaim(f, idx[k] < capacity_n ? "capacity" : "min_free", open ? fd.get() : -1);
   }
   const std::string ns(format::ParseBlockDirName(SplitRel(SplitRel(dir).first).first)->ns);
   if (listed && parent_fd >= 0) (void)PruneDir(ns, *listed, 0, parent_fd);
+}
+
+// A block loaded (L75: its atime set) or rewritten since the walk is in use
+// again: kept, as a walk would keep it (the trim frees that much less).
+bool GcRun::UsedSinceWalk(int dir_fd, const ScannedFile& f) const {
+  IoScope io(f.rel);
+  struct stat st;
+  if (io.cancelled() || fstatat(dir_fd, SplitRel(f.rel).second.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) return false;
+  return st.st_ino == f.ino && std::max(st.st_mtim.tv_sec, st.st_atim.tv_sec) > f.activity();
 }
 
 Status GcRun::Run(const TreeScan& first) {
