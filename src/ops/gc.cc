@@ -318,6 +318,10 @@ bool GcRun::TrimFromBuffer(uint64_t need, CandidateBuffer* buffer) {
 // removal and pruned after its last by L108, as a walk would.
 void GcRun::RemoveByDirectory(const CandidateBuffer& buffer, const std::vector<CandidateBuffer::Entry>& oldest,
                               size_t capacity_n) {
+  if (o_.dry_run) {  // what the walk saw, oldest first: no directory is looked at
+    for (size_t i = 0; i < oldest.size(); ++i) Reclaim(buffer.File(oldest[i]), i < capacity_n ? "capacity" : "min_free");
+    return;
+  }
   std::vector<size_t> idx(oldest.size());
   for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
   auto key = [&](size_t i) {
