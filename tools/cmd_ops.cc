@@ -161,7 +161,8 @@ void AddWatchFlags(CLI::App* gc, WatchFlags* w) {
   gc->add_option("--min-free", w->min_free, "--watch: a pass as soon as a root's free space is below this (e.g. 10%, 50G)");
   gc->add_option("--min-free-target,--min-free-low", w->min_free_target,
                  "--watch: below --min-free, remove least recently used blocks until this is free (default: --min-free + 25%)");
-  gc->add_option("--collector-ttl", w->ttl, "--watch: take over a collector lease unchanged this long")->capture_default_str();
+  gc->add_option("--collector-ttl", w->ttl, "Take over a collector lease unchanged this long (--watch, and a one-shot --max-bytes)")
+      ->capture_default_str();
   gc->add_option("--metrics-file", w->metrics_file, "--watch: write Prometheus text here (temp file + rename)");
   gc->add_option("--metrics-port", w->metrics_port, "--watch: serve GET /metrics on this TCP port (0: any, logged)");
   gc->add_option("--metrics-address", w->metrics_address, "--watch: the IPv4 address --metrics-port listens on")
@@ -219,6 +220,7 @@ void RegisterGc(CLI::App* app, CliContext* ctx) {
   auto keep = std::make_shared<std::vector<std::string>>();
   auto list_max = std::make_shared<uint64_t>(kDefaultGcListMax);
   auto candidates = std::make_shared<std::string>("32M");
+  auto ignore_lease = std::make_shared<bool>(false);
 
   auto watch = std::make_shared<WatchFlags>();
   CLI::App* gc = app->add_subcommand("gc", "Reclaim orphaned namespaces, stale temp files, corrupt blocks, capacity");
@@ -235,6 +237,9 @@ void RegisterGc(CLI::App* app, CliContext* ctx) {
                  "Memory for the least recently used blocks the first walk keeps; a capacity trim they cover "
                  "needs no second walk (0: always walk again)")
       ->capture_default_str();
+  gc->add_flag("--ignore-lease", *ignore_lease,
+               "One-shot --max-bytes: trim even while another collector (gc --watch) holds the volume's lease; "
+               "without it such a gc takes the lease for its run, or skips the trim (exit 0, said so)");
 
   AddWatchFlags(gc, watch.get());
   gc->callback(Guarded([=] {
@@ -272,7 +277,20 @@ void RegisterGc(CLI::App* app, CliContext* ctx) {
       std::fprintf(stderr, "kvtier gc: --min-free, --metrics-file and --metrics-port need --watch\n");
       return void(ctx->exit_code = 2);
     }
+    // L124: a one-shot capacity trim is one collector's job at a time.
+    std::shared_ptr<OneShotLease> lease;
+    if (o.max_bytes && !o.dry_run && !*ignore_lease) {
+      auto ttl = ParseDurationMs(watch->ttl);
+      if (!ttl.ok() || *ttl == 0) {
+        std::fprintf(stderr, "kvtier gc: --collector-ttl: %s\n", ttl.ok() ? "must be more than 0" : ttl.status().message().c_str());
+        return void(ctx->exit_code = 2);
+      }
+      lease = OneShotLease::Start(o, *ttl);
+      o.capacity_gate = [lease] { return lease->Gate(); };
+      o.stop = [lease] { return lease->Lost(); };
+    }
     Result<GcReport> r = Gc(o);
+    if (lease) lease->Finish();
     const int rc = Emit<GcReport>(r, "gc", f->json, o.progress != nullptr, &GcJson, &GcText);
     ctx->exit_code = rc != 0 ? rc : r->ExitCode();  // 4: removals failed; 8: parts could not be read
   }, ctx));

@@ -250,6 +250,12 @@ struct GcOptions : ScanOptions {
   // histogram (see Gc). With a list of roots, each root gets its share.
   // Tests set it small; 0 always walks again.
   uint64_t candidates_bytes_max = uint64_t{32} << 20;
+  // Asked on the calling thread once per root, after the walk and before the
+  // first removal for capacity (max_bytes, reclaim_bytes), only when the
+  // bound asks for one; it may wait. "": go on; otherwise why not: nothing is
+  // removed for capacity on that root, and GcReport::capacity_skipped says
+  // why (the one-shot CLI's collector lease, FORMAT.md L124). Empty: go on.
+  std::function<std::string()> capacity_gate;
 };
 
 struct Reclaimed {
@@ -299,6 +305,9 @@ struct GcReport {
   // How many blocks the first walk's candidate buffer held (summed over roots):
   // never more than candidates_bytes_max allows, whatever the file count.
   uint64_t candidates_held = 0;
+  // Why the capacity bound was not enforced ("": it was, or none was over):
+  // GcOptions::capacity_gate said no (another collector holds the lease).
+  std::string capacity_skipped;
   std::vector<ScanProblem> unreadable;  // parts that could not be read
   // Namespaces kept although --older-than would reclaim them by what could
   // be read, because a part (its leases above all) could not: gc fails closed.

@@ -282,7 +282,9 @@ uint64_t GcRun::Need(uint64_t live_bytes) {
 // lies beyond it.
 Status GcRun::Capacity(const TreeScan& first, const UseHistogram& histogram, uint64_t live_bytes, CandidateBuffer* buffer) {
   const uint64_t need = Need(live_bytes);
-  if (need == 0 || (buffer != nullptr && TrimFromBuffer(need, buffer))) return Status::Ok();
+  if (need == 0) return Status::Ok();
+  if (o_.capacity_gate) report_->capacity_skipped = o_.capacity_gate();
+  if (!report_->capacity_skipped.empty() || (buffer != nullptr && TrimFromBuffer(need, buffer))) return Status::Ok();
   cut_ = histogram.CutFor(need);
   if (cut_.bucket < 0) return Status::Ok();
   boundary_left_ = static_cast<int64_t>(std::min<uint64_t>(need - cut_.older_bytes, INT64_MAX));

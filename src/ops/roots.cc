@@ -212,6 +212,7 @@ Result<GcReport> GcRoots(const GcOptions& o) {
     out.dirs_removed += r.dirs_removed;
     out.walks = std::max(out.walks, r.walks);
     out.candidates_held += r.candidates_held;
+    if (out.capacity_skipped.empty()) out.capacity_skipped = r.capacity_skipped;
     out.capacity_cutoff = std::max(out.capacity_cutoff, r.capacity_cutoff);
     out.capacity_tolerance_s = std::max(out.capacity_tolerance_s, r.capacity_tolerance_s);
   }
