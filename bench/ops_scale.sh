@@ -12,7 +12,7 @@
 #
 # Usage: bench/ops_scale.sh [N] [DIR]     (N default 1000000; DIR default $TMPDIR or /tmp)
 #   Everything lives in a fresh DIR/kvtier-ops-scale.XXXXXX, removed at the end.
-#   OPS_SCALE_GC_FLAGS: extra gc flags (default "--list-max 100"; "" for a
+#   OPS_SCALE_GC_FLAGS: extra gc flags (default "--list-max 100 --ignore-lease"; "" for a
 #   kvtier from before --list-max, e.g. KVTIER_BUILD_DIR=../main/build).
 #   OPS_SCALE_NO_LOOP=1: build the tree in a plain directory there (/dev/shm
 #   without DIR; no root needed): the test suite's 10^5 run, ctest's ops_scale_1e5.
@@ -97,7 +97,7 @@ row() {  # name seconds rss [walks]
 }
 row "find -printf '%A@ %s\\n'" "$t_find" "$m_find"
 status=0
-gc_flags=${OPS_SCALE_GC_FLAGS---list-max 100}
+gc_flags=${OPS_SCALE_GC_FLAGS---list-max 100 --ignore-lease}  # no other collector: no lease settle (L124)
 for spec in "du|du" "fsck|fsck" "gc --dry-run --max-bytes total-1%|gc --dry-run --max-bytes $trim $gc_flags" \
             "gc --dry-run --max-bytes|gc --dry-run --max-bytes $half $gc_flags" \
             "gc --max-bytes|gc --max-bytes $half $gc_flags"; do

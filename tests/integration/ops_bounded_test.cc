@@ -149,8 +149,9 @@ std::map<std::string, long> PeaksFor(size_t n, uint64_t seed) {
            {"du", {"du", r, "--json"}},
            {"fsck", {"fsck", r, "--json"}},
            {"gc --dry-run --max-bytes", {"gc", r, "--json", "--dry-run", "--max-bytes", half, "--candidates-max", "1M"}},
-           {"gc --max-bytes", {"gc", r, "--json", "--max-bytes", half, "--list-max", "100", "--candidates-max", "1M"}},
-           {"gc --max-bytes (32 MiB buffer)", {"gc", r, "--json", "--max-bytes", half, "--list-max", "100"}}}) {
+           {"gc --max-bytes", {"gc", r, "--json", "--max-bytes", half, "--list-max", "100", "--candidates-max", "1M",
+                               "--ignore-lease"}},  // no other collector here: no lease settle to wait
+           {"gc --max-bytes (32 MiB buffer)", {"gc", r, "--json", "--max-bytes", half, "--list-max", "100", "--ignore-lease"}}}) {
     const Peak p = RunForPeak(args);
     EXPECT_LT(p.exit_code, 8) << name;  // fsck: 4 (no config.json)
     peaks[name] = p.rss_kb;
