@@ -298,7 +298,7 @@ Status GcRun::Capacity(const TreeScan& first, const UseHistogram& histogram, uin
 // it held every block or its bytes reach `need`, the oldest of them until
 // `need` is met are exactly the blocks to go. False: walk again instead.
 bool GcRun::TrimFromBuffer(uint64_t need, CandidateBuffer* buffer) {
-  if (buffer->dropped() && buffer->held_bytes() < need) return false;
+  if (!buffer->oldest_set() || (buffer->dropped() && buffer->held_bytes() < need)) return false;
   std::vector<CandidateBuffer::Entry> oldest = buffer->TakeOldestFirst();
   uint64_t taken = 0;
   size_t n = 0, capacity_n = 0;

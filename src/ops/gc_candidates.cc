@@ -66,8 +66,12 @@ void CandidateBuffer::Offer(const ScannedFile& b) {
   }
   std::lock_guard lock(mu_);
   Entry e;
-  if (entries_max_ == 0 || !Parse(b, &e)) {
+  if (entries_max_ == 0) {
     dropped_ = true;
+    return;
+  }
+  if (!Parse(b, &e)) {
+    dropped_ = unparsed_ = true;
     return;
   }
   if (heap_.size() == entries_max_) {

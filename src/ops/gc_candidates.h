@@ -48,6 +48,10 @@ class CandidateBuffer {
   std::vector<Entry> TakeOldestFirst();
   // Whether any block offered is not held (evicted, dropped, or not parsed).
   bool dropped() const { return dropped_.load(); }
+  // Whether every block dropped was younger than all held (false once a
+  // block's name could not be held, whatever its age): the buffer is the
+  // oldest set only while this holds.
+  bool oldest_set() const { return !unparsed_.load(); }
   uint64_t entries_max() const { return entries_max_; }
   uint64_t held_bytes() const { return held_bytes_; }
   size_t entries() const { return heap_.size(); }
@@ -66,7 +70,7 @@ class CandidateBuffer {
   std::vector<std::string> dirs_;
   std::map<std::string, uint32_t, std::less<>> dir_index_;
   uint64_t held_bytes_ = 0;
-  std::atomic<bool> dropped_{false};
+  std::atomic<bool> dropped_{false}, unparsed_{false};
   // The youngest activity held once full: younger blocks are dropped
   // without the lock (most blocks of a large tree).
   std::atomic<int64_t> youngest_{INT64_MAX};

@@ -59,6 +59,7 @@ TEST(CandidateBufferTest, HoldsExactlyTheOldestWithinItsBudget) {
     EXPECT_EQ(buffer.entries_max(), 1000u);
     EXPECT_EQ(buffer.entries(), std::min<size_t>(n, 1000)) << "n " << n;
     EXPECT_EQ(buffer.dropped(), n > 1000) << "n " << n;
+    EXPECT_TRUE(buffer.oldest_set());
     const uint64_t held_bytes = buffer.held_bytes();
     const std::vector<CandidateBuffer::Entry> oldest = buffer.TakeOldestFirst();
     // The exact sort by use time; within one second any order, so compare activity and the set.
@@ -96,6 +97,7 @@ TEST(CandidateBufferTest, NamesItCannotRebuildAreDroppedNotGuessed) {
   buffer.Offer(f);
   EXPECT_EQ(buffer.entries(), 0u);
   EXPECT_TRUE(buffer.dropped());
+  EXPECT_FALSE(buffer.oldest_set()) << "an old block it could not hold: gc must walk again";
 }
 
 }  // namespace
