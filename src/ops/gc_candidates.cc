@@ -33,14 +33,15 @@ bool CandidateBuffer::Older(const Entry& a, const Entry& b) {
 
 // Its rel, "<NS>_r<rank>/<hhh>/<hh>_g<g>/<hex>.bin", as compact parts; false
 // where File() would not rebuild the very same rel.
-bool CandidateBuffer::Parse(const ScannedFile& b, Entry* e) {
+bool CandidateBuffer::Parse(const ScannedFile& b, Entry* e, std::string* block_dir_out) {
   const auto [dir2, file] = SplitRel(b.rel);
   const auto [dir1, shard2] = SplitRel(dir2);
   const auto block_dir = SplitRel(dir1).first;
   const auto hex = format::BlockFileHex(file);
   const auto parsed = format::ParseShard2Name(shard2);
-  if (!hex || !parsed || parsed->group < 0 || parsed->group > UINT32_MAX || hex->size() % 2 != 0 || hex->size() > 64) {
-    return false;
+  if (!hex || !parsed || parsed->group < 0 || parsed->group > UINT32_MAX || hex->size() % 2 != 0 || hex->size() > 64 ||
+      format::Shard2Name(*hex, parsed->group) != shard2 || SplitRel(dir1).second != hex->substr(0, 3)) {
+    return false;  // not the rel File() rebuilds: never guess a path
   }
   for (size_t i = 0; i < hex->size(); i += 2) {
     e->hash[i / 2] = static_cast<uint8_t>(HexValue((*hex)[i]) << 4 | HexValue((*hex)[i + 1]));
@@ -50,12 +51,7 @@ bool CandidateBuffer::Parse(const ScannedFile& b, Entry* e) {
   e->activity = b.activity();
   e->bytes = b.bytes, e->ino = b.ino, e->dev = b.dev;
   e->mode = b.mode;
-  auto it = dir_index_.find(block_dir);  // under mu_
-  if (it == dir_index_.end()) {
-    it = dir_index_.emplace(block_dir, static_cast<uint32_t>(dirs_.size())).first;
-    dirs_.push_back(block_dir);
-  }
-  e->dir = it->second;
+  *block_dir_out = block_dir;
   return true;
 }
 
@@ -64,16 +60,23 @@ void CandidateBuffer::Offer(const ScannedFile& b) {
     dropped_ = true;  // full, and younger than all held
     return;
   }
-  std::lock_guard lock(mu_);
   Entry e;
+  std::string block_dir;
   if (entries_max_ == 0) {
     dropped_ = true;
     return;
   }
-  if (!Parse(b, &e)) {
+  if (!Parse(b, &e, &block_dir)) {  // outside the lock: the walker threads parse at once
     dropped_ = unparsed_ = true;
     return;
   }
+  std::lock_guard lock(mu_);
+  auto it = dir_index_.find(block_dir);
+  if (it == dir_index_.end()) {
+    it = dir_index_.emplace(block_dir, static_cast<uint32_t>(dirs_.size())).first;
+    dirs_.push_back(block_dir);
+  }
+  e.dir = it->second;
   if (heap_.size() == entries_max_) {
     dropped_ = true;
     if (!Older(e, heap_.front())) return;

@@ -61,7 +61,8 @@ class CandidateBuffer {
   std::string DirOf(const Entry& e) const;
 
  private:
-  bool Parse(const ScannedFile& b, Entry* e);
+  // Fills e but e->dir, and block_dir with the rel's "<NS>_r<rank>".
+  static bool Parse(const ScannedFile& b, Entry* e, std::string* block_dir);
   static bool Older(const Entry& a, const Entry& b);  // heap order: the youngest on top
 
   uint64_t entries_max_;

@@ -93,7 +93,10 @@ TEST(CandidateBufferTest, TheBoundHoldsWhateverTheNumberOffered) {
 TEST(CandidateBufferTest, NamesItCannotRebuildAreDroppedNotGuessed) {
   CandidateBuffer buffer(1 << 20);
   ScannedFile f;
-  f.rel = "m_0123456789ab_r0/abc/de_g007/" + std::string(64, 'a').replace(0, 5, "abcde") + ".bin";  // "_g007": not Shard2Name's
+  const std::string hex = std::string(64, 'a').replace(0, 5, "abcde");
+  f.rel = "m_0123456789ab_r0/abd/de_g0/" + hex + ".bin";  // <hhh> is not the hash's: a path File() would not give back
+  buffer.Offer(f);
+  f.rel = "m_0123456789ab_r0/abc/de_g007/" + hex + ".bin";  // "_g007": not Shard2Name's
   buffer.Offer(f);
   EXPECT_EQ(buffer.entries(), 0u);
   EXPECT_TRUE(buffer.dropped());
