@@ -6,6 +6,7 @@ processes with short intervals and a short collector TTL, and reads what they di
 metrics files (Prometheus text, written by temp file and rename) and their logs:
 
 * --metrics-port serves the same text over HTTP (GET /metrics; anything else is 404).
+* A pass trimming within gc's candidate buffer walks the tree once (its log line says so).
 * SIGTERM ends a watch with exit 0, its lease released (the volume's `.kvtier/gc.lease` gone);
   bad flag combinations and a directory that is not a root are refused (exit 2) creating nothing.
 * Three watchers on one root: exactly one holds the lease and runs passes; after a SIGKILL of the
@@ -126,6 +127,8 @@ def test_sigterm_exits_zero_and_releases_the_lease(kvtier_bin, tmp_path):
     assert not (root / ".kvtier" / "gc.lease").exists()
     assert w.m()["kvtier_gc_lease_held"] == 0
     assert w.m()['kvtier_gc_reclaimed_files_total{reason="capacity"}'] == 20
+    # A pass trimming within the candidate buffer walks once (issue 25: no second walk).
+    assert re.search(r"pass 1 \(interval\): removed 20 files.*, 1 walks", w.log_path.read_text()), w.log_path.read_text()
     # fsck does not count the volume's own directory as a stray.
     fsck = subprocess.run([kvtier_bin, "fsck", str(root), "--json"], capture_output=True, text=True)
     assert ".kvtier" not in fsck.stdout
