@@ -331,7 +331,7 @@ void GcRun::RemoveByDirectory(const CandidateBuffer& buffer, const std::vector<C
     return std::make_tuple(e.dir, e.hash[0], e.hash[1], e.hash[2] >> 4, e.group);  // <NS>_r<rank>, <hhh>, <hh>, group
   };
   std::sort(idx.begin(), idx.end(), [&](size_t a, size_t b) { return key(a) < key(b); });
-  for (size_t begin = 0; begin < idx.size();) {
+  for (size_t begin = 0; begin < idx.size() && !report_->stopped;) {  // stopped: look at no more directories
     const std::string shard1 = SplitRel(buffer.DirOf(oldest[idx[begin]])).first;
     size_t end = begin;
     while (end < idx.size() && SplitRel(buffer.DirOf(oldest[idx[end]])).first == shard1) ++end;

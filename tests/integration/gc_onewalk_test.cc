@@ -8,6 +8,7 @@
 // - a block replaced (another inode) or used (its atime set) between the walk
 //   and its removal is left;
 // - shard directories the trim emptied are removed only past dir_grace_s;
+// - once GcOptions::stop says stop, nothing more is removed;
 // - an orphaned namespace (decided after the walk) takes the walks it did.
 #include <gtest/gtest.h>
 #include <fcntl.h>
@@ -212,6 +213,24 @@ TEST(GcOneWalkTest, ABlockUsedAfterTheWalkIsKept) {
   EXPECT_EQ(r.walks, 1u);
   EXPECT_EQ(r.files_reclaimed, 0u);
   EXPECT_TRUE(fs::exists(root.path() / oldest.rel));
+}
+
+TEST(GcOneWalkTest, StopRemovesNothingMore) {
+  std::mt19937_64 rng(testing::TestSeed());
+  testing::TempDir root;
+  const std::vector<Block> blocks = PlantTree(root.path(), rng, 30);
+  GcOptions o;
+  o.root = root.path().string();
+  o.max_bytes = Total(blocks) / 2;
+  int asked = 0;
+  o.stop = [&] { return ++asked > 3; };  // SIGTERM, or the collector lease lost, after three removals
+  ASSERT_OK_AND_ASSIGN(GcReport r, Gc(o));
+  EXPECT_TRUE(r.stopped);
+  EXPECT_EQ(r.walks, 1u);
+  EXPECT_EQ(r.files_reclaimed, 3u);
+  size_t left = 0;
+  for (const Block& b : blocks) left += fs::exists(root.path() / b.rel) ? 1 : 0;
+  EXPECT_EQ(left, blocks.size() - 3);
 }
 
 TEST(GcOneWalkTest, EmptiedShardDirectoriesGoOnlyPastTheGrace) {
