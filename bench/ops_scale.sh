@@ -6,11 +6,13 @@
 # same warm tree, wall time against `find ROOT -printf '%A@ %s\n'` (target
 # <= 1.0x), peak RSS (target: independent of N) and files per second for
 # `kvtier du`, `kvtier fsck`, `kvtier gc --dry-run --max-bytes` and
-# `kvtier gc --max-bytes` (half the bytes), and checks that gc met its bound.
+# `kvtier gc --max-bytes` (half the bytes), and checks that gc met its bound;
+# also `gc --dry-run --max-bytes` of all but 1% (a small trim: one walk). The
+# walks column is how many walks of the tree each gc took.
 #
 # Usage: bench/ops_scale.sh [N] [DIR]     (N default 1000000; DIR default $TMPDIR or /tmp)
 #   Everything lives in a fresh DIR/kvtier-ops-scale.XXXXXX, removed at the end.
-#   OPS_SCALE_GC_FLAGS: extra gc flags (default "--list-max 100"; "" for a
+#   OPS_SCALE_GC_FLAGS: extra gc flags (default "--list-max 100 --ignore-lease"; "" for a
 #   kvtier from before --list-max, e.g. KVTIER_BUILD_DIR=../main/build).
 #   OPS_SCALE_NO_LOOP=1: build the tree in a plain directory there (/dev/shm
 #   without DIR; no root needed): the test suite's 10^5 run, ctest's ops_scale_1e5.
@@ -117,26 +119,31 @@ find "$root" -printf '%A@ %s\n' >/dev/null  # warm the dentry and inode caches o
 # Runs a command; prints "<wall s> <peak RSS KiB> <exit>".
 measure() {
   local f=$work/time.txt rc=0
-  /usr/bin/time -o "$f" -f '%e %M' "$@" >/dev/null 2>"$work/stderr.txt" || rc=$?
+  /usr/bin/time -o "$f" -f '%e %M' "$@" >"$work/stdout.txt" 2>"$work/stderr.txt" || rc=$?
   echo "$(tail -1 "$f") $rc"
 }
 total=$("$kvtier" du "$root" --json | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["total_bytes"])')
 half=$(( total / 2 ))
+trim=$(( total - total / 100 ))  # a 1% trim: fits gc's candidate buffer (one walk) up to ~4*10^7 files
 read -r t_find m_find _ < <(measure find "$root" -printf '%A@ %s\n')
-printf '%-34s %9s %8s %10s %12s\n' "command ($n files)" "seconds" "x find" "peak RSS" "files/s"
-row() {  # name seconds rss
-  printf '%-34s %9.2f %8.2f %7d MiB %12.0f\n' "$1" "$2" "$(echo "$2 / $t_find" | bc -l)" $(( $3 / 1024 )) \
-    "$(echo "$n / ($2 + 0.001)" | bc -l)"
+printf '%-42s %9s %8s %10s %12s %6s\n' "command ($n files)" "seconds" "x find" "peak RSS" "files/s" "walks"
+row() {  # name seconds rss [walks]
+  printf '%-42s %9.2f %8.2f %7d MiB %12.0f %6s\n' "$1" "$2" "$(echo "$2 / $t_find" | bc -l)" $(( $3 / 1024 )) \
+    "$(echo "$n / ($2 + 0.001)" | bc -l)" "${4:-}"
 }
 row "find -printf '%A@ %s\\n'" "$t_find" "$m_find"
 status=0
-gc_flags=${OPS_SCALE_GC_FLAGS---list-max 100}
-for spec in "du|du" "fsck|fsck" "gc --dry-run --max-bytes|gc --dry-run --max-bytes $half $gc_flags" \
+gc_flags=${OPS_SCALE_GC_FLAGS---list-max 100 --ignore-lease}  # no other collector: no lease settle (L124)
+for spec in "du|du" "fsck|fsck" "gc --dry-run --max-bytes total-1%|gc --dry-run --max-bytes $trim $gc_flags" \
+            "gc --dry-run --max-bytes|gc --dry-run --max-bytes $half $gc_flags" \
             "gc --max-bytes|gc --max-bytes $half $gc_flags"; do
   name=${spec%%|*}
   read -r -a args <<<"${spec#*|}"
   read -r t m rc < <(measure "$kvtier" "${args[0]}" "$root" "${args[@]:1}" --json)
-  row "kvtier $name" "$t" "$m"
+  walks=""  # how many walks gc took (GcReport walks; empty for du, fsck, or a kvtier without it)
+  [ "${args[0]}" = gc ] && walks=$(/usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin).get("walks", ""))' \
+    <"$work/stdout.txt" 2>/dev/null || true)
+  row "kvtier $name" "$t" "$m" "$walks"
   # fsck: 4 is its findings (none expected here, but not an operational error); gc/du: 0.
   if [ "$rc" -ge 8 ] || { [ "$name" != fsck ] && [ "$rc" -ne 0 ]; }; then
     echo "kvtier $name exited $rc: $(cat "$work/stderr.txt")" >&2

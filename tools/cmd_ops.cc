@@ -161,7 +161,8 @@ void AddWatchFlags(CLI::App* gc, WatchFlags* w) {
   gc->add_option("--min-free", w->min_free, "--watch: a pass as soon as a root's free space is below this (e.g. 10%, 50G)");
   gc->add_option("--min-free-target,--min-free-low", w->min_free_target,
                  "--watch: below --min-free, remove least recently used blocks until this is free (default: --min-free + 25%)");
-  gc->add_option("--collector-ttl", w->ttl, "--watch: take over a collector lease unchanged this long")->capture_default_str();
+  gc->add_option("--collector-ttl", w->ttl, "Take over a collector lease unchanged this long (--watch, and a one-shot --max-bytes)")
+      ->capture_default_str();
   gc->add_option("--metrics-file", w->metrics_file, "--watch: write Prometheus text here (temp file + rename)");
   gc->add_option("--metrics-port", w->metrics_port, "--watch: serve GET /metrics on this TCP port (0: any, logged)");
   gc->add_option("--metrics-address", w->metrics_address, "--watch: the IPv4 address --metrics-port listens on")
@@ -218,6 +219,8 @@ void RegisterGc(CLI::App* app, CliContext* ctx) {
        low_water = std::make_shared<std::string>();
   auto keep = std::make_shared<std::vector<std::string>>();
   auto list_max = std::make_shared<uint64_t>(kDefaultGcListMax);
+  auto candidates = std::make_shared<std::string>("32M");
+  auto ignore_lease = std::make_shared<bool>(false);
 
   auto watch = std::make_shared<WatchFlags>();
   CLI::App* gc = app->add_subcommand("gc", "Reclaim orphaned namespaces, stale temp files, corrupt blocks, capacity");
@@ -230,6 +233,13 @@ void RegisterGc(CLI::App* app, CliContext* ctx) {
   gc->add_option("--tmp-grace", f->tmp_grace, "Temp and probe files younger than this are in flight")->capture_default_str();
   gc->add_option("--list-max", *list_max, "List at most this many removed (and failed) files; the counts cover all")
       ->capture_default_str();
+  gc->add_option("--candidates-max", *candidates,
+                 "Memory for the least recently used blocks the first walk keeps; a capacity trim they cover "
+                 "needs no second walk (0: always walk again)")
+      ->capture_default_str();
+  gc->add_flag("--ignore-lease", *ignore_lease,
+               "One-shot --max-bytes: trim even while another collector (gc --watch) holds the volume's lease; "
+               "without it such a gc takes the lease for its run, or skips the trim (exit 0, said so)");
 
   AddWatchFlags(gc, watch.get());
   gc->callback(Guarded([=] {
@@ -250,7 +260,8 @@ void RegisterGc(CLI::App* app, CliContext* ctx) {
     };
     if (!parse(*older, ParseDurationS, &o.older_than_s, "--older-than") ||
         !parse(*max_bytes, ParseSizeBytes, &o.max_bytes, "--max-bytes") ||
-        !parse(*low_water, ParseSizeBytes, &o.low_water_bytes, "--low-water")) {
+        !parse(*low_water, ParseSizeBytes, &o.low_water_bytes, "--low-water") ||
+        !parse(*candidates, ParseSizeBytes, &o.candidates_bytes_max, "--candidates-max")) {
       return void(ctx->exit_code = 2);
     }
     if (o.low_water_bytes && !o.max_bytes) {
@@ -266,7 +277,20 @@ void RegisterGc(CLI::App* app, CliContext* ctx) {
       std::fprintf(stderr, "kvtier gc: --min-free, --metrics-file and --metrics-port need --watch\n");
       return void(ctx->exit_code = 2);
     }
+    // L124: a one-shot capacity trim is one collector's job at a time.
+    std::shared_ptr<OneShotLease> lease;
+    if (o.max_bytes && !o.dry_run && !*ignore_lease) {
+      auto ttl = ParseDurationMs(watch->ttl);
+      if (!ttl.ok() || *ttl == 0) {
+        std::fprintf(stderr, "kvtier gc: --collector-ttl: %s\n", ttl.ok() ? "must be more than 0" : ttl.status().message().c_str());
+        return void(ctx->exit_code = 2);
+      }
+      lease = OneShotLease::Start(o, *ttl);
+      o.capacity_gate = [lease] { return lease->Gate(); };
+      o.stop = [lease] { return lease->Lost(); };
+    }
     Result<GcReport> r = Gc(o);
+    if (lease) lease->Finish();
     const int rc = Emit<GcReport>(r, "gc", f->json, o.progress != nullptr, &GcJson, &GcText);
     ctx->exit_code = rc != 0 ? rc : r->ExitCode();  // 4: removals failed; 8: parts could not be read
   }, ctx));

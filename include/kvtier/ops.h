@@ -254,6 +254,19 @@ struct GcOptions : ScanOptions {
   // lease, FORMAT.md L121). Empty: never stops. The removal under way is
   // finished: each is one unlink.
   std::function<bool()> stop;
+  // The memory gc's first walk may hold for the least recently used blocks
+  // (about 80 bytes each: 32 MiB holds ~400k). When the capacity bound asks
+  // for no more than they hold, gc removes them in exact LRU order without
+  // walking again (GcReport::walks 1); otherwise it walks again with the
+  // histogram (see Gc). With a list of roots, each root gets its share.
+  // Tests set it small; 0 always walks again.
+  uint64_t candidates_bytes_max = uint64_t{32} << 20;
+  // Asked on the calling thread once per root, after the walk and before the
+  // first removal for capacity (max_bytes, reclaim_bytes), only when the
+  // bound asks for one; it may wait. "": go on; otherwise why not: nothing is
+  // removed for capacity on that root, and GcReport::capacity_skipped says
+  // why (the one-shot CLI's collector lease, FORMAT.md L124). Empty: go on.
+  std::function<std::string()> capacity_gate;
 };
 
 struct Reclaimed {
@@ -296,6 +309,16 @@ struct GcReport {
   // use time (see Gc). Both 0 when no capacity removal was needed.
   int64_t capacity_cutoff = 0;
   uint64_t capacity_tolerance_s = 0;
+  // Full walks of the tree this run made (with a list of roots, the most any
+  // root took): 1 when nothing had to go before the capacity trim and it fit
+  // the candidate buffer (GcOptions::candidates_bytes_max), 2 or 3 otherwise.
+  uint64_t walks = 0;
+  // How many blocks the first walk's candidate buffer held (summed over roots):
+  // never more than candidates_bytes_max allows, whatever the file count.
+  uint64_t candidates_held = 0;
+  // Why the capacity bound was not enforced ("": it was, or none was over):
+  // GcOptions::capacity_gate said no (another collector holds the lease).
+  std::string capacity_skipped;
   std::vector<ScanProblem> unreadable;  // parts that could not be read
   // Namespaces kept although --older-than would reclaim them by what could
   // be read, because a part (its leases above all) could not: gc fails closed.
@@ -322,16 +345,24 @@ struct GcReport {
 // when low_water_bytes exceeds max_bytes or reclaim_bytes does not have one
 // entry per root, and those listed at the top of this file.
 //
-// Memory is bounded whatever the number of files: gc walks the tree up to
-// three times (statistics; orphans, corrupt blocks and a histogram of use
-// times; the capacity removals) and never holds the list of blocks. The
+// Memory is bounded whatever the number of files: gc never holds the list of
+// blocks. Its first walk keeps, besides statistics, a histogram of use times
+// and the least recently used blocks that fit candidates_bytes_max (32 MiB:
+// ~400k blocks). When no block must go first (no namespace reclaimed whole,
+// no short blocks) and the bound asks for no more than those oldest blocks
+// hold, they go oldest first and that walk is all (GcReport::walks 1): exact
+// LRU, use times in seconds, ties in one second taken in name order
+// (capacity_tolerance_s 1). Otherwise gc walks again: once to remove orphaned
+// namespaces' and short blocks (rebuilding the histogram), and once, when the
+// bound is over, to remove the blocks beyond the histogram's cut-off. The
 // histogram has one-second buckets for blocks used within the last 128 s and
 // buckets 1/64 of their age wide beyond (e.g. 1 h wide at 64 h): every block
 // removed for capacity was used before every block kept, except within the
 // one bucket where the cut-off falls (capacity_tolerance_s, at most
 // max(1 s, age / 64)), where blocks are taken in walk order until the bound
 // is met. The bytes freed match the exact LRU order's: gc stops at the first
-// block that brings the total to low_water_bytes or under.
+// block that brings the total to low_water_bytes or under. Either way a block
+// used (or replaced) after the walk that selected it is kept.
 KVTIER_API Result<GcReport> Gc(const GcOptions& options);
 
 }  // namespace kvtier

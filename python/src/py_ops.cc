@@ -180,6 +180,8 @@ void BindReports(pb::module_& m) {
       .def_readonly("files_reclaimed", &GcReport::files_reclaimed).def_readonly("files_failed", &GcReport::files_failed)
       .def_readonly("dirs_removed", &GcReport::dirs_removed).def_readonly("capacity_cutoff", &GcReport::capacity_cutoff)
       .def_readonly("capacity_tolerance_s", &GcReport::capacity_tolerance_s)
+      .def_readonly("walks", &GcReport::walks).def_readonly("candidates_held", &GcReport::candidates_held)
+      .def_readonly("capacity_skipped", &GcReport::capacity_skipped)
       .def_property_readonly("exit_code", &GcReport::ExitCode);
 }
 

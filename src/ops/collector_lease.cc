@@ -72,7 +72,9 @@ Result<std::unique_ptr<CollectorLease>> CollectorLease::Open(const std::string& 
 
 CollectorLease::CollectorLease(UniqueFd dir, std::string display, std::string token, uint64_t ttl_ms)
     : dir_(std::move(dir)), display_(std::move(display)), token_(std::move(token)), ttl_ms_(ttl_ms),
-      refresh_ms_(std::clamp<uint64_t>(ttl_ms / 15, 20, 2000)), validity_ms_(3 * refresh_ms_) {}
+      refresh_ms_(RefreshMsFor(ttl_ms)), validity_ms_(3 * refresh_ms_) {}
+
+uint64_t CollectorLease::RefreshMsFor(uint64_t ttl_ms) { return std::clamp<uint64_t>(ttl_ms / 15, 20, 2000); }
 
 bool CollectorLease::MayCollect() const { return MayCollectAt(NowNs()); }
 bool CollectorLease::MayCollectAt(int64_t now) const { return state_ == State::kHolding && now < valid_until_ns_; }
@@ -121,6 +123,7 @@ void CollectorLease::TickObserver(int64_t now) {
   }
   if (err != 0) return;  // unreadable: judge nothing
   if (st.st_ino != seen_ino_ || MtimeNs(st) != seen_mtime_ns_ || body != seen_ || seen_since_ns_ == 0) {
+    if (seen_since_ns_ != 0) ++changes_seen_;
     seen_ = body;
     seen_ino_ = st.st_ino;
     seen_mtime_ns_ = MtimeNs(st);

@@ -52,7 +52,12 @@ class CollectorLease {
   bool MayCollectAt(int64_t now_ns) const;
   State state() const { return state_.load(); }
   uint64_t acquisitions() const { return acquisitions_.load(); }
+  // Times an observer saw the lease change under its eyes (refreshed, or
+  // replaced): another collector is alive. Never counts the first sighting.
+  uint64_t changes_seen() const { return changes_seen_.load(); }
   uint64_t refresh_ms() const { return refresh_ms_; }
+  // L122's R for a TTL: ttl_ms / 15, clamped to 20 ms..2 s.
+  static uint64_t RefreshMsFor(uint64_t ttl_ms);
   const std::string& token() const { return token_; }
   // Tests: runs between judging a lease stale and renaming it aside, where
   // another collector's takeover may fall.
@@ -72,7 +77,7 @@ class CollectorLease {
   uint64_t ttl_ms_, refresh_ms_, validity_ms_;
   std::atomic<State> state_{State::kObserving};
   std::atomic<int64_t> valid_until_ns_{0};  // steady clock
-  std::atomic<uint64_t> acquisitions_{0};
+  std::atomic<uint64_t> acquisitions_{0}, changes_seen_{0};
   int64_t acquired_ns_ = 0, last_ok_ns_ = 0;
   // What the observer saw last, and since when (steady clock).
   std::string seen_;

@@ -3,11 +3,14 @@
 // Only layout files are deleted, each only if it is still the file scanned,
 // and a namespace gc cannot fully read (its leases above all) is kept.
 //
-// Bounded memory (issue 25): the first walk keeps statistics per namespace;
-// a second removes orphaned namespaces' and short blocks and fills a
-// histogram of use times (gc_histogram.h); a third, only when the bound is
-// over, removes the blocks beyond the histogram's cut-off. No walk holds the
-// list of blocks.
+// Bounded memory (issue 25): the first walk keeps statistics per namespace,
+// a histogram of use times (gc_histogram.h) and the oldest blocks that fit a
+// fixed budget (gc_candidates.h). When nothing must go first and the bound
+// asks no more than those oldest blocks hold, they go in exact LRU order and
+// that one walk is all. Otherwise a second walk removes orphaned namespaces'
+// and short blocks (and fills the histogram anew), and one more, only when
+// the bound is over, removes the blocks beyond the histogram's cut-off. No
+// walk holds the list of all blocks.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -20,8 +23,11 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <tuple>
+#include <vector>
 
 #include "format/layout_names.h"
+#include "ops/gc_candidates.h"
 #include "ops/gc_histogram.h"
 #include "ops/io_watch.h"
 #include "ops/ops_internal.h"
@@ -35,7 +41,7 @@ enum class Fate { kLive, kKept, kOrphaned };
 class GcRun {
  public:
   GcRun(const GcOptions& o, const TreeScan& first, GcReport* report, const std::set<std::string>* no_reclaim = nullptr,
-        const FirstWalkUse* first_use = nullptr)
+        FirstWalkUse* first_use = nullptr)
       : o_(o), editor_(first.root_fd), report_(report), now_(first_use ? first_use->now : std::time(nullptr)),
         no_reclaim_(no_reclaim), first_use_(first_use) {}
 
@@ -169,14 +175,20 @@ class GcRun {
   void Decide(const TreeScan& first);
   bool NeedsSecondWalk(const TreeScan& first) const;
   void PruneListedEmptyDirs(const TreeScan& first);
-  Status Capacity(const TreeScan& first, const UseHistogram& histogram, uint64_t live_bytes);
+  uint64_t Need(uint64_t live_bytes);
+  Status Capacity(const TreeScan& first, const UseHistogram& histogram, uint64_t live_bytes, CandidateBuffer* buffer);
+  bool TrimFromBuffer(uint64_t need, CandidateBuffer* buffer);
+  bool UsedSinceWalk(int dir_fd, const ScannedFile& f) const;
+  void RemoveByDirectory(const CandidateBuffer& buffer, const std::vector<CandidateBuffer::Entry>& oldest, size_t capacity_n);
+  void RemoveShard2(const CandidateBuffer& buffer, const std::vector<CandidateBuffer::Entry>& oldest,
+                    const std::vector<size_t>& idx, size_t begin, size_t end, size_t capacity_n, int parent_fd);
 
   const GcOptions& o_;
   TreeEditor editor_;
   GcReport* report_;
   int64_t now_;
   const std::set<std::string>* no_reclaim_;  // namespaces never reclaimed whole (several roots)
-  const FirstWalkUse* first_use_;            // the first walk's histogram, when it made one
+  FirstWalkUse* first_use_;                  // the first walk's histogram and candidates, when it made them
   mutable std::mutex mu_;                    // guards report_
   std::map<std::string, Fate> fate_;         // by namespace, from the first walk
   std::map<std::string, uint64_t> rows_;     // by namespace: its most common size
@@ -238,39 +250,131 @@ void GcRun::PruneListedEmptyDirs(const TreeScan& first) {
   }
 }
 
-// The bound: a histogram of use times gives the cut-off; one more walk
-// removes what lies beyond it.
-Status GcRun::Capacity(const TreeScan& first, const UseHistogram& histogram, uint64_t live_bytes) {
+// What the bound asks: max_bytes's need ("capacity") or reclaim_bytes's if more.
+uint64_t GcRun::Need(uint64_t live_bytes) {
   const uint64_t total = kept_bytes_ + live_bytes;
   if (o_.max_bytes && total > *o_.max_bytes) {
     capacity_need_ = total - std::min(o_.low_water_bytes.value_or(*o_.max_bytes), *o_.max_bytes);
   }
-  const uint64_t need = std::max(capacity_need_, o_.reclaim_bytes.empty() ? 0 : o_.reclaim_bytes.front());
+  return std::max(capacity_need_, o_.reclaim_bytes.empty() ? 0 : o_.reclaim_bytes.front());
+}
+
+// The bound: the candidate buffer when it holds what must go; else a
+// histogram of use times gives the cut-off and one more walk removes what
+// lies beyond it.
+Status GcRun::Capacity(const TreeScan& first, const UseHistogram& histogram, uint64_t live_bytes, CandidateBuffer* buffer) {
+  const uint64_t need = Need(live_bytes);
   if (need == 0) return Status::Ok();
+  if (o_.capacity_gate) report_->capacity_skipped = o_.capacity_gate();
+  if (!report_->capacity_skipped.empty() || (buffer != nullptr && TrimFromBuffer(need, buffer))) return Status::Ok();
   cut_ = histogram.CutFor(need);
   if (cut_.bucket < 0) return Status::Ok();
   boundary_left_ = static_cast<int64_t>(std::min<uint64_t>(need - cut_.older_bytes, INT64_MAX));
   report_->capacity_cutoff = now_ - static_cast<int64_t>(UseHistogram::LowestAgeS(cut_.bucket));
   report_->capacity_tolerance_s = UseHistogram::WidthS(cut_.bucket);
+  ++report_->walks;
   return ScanAgain(o_, first, Visitors(&GcRun::CapacityBlock)).status();
+}
+
+// Exact LRU from the buffer: it holds the oldest blocks of the tree, so when
+// it held every block or its bytes reach `need`, the oldest of them until
+// `need` is met are exactly the blocks to go. False: walk again instead.
+bool GcRun::TrimFromBuffer(uint64_t need, CandidateBuffer* buffer) {
+  if (!buffer->oldest_set() || (buffer->dropped() && buffer->held_bytes() < need)) return false;
+  std::vector<CandidateBuffer::Entry> oldest = buffer->TakeOldestFirst();
+  uint64_t taken = 0;
+  size_t n = 0, capacity_n = 0;
+  for (; n < oldest.size() && taken < need; ++n) {
+    capacity_n += taken < capacity_need_ ? 1 : 0;  // max_bytes's share is "capacity", the rest "min_free"
+    taken += oldest[n].bytes;
+  }
+  oldest.resize(n);
+  if (n == 0) return true;
+  // Ties within one second are taken in name order: the stated tolerance.
+  report_->capacity_cutoff = oldest.back().activity;
+  report_->capacity_tolerance_s = 1;
+  RemoveByDirectory(*buffer, oldest, capacity_n);
+  return true;
+}
+
+// The selected blocks, directory by directory (oldest[i] for i < capacity_n
+// go for "capacity"): each shard directory is looked at before its first
+// removal and pruned after its last by L108, as a walk would.
+void GcRun::RemoveByDirectory(const CandidateBuffer& buffer, const std::vector<CandidateBuffer::Entry>& oldest,
+                              size_t capacity_n) {
+  if (o_.dry_run) {  // what the walk saw, oldest first: no directory is looked at
+    for (size_t i = 0; i < oldest.size(); ++i) Reclaim(buffer.File(oldest[i]), i < capacity_n ? "capacity" : "min_free");
+    return;
+  }
+  std::vector<size_t> idx(oldest.size());
+  for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
+  auto key = [&](size_t i) {
+    const CandidateBuffer::Entry& e = oldest[i];
+    return std::make_tuple(e.dir, e.hash[0], e.hash[1], e.hash[2] >> 4, e.group);  // <NS>_r<rank>, <hhh>, <hh>, group
+  };
+  std::sort(idx.begin(), idx.end(), [&](size_t a, size_t b) { return key(a) < key(b); });
+  for (size_t begin = 0; begin < idx.size() && !report_->stopped;) {  // stopped: look at no more directories
+    const std::string shard1 = SplitRel(buffer.DirOf(oldest[idx[begin]])).first;
+    size_t end = begin;
+    while (end < idx.size() && SplitRel(buffer.DirOf(oldest[idx[end]])).first == shard1) ++end;
+    const std::optional<ScannedFile> up = editor_.LookAtDir(shard1);
+    UniqueFd fd, up_fd;
+    const int err = editor_.OpenDir(shard1, &fd);
+    for (size_t run = begin; run < end;) {
+      size_t run_end = run;
+      while (run_end < end && key(idx[run_end]) == key(idx[run])) ++run_end;
+      RemoveShard2(buffer, oldest, idx, run, run_end, capacity_n, err == 0 ? fd.get() : -1);
+      run = run_end;
+    }
+    const std::string ns(format::ParseBlockDirName(SplitRel(shard1).first)->ns);
+    if (up && err == 0 && editor_.OpenDir(SplitRel(shard1).first, &up_fd) == 0) (void)PruneDir(ns, *up, 0, up_fd.get());
+    begin = end;
+  }
+}
+
+// One <hh>_g<g> directory's selected blocks (idx[begin, end)); parent_fd: its <hhh>'s fd (-1: none).
+void GcRun::RemoveShard2(const CandidateBuffer& buffer, const std::vector<CandidateBuffer::Entry>& oldest,
+                         const std::vector<size_t>& idx, size_t begin, size_t end, size_t capacity_n, int parent_fd) {
+  const std::string dir = buffer.DirOf(oldest[idx[begin]]);
+  const std::optional<ScannedFile> listed = editor_.LookAtDir(dir);  // its mtime before any removal (L108)
+  UniqueFd fd;
+  const bool open = parent_fd >= 0 && editor_.OpenDir(dir, &fd) == 0;
+  for (size_t k = begin; k < end; ++k) {
+    const ScannedFile f = buffer.File(oldest[idx[k]]);
+    if (open && UsedSinceWalk(fd.get(), f)) continue;
+    Reclaim(f, idx[k] < capacity_n ? "capacity" : "min_free", open ? fd.get() : -1);
+  }
+  const std::string ns(format::ParseBlockDirName(SplitRel(SplitRel(dir).first).first)->ns);
+  if (listed && parent_fd >= 0) (void)PruneDir(ns, *listed, 0, parent_fd);
+}
+
+// A block loaded (L75: its atime set) or rewritten since the walk is in use
+// again: kept, as a walk would keep it (the trim frees that much less).
+bool GcRun::UsedSinceWalk(int dir_fd, const ScannedFile& f) const {
+  IoScope io(f.rel);
+  struct stat st;
+  if (io.cancelled() || fstatat(dir_fd, SplitRel(f.rel).second.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) return false;
+  return st.st_ino == f.ino && std::max(st.st_mtim.tv_sec, st.st_atim.tv_sec) > f.activity();
 }
 
 Status GcRun::Run(const TreeScan& first) {
   Decide(first);
+  report_->walks = 1;
+  if (first_use_ != nullptr) report_->candidates_held = first_use_->candidates.entries();
   if (!NeedsSecondWalk(first)) {
     uint64_t live = 0;
     for (const auto& [name, ns] : first.namespaces) live += fate_[name] == Fate::kLive ? ns.blocks.bytes : 0;
-    const uint64_t dirs_before = dirs_removed_.load();
-    KVTIER_RETURN_IF_ERROR(Capacity(first, first_use_->histogram, live));
-    if (cut_.bucket < 0 && dirs_removed_.load() == dirs_before && !o_.dry_run) PruneListedEmptyDirs(first);
+    KVTIER_RETURN_IF_ERROR(Capacity(first, first_use_->histogram, live, &first_use_->candidates));
+    if (report_->walks == 1 && !o_.dry_run) PruneListedEmptyDirs(first);
     report_->dirs_removed = dirs_removed_.load();
     return Status::Ok();
   }
+  ++report_->walks;
   KVTIER_RETURN_IF_ERROR(ScanAgain(o_, first, Visitors(&GcRun::SecondWalkBlock)).status());
   for (const auto& [name, ns] : first.namespaces) {
     if (fate_[name] == Fate::kOrphaned) ReclaimNamespaceRest(ns);
   }
-  KVTIER_RETURN_IF_ERROR(Capacity(first, histogram_, live_bytes_.load()));
+  KVTIER_RETURN_IF_ERROR(Capacity(first, histogram_, live_bytes_.load(), nullptr));
   report_->dirs_removed = dirs_removed_.load();
   return Status::Ok();
 }
@@ -278,7 +382,7 @@ Status GcRun::Run(const TreeScan& first) {
 }  // namespace
 
 Result<GcReport> GcScanned(const GcOptions& o, const TreeScan& first, const std::set<std::string>& no_reclaim,
-                           const FirstWalkUse* first_use) {
+                           FirstWalkUse* first_use) {
   IoRootScope io_root(first.root);
   GcReport report;
   report.dry_run = o.dry_run;
@@ -297,19 +401,25 @@ std::set<std::string> OrphanedNamespaces(const GcOptions& o, const TreeScan& sca
   return out;
 }
 
-Result<GcReport> GcUnwatched(const GcOptions& options) {
-  if (IsRootList(options.root)) return GcRoots(options);
-  // The first walk's histogram spares a walk when no block must go first.
-  auto use = std::make_unique<FirstWalkUse>();
+ScanVisitors FirstWalkVisitors(const GcOptions& options, FirstWalkUse* use) {
   use->now = std::time(nullptr);
-  const std::set<std::string> keep(options.keep.begin(), options.keep.end());
+  if (!options.max_bytes && options.reclaim_bytes.empty()) return {};
+  auto keep = std::make_shared<const std::set<std::string>>(options.keep.begin(), options.keep.end());
   ScanVisitors visit;
-  visit.block = [&](const std::string& ns, const ScannedFile& b, int) {
-    if (keep.count(ns) == 0) use->histogram.Add(UseHistogram::Bucket(use->now, b.activity()), b.bytes);
+  visit.block = [keep, use](const std::string& ns, const ScannedFile& b, int) {
+    if (keep->count(ns) != 0) return false;
+    use->histogram.Add(UseHistogram::Bucket(use->now, b.activity()), b.bytes);
+    use->candidates.Offer(b);
     return false;
   };
-  const bool capacity = options.max_bytes || !options.reclaim_bytes.empty();
-  KVTIER_ASSIGN_OR_RETURN(TreeScan scan, ScanTree(options, capacity ? visit : ScanVisitors{}));
+  return visit;
+}
+
+Result<GcReport> GcUnwatched(const GcOptions& options) {
+  if (IsRootList(options.root)) return GcRoots(options);
+  // The first walk's histogram and candidates spare walks when no block must go first.
+  auto use = std::make_unique<FirstWalkUse>(options.candidates_bytes_max);
+  KVTIER_ASSIGN_OR_RETURN(TreeScan scan, ScanTree(options, FirstWalkVisitors(options, use.get())));
   return GcScanned(options, scan, {}, use.get());
 }
 

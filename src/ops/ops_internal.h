@@ -10,6 +10,7 @@
 
 #include "format/layout_names.h"
 #include "kvtier/ops.h"
+#include "ops/gc_candidates.h"
 #include "ops/gc_histogram.h"
 #include "ops/scan.h"
 
@@ -62,12 +63,16 @@ Result<FsckReport> FsckScanned(const FsckOptions& options, const TreeScan& first
 // The first walk's use times (blocks of namespaces not kept), when gc's first
 // walk made them (with max_bytes; a single root).
 struct FirstWalkUse {
+  explicit FirstWalkUse(uint64_t candidates_bytes_max) : candidates(candidates_bytes_max) {}
   int64_t now = 0;  // the time the buckets are relative to
   UseHistogram histogram;
+  CandidateBuffer candidates;  // the oldest blocks, for a capacity trim without another walk
 };
+// What gc's first walk collects into `use` (blocks of namespaces not kept).
+ScanVisitors FirstWalkVisitors(const GcOptions& options, FirstWalkUse* use);
 // Namespaces in `no_reclaim` are never reclaimed whole (several roots decide together).
 Result<GcReport> GcScanned(const GcOptions& options, const TreeScan& first, const std::set<std::string>& no_reclaim,
-                           const FirstWalkUse* first_use = nullptr);
+                           FirstWalkUse* first_use = nullptr);
 // The namespaces gc would reclaim whole (L92) by what this scan shows.
 std::set<std::string> OrphanedNamespaces(const GcOptions& options, const TreeScan& scan);
 

@@ -10,7 +10,9 @@
 //   it (a namespace half gone would fail the tier's next start, L100), while
 //   --max-bytes bounds each root by itself: each drive fills on its own.
 #include <algorithm>
+#include <functional>
 #include <map>
+#include <memory>
 
 #include "format/layout_names.h"
 #include "format/root_list.h"
@@ -43,14 +45,15 @@ struct RootScans {
   std::vector<TreeScan> scans;
 };
 
+// visitors(i, one): what the walk of root i calls back (gc's first walk), if set.
 template <class Options>
-Result<RootScans> ScanRoots(const Options& o) {
+Result<RootScans> ScanRoots(const Options& o, const std::function<ScanVisitors(size_t, const Options&)>& visitors = {}) {
   RootScans out;
   KVTIER_ASSIGN_OR_RETURN(out.roots, format::SplitRootDirs(o.root, /*sharded=*/true));
   for (size_t i = 0; i < out.roots.size(); ++i) {
     Options one = o;
     one.root = out.roots[i];
-    Result<TreeScan> scan = ScanTree(one);
+    Result<TreeScan> scan = ScanTree(one, visitors ? visitors(i, one) : ScanVisitors{});
     if (!scan.ok()) return scan.status().WithContext("root_dir[" + std::to_string(i) + "]");
     KVTIER_RETURN_IF_ERROR(CheckMarkers(out.roots, i, *scan));
     out.scans.push_back(std::move(*scan));
@@ -167,7 +170,14 @@ Result<FsckReport> FsckRoots(const FsckOptions& o) {
 }
 
 Result<GcReport> GcRoots(const GcOptions& o) {
-  KVTIER_ASSIGN_OR_RETURN(RootScans s, ScanRoots(o));
+  // Each root's first walk keeps its own histogram and candidates (its share of the budget).
+  std::vector<std::unique_ptr<FirstWalkUse>> uses;
+  auto first_walk = [&](size_t, const GcOptions& one) {
+    const size_t roots = std::count(o.root.begin(), o.root.end(), ',') + 1;
+    uses.push_back(std::make_unique<FirstWalkUse>(o.candidates_bytes_max / roots));
+    return FirstWalkVisitors(one, uses.back().get());
+  };
+  KVTIER_ASSIGN_OR_RETURN(RootScans s, ScanRoots<GcOptions>(o, first_walk));
   std::map<std::string, size_t> holding, orphaned;
   for (size_t i = 0; i < s.roots.size(); ++i) {
     for (const auto& [name, ns] : s.scans[i].namespaces) ++holding[name];
@@ -182,7 +192,7 @@ Result<GcReport> GcRoots(const GcOptions& o) {
   for (size_t i = 0; i < s.roots.size(); ++i) {
     GcOptions one = ForRoot(o, s.roots[i]);
     if (!o.reclaim_bytes.empty()) one.reclaim_bytes = {o.reclaim_bytes[i]};  // each root's own goal
-    KVTIER_ASSIGN_OR_RETURN(GcReport r, GcScanned(one, s.scans[i], no_reclaim));
+    KVTIER_ASSIGN_OR_RETURN(GcReport r, GcScanned(one, s.scans[i], no_reclaim, uses[i].get()));
     out.stopped = out.stopped || r.stopped;
     for (const auto& [reason, t] : r.by_reason) {
       out.by_reason[reason].files += t.files;
@@ -201,6 +211,9 @@ Result<GcReport> GcRoots(const GcOptions& o) {
     out.files_reclaimed += r.files_reclaimed;
     out.files_failed += r.files_failed;
     out.dirs_removed += r.dirs_removed;
+    out.walks = std::max(out.walks, r.walks);
+    out.candidates_held += r.candidates_held;
+    if (out.capacity_skipped.empty()) out.capacity_skipped = r.capacity_skipped;
     out.capacity_cutoff = std::max(out.capacity_cutoff, r.capacity_cutoff);
     out.capacity_tolerance_s = std::max(out.capacity_tolerance_s, r.capacity_tolerance_s);
   }

@@ -6,12 +6,17 @@ processes with short intervals and a short collector TTL, and reads what they di
 metrics files (Prometheus text, written by temp file and rename) and their logs:
 
 * --metrics-port serves the same text over HTTP (GET /metrics; anything else is 404).
+* A pass trimming within gc's candidate buffer walks the tree once (its log line says so).
 * SIGTERM ends a watch with exit 0, its lease released (the volume's `.kvtier/gc.lease` gone);
   bad flag combinations and a directory that is not a root are refused (exit 2) creating nothing.
 * Three watchers on one root: exactly one holds the lease and runs passes; after a SIGKILL of the
   holder another takes over (the time it took is printed) and the blocks left are exactly those a
   single one-shot `kvtier gc` leaves on a copy of the tree given the same writes, and the files the
   watchers report removed add up to the files that disappeared (nothing removed twice).
+* A one-shot `kvtier gc --max-bytes` beside a live `gc --watch` holder removes nothing for capacity
+  (exit 0, capacity_skipped says why; --ignore-lease trims anyway); once the holder is SIGKILLed it
+  takes the stale lease after the TTL and trims; with no holder it takes the lease for its run and
+  gives it up at exit (FORMAT.md L124).
 * A hung mount (a bindfs FUSE mount whose daemon is stopped; skipped in one line without root,
   bindfs or /dev/fuse) ends the watch with exit 8 once a call passes --io-timeout.
 * --min-free on a 64 MiB tmpfs (mounted here; skipped in one line where mount is refused): a
@@ -21,6 +26,7 @@ metrics files (Prometheus text, written by temp file and rename) and their logs:
 """
 
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -121,6 +127,8 @@ def test_sigterm_exits_zero_and_releases_the_lease(kvtier_bin, tmp_path):
     assert not (root / ".kvtier" / "gc.lease").exists()
     assert w.m()["kvtier_gc_lease_held"] == 0
     assert w.m()['kvtier_gc_reclaimed_files_total{reason="capacity"}'] == 20
+    # A pass trimming within the candidate buffer walks once (issue 25: no second walk).
+    assert re.search(r"pass 1 \(interval\): removed 20 files.*, 1 walks", w.log_path.read_text()), w.log_path.read_text()
     # fsck does not count the volume's own directory as a stray.
     fsck = subprocess.run([kvtier_bin, "fsck", str(root), "--json"], capture_output=True, text=True)
     assert ".kvtier" not in fsck.stdout
@@ -184,7 +192,7 @@ def test_three_collectors_one_collects_and_one_takes_over(kvtier_bin, tmp_path):
         holder = next(w for w in ws if w.holding())
         others = [w for w in ws if w is not holder]
         assert [w.passes() for w in others] == [0, 0], [w.log_path.read_text() for w in ws]
-        subprocess.run([kvtier_bin, "gc", str(ref), *bound], check=True, capture_output=True)
+        subprocess.run([kvtier_bin, "gc", str(ref), *bound, "--ignore-lease"], check=True, capture_output=True)
         assert blocks(root) == blocks(ref)
 
         removed_before = removed_files(holder.m())
@@ -199,7 +207,7 @@ def test_three_collectors_one_collects_and_one_takes_over(kvtier_bin, tmp_path):
         new = next(w for w in others if w.holding())
         idle = next(w for w in others if w is not new)
         assert idle.passes() == 0, idle.log_path.read_text()
-        subprocess.run([kvtier_bin, "gc", str(ref), *bound], check=True, capture_output=True)
+        subprocess.run([kvtier_bin, "gc", str(ref), *bound, "--ignore-lease"], check=True, capture_output=True)
         assert blocks(root) == blocks(ref)
         assert removed_before + removed_files(new.m()) + removed_files(idle.m()) == 120 + 50 - 40
     finally:
@@ -279,3 +287,46 @@ def test_min_free_keeps_a_tmpfs_from_filling(kvtier_bin, tmp_path, tmpfs):
     print(f"tmpfs {size >> 20} MiB, floor {floor >> 20} MiB free: lowest free {lowest / 2**20:.1f} MiB, "
           f"overshoot {overshoot / 2**20:.1f} MiB = {overshoot / per_check:.2f} x one check interval's writes "
           f"({per_check / 2**20:.1f} MiB); last pass {m['kvtier_gc_last_pass_seconds']:.3f} s")
+
+
+def one_shot(kvtier_bin, root, *flags):
+    proc = subprocess.run([kvtier_bin, "gc", str(root), "--json", *flags], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_one_shot_trim_defers_to_a_live_collector(kvtier_bin, tmp_path):
+    root = tmp_path / "root"
+    make_blocks(root, 40, "a")
+    ttl = ["--collector-ttl", "1s"]
+    w = Watcher(kvtier_bin, root, tmp_path, "w", *FAST)  # holds the lease, no bound of its own
+    try:
+        wait_for("the holder", w.holding)
+        r = one_shot(kvtier_bin, root, "--max-bytes", str(20 * ROW), *ttl)
+        assert r["files_reclaimed"] == 0 and "live collector" in r["capacity_skipped"], r
+        assert len(blocks(root)) == 40
+        r = one_shot(kvtier_bin, root, "--max-bytes", str(30 * ROW), "--ignore-lease", *ttl)
+        assert r["files_reclaimed"] == 10 and r["capacity_skipped"] == "", r
+        assert w.holding(), "--ignore-lease takes nothing"
+    finally:
+        assert w.stop(signal.SIGKILL) == -signal.SIGKILL
+    assert (root / ".kvtier" / "gc.lease").is_file(), "a killed holder leaves its lease"
+    started = time.monotonic()
+    r = one_shot(kvtier_bin, root, "--max-bytes", str(20 * ROW), *ttl)
+    print(f"stale lease taken over and trimmed in {time.monotonic() - started:.2f} s (TTL 1 s)")
+    assert r["files_reclaimed"] == 10 and r["capacity_skipped"] == "", r
+    assert len(blocks(root)) == 20
+    assert not (root / ".kvtier" / "gc.lease").exists(), "given up at exit"
+
+
+def test_one_shot_trim_takes_the_lease_for_its_run(kvtier_bin, tmp_path):
+    root = tmp_path / "root"
+    make_blocks(root, 40, "a")
+    r = one_shot(kvtier_bin, root, "--max-bytes", str(25 * ROW), "--collector-ttl", "300ms")
+    assert r["files_reclaimed"] == 15 and r["capacity_skipped"] == "" and r["walks"] == 1, r
+    assert not (root / ".kvtier" / "gc.lease").exists()
+    # A dry run removes nothing: it never touches the lease (no .kvtier is made for it).
+    fresh = tmp_path / "fresh"
+    make_blocks(fresh, 10, "b")
+    one_shot(kvtier_bin, fresh, "--max-bytes", str(5 * ROW), "--dry-run")
+    assert not (fresh / ".kvtier").exists()

@@ -229,10 +229,10 @@ bool RunPass(const GcWatchOptions& o, const std::atomic<bool>& stop, const std::
   }
   Accumulate(*r, m);
   char line[256];
-  std::snprintf(line, sizeof line, "pass %llu (%s): removed %zu files, %llu bytes, %zu failed, exit %d%s in %.2f s",
+  std::snprintf(line, sizeof line, "pass %llu (%s): removed %zu files, %llu bytes, %zu failed, exit %d%s in %.2f s, %llu walks",
                 static_cast<unsigned long long>(m->passes), min_free ? "min_free" : "interval", r->reclaimed.size(),
                 static_cast<unsigned long long>(r->bytes_reclaimed), r->failed.size(), r->ExitCode(),
-                r->stopped ? ", stopped" : "", m->last_pass_s);
+                r->stopped ? ", stopped" : "", m->last_pass_s, static_cast<unsigned long long>(r->walks));
   Log("%s", line);
   return r->bytes_reclaimed > 0;
 }

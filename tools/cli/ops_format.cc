@@ -183,6 +183,8 @@ nlohmann::json GcJson(const GcReport& r) {
                       {"files_scanned", r.files_scanned}, {"files_reclaimed", r.files_reclaimed},
                       {"files_failed", r.files_failed}, {"dirs_removed", r.dirs_removed},
                       {"capacity_cutoff", r.capacity_cutoff}, {"capacity_tolerance_s", r.capacity_tolerance_s},
+                      {"walks", r.walks}, {"candidates_held", r.candidates_held},
+                      {"capacity_skipped", r.capacity_skipped},
                       {"kept", ProblemsJson(r.kept)},
                       {"unreadable", ProblemsJson(r.unreadable)}, {"exit_code", r.ExitCode()}};
   MakeJsonUtf8(&j);  // names on the volume may be any bytes
@@ -205,11 +207,13 @@ std::string GcText(const GcReport& r) {
   for (const auto& [reason, c] : by_reason) out << "; " << reason << " " << c.first;
   out << " (" << r.files_scanned << " files scanned";
   if (r.dirs_removed) out << ", " << r.dirs_removed << " empty shard directories removed";
+  out << ", " << r.walks << (r.walks == 1 ? " walk" : " walks");
   out << ")\n";
   for (const FailedRemoval& f : r.failed) {
     out << "not removed " << QuoteName(f.path) << " (" << HumanBytes(f.bytes) << ", " << f.reason << "): "
         << EscapeUnprintable(f.detail) << "\n";
   }
+  if (!r.capacity_skipped.empty()) out << "gc: capacity bound not enforced: " << EscapeUnprintable(r.capacity_skipped) << "\n";
   ProblemsText(out, "kept", r.kept);
   ProblemsText(out, "unreadable:", r.unreadable);
   if (r.files_failed != 0) {

@@ -1,0 +1,103 @@
+// The one-shot `kvtier gc`'s hold on the volume's collector lease
+// (gc_watch.h, FORMAT.md L124): a cron gc on several nodes, or one beside a
+// `gc --watch`, must not trim the same bound twice.
+#include <fcntl.h>
+
+#include <chrono>
+#include <thread>
+
+#include "cli/gc_watch.h"
+#include "format/layout_names.h"
+#include "format/root_list.h"
+#include "ops/collector_lease.h"
+#include "util/dir_fd.h"
+
+namespace kvtier::internal {
+namespace {
+
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// As the watch (L120): .kvtier is made only where the root looks like one.
+bool LooksLikeRoot(const std::string& root, bool force) {
+  UniqueFd fd;
+  std::vector<DirEntry> entries;
+  if (OpenDirAt(AT_FDCWD, root, &fd) != 0 || ListDir(fd.get(), &entries) != 0) return false;
+  bool looks = force || entries.empty();
+  for (const DirEntry& e : entries) {
+    looks = looks || e.name == format::kMetaDirName || format::NamespaceDigest(e.name) || format::ParseBlockDirName(e.name);
+  }
+  return looks;
+}
+
+}  // namespace
+
+std::shared_ptr<OneShotLease> OneShotLease::Start(const GcOptions& o, uint64_t ttl_ms) {
+  std::shared_ptr<OneShotLease> out(new OneShotLease());
+  // Long enough to judge a dead holder's lease stale (TTL), take it over and settle (V + R, L122).
+  out->deadline_ns_ = NowNs() + static_cast<int64_t>(ttl_ms + 8 * CollectorLease::RefreshMsFor(ttl_ms)) * 1000000;
+  Result<std::vector<std::string>> roots = format::SplitRootDirs(o.root, o.root.find(',') != std::string::npos);
+  if (!roots.ok()) {
+    out->open_error_ = "not a root: no lease taken";  // Gc refuses it; this is never asked
+    out->phase_ = kFailed;
+    return out;
+  }
+  std::thread([self = out, root = roots->front(), force = o.force, ttl_ms] { self->Tick(root, force, ttl_ms); }).detach();
+  return out;
+}
+
+// The lease's own thread: opens it, ticks it until Finish, gives it up.
+void OneShotLease::Tick(const std::string& root, bool force, uint64_t ttl_ms) {
+  where_ = root + "/" + std::string(format::kMetaDirName) + "/" + std::string(format::kCollectorLeaseName);
+  Result<std::unique_ptr<CollectorLease>> opened =
+      LooksLikeRoot(root, force) ? CollectorLease::Open(root, ttl_ms) : Status(StatusCode::kInvalidArgument, "not a root");
+  if (opened.ok()) {
+    lease_ = std::move(*opened);
+    phase_ = kTicking;
+    while (!done_) {
+      lease_->Tick();
+      for (uint64_t slept = 0; slept < lease_->refresh_ms() && !done_; slept += 5) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+    }
+    lease_->Release();
+  } else {
+    open_error_ = "cannot take the collector lease: " + opened.status().ToString();
+    phase_ = kFailed;
+  }
+  std::lock_guard lock(mu_);
+  exited_ = true;
+  exited_cv_.notify_all();
+}
+
+std::string OneShotLease::Gate() {
+  std::lock_guard lock(mu_);
+  if (answered_) return answer_;
+  answered_ = true;
+  while (!done_) {
+    const int phase = phase_.load();
+    if (phase == kFailed) return answer_ = open_error_;
+    if (phase == kTicking && lease_->MayCollect()) {
+      gated_ = true;
+      return answer_ = "";
+    }
+    if (phase == kTicking && lease_->state() == CollectorLease::State::kObserving && lease_->changes_seen() > 0) {
+      return answer_ = "a live collector holds " + where_ + " (kvtier gc --watch, or another gc): the bound is its job; "
+                       "--ignore-lease removes anyway";
+    }
+    if (NowNs() > deadline_ns_) return answer_ = "could not take the collector lease within its TTL and a settle";
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return answer_ = "stopped";
+}
+
+bool OneShotLease::Lost() const { return gated_ && (done_ || !lease_->MayCollect()); }
+
+void OneShotLease::Finish() {
+  done_ = true;
+  std::unique_lock lock(mu_);
+  exited_cv_.wait_for(lock, std::chrono::seconds(2), [this] { return exited_ || phase_ == kFailed; });
+}
+
+}  // namespace kvtier::internal
