@@ -326,6 +326,10 @@ class FsckReport:
     blocks_verified: int
     verified_without_noatime: int  # blocks read where O_NOATIME was refused
     verify_read_bytes: int  # bytes verify_data read (holes are checked as zeros, unread)
+    # Findings past the lists' cap (10^4 of a kind per namespace), by kind:
+    # counted, not in findings, not repaired (a later run lists them).
+    findings_unlisted: dict[str, int]
+    findings_total: int  # len(findings) + sum(findings_unlisted.values())
     exit_code: int  # 0 clean, 1 repaired, 4 problems left (e2fsck's convention)
 
 class Reclaimed:

@@ -163,6 +163,13 @@ void BindReports(pb::module_& m) {
       .def_readonly("blocks_verified", &FsckReport::blocks_verified)
       .def_readonly("verified_without_noatime", &FsckReport::verified_without_noatime)
       .def_readonly("verify_read_bytes", &FsckReport::verify_read_bytes)
+      .def_property_readonly("findings_unlisted",
+                             [](const FsckReport& r) {
+                               std::map<std::string, uint64_t> by_kind;
+                               for (const auto& [kind, n] : r.findings_unlisted) by_kind[std::string(FindingKindName(kind))] = n;
+                               return by_kind;
+                             })
+      .def_property_readonly("findings_total", &FsckReport::FindingsTotal)
       .def_property_readonly("exit_code", &FsckReport::ExitCode);
   pb::class_<Reclaimed>(m, "Reclaimed", "One path gc removed (or would remove, dry run).")
       .def_property_readonly("path", Fs(&Reclaimed::path)).def_readonly("bytes", &Reclaimed::bytes)

@@ -87,8 +87,7 @@ class GcRun {
   bool Orphaned(const NsScan& ns) const {
     if (!o_.older_than_s || LiveLeases(ns, o_.lease_ttl_s, now_) > 0) return false;
     int64_t newest = ns.blocks.newest;
-    for (const ScannedFile& t : ns.tmps) newest = std::max(newest, t.mtime);
-    for (const ScannedFile& l : ns.leases) newest = std::max(newest, l.mtime);
+    newest = std::max({newest, ns.tmps_newest, ns.leases_newest});  // all of them, listed or not
     if (!AgeAtLeast(now_, newest, *o_.older_than_s)) return false;
     if (ns.leases_known && ns.unreadable.empty()) return true;
     const std::string why = ns.unreadable.empty() ? "it changed during the walk"

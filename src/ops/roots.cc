@@ -157,6 +157,7 @@ Result<FsckReport> FsckRoots(const FsckOptions& o) {
     KVTIER_ASSIGN_OR_RETURN(FsckReport r, FsckScanned(ForRoot(o, s.roots[i]), s.scans[i], WrongRoots(s, i, sharded)));
     for (Finding& f : r.findings) f.path = JoinRoot(s.roots[i], f.path);
     out.findings.insert(out.findings.end(), r.findings.begin(), r.findings.end());
+    for (const auto& [kind, n] : r.findings_unlisted) out.findings_unlisted[kind] += n;
     out.files_scanned += r.files_scanned;
     out.blocks_checked += r.blocks_checked;
     out.blocks_verified += r.blocks_verified;
