@@ -151,6 +151,7 @@ struct DuReport {
   std::vector<NamespaceUsage> namespaces;  // sorted by dir
   uint64_t total_bytes = 0, total_blocks = 0, files_scanned = 0;
   std::vector<ScanProblem> unreadable;  // the totals leave these out
+  uint64_t unreadable_unlisted = 0;     // more such parts, past 10^4 of a namespace: counted, not listed
   // 0: complete; 8 (e2fsck's "operational error"): parts could not be read.
   KVTIER_API int ExitCode() const;
 };
@@ -305,6 +306,7 @@ struct GcReport {
   int64_t capacity_cutoff = 0;
   uint64_t capacity_tolerance_s = 0;
   std::vector<ScanProblem> unreadable;  // parts that could not be read
+  uint64_t unreadable_unlisted = 0;     // more such parts, past 10^4 of a namespace: counted, not listed
   // Namespaces kept although --older-than would reclaim them by what could
   // be read, because a part (its leases above all) could not: gc fails closed.
   std::vector<ScanProblem> kept;

@@ -310,6 +310,7 @@ class DuReport:
     total_blocks: int
     files_scanned: int
     unreadable: list[ScanProblem]  # parts left out of the totals
+    unreadable_unlisted: int  # more such parts, past 10**4 of a namespace: counted, not listed
     exit_code: int  # 0 complete, 8 parts could not be read
 
 class Finding:
@@ -343,6 +344,7 @@ class GcReport:
     bytes_reclaimed: int
     files_scanned: int
     unreadable: list[ScanProblem]
+    unreadable_unlisted: int  # more such parts, past 10**4 of a namespace: counted, not listed
     kept: list[ScanProblem]  # namespaces kept because their leases or parts could not be read
     failed: list[FailedRemoval]  # selected but not removed: the bound was not enforced
     files_reclaimed: int  # all of them: the lists above stop at list_max (10000) entries each

@@ -193,6 +193,7 @@ void GcRun::Decide(const TreeScan& first) {
   const std::set<std::string> keep(o_.keep.begin(), o_.keep.end());
   for (const auto& [name, ns] : first.namespaces) {
     report_->unreadable.insert(report_->unreadable.end(), ns.unreadable.begin(), ns.unreadable.end());
+    report_->unreadable_unlisted += ns.unreadable.more();
     rows_[name] = MostCommonSize(ns);
     if (keep.count(name) > 0) {
       fate_[name] = Fate::kKept;

@@ -101,6 +101,7 @@ DuReport DuScanned(const TreeScan& scan) {
   for (const auto& [name, ns] : scan.namespaces) {
     NamespaceUsage u = Usage(name, ns, now);
     report.unreadable.insert(report.unreadable.end(), ns.unreadable.begin(), ns.unreadable.end());
+    report.unreadable_unlisted += ns.unreadable.more();
     report.total_bytes += u.bytes;
     report.total_blocks += u.blocks;
     report.namespaces.push_back(std::move(u));

@@ -140,6 +140,7 @@ Result<DuReport> DuRoots(const ScanOptions& o) {
     out.total_blocks += r.total_blocks;
     Prefix(s.roots[i], &r.unreadable);
     out.unreadable.insert(out.unreadable.end(), r.unreadable.begin(), r.unreadable.end());
+    out.unreadable_unlisted += r.unreadable_unlisted;
     for (const NamespaceUsage& u : r.namespaces) {
       auto [it, fresh] = merged.emplace(u.dir, u);
       if (!fresh) MergeUsage(u, &it->second);
@@ -196,6 +197,7 @@ Result<GcReport> GcRoots(const GcOptions& o) {
     Prefix(s.roots[i], &r.kept);
     out.reclaimed.insert(out.reclaimed.end(), r.reclaimed.begin(), r.reclaimed.end());
     out.unreadable.insert(out.unreadable.end(), r.unreadable.begin(), r.unreadable.end());
+    out.unreadable_unlisted += r.unreadable_unlisted;
     out.kept.insert(out.kept.end(), r.kept.begin(), r.kept.end());
     out.bytes_reclaimed += r.bytes_reclaimed;
     out.files_scanned += r.files_scanned;

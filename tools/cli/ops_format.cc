@@ -87,6 +87,7 @@ nlohmann::json DuJson(const DuReport& r, const DuTop& top, size_t of) {
   }
   nlohmann::json j = {{"namespaces", list}, {"total_bytes", r.total_bytes}, {"total_blocks", r.total_blocks},
                       {"files_scanned", r.files_scanned}, {"unreadable", ProblemsJson(r.unreadable)},
+                      {"unreadable_unlisted", r.unreadable_unlisted},
                       {"exit_code", r.ExitCode()}};
   if (top.n != 0) j["top"] = {{"n", top.n}, {"by", top.by == DuTopBy::kBytes ? "bytes" : "age"}, {"of", of}};
   MakeJsonUtf8(&j);  // names on the volume may be any bytes
@@ -130,7 +131,10 @@ std::string DuText(const DuReport& r, const DuTop& top, size_t of) {
   out << "total: " << (top.n != 0 ? of : r.namespaces.size()) << " namespaces, " << r.total_blocks << " blocks, "
       << HumanBytes(r.total_bytes) << " (" << r.files_scanned << " files scanned)\n";
   ProblemsText(out, "unreadable:", r.unreadable);
-  if (!r.unreadable.empty()) out << "du: incomplete: " << r.unreadable.size() << " parts could not be read (exit 8)\n";
+  if (!r.unreadable.empty()) {
+    out << "du: incomplete: " << r.unreadable.size() + r.unreadable_unlisted << " parts could not be read (exit 8)";
+    out << (r.unreadable_unlisted != 0 ? ", " + std::to_string(r.unreadable_unlisted) + " not listed\n" : "\n");
+  }
   return out.str();
 }
 
@@ -193,7 +197,8 @@ nlohmann::json GcJson(const GcReport& r) {
                       {"files_failed", r.files_failed}, {"dirs_removed", r.dirs_removed},
                       {"capacity_cutoff", r.capacity_cutoff}, {"capacity_tolerance_s", r.capacity_tolerance_s},
                       {"kept", ProblemsJson(r.kept)},
-                      {"unreadable", ProblemsJson(r.unreadable)}, {"exit_code", r.ExitCode()}};
+                      {"unreadable", ProblemsJson(r.unreadable)}, {"unreadable_unlisted", r.unreadable_unlisted},
+                      {"exit_code", r.ExitCode()}};
   MakeJsonUtf8(&j);  // names on the volume may be any bytes
   return j;
 }
@@ -224,7 +229,10 @@ std::string GcText(const GcReport& r) {
   if (r.files_failed != 0) {
     out << "gc: " << r.files_failed << " selected files could not be removed: the bound is not enforced (exit 4)\n";
   }
-  if (!r.unreadable.empty()) out << "gc: incomplete: " << r.unreadable.size() << " parts could not be read (exit 8)\n";
+  if (!r.unreadable.empty()) {
+    out << "gc: incomplete: " << r.unreadable.size() + r.unreadable_unlisted << " parts could not be read (exit 8)";
+    out << (r.unreadable_unlisted != 0 ? ", " + std::to_string(r.unreadable_unlisted) + " not listed\n" : "\n");
+  }
   return out.str();
 }
 
