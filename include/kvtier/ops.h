@@ -230,7 +230,8 @@ struct FsckReport {
 // O_NOATIME where allowed, and only its data: holes are checked as zeros
 // without being read (L109, FsckReport::verify_read_bytes). Parts that cannot be read become kUnreadable
 // findings (L97). Findings of the walk beyond 10^4 of a kind in a namespace
-// are counted, not listed (FsckReport::findings_unlisted), nor repaired. Errors: those listed at the top of this file, no others.
+// are counted, not listed (FsckReport::findings_unlisted), nor repaired.
+// Errors: those listed at the top of this file, no others.
 KVTIER_API Result<FsckReport> Fsck(const FsckOptions& options);
 
 struct GcOptions : ScanOptions {

@@ -167,7 +167,9 @@ void BindReports(pb::module_& m) {
       .def_property_readonly("findings_unlisted",
                              [](const FsckReport& r) {
                                std::map<std::string, uint64_t> by_kind;
-                               for (const auto& [kind, n] : r.findings_unlisted) by_kind[std::string(FindingKindName(kind))] = n;
+                               for (const auto& [kind, n] : r.findings_unlisted) {
+                                 by_kind[std::string(FindingKindName(kind))] = n;
+                               }
                                return by_kind;
                              })
       .def_property_readonly("findings_total", &FsckReport::FindingsTotal)
