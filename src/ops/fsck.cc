@@ -202,8 +202,8 @@ class FsckRun {
     Unlisted(FindingKind::kUnreadable, ns.unreadable.more());
     Unlisted(FindingKind::kBadName, ns.bad_names.more());
     Unlisted(FindingKind::kNotRegular, ns.non_files.more());
-    Unlisted(FindingKind::kStaleTmp, ns.stale_tmps_more);
-    Unlisted(FindingKind::kProbeLeftover, ns.stale_probes_more);
+    Unlisted(FindingKind::kStaleTmp, ns.tmps.more());
+    Unlisted(FindingKind::kProbeLeftover, ns.probes.more());
     Unlisted(FindingKind::kStrayFile, ns.strays.more());
     Unlisted(FindingKind::kEmptyDir, ns.empty_dirs.more());
   }

@@ -83,7 +83,7 @@ NamespaceUsage Usage(const std::string& name, const NsScan& ns, int64_t now) {
       .ranks = ns.ranks,
       .blocks = ns.blocks.count,
       .bytes = ns.blocks.bytes,
-      .tmp_files = ns.tmps.total(),
+      .tmp_files = ns.tmps.total() + ns.young_tmps,
       .newest_activity = ns.blocks.newest,
       .oldest_activity = ns.blocks.oldest,
       .live_leases = LiveLeases(ns, kDefaultLeaseTtlS, now),

@@ -86,11 +86,11 @@ struct Staleness {
   bool operator()(const ScannedFile& f) const { return AgeAtLeast(now, f.mtime, grace_s); }
 };
 
-// A temp file (L81): listed, or counted (and as stale when it is).
-void AddTmp(NsScan* ns, ScannedFile f, const Staleness& stale) {
-  ns->tmps_newest = std::max(ns->tmps_newest, f.mtime);
-  const bool is_stale = stale(f);
-  if (!ns->tmps.push_back(std::move(f))) ns->stale_tmps_more += is_stale;
+// A temp file (L81) or a probe file (L82): listed when stale, else counted.
+void AddTmp(NsScan* ns, ScannedFile f, const Staleness& stale, bool probe = false) {
+  if (!probe) ns->tmps_newest = std::max(ns->tmps_newest, f.mtime);
+  if (!stale(f)) return (void)++(probe ? ns->young_probes : ns->young_tmps);
+  (void)(probe ? ns->probes : ns->tmps).push_back(std::move(f));
 }
 
 struct Counters {
@@ -283,8 +283,7 @@ void ScanNsDir(int root_fd, const Staleness& stale, NsScan* ns) {
       } else if (reg && format::IsConfigTmpName(e.name)) {
         AddTmp(ns, Scanned(rel, e.st), stale);
       } else if (reg && format::IsProbeName(e.name)) {
-        const ScannedFile probe = Scanned(rel, e.st);
-        if (!ns->probes.push_back(probe)) ns->stale_probes_more += stale(probe);
+        AddTmp(ns, Scanned(rel, e.st), stale, /*probe=*/true);
       } else if (e.name == format::kMetaDirName) {
         ScanLeases(fd.get(), rel, ns);
       } else {
@@ -302,12 +301,12 @@ void ScanNsDir(int root_fd, const Staleness& stale, NsScan* ns) {
 }
 
 // A shard directory's part into its namespace: what overflows the lists
-// is counted, stale temp files as such.
-void Merge(NsScan* into, NsScan&& from, const Staleness& stale) {
+// is counted.
+void Merge(NsScan* into, NsScan&& from) {
   into->blocks.Merge(from.blocks);
   into->non_files.Merge(std::move(from.non_files));
-  into->tmps.Merge(std::move(from.tmps), [&](const ScannedFile& t) { into->stale_tmps_more += stale(t); });
-  into->stale_tmps_more += from.stale_tmps_more;
+  into->tmps.Merge(std::move(from.tmps));
+  into->young_tmps += from.young_tmps;
   into->tmps_newest = std::max(into->tmps_newest, from.tmps_newest);
   into->empty_dirs.Merge(std::move(from.empty_dirs));
   into->bad_names.Merge(std::move(from.bad_names));
@@ -389,7 +388,7 @@ void RunShards(const ScanOptions& o, const ScanVisitors& visit, const std::vecto
       NsScan part;
       ScanShard(work[i], visit, &counters, stale, &part);
       std::lock_guard lock(mu);
-      Merge(&scan->namespaces[work[i].ns], std::move(part), stale);
+      Merge(&scan->namespaces[work[i].ns], std::move(part));
     }
   };
   // Walker threads report their calls to the watch of the thread that starts them.
@@ -476,7 +475,8 @@ Result<TreeScan> Walk(const ScanOptions& o, const ScanVisitors& visit, TreeScan 
   RunShards(o, visit, work, stale, &scan);
   for (auto& [name, ns] : scan.namespaces) {
     std::sort(ns.ranks.begin(), ns.ranks.end());
-    scan.files += ns.blocks.count + ns.tmps.total() + ns.probes.total() + ns.leases.total() + (ns.has_config ? 1 : 0);
+    const uint64_t tmps = ns.tmps.total() + ns.young_tmps + ns.probes.total() + ns.young_probes;
+    scan.files += ns.blocks.count + tmps + ns.leases.total() + (ns.has_config ? 1 : 0);
   }
   return scan;
 }

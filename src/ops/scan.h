@@ -92,15 +92,7 @@ class CappedList {
   template <class... A>
   bool emplace_back(A&&... a) { return push_back(T(std::forward<A>(a)...)); }
   void Merge(CappedList&& o) {
-    Merge(std::move(o), [](const T&) {});
-  }
-  // The same, calling on_unlisted(v) for each entry of o's list only counted here.
-  template <class F>
-  void Merge(CappedList&& o, const F& on_unlisted) {
-    for (T& v : o.items_) {
-      if (items_.size() >= kFindingsListMax) on_unlisted(v);
-      push_back(std::move(v));
-    }
+    for (T& v : o.items_) push_back(std::move(v));
     more_ += o.more_;
   }
   auto begin() const { return items_.begin(); }
@@ -128,12 +120,14 @@ struct NsScan {
   std::vector<int64_t> ranks;
   BlockStats blocks;                   // of the well-placed <hex>.bin regular files
   CappedList<ScannedFile> non_files;  // directories, symlinks, FIFOs... at a block or config.json name
-  CappedList<ScannedFile> tmps;       // <hex>.bin_<n>.tmp and config.json_<n>.tmp
-  CappedList<ScannedFile> probes;     // .o_direct_probe_<n>.tmp, .xattr_probe_<n>.tmp
+  // Temp files (<hex>.bin_<n>.tmp, config.json_<n>.tmp) and probe files
+  // (.o_direct_probe_<n>.tmp, .xattr_probe_<n>.tmp) older than tmp_grace_s
+  // when scanned: the stale ones, which fsck reports and gc removes. Only
+  // they are listed, so each pass removes up to a full list of them
+  // whatever number of younger ones (counted: young_tmps, young_probes).
+  CappedList<ScannedFile> tmps, probes;
+  uint64_t young_tmps = 0, young_probes = 0;
   CappedList<ScannedFile> leases;     // .kvtier/leases/<host>-<pid>-<n>.lease (and their .tmp)
-  // Of tmps.more() and probes.more(): those older than tmp_grace_s when
-  // scanned (fsck's stale_tmp and probe_leftover findings not listed).
-  uint64_t stale_tmps_more = 0, stale_probes_more = 0;
   // The newest mtime of all temp files and of all leases, listed or not (0:
   // none): gc's orphan decision stays exact whatever the lists hold.
   int64_t tmps_newest = 0, leases_newest = 0;

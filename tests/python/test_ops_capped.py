@@ -4,6 +4,9 @@ Method: a namespace whose one shard directory holds 10,050 badly named files and
 files. fsck lists 10**4 bad names and counts the other 50 in ``findings_unlisted``;
 ``findings_total`` counts them all, and the exit code is 4 (problems left). ``repair=True``
 removes the stale temp files (listed) and still leaves the unlisted bad names counted.
+Then 20,000 young temp files (writes in flight) beside 50 stale ones: only stale ones are listed,
+so fsck reports all 50 and one gc pass removes all 50, however many young ones come first in
+the directory; du still counts every temp file.
 """
 
 import os
@@ -13,7 +16,7 @@ import kvtier
 CAP = 10000
 
 
-def plant(root, bad, tmps):
+def plant(root, bad, tmps, young=0):
     ns = "m0_0123456789a0"
     d = os.path.join(root, ns + "_r0", "abc", "de_g0")
     os.makedirs(d)
@@ -25,6 +28,8 @@ def plant(root, bad, tmps):
         path = os.path.join(d, "abcde" + "0" * 59 + ".bin_%d.tmp" % i)
         open(path, "wb").close()
         os.utime(path, (old, old))
+    for i in range(young):
+        open(os.path.join(d, "abcde" + "1" * 59 + ".bin_%d.tmp" % i), "wb").close()
     return d
 
 
@@ -42,3 +47,15 @@ def test_findings_past_the_cap_are_counted_not_listed(tmp_path):
     assert fixed.findings_unlisted == {"bad_name": 50}
     assert fixed.exit_code == 4
     assert len(os.listdir(d)) == CAP + 50
+
+
+def test_only_stale_temp_files_are_listed(tmp_path):
+    d = plant(str(tmp_path), 0, 50, young=20000)
+    r = kvtier.fsck(str(tmp_path))
+    assert [f.kind for f in r.findings].count("stale_tmp") == 50
+    assert r.findings_unlisted == {}
+    (ns,) = kvtier.du(str(tmp_path)).namespaces
+    assert ns.tmp_files == 20050
+    g = kvtier.gc(str(tmp_path))
+    assert [x.reason for x in g.reclaimed] == ["stale_tmp"] * 50
+    assert len(os.listdir(d)) == 20000
