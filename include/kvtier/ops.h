@@ -151,6 +151,7 @@ struct DuReport {
   std::vector<NamespaceUsage> namespaces;  // sorted by dir
   uint64_t total_bytes = 0, total_blocks = 0, files_scanned = 0;
   std::vector<ScanProblem> unreadable;  // the totals leave these out
+  uint64_t unreadable_unlisted = 0;     // more such parts, past 10^4 of a namespace: counted, not listed
   // 0: complete; 8 (e2fsck's "operational error"): parts could not be read.
   KVTIER_API int ExitCode() const;
 };
@@ -198,6 +199,13 @@ struct FsckOptions : ScanOptions {
 
 struct FsckReport {
   std::vector<Finding> findings;
+  // Findings found but not in `findings`, by kind: a scan lists at most
+  // 10^4 of one kind per namespace (and of the root's strays), so memory is
+  // bounded whatever a hostile tree holds. They are not repaired this pass
+  // and count as problems left (exit 4); a later run lists them.
+  std::map<FindingKind, uint64_t> findings_unlisted;
+  // Every finding, listed or not.
+  KVTIER_API uint64_t FindingsTotal() const;
   uint64_t files_scanned = 0, blocks_checked = 0, blocks_verified = 0;
   uint64_t verified_without_noatime = 0;  // read where O_NOATIME was refused (atime may have moved)
   // What verify_data read: a block's holes are checked as zeros without
@@ -221,7 +229,9 @@ struct FsckReport {
 // verify_data reads every block of the expected size (jobs threads) with
 // O_NOATIME where allowed, and only its data: holes are checked as zeros
 // without being read (L109, FsckReport::verify_read_bytes). Parts that cannot be read become kUnreadable
-// findings (L97). Errors: those listed at the top of this file, no others.
+// findings (L97). Findings of the walk beyond 10^4 of a kind in a namespace
+// are counted, not listed (FsckReport::findings_unlisted), nor repaired.
+// Errors: those listed at the top of this file, no others.
 KVTIER_API Result<FsckReport> Fsck(const FsckOptions& options);
 
 struct GcOptions : ScanOptions {
@@ -320,6 +330,7 @@ struct GcReport {
   // GcOptions::capacity_gate said no (another collector holds the lease).
   std::string capacity_skipped;
   std::vector<ScanProblem> unreadable;  // parts that could not be read
+  uint64_t unreadable_unlisted = 0;     // more such parts, past 10^4 of a namespace: counted, not listed
   // Namespaces kept although --older-than would reclaim them by what could
   // be read, because a part (its leases above all) could not: gc fails closed.
   std::vector<ScanProblem> kept;

@@ -310,6 +310,7 @@ class DuReport:
     total_blocks: int
     files_scanned: int
     unreadable: list[ScanProblem]  # parts left out of the totals
+    unreadable_unlisted: int  # more such parts, past 10**4 of a namespace: counted, not listed
     exit_code: int  # 0 complete, 8 parts could not be read
 
 class Finding:
@@ -326,6 +327,10 @@ class FsckReport:
     blocks_verified: int
     verified_without_noatime: int  # blocks read where O_NOATIME was refused
     verify_read_bytes: int  # bytes verify_data read (holes are checked as zeros, unread)
+    # Findings past the lists' cap (10^4 of a kind per namespace), by kind:
+    # counted, not in findings, not repaired (a later run lists them).
+    findings_unlisted: dict[str, int]
+    findings_total: int  # len(findings) + sum(findings_unlisted.values())
     exit_code: int  # 0 clean, 1 repaired, 4 problems left (e2fsck's convention)
 
 class Reclaimed:
@@ -339,6 +344,7 @@ class GcReport:
     bytes_reclaimed: int
     files_scanned: int
     unreadable: list[ScanProblem]
+    unreadable_unlisted: int  # more such parts, past 10**4 of a namespace: counted, not listed
     kept: list[ScanProblem]  # namespaces kept because their leases or parts could not be read
     failed: list[FailedRemoval]  # selected but not removed: the bound was not enforced
     files_reclaimed: int  # all of them: the lists above stop at list_max (10000) entries each

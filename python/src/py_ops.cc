@@ -151,7 +151,8 @@ void BindReports(pb::module_& m) {
   pb::class_<DuReport>(m, "DuReport", "kvtier du: usage per namespace.")
       .def_readonly("namespaces", &DuReport::namespaces).def_readonly("total_bytes", &DuReport::total_bytes)
       .def_readonly("total_blocks", &DuReport::total_blocks).def_readonly("files_scanned", &DuReport::files_scanned)
-      .def_readonly("unreadable", &DuReport::unreadable).def_property_readonly("exit_code", &DuReport::ExitCode);
+      .def_readonly("unreadable", &DuReport::unreadable).def_readonly("unreadable_unlisted", &DuReport::unreadable_unlisted)
+      .def_property_readonly("exit_code", &DuReport::ExitCode);
   pb::class_<Finding>(m, "Finding", "One fsck finding, citing the FORMAT.md rule it breaks.")
       .def_property_readonly("kind", [](const Finding& f) { return std::string(FindingKindName(f.kind)); })
       .def_property_readonly("path", Fs(&Finding::path)).def_readonly("rule", &Finding::rule)
@@ -163,6 +164,15 @@ void BindReports(pb::module_& m) {
       .def_readonly("blocks_verified", &FsckReport::blocks_verified)
       .def_readonly("verified_without_noatime", &FsckReport::verified_without_noatime)
       .def_readonly("verify_read_bytes", &FsckReport::verify_read_bytes)
+      .def_property_readonly("findings_unlisted",
+                             [](const FsckReport& r) {
+                               std::map<std::string, uint64_t> by_kind;
+                               for (const auto& [kind, n] : r.findings_unlisted) {
+                                 by_kind[std::string(FindingKindName(kind))] = n;
+                               }
+                               return by_kind;
+                             })
+      .def_property_readonly("findings_total", &FsckReport::FindingsTotal)
       .def_property_readonly("exit_code", &FsckReport::ExitCode);
   pb::class_<Reclaimed>(m, "Reclaimed", "One path gc removed (or would remove, dry run).")
       .def_property_readonly("path", Fs(&Reclaimed::path)).def_readonly("bytes", &Reclaimed::bytes)
@@ -175,7 +185,8 @@ void BindReports(pb::module_& m) {
       .def_readonly("dry_run", &GcReport::dry_run).def_readonly("reclaimed", &GcReport::reclaimed)
       .def_readonly("bytes_reclaimed", &GcReport::bytes_reclaimed)
       .def_readonly("files_scanned", &GcReport::files_scanned)
-      .def_readonly("unreadable", &GcReport::unreadable).def_readonly("kept", &GcReport::kept)
+      .def_readonly("unreadable", &GcReport::unreadable).def_readonly("unreadable_unlisted", &GcReport::unreadable_unlisted)
+      .def_readonly("kept", &GcReport::kept)
       .def_readonly("failed", &GcReport::failed)
       .def_readonly("files_reclaimed", &GcReport::files_reclaimed).def_readonly("files_failed", &GcReport::files_failed)
       .def_readonly("dirs_removed", &GcReport::dirs_removed).def_readonly("capacity_cutoff", &GcReport::capacity_cutoff)

@@ -199,8 +199,20 @@ class FsckRun {
     for (const ScannedFile& p : ns.probes) Aged(p, FindingKind::kProbeLeftover, "L82");
     for (const std::string& s : ns.strays) Add(FindingKind::kStrayFile, s, "L90", RepairAction::kNone, "");
     for (const std::string& d : ns.empty_dirs) EmptyDir(d);
+    Unlisted(FindingKind::kUnreadable, ns.unreadable.more());
+    Unlisted(FindingKind::kBadName, ns.bad_names.more());
+    Unlisted(FindingKind::kNotRegular, ns.non_files.more());
+    Unlisted(FindingKind::kStaleTmp, ns.tmps.more());
+    Unlisted(FindingKind::kProbeLeftover, ns.probes.more());
+    Unlisted(FindingKind::kStrayFile, ns.strays.more());
+    Unlisted(FindingKind::kEmptyDir, ns.empty_dirs.more());
   }
   void RootStray(const std::string& name) { Add(FindingKind::kStrayFile, name, "L90", RepairAction::kNone, ""); }
+  // Findings the scan counted past its lists (kFindingsListMax): counted,
+  // never acted on this pass.
+  void Unlisted(FindingKind kind, uint64_t n) {
+    if (n != 0) report_->findings_unlisted[kind] += n;
+  }
 
  private:
   void Add(FindingKind kind, std::string path, const char* rule, RepairAction action, std::string detail) {
@@ -375,6 +387,7 @@ Result<FsckReport> FsckScanned(const FsckOptions& options, const TreeScan& first
   report.files_scanned = scan->files;
   for (const auto& [name, ns] : scan->namespaces) run.Namespace(ns);
   for (const std::string& s : scan->root_strays) run.RootStray(s);
+  run.Unlisted(FindingKind::kStrayFile, scan->root_strays.more());
   run.Finish();
   return report;
 }

@@ -93,8 +93,7 @@ class GcRun {
   bool Orphaned(const NsScan& ns) const {
     if (!o_.older_than_s || LiveLeases(ns, o_.lease_ttl_s, now_) > 0) return false;
     int64_t newest = ns.blocks.newest;
-    for (const ScannedFile& t : ns.tmps) newest = std::max(newest, t.mtime);
-    for (const ScannedFile& l : ns.leases) newest = std::max(newest, l.mtime);
+    newest = std::max({newest, ns.tmps_newest, ns.leases_newest});  // all of them, listed or not
     if (!AgeAtLeast(now_, newest, *o_.older_than_s)) return false;
     if (ns.leases_known && ns.unreadable.empty()) return true;
     const std::string why = ns.unreadable.empty() ? "it changed during the walk"
@@ -206,6 +205,7 @@ void GcRun::Decide(const TreeScan& first) {
   const std::set<std::string> keep(o_.keep.begin(), o_.keep.end());
   for (const auto& [name, ns] : first.namespaces) {
     report_->unreadable.insert(report_->unreadable.end(), ns.unreadable.begin(), ns.unreadable.end());
+    report_->unreadable_unlisted += ns.unreadable.more();
     rows_[name] = MostCommonSize(ns);
     if (keep.count(name) > 0) {
       fate_[name] = Fate::kKept;

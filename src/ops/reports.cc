@@ -54,6 +54,8 @@ ConfigInfo ParseConfig(const NsScan& ns) {
 uint64_t LiveLeases(const NsScan& ns, uint64_t ttl_s, int64_t now) {
   uint64_t live = 0;
   for (const ScannedFile& l : ns.leases) live += AgeAtMost(now, l.mtime, ttl_s);
+  // Past the list's cap, at least the newest lease is counted if live.
+  if (live == 0 && ns.leases.more() != 0 && AgeAtMost(now, ns.leases_newest, ttl_s)) live = 1;
   return live;
 }
 
@@ -81,7 +83,7 @@ NamespaceUsage Usage(const std::string& name, const NsScan& ns, int64_t now) {
       .ranks = ns.ranks,
       .blocks = ns.blocks.count,
       .bytes = ns.blocks.bytes,
-      .tmp_files = ns.tmps.size(),
+      .tmp_files = ns.tmps.total() + ns.young_tmps,
       .newest_activity = ns.blocks.newest,
       .oldest_activity = ns.blocks.oldest,
       .live_leases = LiveLeases(ns, kDefaultLeaseTtlS, now),
@@ -99,6 +101,7 @@ DuReport DuScanned(const TreeScan& scan) {
   for (const auto& [name, ns] : scan.namespaces) {
     NamespaceUsage u = Usage(name, ns, now);
     report.unreadable.insert(report.unreadable.end(), ns.unreadable.begin(), ns.unreadable.end());
+    report.unreadable_unlisted += ns.unreadable.more();
     report.total_bytes += u.bytes;
     report.total_blocks += u.blocks;
     report.namespaces.push_back(std::move(u));
@@ -136,8 +139,14 @@ int GcReport::ExitCode() const {
   return (failed.empty() && files_failed == 0 ? 0 : 4) | (unreadable.empty() ? 0 : 8);
 }
 
+uint64_t FsckReport::FindingsTotal() const {
+  uint64_t n = findings.size();
+  for (const auto& [kind, count] : findings_unlisted) n += count;
+  return n;
+}
+
 int FsckReport::ExitCode() const {
-  bool left = false, repaired = false;
+  bool left = !findings_unlisted.empty(), repaired = false;  // those unlisted were not repaired
   for (const Finding& f : findings) (f.action == RepairAction::kNone ? left : repaired) = true;
   return left ? 4 : repaired ? 1 : 0;
 }

@@ -143,6 +143,7 @@ Result<DuReport> DuRoots(const ScanOptions& o) {
     out.total_blocks += r.total_blocks;
     Prefix(s.roots[i], &r.unreadable);
     out.unreadable.insert(out.unreadable.end(), r.unreadable.begin(), r.unreadable.end());
+    out.unreadable_unlisted += r.unreadable_unlisted;
     for (const NamespaceUsage& u : r.namespaces) {
       auto [it, fresh] = merged.emplace(u.dir, u);
       if (!fresh) MergeUsage(u, &it->second);
@@ -160,6 +161,7 @@ Result<FsckReport> FsckRoots(const FsckOptions& o) {
     KVTIER_ASSIGN_OR_RETURN(FsckReport r, FsckScanned(ForRoot(o, s.roots[i]), s.scans[i], WrongRoots(s, i, sharded)));
     for (Finding& f : r.findings) f.path = JoinRoot(s.roots[i], f.path);
     out.findings.insert(out.findings.end(), r.findings.begin(), r.findings.end());
+    for (const auto& [kind, n] : r.findings_unlisted) out.findings_unlisted[kind] += n;
     out.files_scanned += r.files_scanned;
     out.blocks_checked += r.blocks_checked;
     out.blocks_verified += r.blocks_verified;
@@ -205,6 +207,7 @@ Result<GcReport> GcRoots(const GcOptions& o) {
     Prefix(s.roots[i], &r.kept);
     out.reclaimed.insert(out.reclaimed.end(), r.reclaimed.begin(), r.reclaimed.end());
     out.unreadable.insert(out.unreadable.end(), r.unreadable.begin(), r.unreadable.end());
+    out.unreadable_unlisted += r.unreadable_unlisted;
     out.kept.insert(out.kept.end(), r.kept.begin(), r.kept.end());
     out.bytes_reclaimed += r.bytes_reclaimed;
     out.files_scanned += r.files_scanned;

@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <ctime>
 #include <functional>
 #include <mutex>
 #include <system_error>
@@ -18,6 +19,7 @@
 
 #include "format/layout_names.h"
 #include "ops/io_watch.h"
+#include "ops/ops_internal.h"
 
 namespace kvtier::internal {
 namespace {
@@ -48,18 +50,47 @@ int EnterDir(int parent, const std::string& name, const std::string& rel, NsScan
   return err;
 }
 
-// Lists a directory entered with EnterDir; false after recording an error.
-bool ListInto(int fd, const std::string& rel, NsScan* out, std::vector<DirEntry>* entries, bool report_empty = true) {
+using Batch = std::vector<DirEntry>;
+
+// Lists a directory entered with EnterDir, kListChunkEntries entries at a
+// time into on_batch (whatever the directory holds, issue 25), after
+// recording those that could not be stat'ed; one that listed nothing at all
+// is empty. False after recording an error (the batches before it were
+// handed on). Each batch is a call of its own for the hang watch, and an
+// abandoned walk reads no further.
+bool ListInto(int fd, const std::string& rel, NsScan* out, const std::function<void(const Batch&)>& on_batch,
+              bool report_empty = true) {
   IoScope io(rel);
-  if (const int err = io.cancelled() ? ECANCELED : ListDir(fd, entries)) {
+  bool any = false;
+  const int err = io.cancelled() ? ECANCELED : ListDirChunks(fd, kListChunkEntries, [&](Batch& batch) {
+    any = true;
+    for (const DirEntry& e : batch) {
+      if (e.stat_errno != 0 && e.stat_errno != ENOENT) out->unreadable.push_back({rel + "/" + e.name, ErrText("stat", e.stat_errno)});
+    }
+    on_batch(batch);
+    IoScope next(rel);  // leaving it restarts io's clock for the next batch
+    return !next.cancelled();
+  });
+  if (err != 0) {
     out->unreadable.push_back({rel, ErrText("read directory", err)});
     return false;
   }
-  for (const DirEntry& e : *entries) {
-    if (e.stat_errno != 0 && e.stat_errno != ENOENT) out->unreadable.push_back({rel + "/" + e.name, ErrText("stat", e.stat_errno)});
-  }
-  if (report_empty && entries->empty()) out->empty_dirs.push_back(rel);
+  if (report_empty && !any) out->empty_dirs.push_back(rel);
   return true;
+}
+
+// Whether a temp or probe file is stale: older than tmp_grace_s (at the scan).
+struct Staleness {
+  int64_t now;
+  uint64_t grace_s;
+  bool operator()(const ScannedFile& f) const { return AgeAtLeast(now, f.mtime, grace_s); }
+};
+
+// A temp file (L81) or a probe file (L82): listed when stale, else counted.
+void AddTmp(NsScan* ns, ScannedFile f, const Staleness& stale, bool probe = false) {
+  if (!probe) ns->tmps_newest = std::max(ns->tmps_newest, f.mtime);
+  if (!stale(f)) return (void)++(probe ? ns->young_probes : ns->young_tmps);
+  (void)(probe ? ns->probes : ns->tmps).push_back(std::move(f));
 }
 
 struct Counters {
@@ -71,6 +102,7 @@ struct ShardCtx {
   const std::string& ns;
   const ScanVisitors& visit;
   Counters* counters;
+  Staleness stale;
 };
 
 // One file of a <hhh>/<hh>_g<g> directory (L6, L7, L55): whether a visitor
@@ -91,7 +123,7 @@ bool ClassifyShardFile(const DirEntry& f, const std::string& rel2, std::string_v
     ctx.counters->bytes += block.bytes;
     return ctx.visit.block && ctx.visit.block(ctx.ns, block, dir_fd);
   } else if (hex && S_ISREG(f.st.st_mode)) {
-    out->tmps.push_back(Scanned(std::move(rel3), f.st));
+    AddTmp(out, Scanned(std::move(rel3), f.st), ctx.stale);
   } else if (S_ISLNK(f.st.st_mode)) {
     out->strays.push_back(std::move(rel3));
   } else {
@@ -112,38 +144,44 @@ struct ShardWork {
 bool ScanShard2(const ShardWork& w, int s1, const DirEntry& e2, std::string_view hh, NsScan* out, const ShardCtx& ctx) {
   const std::string rel2 = w.rel + "/" + e2.name;
   UniqueFd s2;
-  std::vector<DirEntry> files;
-  if (EnterDir(s1, e2.name, rel2, out, &s2) != 0 || !ListInto(s2.get(), rel2, out, &files)) return false;
+  if (EnterDir(s1, e2.name, rel2, out, &s2) != 0) return false;
+  // Visitors may remove files while the directory is still being read: those
+  // already listed, which readdir does not return again.
   size_t left = 0;
-  for (const DirEntry& f : files) left += !ClassifyShardFile(f, rel2, w.shard1, hh, s2.get(), out, ctx);
+  const auto classify = [&](const Batch& files) {
+    for (const DirEntry& f : files) left += !ClassifyShardFile(f, rel2, w.shard1, hh, s2.get(), out, ctx);
+  };
+  if (!ListInto(s2.get(), rel2, out, classify)) return false;
   return ctx.visit.shard_dir && ctx.visit.shard_dir(ctx.ns, Scanned(rel2, e2.st), left, s1);
 }
 
-void ScanShard(const ShardWork& w, const ScanVisitors& visit, Counters* counters, NsScan* out) {
-  const ShardCtx ctx{w.ns, visit, counters};
+void ScanShard(const ShardWork& w, const ScanVisitors& visit, Counters* counters, const Staleness& stale, NsScan* out) {
+  const ShardCtx ctx{w.ns, visit, counters, stale};
   UniqueFd s1;
-  std::vector<DirEntry> level2;
-  if (EnterDir(w.block_dir->get(), w.shard1, w.rel, out, &s1) != 0 || !ListInto(s1.get(), w.rel, out, &level2)) return;
+  if (EnterDir(w.block_dir->get(), w.shard1, w.rel, out, &s1) != 0) return;
   size_t left = 0;
-  for (const DirEntry& e2 : level2) {
-    const std::string rel2 = w.rel + "/" + e2.name;
-    const auto shard2 = format::ParseShard2Name(e2.name);
-    if (S_ISLNK(e2.st.st_mode)) {
-      out->strays.push_back(rel2);
-    } else if (e2.st.st_mode != 0 && (!S_ISDIR(e2.st.st_mode) || !shard2)) {
-      out->bad_names.emplace_back(rel2, "not a <hh>_g<group> shard directory");
-    } else if (e2.st.st_mode == 0 || (shard2 && ScanShard2(w, s1.get(), e2, shard2->hh, out, ctx))) {
-      continue;  // gone
+  const auto level2 = [&](const Batch& batch) {
+    for (const DirEntry& e2 : batch) {
+      const std::string rel2 = w.rel + "/" + e2.name;
+      const auto shard2 = format::ParseShard2Name(e2.name);
+      if (S_ISLNK(e2.st.st_mode)) {
+        out->strays.push_back(rel2);
+      } else if (e2.st.st_mode != 0 && (!S_ISDIR(e2.st.st_mode) || !shard2)) {
+        out->bad_names.emplace_back(rel2, "not a <hh>_g<group> shard directory");
+      } else if (e2.st.st_mode == 0 || (shard2 && ScanShard2(w, s1.get(), e2, shard2->hh, out, ctx))) {
+        continue;  // gone
+      }
+      ++left;
     }
-    ++left;
-  }
+  };
+  if (!ListInto(s1.get(), w.rel, out, level2)) return;
   if (visit.shard_dir) visit.shard_dir(w.ns, Scanned(w.rel, w.st), left, w.block_dir->get());
 }
 
 // config.json (L24): read only if it is a regular file, and at most
 // kConfigBytesMax bytes of it.
 void ReadConfig(int ns_fd, const DirEntry& e, const std::string& rel, NsScan* ns) {
-  if (!S_ISREG(e.st.st_mode)) return ns->non_files.push_back(Scanned(rel, e.st));
+  if (!S_ISREG(e.st.st_mode)) return (void)ns->non_files.push_back(Scanned(rel, e.st));
   ns->has_config = true;
   ns->config = Scanned(rel, e.st);
   if (static_cast<uint64_t>(e.st.st_size) > kConfigBytesMax) {
@@ -191,6 +229,21 @@ void ScanRootMarker(int meta_fd, const std::string& rel, NsScan* ns) {
   if (n > 0) ns->root_slot = format::ParseRootMarker(body.substr(0, static_cast<size_t>(n)));
 }
 
+// One entry of .kvtier/leases: a lease (its mtime counted even when the
+// list is full: gc's "live" test), a stray, or unreadable.
+void AddLeaseEntry(const DirEntry& l, const std::string& dir, NsScan* ns) {
+  const bool named = format::IsLeaseName(l.name) || format::IsLeaseTmpName(l.name);
+  if (l.stat_errno != 0 && l.stat_errno != ENOENT) {
+    ns->leases_known = false;
+    ns->unreadable.push_back({dir + "/" + l.name, ErrText("stat", l.stat_errno)});
+  } else if (named && S_ISREG(l.st.st_mode)) {
+    ns->leases_newest = std::max<int64_t>(ns->leases_newest, l.st.st_mtim.tv_sec);
+    ns->leases.push_back(Scanned(dir + "/" + l.name, l.st));
+  } else if (l.st.st_mode != 0) {
+    ns->strays.push_back(dir + "/" + l.name);
+  }
+}
+
 void ScanLeases(int ns_fd, const std::string& rel, NsScan* ns) {
   IoScope io(rel);
   UniqueFd meta, leases;
@@ -200,8 +253,13 @@ void ScanLeases(int ns_fd, const std::string& rel, NsScan* ns) {
   IoScope io_leases(dir);
   if (err == 0) err = io_leases.cancelled() ? ECANCELED : OpenDirAt(meta.get(), std::string(format::kLeaseDirName), &leases);
   if (err == ENOENT) return;  // no lease was ever taken here
-  std::vector<DirEntry> entries;
-  if (err == 0) err = ListDir(leases.get(), &entries);
+  if (err == 0) {
+    err = ListDirChunks(leases.get(), kListChunkEntries, [&](Batch& batch) {
+      for (const DirEntry& l : batch) AddLeaseEntry(l, dir, ns);
+      IoScope next(dir);
+      return !next.cancelled();
+    });
+  }
   if (err != 0) {
     ns->leases_known = false;
     const bool swapped = err == ELOOP || err == ENOTDIR;
@@ -209,52 +267,51 @@ void ScanLeases(int ns_fd, const std::string& rel, NsScan* ns) {
                                                            : ErrText("leases", err)});
     return;
   }
-  for (const DirEntry& l : entries) {
-    const bool named = format::IsLeaseName(l.name) || format::IsLeaseTmpName(l.name);
-    if (l.stat_errno != 0 && l.stat_errno != ENOENT) {
-      ns->leases_known = false;
-      ns->unreadable.push_back({dir + "/" + l.name, ErrText("stat", l.stat_errno)});
-    } else if (named && S_ISREG(l.st.st_mode)) {
-      ns->leases.push_back(Scanned(dir + "/" + l.name, l.st));
-    } else if (l.st.st_mode != 0) {
-      ns->strays.push_back(dir + "/" + l.name);
-    }
-  }
 }
 
 // Non-shard entries of a namespace directory: config.json, temp and probe
 // files, leases; everything else is a stray.
-void ScanNsDir(int root_fd, NsScan* ns) {
+void ScanNsDir(int root_fd, const Staleness& stale, NsScan* ns) {
   UniqueFd fd;
-  std::vector<DirEntry> entries;
+  const auto entries = [&](const Batch& batch) {
+    for (const DirEntry& e : batch) {
+      const std::string rel = ns->dir + "/" + e.name;
+      const bool reg = S_ISREG(e.st.st_mode);
+      if (e.st.st_mode == 0) continue;  // vanished, or recorded as unreadable
+      if (e.name == format::kConfigName) {
+        ReadConfig(fd.get(), e, rel, ns);
+      } else if (reg && format::IsConfigTmpName(e.name)) {
+        AddTmp(ns, Scanned(rel, e.st), stale);
+      } else if (reg && format::IsProbeName(e.name)) {
+        AddTmp(ns, Scanned(rel, e.st), stale, /*probe=*/true);
+      } else if (e.name == format::kMetaDirName) {
+        ScanLeases(fd.get(), rel, ns);
+      } else {
+        ns->strays.push_back(rel);
+      }
+    }
+  };
   const int err = EnterDir(root_fd, ns->dir, ns->dir, ns, &fd);
   // An empty namespace directory is not reported as empty_dir (L91 is
   // about the directories writers create on demand).
-  if (err != 0 || !ListInto(fd.get(), ns->dir, ns, &entries, /*report_empty=*/false)) {
+  if (err != 0 || !ListInto(fd.get(), ns->dir, ns, entries, /*report_empty=*/false)) {
     ns->leases_known = err == ENOENT;
     return;
   }
-  for (const DirEntry& e : entries) {
-    const std::string rel = ns->dir + "/" + e.name;
-    const bool reg = S_ISREG(e.st.st_mode);
-    if (e.st.st_mode == 0) continue;  // vanished, or recorded as unreadable
-    if (e.name == format::kConfigName) ReadConfig(fd.get(), e, rel, ns);
-    else if (reg && format::IsConfigTmpName(e.name)) ns->tmps.push_back(Scanned(rel, e.st));
-    else if (reg && format::IsProbeName(e.name)) ns->probes.push_back(Scanned(rel, e.st));
-    else if (e.name == format::kMetaDirName) ScanLeases(fd.get(), rel, ns);
-    else ns->strays.push_back(rel);
-  }
 }
 
+// A shard directory's part into its namespace: what overflows the lists
+// is counted.
 void Merge(NsScan* into, NsScan&& from) {
-  auto move_all = [](auto& dst, auto& src) { dst.insert(dst.end(), std::make_move_iterator(src.begin()), std::make_move_iterator(src.end())); };
   into->blocks.Merge(from.blocks);
-  move_all(into->non_files, from.non_files);
-  move_all(into->tmps, from.tmps);
-  move_all(into->empty_dirs, from.empty_dirs);
-  move_all(into->bad_names, from.bad_names);
-  move_all(into->strays, from.strays);
-  move_all(into->unreadable, from.unreadable);
+  into->non_files.Merge(std::move(from.non_files));
+  into->tmps.Merge(std::move(from.tmps));
+  into->young_tmps += from.young_tmps;
+  into->tmps_newest = std::max(into->tmps_newest, from.tmps_newest);
+  into->empty_dirs.Merge(std::move(from.empty_dirs));
+  into->bad_names.Merge(std::move(from.bad_names));
+  into->strays.Merge(std::move(from.strays));
+  into->unreadable.Merge(std::move(from.unreadable));
 }
 
 }  // namespace
@@ -266,18 +323,20 @@ namespace {
 // A block directory "<NS>_r<rank>" (L2): its <hhh> directories become work.
 void ScanBlockDir(int root_fd, const std::string& name, NsScan* n, std::vector<ShardWork>* work) {
   auto fd = std::make_shared<UniqueFd>();
-  std::vector<DirEntry> shards;
-  if (EnterDir(root_fd, name, name, n, fd.get()) != 0 || !ListInto(fd->get(), name, n, &shards)) return;
-  for (const DirEntry& s : shards) {
-    const std::string rel = name + "/" + s.name;
-    if (S_ISLNK(s.st.st_mode)) {
-      n->strays.push_back(rel);
-    } else if (s.st.st_mode != 0 && (!S_ISDIR(s.st.st_mode) || !format::IsShard1Name(s.name))) {
-      n->bad_names.emplace_back(rel, "not a <hhh> shard directory");
-    } else if (s.st.st_mode != 0) {
-      work->push_back({n->dir, rel, s.name, s.st, fd});
+  if (EnterDir(root_fd, name, name, n, fd.get()) != 0) return;
+  // At most 4096 <hhh> names become work; any other entry is a finding.
+  (void)ListInto(fd->get(), name, n, [&](const Batch& shards) {
+    for (const DirEntry& s : shards) {
+      const std::string rel = name + "/" + s.name;
+      if (S_ISLNK(s.st.st_mode)) {
+        n->strays.push_back(rel);
+      } else if (s.st.st_mode != 0 && (!S_ISDIR(s.st.st_mode) || !format::IsShard1Name(s.name))) {
+        n->bad_names.emplace_back(rel, "not a <hhh> shard directory");
+      } else if (s.st.st_mode != 0) {
+        work->push_back({n->dir, rel, s.name, s.st, fd});
+      }
     }
-  }
+  });
 }
 
 NsScan& NamespaceOf(TreeScan* scan, std::string_view ns) {
@@ -287,10 +346,20 @@ NsScan& NamespaceOf(TreeScan* scan, std::string_view ns) {
   return n;
 }
 
-// The root's entries: namespace and block directories; the rest are strays.
-bool ScanRoot(const std::vector<DirEntry>& top, TreeScan* scan, std::vector<ShardWork>* work) {
-  bool layout_seen = false;
+// What the root's listing showed, batch after batch.
+struct RootSeen {
+  uint64_t entries = 0;
+  bool layout = false;  // a namespace or block directory
+  bool meta = false;    // .kvtier (L120)
+};
+
+// A batch of the root's entries: namespace and block directories; the rest
+// are strays.
+void ScanRoot(const Batch& top, TreeScan* scan, std::vector<ShardWork>* work, RootSeen* seen) {
+  seen->entries += top.size();
+  bool& layout_seen = seen->layout;
   for (const DirEntry& e : top) {
+    seen->meta = seen->meta || e.name == format::kMetaDirName;
     const bool dir = S_ISDIR(e.st.st_mode);
     if (const auto bd = dir ? format::ParseBlockDirName(e.name) : std::nullopt) {
       NsScan& n = NamespaceOf(scan, bd->ns);
@@ -304,10 +373,10 @@ bool ScanRoot(const std::vector<DirEntry>& top, TreeScan* scan, std::vector<Shar
       scan->root_strays.push_back(e.name);
     }
   }
-  return layout_seen;
 }
 
-void RunShards(const ScanOptions& o, const ScanVisitors& visit, const std::vector<ShardWork>& work, TreeScan* scan) {
+void RunShards(const ScanOptions& o, const ScanVisitors& visit, const std::vector<ShardWork>& work, const Staleness& stale,
+               TreeScan* scan) {
   Counters counters;
   std::atomic<uint64_t> next{0};
   std::atomic<bool> done{false};
@@ -317,7 +386,7 @@ void RunShards(const ScanOptions& o, const ScanVisitors& visit, const std::vecto
   auto worker = [&] {
     for (size_t i; (i = next.fetch_add(1)) < work.size();) {
       NsScan part;
-      ScanShard(work[i], visit, &counters, &part);
+      ScanShard(work[i], visit, &counters, stale, &part);
       std::lock_guard lock(mu);
       Merge(&scan->namespaces[work[i].ns], std::move(part));
     }
@@ -363,35 +432,51 @@ void StartThreads(int n, const std::function<void()>& fn, std::vector<std::threa
   }
 }
 
-// Opens and lists the root (followed as the operator named it).
-static Status OpenRoot(const std::string& root, TreeScan* scan, std::vector<DirEntry>* top) {
+// Opens the root (followed as the operator named it).
+static Status OpenRoot(const std::string& root, TreeScan* scan) {
   IoScope io("");
   if (io.cancelled()) return Status(StatusCode::kTimedOut, "abandoned: " + root);
   scan->root = root;
   scan->root_fd = std::make_shared<UniqueFd>();
   if (const int err = OpenDirAt(AT_FDCWD, root, scan->root_fd.get())) return ErrnoToStatus(err, "open " + root);
-  io.Step();
-  if (const int err = ListDir(scan->root_fd->get(), top)) return ErrnoToStatus(err, "read directory " + root);
   return Status::Ok();
 }
 
 namespace {
 
-// The walk below the root, once the root is open and listed.
-Result<TreeScan> Walk(const ScanOptions& o, const ScanVisitors& visit, TreeScan scan, const std::vector<DirEntry>& top) {
+// Lists the root, a batch at a time, into namespaces and shard work (the
+// block directories' listings included).
+Status ListRoot(TreeScan* scan, std::vector<ShardWork>* work, RootSeen* seen) {
+  IoScope io("");
+  if (io.cancelled()) return Status(StatusCode::kTimedOut, "abandoned: " + scan->root);
+  const int err = ListDirChunks(scan->root_fd->get(), kListChunkEntries, [&](Batch& batch) {
+    ScanRoot(batch, scan, work, seen);
+    IoScope next("");
+    return !next.cancelled();
+  });
+  if (err != 0) return ErrnoToStatus(err, "read directory " + scan->root);
+  return Status::Ok();
+}
+
+// The walk of the open root.
+Result<TreeScan> Walk(const ScanOptions& o, const ScanVisitors& visit, TreeScan scan) {
   std::vector<ShardWork> work;
-  const bool only_meta = top.size() == 1 && top[0].name == format::kMetaDirName;  // L120: a fresh volume
-  if (!ScanRoot(top, &scan, &work) && !top.empty() && !only_meta && !o.force) {
+  RootSeen seen;
+  KVTIER_RETURN_IF_ERROR(ListRoot(&scan, &work, &seen));
+  const bool only_meta = seen.entries == 1 && seen.meta;  // L120: a fresh volume
+  if (!seen.layout && seen.entries != 0 && !only_meta && !o.force) {
     return InvalidArgument(o.root + " does not look like a kvtier/vLLM root_dir (no <model>_<digest> directories); "
                            "pass --force to scan it anyway");
   }
+  const Staleness stale{std::time(nullptr), o.tmp_grace_s};
   for (auto& [name, ns] : scan.namespaces) {
-    if (ns.has_ns_dir) ScanNsDir(scan.root_fd->get(), &ns);
+    if (ns.has_ns_dir) ScanNsDir(scan.root_fd->get(), stale, &ns);
   }
-  RunShards(o, visit, work, &scan);
+  RunShards(o, visit, work, stale, &scan);
   for (auto& [name, ns] : scan.namespaces) {
     std::sort(ns.ranks.begin(), ns.ranks.end());
-    scan.files += ns.blocks.count + ns.tmps.size() + ns.probes.size() + ns.leases.size() + (ns.has_config ? 1 : 0);
+    const uint64_t tmps = ns.tmps.total() + ns.young_tmps + ns.probes.total() + ns.young_probes;
+    scan.files += ns.blocks.count + tmps + ns.leases.total() + (ns.has_config ? 1 : 0);
   }
   return scan;
 }
@@ -402,9 +487,8 @@ Result<TreeScan> ScanTree(const ScanOptions& o, const ScanVisitors& visit) {
   if (o.root.empty()) return InvalidArgument("a root directory is required");
   IoRootScope io_root(o.root);
   TreeScan scan;
-  std::vector<DirEntry> top;
-  KVTIER_RETURN_IF_ERROR(OpenRoot(o.root, &scan, &top));
-  return Walk(o, visit, std::move(scan), top);
+  KVTIER_RETURN_IF_ERROR(OpenRoot(o.root, &scan));
+  return Walk(o, visit, std::move(scan));
 }
 
 Result<TreeScan> ScanAgain(const ScanOptions& o, const TreeScan& first, const ScanVisitors& visit) {
@@ -414,11 +498,9 @@ Result<TreeScan> ScanAgain(const ScanOptions& o, const TreeScan& first, const Sc
   TreeScan scan;
   scan.root = first.root;
   scan.root_fd = first.root_fd;
-  std::vector<DirEntry> top;
-  if (const int err = ListDir(first.root_fd->get(), &top)) return ErrnoToStatus(err, "read directory " + first.root);
   ScanOptions again = o;
   again.force = true;  // the first walk decided
-  return Walk(again, visit, std::move(scan), top);
+  return Walk(again, visit, std::move(scan));
 }
 
 }  // namespace kvtier::internal

@@ -8,7 +8,9 @@
 // statistics of its blocks (BlockStats), never their list; a tool that acts
 // on blocks walks again with ScanVisitors (ScanAgain). What is kept in
 // lists are the anomalies (temp files, strays, bad names...), which fsck
-// reports one by one anyway.
+// reports one by one, each list capped (CappedList): a hostile directory of
+// 10^7 stray files costs a count, not gigabytes. Directories are read in
+// batches of kListChunkEntries (ListDirChunks), never whole.
 #pragma once
 
 #include <sys/stat.h>
@@ -17,6 +19,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <utility>
 #include <thread>
 #include <memory>
 #include <string>
@@ -69,6 +72,42 @@ struct BlockStats {
   void Merge(const BlockStats& other);
 };
 
+// The longest list of one kind of finding a scan keeps per namespace (and
+// of the root's strays): what a report can list, ~2 MiB of paths per kind.
+// Past it, findings are only counted (CappedList::more): every report counts
+// them all; fsck --repair and gc act on those listed, and a later pass (which
+// lists afresh) on the rest.
+inline constexpr size_t kFindingsListMax = 10000;
+
+// A list holding at most kFindingsListMax entries, counting the others.
+template <class T>
+class CappedList {
+ public:
+  // Whether `v` was listed (false: only counted).
+  bool push_back(T v) {
+    if (items_.size() >= kFindingsListMax) return ++more_, false;
+    items_.push_back(std::move(v));
+    return true;
+  }
+  template <class... A>
+  bool emplace_back(A&&... a) { return push_back(T(std::forward<A>(a)...)); }
+  void Merge(CappedList&& o) {
+    for (T& v : o.items_) push_back(std::move(v));
+    more_ += o.more_;
+  }
+  auto begin() const { return items_.begin(); }
+  auto end() const { return items_.end(); }
+  const T& front() const { return items_.front(); }
+  const std::vector<T>& listed() const { return items_; }
+  uint64_t more() const { return more_; }  // found but not listed
+  uint64_t total() const { return items_.size() + more_; }
+  bool empty() const { return total() == 0; }
+
+ private:
+  std::vector<T> items_;
+  uint64_t more_ = 0;
+};
+
 struct NsScan {
   std::string dir;     // "<model>_<digest>"
   std::string digest;  // the 12 hex characters of the name
@@ -80,24 +119,32 @@ struct NsScan {
   ScannedFile config;            // its lstat (when has_config)
   std::vector<int64_t> ranks;
   BlockStats blocks;                   // of the well-placed <hex>.bin regular files
-  std::vector<ScannedFile> non_files;  // directories, symlinks, FIFOs... at a block or config.json name
-  std::vector<ScannedFile> tmps;       // <hex>.bin_<n>.tmp and config.json_<n>.tmp
-  std::vector<ScannedFile> probes;     // .o_direct_probe_<n>.tmp, .xattr_probe_<n>.tmp
-  std::vector<ScannedFile> leases;     // .kvtier/leases/<host>-<pid>-<n>.lease (and their .tmp)
+  CappedList<ScannedFile> non_files;  // directories, symlinks, FIFOs... at a block or config.json name
+  // Temp files (<hex>.bin_<n>.tmp, config.json_<n>.tmp) and probe files
+  // (.o_direct_probe_<n>.tmp, .xattr_probe_<n>.tmp) older than tmp_grace_s
+  // when scanned: the stale ones, which fsck reports and gc removes. Only
+  // they are listed, so each pass removes up to a full list of them
+  // whatever number of younger ones (counted: young_tmps, young_probes).
+  CappedList<ScannedFile> tmps, probes;
+  uint64_t young_tmps = 0, young_probes = 0;
+  CappedList<ScannedFile> leases;     // .kvtier/leases/<host>-<pid>-<n>.lease (and their .tmp)
+  // The newest mtime of all temp files and of all leases, listed or not (0:
+  // none): gc's orphan decision stays exact whatever the lists hold.
+  int64_t tmps_newest = 0, leases_newest = 0;
   bool leases_known = true;            // false: .kvtier or leases/ or a lease could not be read
   std::optional<ScannedFile> root_marker;     // .kvtier/root_slot.json, a regular file (L100)
   std::optional<format::RootSlot> root_slot;  // what it says, when it parses
-  std::vector<std::string> empty_dirs;
-  std::vector<std::pair<std::string, std::string>> bad_names;  // path, why
-  std::vector<std::string> strays;
-  std::vector<ScanProblem> unreadable;  // directories or files that could not be read
+  CappedList<std::string> empty_dirs;
+  CappedList<std::pair<std::string, std::string>> bad_names;  // path, why
+  CappedList<std::string> strays;
+  CappedList<ScanProblem> unreadable;  // directories or files that could not be read
 };
 
 struct TreeScan {
   std::string root;                          // as given (for messages)
   std::shared_ptr<UniqueFd> root_fd;         // the root directory every action starts from
   std::map<std::string, NsScan> namespaces;  // by "<model>_<digest>"
-  std::vector<std::string> root_strays;      // root entries outside any namespace
+  CappedList<std::string> root_strays;       // root entries outside any namespace
   uint64_t files = 0;
 };
 

@@ -5,7 +5,9 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <memory>
 
 namespace kvtier::internal {
 
@@ -60,19 +62,29 @@ int OpenDirPath(int dirfd, std::string_view rel, UniqueFd* out) {
 }
 
 int ListDir(int dirfd, std::vector<DirEntry>* out) {
+  out->clear();
+  return ListDirChunks(dirfd, kListChunkEntries, [out](std::vector<DirEntry>& batch) {
+    out->insert(out->end(), std::make_move_iterator(batch.begin()), std::make_move_iterator(batch.end()));
+    return true;
+  });
+}
+
+int ListDirChunks(int dirfd, size_t chunk, const std::function<bool(std::vector<DirEntry>&)>& on_chunk) {
   // readdir consumes its fd: list through a fresh open of "." so the
   // caller's fd keeps its own position and stays usable.
   const int fd = ::openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return errno;
-  DIR* dir = ::fdopendir(fd);
+  std::unique_ptr<DIR, int (*)(DIR*)> dir(::fdopendir(fd), &::closedir);
   if (dir == nullptr) {
     const int err = errno;
     ::close(fd);
     return err;
   }
-  out->clear();
+  chunk = std::max<size_t>(chunk, 1);
+  std::vector<DirEntry> batch;
+  batch.reserve(chunk);
   errno = 0;
-  while (dirent* e = ::readdir(dir)) {
+  while (dirent* e = ::readdir(dir.get())) {
     const std::string_view name = e->d_name;
     if (name == "." || name == "..") continue;
     DirEntry entry{std::string(name), {}, 0};
@@ -80,11 +92,15 @@ int ListDir(int dirfd, std::vector<DirEntry>* out) {
       entry.stat_errno = errno;
       entry.st.st_mode = 0;
     }
-    out->push_back(std::move(entry));
+    batch.push_back(std::move(entry));
+    if (batch.size() == chunk) {
+      if (!on_chunk(batch)) return ECANCELED;
+      batch.clear();
+    }
     errno = 0;
   }
   const int err = errno;  // readdir returns nullptr with errno set on failure
-  ::closedir(dir);
+  if (!batch.empty() && !on_chunk(batch)) return ECANCELED;
   return err;
 }
 

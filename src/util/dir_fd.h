@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -46,8 +47,23 @@ struct DirEntry {
   int stat_errno = 0;  // why the lstat failed (ENOENT: vanished meanwhile)
 };
 // Lists `dirfd` (without "." and ".."), each entry lstat'ed: 0 or the errno
-// of opening or reading the directory.
+// of opening or reading the directory. Holds the whole listing: only for
+// directories whose size the caller bounds; ListDirChunks for the others.
 int ListDir(int dirfd, std::vector<DirEntry>* out);
+
+// The entries ListDirChunks holds at once in the scans of du, fsck and gc:
+// ~1024 names and stats (~200 KiB), whatever a directory holds (issue 25).
+inline constexpr size_t kListChunkEntries = 1024;
+// Lists `dirfd` as ListDir does, in batches of at most `chunk` entries (>= 1)
+// handed to on_chunk, which may consume them (the vector is cleared after
+// each call) and returns false to stop: memory holds one batch whatever the
+// directory's size. A batch is never empty, so a directory is empty exactly
+// when on_chunk is never called. The directory is read while on_chunk runs:
+// it may remove entries already handed to it (readdir then neither repeats
+// nor skips the others, POSIX readdir); one created meanwhile may or may not
+// be listed. 0, ECANCELED when on_chunk stopped, or the errno of opening or
+// reading the directory (after the batches read before the error).
+int ListDirChunks(int dirfd, size_t chunk, const std::function<bool(std::vector<DirEntry>&)>& on_chunk);
 
 // Opens `name` under `dirfd` for reading data only if it is a regular file:
 // O_NOFOLLOW | O_NONBLOCK (a FIFO cannot block the open), then fstat. With

@@ -13,6 +13,13 @@
 // - sparse files: eight 1 TiB files (holes) in a namespace, even when they are
 //   all it holds, are size_mismatch findings never read by fsck --verify-data;
 //   du and gc count their allocated bytes (none), and all three finish;
+// - a hostile tree (issue 25): one flat <hh>_g<g> directory of 2*10^5 files
+//   (blocks, badly named files, stale temp files) costs du, fsck and gc
+//   no more peak RSS than one of 2.5*10^4 (less than 8 MiB more; the walk
+//   that read directories whole and listed every finding took 72, 344 and
+//   112 MiB more): directories are read
+//   in batches and findings lists stop at kFindingsListMax (10^4) per kind,
+//   while fsck's totals (--json by_kind, exit 4) still count every one;
 // - empty directories: gc removes the shard directories its capacity pass
 //   emptied (an SGLang namespace's as a vLLM one's), and writers storing into
 //   those very directories while gc prunes them never lose a store: every
@@ -34,6 +41,8 @@
 #include <random>
 #include <set>
 #include <thread>
+
+#include <nlohmann/json.hpp>
 
 #include "kvtier/fs_tier.h"
 #include "kvtier/ops.h"
@@ -92,15 +101,15 @@ struct Peak {
   long rss_kb = 0;  // ru_maxrss of the command and the children it waited for
 };
 
-// Runs the CLI with stdout to /dev/null; its peak RSS from wait4.
-Peak RunForPeak(std::vector<std::string> args) {
+// Runs the CLI with stdout to `out` (/dev/null by default); its peak RSS from wait4.
+Peak RunForPeak(std::vector<std::string> args, const std::string& out = "/dev/null") {
   args.insert(args.begin(), testing::CliPath().string());
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
   const pid_t pid = fork();
   if (pid == 0) {
-    const int null = open("/dev/null", O_WRONLY);
+    const int null = open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     dup2(null, STDOUT_FILENO);
     execv(argv[0], argv.data());
     _exit(127);
@@ -171,6 +180,95 @@ TEST(OpsBoundedTest, PeakMemoryDoesNotGrowWithTheNumberOfFiles) {
     }
     EXPECT_LT(kb, 64 * 1024) << name;
   }
+}
+
+// What PlantFlat put in the one flat shard directory.
+struct Flat {
+  size_t blocks = 0, bad_names = 0, tmps = 0;
+};
+
+// n files in one <hhh>/<hh>_g0 directory of namespace m0 (a flat directory,
+// as a buggy writer or an attacker can make): a tenth well-named blocks of
+// that shard, the rest half badly named files, half temp files older than
+// the default grace (stale_tmp findings).
+Flat PlantFlat(const fs::path& root, size_t n, std::mt19937_64& rng) {
+  const std::string ns = "m0_0123456789a0";
+  const fs::path dir = root / (ns + "_r0") / "abc" / "de_g0";
+  fs::create_directories(dir);
+  fs::create_directories(root / ns);
+  testing::WriteFileOrDie(root / ns / "config.json", "{}");
+  const int64_t old = std::time(nullptr) - 7200;
+  const timespec times[2] = {{old, 0}, {old, 0}};
+  Flat f;
+  for (size_t i = 0; i < n; ++i) {
+    const std::string hex = "abcde" + Hex64(rng).substr(5);
+    std::string name;
+    if (i % 10 == 0) name = hex + ".bin", ++f.blocks;
+    else if (i % 2 == 0) name = "junk_" + std::to_string(i), ++f.bad_names;
+    else name = hex + ".bin_" + std::to_string(i) + ".tmp", ++f.tmps;
+    const int fd = open((dir / name).c_str(), O_CREAT | O_WRONLY | O_TRUNC, 0644);
+    EXPECT_GE(fd, 0) << name;
+    EXPECT_EQ(write(fd, "0123456789abcdef", 16), 16);
+    EXPECT_EQ(futimens(fd, times), 0);
+    close(fd);
+  }
+  return f;
+}
+
+struct HostileRun {
+  Flat planted;
+  std::map<std::string, long> peaks;
+};
+
+// Peak RSS of du, fsck and gc --dry-run over a tree with one flat directory
+// of n files; fsck's JSON report goes to `json`, read later: a child's
+// ru_maxrss includes what its parent held when it forked.
+HostileRun HostilePeaks(size_t n, uint64_t seed, const fs::path& json) {
+  ScratchDir root;
+  std::mt19937_64 rng(seed);
+  HostileRun run{PlantFlat(root.path(), n, rng), {}};
+  const std::string r = root.path().string();
+  const Peak fsck = RunForPeak({"fsck", r, "--json"}, json.string());
+  EXPECT_EQ(fsck.exit_code, 4) << "problems left";
+  const Peak du = RunForPeak({"du", r, "--json"});
+  EXPECT_EQ(du.exit_code, 0);
+  const Peak gc = RunForPeak({"gc", r, "--json", "--dry-run", "--max-bytes", std::to_string(run.planted.blocks * 8)});
+  EXPECT_EQ(gc.exit_code, 0);
+  run.peaks = {{"fsck", fsck.rss_kb}, {"du", du.rss_kb}, {"gc --dry-run --max-bytes", gc.rss_kb}};
+  return run;
+}
+
+// fsck counted every planted finding, and listed at most the cap of each kind.
+void CheckFsckTotals(const fs::path& json, const Flat& planted) {
+  const nlohmann::json report = testing::ReadJsonOrDie(json);
+  const nlohmann::json& by_kind = report["summary"]["by_kind"];
+  EXPECT_EQ(by_kind.value("bad_name", uint64_t{0}), planted.bad_names) << "every finding counted";
+  EXPECT_EQ(by_kind.value("stale_tmp", uint64_t{0}), planted.tmps);
+  EXPECT_EQ(report["summary"]["blocks_checked"].get<uint64_t>(), planted.blocks);
+  std::map<std::string, size_t> listed;
+  for (const nlohmann::json& f : report["findings"]) ++listed[f["kind"].get<std::string>()];
+  for (const auto& [kind, planted_n] : std::map<std::string, size_t>{{"bad_name", planted.bad_names}, {"stale_tmp", planted.tmps}}) {
+    const size_t unlisted = report["summary"]["unlisted"].value(kind, size_t{0});
+    EXPECT_EQ(listed[kind], std::min<size_t>(planted_n, 10000)) << kind << ": listed up to the cap";
+    EXPECT_EQ(listed[kind] + unlisted, planted_n) << kind << ": the rest counted as unlisted";
+  }
+}
+
+TEST(OpsBoundedTest, PeakMemoryDoesNotGrowWithAFlatHostileDirectory) {
+  const uint64_t seed = testing::TestSeed();
+  testing::TempDir out;
+  // Both trees hold more than 10^4 bad names and temp files: fsck lists as
+  // many in either, so what differs is what grows with the directory.
+  const HostileRun small = HostilePeaks(25000, seed, out.path() / "small.json");
+  const HostileRun large = HostilePeaks(200000, seed, out.path() / "large.json");
+  for (const auto& [name, kb] : large.peaks) {
+    std::printf("%-26s peak RSS %6ld KiB at 2.5*10^4 files in one directory, %6ld KiB at 2*10^5\n", name.c_str(),
+                small.peaks.at(name), kb);
+    EXPECT_LT(kb - small.peaks.at(name), 8 * 1024) << name << ": memory grows with a directory's size";
+  }
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  CheckFsckTotals(out.path() / "small.json", small.planted);
+  CheckFsckTotals(out.path() / "large.json", large.planted);
 }
 
 struct Block {

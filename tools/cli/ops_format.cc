@@ -87,6 +87,7 @@ nlohmann::json DuJson(const DuReport& r, const DuTop& top, size_t of) {
   }
   nlohmann::json j = {{"namespaces", list}, {"total_bytes", r.total_bytes}, {"total_blocks", r.total_blocks},
                       {"files_scanned", r.files_scanned}, {"unreadable", ProblemsJson(r.unreadable)},
+                      {"unreadable_unlisted", r.unreadable_unlisted},
                       {"exit_code", r.ExitCode()}};
   if (top.n != 0) j["top"] = {{"n", top.n}, {"by", top.by == DuTopBy::kBytes ? "bytes" : "age"}, {"of", of}};
   MakeJsonUtf8(&j);  // names on the volume may be any bytes
@@ -130,7 +131,10 @@ std::string DuText(const DuReport& r, const DuTop& top, size_t of) {
   out << "total: " << (top.n != 0 ? of : r.namespaces.size()) << " namespaces, " << r.total_blocks << " blocks, "
       << HumanBytes(r.total_bytes) << " (" << r.files_scanned << " files scanned)\n";
   ProblemsText(out, "unreadable:", r.unreadable);
-  if (!r.unreadable.empty()) out << "du: incomplete: " << r.unreadable.size() << " parts could not be read (exit 8)\n";
+  if (!r.unreadable.empty()) {
+    out << "du: incomplete: " << r.unreadable.size() + r.unreadable_unlisted << " parts could not be read (exit 8)";
+    out << (r.unreadable_unlisted != 0 ? ", " + std::to_string(r.unreadable_unlisted) + " not listed\n" : "\n");
+  }
   return out.str();
 }
 
@@ -144,13 +148,19 @@ nlohmann::json FsckJson(const FsckReport& r) {
     ++by_kind[std::string(FindingKindName(f.kind))];
     repaired += f.action != RepairAction::kNone;
   }
+  nlohmann::json unlisted = nlohmann::json::object();  // counted past the lists' cap: never repaired
+  for (const auto& [kind, n] : r.findings_unlisted) {
+    by_kind[std::string(FindingKindName(kind))] += n;
+    unlisted[std::string(FindingKindName(kind))] = n;
+  }
   nlohmann::json j = {{"findings", findings},
                       {"summary", {{"files_scanned", r.files_scanned}, {"blocks_checked", r.blocks_checked},
                                    {"blocks_verified", r.blocks_verified},
                                    {"verified_without_noatime", r.verified_without_noatime},
                                    {"verify_read_bytes", r.verify_read_bytes},
-                                   {"findings", r.findings.size()}, {"by_kind", by_kind}, {"repaired", repaired},
-                                   {"left", r.findings.size() - repaired}, {"exit_code", r.ExitCode()}}}};
+                                   {"findings", r.FindingsTotal()}, {"by_kind", by_kind}, {"unlisted", unlisted},
+                                   {"repaired", repaired}, {"left", r.FindingsTotal() - repaired},
+                                   {"exit_code", r.ExitCode()}}}};
   MakeJsonUtf8(&j);  // paths and details may hold any bytes
   return j;
 }
@@ -163,11 +173,14 @@ std::string FsckText(const FsckReport& r) {
     if (f.action != RepairAction::kNone) out << " [" << RepairActionName(f.action) << "]";
     out << "\n";
   }
+  for (const auto& [kind, n] : r.findings_unlisted) {
+    out << "... and " << n << " more " << FindingKindName(kind) << " not listed (nor repaired): a later run lists them\n";
+  }
   const nlohmann::json summary = FsckJson(r)["summary"];
   out << "fsck: " << r.files_scanned << " files, " << r.blocks_checked << " blocks checked";
   if (r.blocks_verified) out << ", " << r.blocks_verified << " verified";
   if (r.verified_without_noatime) out << " (" << r.verified_without_noatime << " without O_NOATIME: their atime may have moved)";
-  out << "; " << r.findings.size() << " findings, " << summary["repaired"].get<uint64_t>() << " repaired -> "
+  out << "; " << r.FindingsTotal() << " findings, " << summary["repaired"].get<uint64_t>() << " repaired -> "
       << (r.ExitCode() == 0 ? "clean" : r.ExitCode() == 1 ? "repaired" : "problems left") << "\n";
   return out.str();
 }
@@ -186,7 +199,8 @@ nlohmann::json GcJson(const GcReport& r) {
                       {"walks", r.walks}, {"candidates_held", r.candidates_held},
                       {"capacity_skipped", r.capacity_skipped},
                       {"kept", ProblemsJson(r.kept)},
-                      {"unreadable", ProblemsJson(r.unreadable)}, {"exit_code", r.ExitCode()}};
+                      {"unreadable", ProblemsJson(r.unreadable)}, {"unreadable_unlisted", r.unreadable_unlisted},
+                      {"exit_code", r.ExitCode()}};
   MakeJsonUtf8(&j);  // names on the volume may be any bytes
   return j;
 }
@@ -219,7 +233,10 @@ std::string GcText(const GcReport& r) {
   if (r.files_failed != 0) {
     out << "gc: " << r.files_failed << " selected files could not be removed: the bound is not enforced (exit 4)\n";
   }
-  if (!r.unreadable.empty()) out << "gc: incomplete: " << r.unreadable.size() << " parts could not be read (exit 8)\n";
+  if (!r.unreadable.empty()) {
+    out << "gc: incomplete: " << r.unreadable.size() + r.unreadable_unlisted << " parts could not be read (exit 8)";
+    out << (r.unreadable_unlisted != 0 ? ", " + std::to_string(r.unreadable_unlisted) + " not listed\n" : "\n");
+  }
   return out.str();
 }
 
