@@ -203,12 +203,16 @@ bool FillWatch(const WatchFlags& w, const GcOptions& gc, bool json, GcWatchOptio
   return true;
 }
 
-int RunWatchCommand(const GcWatchOptions& o) {
+void InstallStopHandler() {
   struct sigaction sa {};
   sa.sa_handler = [](int) { g_watch_stop = true; };
   sigemptyset(&sa.sa_mask);
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGINT, &sa, nullptr);
+}
+
+int RunWatchCommand(const GcWatchOptions& o) {
+  InstallStopHandler();
   return RunGcWatch(o, g_watch_stop);
 }
 
@@ -287,12 +291,22 @@ void RegisterGc(CLI::App* app, CliContext* ctx) {
       }
       lease = OneShotLease::Start(o, *ttl);
       o.capacity_gate = [lease] { return lease->Gate(); };
-      o.stop = [lease] { return lease->Lost(); };
+      // SIGTERM/SIGINT: finish the removal in progress, remove no more, and
+      // give the lease up (L122) rather than leave it to go stale.
+      InstallStopHandler();
+      o.stop = [lease] { return g_watch_stop || lease->Lost(); };
     }
+    // Given up on every way out, exceptions included (Finish is idempotent).
+    const std::unique_ptr<OneShotLease, void (*)(OneShotLease*)> finish(lease.get(), [](OneShotLease* l) {
+      if (l != nullptr) l->Finish();
+    });
     Result<GcReport> r = Gc(o);
     if (lease) lease->Finish();
     const int rc = Emit<GcReport>(r, "gc", f->json, o.progress != nullptr, &GcJson, &GcText);
     ctx->exit_code = rc != 0 ? rc : r->ExitCode();  // 4: removals failed; 8: parts could not be read
+    // 4 too where the bound went unenforced for want of a lease (EACCES,
+    // EROFS, a hung mount), not because another collector enforces it.
+    if (rc == 0 && lease && lease->Failed()) ctx->exit_code |= 4;
   }, ctx));
 }
 

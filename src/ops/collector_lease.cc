@@ -118,6 +118,7 @@ void CollectorLease::TickObserver(int64_t now) {
   struct stat st {};
   const int err = ReadLease(dir_.get(), std::string(format::kCollectorLeaseName), &body, &st);
   if (err == ENOENT) {
+    if (seen_since_ns_ != 0) ++changes_seen_;  // one we saw is gone: its holder gave it up, or another took it
     TryCreate(now);
     return;
   }

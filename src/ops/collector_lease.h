@@ -52,8 +52,9 @@ class CollectorLease {
   bool MayCollectAt(int64_t now_ns) const;
   State state() const { return state_.load(); }
   uint64_t acquisitions() const { return acquisitions_.load(); }
-  // Times an observer saw the lease change under its eyes (refreshed, or
-  // replaced): another collector is alive. Never counts the first sighting.
+  // Times an observer saw the lease change under its eyes (refreshed,
+  // replaced, or removed by its holder): another collector is alive. Never
+  // counts the first sighting, nor a stale lease this one took over.
   uint64_t changes_seen() const { return changes_seen_.load(); }
   uint64_t refresh_ms() const { return refresh_ms_; }
   // L122's R for a TTL: ttl_ms / 15, clamped to 20 ms..2 s.

@@ -16,7 +16,8 @@ metrics files (Prometheus text, written by temp file and rename) and their logs:
 * A one-shot `kvtier gc --max-bytes` beside a live `gc --watch` holder removes nothing for capacity
   (exit 0, capacity_skipped says why; --ignore-lease trims anyway); once the holder is SIGKILLed it
   takes the stale lease after the TTL and trims; with no holder it takes the lease for its run and
-  gives it up at exit (FORMAT.md L124).
+  gives it up at exit (FORMAT.md L124). One that saw another collector's lease given up during its
+  run (that one may have trimmed already) trims nothing, even though it could take the lease then.
 * A hung mount (a bindfs FUSE mount whose daemon is stopped; skipped in one line without root,
   bindfs or /dev/fuse) ends the watch with exit 8 once a call passes --io-timeout.
 * --min-free on a 64 MiB tmpfs (mounted here; skipped in one line where mount is refused): a
@@ -303,7 +304,7 @@ def test_one_shot_trim_defers_to_a_live_collector(kvtier_bin, tmp_path):
     try:
         wait_for("the holder", w.holding)
         r = one_shot(kvtier_bin, root, "--max-bytes", str(20 * ROW), *ttl)
-        assert r["files_reclaimed"] == 0 and "live collector" in r["capacity_skipped"], r
+        assert r["files_reclaimed"] == 0 and "another collector" in r["capacity_skipped"], r
         assert len(blocks(root)) == 40
         r = one_shot(kvtier_bin, root, "--max-bytes", str(30 * ROW), "--ignore-lease", *ttl)
         assert r["files_reclaimed"] == 10 and r["capacity_skipped"] == "", r
@@ -330,3 +331,21 @@ def test_one_shot_trim_takes_the_lease_for_its_run(kvtier_bin, tmp_path):
     make_blocks(fresh, 10, "b")
     one_shot(kvtier_bin, fresh, "--max-bytes", str(5 * ROW), "--dry-run")
     assert not (fresh / ".kvtier").exists()
+
+
+def test_one_shot_trims_nothing_after_seeing_another_collector_give_up_the_lease(kvtier_bin, tmp_path):
+    root = tmp_path / "root"
+    make_blocks(root, 40, "a")
+    (root / ".kvtier").mkdir()
+    lease = root / ".kvtier" / "gc.lease"
+    lease.write_text("another-host 4242 token\n")  # another collector's lease, as it sees it
+    proc = subprocess.Popen([kvtier_bin, "gc", str(root), "--json", "--max-bytes", str(20 * ROW),
+                             "--collector-ttl", "3s"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(1.0)  # it has seen the lease (R = 200 ms), well within the TTL: not stale
+    lease.unlink()   # its holder gave it up (after its own trim)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    r = json.loads(out)
+    assert r["files_reclaimed"] == 0 and "another collector" in r["capacity_skipped"], r
+    assert len(blocks(root)) == 40
+    assert not lease.exists(), "nothing left behind"

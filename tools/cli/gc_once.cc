@@ -78,18 +78,28 @@ std::string OneShotLease::Gate() {
   while (!done_) {
     const int phase = phase_.load();
     if (phase == kFailed) return answer_ = open_error_;
+    // Checked before MayCollect: a collector seen alive during this run
+    // (its lease refreshed, or given up after its trim) may have trimmed
+    // what this run's walk measured, even if this one holds the lease now.
+    if (phase == kTicking && lease_->changes_seen() > 0) {
+      other_collector_ = true;
+      return answer_ = "another collector is active on " + where_ + " (its lease changed during this run: kvtier gc --watch, "
+                       "or another gc): the bound is its job; "
+                       "--ignore-lease removes anyway";
+    }
     if (phase == kTicking && lease_->MayCollect()) {
       gated_ = true;
       return answer_ = "";
-    }
-    if (phase == kTicking && lease_->state() == CollectorLease::State::kObserving && lease_->changes_seen() > 0) {
-      return answer_ = "a live collector holds " + where_ + " (kvtier gc --watch, or another gc): the bound is its job; "
-                       "--ignore-lease removes anyway";
     }
     if (NowNs() > deadline_ns_) return answer_ = "could not take the collector lease within its TTL and a settle";
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   return answer_ = "stopped";
+}
+
+bool OneShotLease::Failed() {
+  std::lock_guard lock(mu_);
+  return answered_ && !answer_.empty() && !other_collector_ && answer_ != "stopped";
 }
 
 bool OneShotLease::Lost() const { return gated_ && (done_ || !lease_->MayCollect()); }

@@ -77,6 +77,10 @@ class OneShotLease : public std::enable_shared_from_this<OneShotLease> {
   std::string Gate();
   // Held once, and no longer (a takeover, or Finish): remove nothing more.
   bool Lost() const;
+  // Whether Gate's answer was a failure to take the lease (it could not be
+  // made or read, or not within its deadline), not another collector's
+  // holding it: the bound went unenforced and nobody else enforces it.
+  bool Failed();
   // Stops ticking and gives the lease up (if held), waiting at most 2 s.
   void Finish();
 
@@ -92,7 +96,7 @@ class OneShotLease : public std::enable_shared_from_this<OneShotLease> {
   int64_t deadline_ns_ = 0;
   std::mutex mu_;  // guards answer_, answered_, exited_
   std::condition_variable exited_cv_;
-  bool answered_ = false, exited_ = false;
+  bool answered_ = false, exited_ = false, other_collector_ = false;
   std::string answer_;
 };
 
