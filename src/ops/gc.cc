@@ -107,6 +107,9 @@ class GcRun {
   // walk removed its emptied shard directories).
   void ReclaimNamespaceRest(const NsScan& ns) {
     for (const ScannedFile& l : ns.leases) Reclaim(l, "orphaned_namespace");
+    // More leases than a list holds: the rest go next pass, and config.json
+    // and the root marker (L100) with them, never a namespace half gone.
+    if (ns.leases.more() != 0) return;
     if (ns.has_config) Reclaim(ns.config, "orphaned_namespace");
     if (ns.root_marker) Reclaim(*ns.root_marker, "orphaned_namespace");  // L100
     if (o_.dry_run) return;
@@ -338,11 +341,14 @@ void GcRun::RemoveShard2(const CandidateBuffer& buffer, const std::vector<Candid
   const std::string dir = buffer.DirOf(oldest[idx[begin]]);
   const std::optional<ScannedFile> listed = editor_.LookAtDir(dir);  // its mtime before any removal (L108)
   UniqueFd fd;
+  // A directory that cannot be opened now (a flaky network mount) is left
+  // for the next pass: without its fd nothing can tell a block used since
+  // the walk, and a path-based unlink could then remove one.
   const bool open = parent_fd >= 0 && editor_.OpenDir(dir, &fd) == 0;
-  for (size_t k = begin; k < end; ++k) {
+  for (size_t k = begin; k < end && open; ++k) {
     const ScannedFile f = buffer.File(oldest[idx[k]]);
-    if (open && UsedSinceWalk(fd.get(), f)) continue;
-    Reclaim(f, idx[k] < capacity_n ? "capacity" : "min_free", open ? fd.get() : -1);
+    if (UsedSinceWalk(fd.get(), f)) continue;
+    Reclaim(f, idx[k] < capacity_n ? "capacity" : "min_free", fd.get());
   }
   const std::string ns(format::ParseBlockDirName(SplitRel(SplitRel(dir).first).first)->ns);
   if (listed && parent_fd >= 0) (void)PruneDir(ns, *listed, 0, parent_fd);
