@@ -131,6 +131,18 @@ bool CrcOfBytes(CrcWalk* w, uint64_t size) {
   return fstat(w->fd, &st) == 0 && static_cast<uint64_t>(st.st_size) >= size;
 }
 
+// A file system may report data not yet written back as a hole (OpenZFS
+// #15526): a mismatch found through holes condemns a block only once its
+// last write is older than this, when its data is surely on disk. Reading
+// such a block in full instead would give a hostile volume of truncated
+// blocks its unbounded time back (L109).
+constexpr int64_t kHoleTrustAgeS = 60;
+
+bool RecentlyWritten(int fd) {
+  struct stat st;
+  return fstat(fd, &st) != 0 || st.st_mtim.tv_sec > std::time(nullptr) - kHoleTrustAgeS;
+}
+
 // FORMAT.md L67: the CRC32C attribute against the bytes (L109: holes as
 // zeros, unread). Files without the attribute (written by vLLM, L68) pass.
 // *read_bytes: what was read.
@@ -148,6 +160,7 @@ Verdict CrcVerdict(int fd, uint64_t size, IoScope* io, std::string* detail, uint
   if (!whole) return Verdict::kUnjudged;  // shrank or failed meanwhile: the size check judges it next time
   const uint32_t stored = uint32_t{want[0]} << 24 | uint32_t{want[1]} << 16 | uint32_t{want[2]} << 8 | want[3];
   if (stored == walk.crc) return Verdict::kMatches;
+  if (walk.read_bytes < size && RecentlyWritten(fd)) return Verdict::kUnjudged;
   *detail = "CRC32C attribute does not match the bytes";
   return Verdict::kMismatch;
 }
