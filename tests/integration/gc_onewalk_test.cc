@@ -79,6 +79,11 @@ std::vector<Block> PlantTree(const fs::path& root, std::mt19937_64& rng, size_t 
   return out;
 }
 
+// The least recently used of the planted blocks.
+Block Oldest(const std::vector<Block>& blocks) {
+  return *std::min_element(blocks.begin(), blocks.end(), [](const Block& x, const Block& y) { return x.used < y.used; });
+}
+
 uint64_t Total(const std::vector<Block>& blocks) {
   uint64_t t = 0;
   for (const Block& b : blocks) t += b.bytes;
@@ -173,7 +178,7 @@ TEST(GcOneWalkTest, ABlockReplacedAfterTheWalkIsLeft) {
   std::mt19937_64 rng(testing::TestSeed());
   testing::TempDir root;
   const std::vector<Block> blocks = PlantTree(root.path(), rng, 40);
-  const Block oldest = *std::min_element(blocks.begin(), blocks.end(), [](const Block& x, const Block& y) { return x.used < y.used; });
+  const Block oldest = Oldest(blocks);
   GcOptions o;
   o.root = root.path().string();
   o.max_bytes = Total(blocks) - 1;  // the oldest block alone would do
@@ -199,7 +204,7 @@ TEST(GcOneWalkTest, ABlockUsedAfterTheWalkIsKept) {
   std::mt19937_64 rng(testing::TestSeed());
   testing::TempDir root;
   const std::vector<Block> blocks = PlantTree(root.path(), rng, 40);
-  const Block oldest = *std::min_element(blocks.begin(), blocks.end(), [](const Block& x, const Block& y) { return x.used < y.used; });
+  const Block oldest = Oldest(blocks);
   GcOptions o;
   o.root = root.path().string();
   o.max_bytes = Total(blocks) - 1;
