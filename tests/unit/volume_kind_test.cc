@@ -1,0 +1,47 @@
+// Proves ClassifyVolume and the "auto" picks: a temp dir (ext4 or tmpfs
+// here) is a local filesystem that gets io_uring; procfs is neither local
+// nor a network filesystem and is found as its own mount; a missing path is
+// an error naming it; the checksum place follows whether user xattrs work.
+#include <gtest/gtest.h>
+
+#include "fs/volume_kind.h"
+#include "support/test_support.h"
+
+namespace kvtier {
+namespace {
+
+using internal::ClassifyVolume;
+
+TEST(VolumeKind, ALocalTempDirGetsIoUring) {
+  testing::TempDir dir;
+  auto kind = ClassifyVolume(dir.path());
+  ASSERT_TRUE(kind.ok()) << kind.status().ToString();
+  EXPECT_TRUE(kind->local) << kind->fs_name;
+  EXPECT_FALSE(kind->network_or_fuse);
+  EXPECT_FALSE(kind->mount_point.empty());
+  EXPECT_EQ(internal::PickBackend(*kind), IoBackendKind::kUring);
+}
+
+TEST(VolumeKind, ProcIsItsOwnMountAndNotLocal) {
+  auto kind = ClassifyVolume("/proc/self");
+  ASSERT_TRUE(kind.ok()) << kind.status().ToString();
+  EXPECT_FALSE(kind->local);
+  EXPECT_EQ(kind->mount_point, "/proc");
+  EXPECT_EQ(kind->mount_type, "proc");
+  EXPECT_EQ(kind->fs_name.rfind("0x", 0), 0u) << "procfs has no name in the table: " << kind->fs_name;
+}
+
+TEST(VolumeKind, AMissingPathIsAnErrorNamingIt) {
+  auto kind = ClassifyVolume("/nonexistent/kvtier-volume-kind");
+  ASSERT_FALSE(kind.ok());
+  EXPECT_NE(kind.status().ToString().find("/nonexistent/kvtier-volume-kind"), std::string::npos);
+}
+
+TEST(VolumeKind, TheChecksumPlaceFollowsUserXattrs) {
+  EXPECT_EQ(internal::PickChecksumPlace(true), internal::ChecksumPlace::kXattr);
+  EXPECT_EQ(internal::PickChecksumPlace(false), internal::ChecksumPlace::kTrailer);
+  EXPECT_STREQ(internal::ChecksumPlaceName(internal::ChecksumPlace::kTrailer), "trailer");
+}
+
+}  // namespace
+}  // namespace kvtier
