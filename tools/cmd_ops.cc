@@ -316,6 +316,7 @@ void RegisterOpsCommands(CLI::App* app, CliContext* ctx) {
   RegisterDu(app, ctx);
   RegisterFsck(app, ctx);
   RegisterGc(app, ctx);
+  RegisterDoctorCommand(app, ctx);
 }
 
 }  // namespace kvtier::internal

@@ -22,6 +22,8 @@ void RegisterConfigCommand(CLI::App* app, CliContext* ctx);
 void RegisterBenchCommand(CLI::App* app, CliContext* ctx);
 // kvtier du, fsck, gc: keeping a shared root_dir healthy.
 void RegisterOpsCommands(CLI::App* app, CliContext* ctx);
+// kvtier doctor: what a volume can do and what kvtier's "auto" picks there.
+void RegisterDoctorCommand(CLI::App* app, CliContext* ctx);
 // kvtier replay: a serving trace through the whole stack.
 void RegisterReplayCommand(CLI::App* app, CliContext* ctx);
 

@@ -193,6 +193,8 @@ std::string CollectorLeaseAsideName(std::string_view token) {
   return std::string(kCollectorLeaseName) + "." + std::string(token) + ".old";
 }
 
+std::string DoctorScratchName(std::string_view token) { return "doctor." + std::string(token); }
+
 std::string LeaseName(std::string_view host, int64_t pid, uint64_t n) {
   return std::string(host) + "-" + std::to_string(pid) + "-" + std::to_string(n) + ".lease";
 }

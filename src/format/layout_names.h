@@ -95,6 +95,9 @@ inline constexpr std::string_view kCollectorLeaseName = "gc.lease";
 std::string CollectorToken(std::string_view host, int64_t pid, uint64_t random);
 std::string CollectorLeaseTmpName(std::string_view token);
 std::string CollectorLeaseAsideName(std::string_view token);
+// L150: `kvtier doctor`'s scratch directory "doctor.<token>" under the
+// volume's kMetaDirName (token as L121's).
+std::string DoctorScratchName(std::string_view token);
 // L8 split for directory-fd walks: "<h[0:3]>" and "<h[3:5]>_g<g>".
 std::string Shard1Name(std::string_view hex);
 std::string Shard2Name(std::string_view hex, int64_t group);

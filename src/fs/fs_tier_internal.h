@@ -17,6 +17,11 @@ namespace kvtier::internal {
 // False when statfs fails.
 bool LocalFilesystem(const std::string& dir);
 
+// What inline_metadata and bounce_loads resolve to for t.root_dir ("auto":
+// by LocalFilesystem). The tier's open and `kvtier doctor` both ask here.
+bool InlineMetadataFor(const FsTierOptions& t);
+bool BounceLoadsFor(const FsTierOptions& t);
+
 // The O_DIRECT start-up probe (FORMAT.md L63) in the namespace directory
 // `ns_fd` (`ns_dir` names it in the log): whether the tier uses O_DIRECT.
 // false only when !want_direct or the filesystem refuses O_DIRECT (EINVAL);

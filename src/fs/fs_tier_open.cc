@@ -208,6 +208,8 @@ uint64_t RandomU63() {
   return v & ((uint64_t{1} << 63) - 1);
 }
 
+}  // namespace
+
 bool InlineMetadataFor(const FsTierOptions& t) {
   switch (t.inline_metadata) {
     case InlineMetadata::kOn: return true;
@@ -225,6 +227,8 @@ bool BounceLoadsFor(const FsTierOptions& t) {
   }
   return true;
 }
+
+namespace {
 
 // Four ring entries per I/O slot (an SQE per op, with room), a power of two:
 // at most 32768, the kernel's IORING_MAX_ENTRIES, for the kFsTierIoSlotsMax

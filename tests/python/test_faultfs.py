@@ -1,6 +1,6 @@
 """tests/support/faultfs.py drives kvtier_faultfs as the C++ FaultFs does: faults act on real
-syscalls through the mount (hang/release on a read in a thread, delay, fail, short, counting,
-gone) and __exit__ is bounded with a call still hung. Skips, with one line, where FUSE cannot be
+syscalls through the mount (hang/release on a read in a thread, delay in ms and in us, fail,
+short, counting, every op's counters at once, gone) and __exit__ is bounded with a call still hung. Skips, with one line, where FUSE cannot be
 mounted or $KVTIER_FAULTFS_BIN is not set."""
 
 import errno
@@ -75,6 +75,32 @@ def test_delay_fail_short_and_calls(fs):
         os.close(fd)
     with pytest.raises(ValueError):
         fs.hang("nosuchop")
+
+
+def test_delay_us_adds_up_and_counters_count_each_op(fs):
+    path = os.path.join(fs.mountpoint, "f")
+    before = fs.counters()
+    assert set(before) >= {"lookup", "open", "read", "rename", "xattr"}
+    # Sub-millisecond rules add to whole-millisecond ones: 1 ms + 2 x 0.25 ms per lookup.
+    fs.delay("lookup", 1, "f")
+    fs.delay_us("lookup", 250, "f")
+    fs.delay("lookup", 0.25, "f")
+    start = time.monotonic()
+    for _ in range(20):
+        os.stat(path)
+    assert time.monotonic() - start >= 20 * 0.0015  # a lower bound: sleeps never end early
+    fs.clear()
+    with open(path, "rb") as f:
+        f.read(100)
+    after = fs.counters()
+    assert after["lookup"] - before["lookup"] >= 20
+    assert after["open"] - before["open"] == 1
+    assert after["read"] - before["read"] >= 1
+    assert after["rename"] == before["rename"]
+    assert fs.calls("open") == after["open"]
+    for bad in ("delay_us lookup -1", "delay_us lookup x", "delay_us nosuchop 5", "delay lookup 99999999"):
+        with pytest.raises(ValueError):
+            fs.command(bad)
 
 
 def test_gone_answers_enotconn(fs):

@@ -212,7 +212,14 @@ class FaultFs:
         self._expect_ok(f"hang {op} {path_substr or '*'}")
 
     def delay(self, op, ms, path_substr=""):
-        self._expect_ok(f"delay {op} {int(ms)} {path_substr or '*'}")
+        """``ms`` may be fractional (0.5): sent in microseconds then."""
+        if ms == int(ms):
+            self._expect_ok(f"delay {op} {int(ms)} {path_substr or '*'}")
+        else:
+            self.delay_us(op, round(ms * 1000), path_substr)
+
+    def delay_us(self, op, us, path_substr=""):
+        self._expect_ok(f"delay_us {op} {int(us)} {path_substr or '*'}")
 
     def fail(self, op, err, path_substr="", count=-1):
         """``err``: an errno number (errno.EIO) or name ("EIO")."""
@@ -232,6 +239,10 @@ class FaultFs:
 
     def calls(self, op):
         return int(self.command(f"calls {op}"))
+
+    def counters(self):
+        """Every op's call count since the mount, {"lookup": N, "open": N, ...}, read at once."""
+        return {k: int(v) for k, v in (w.split("=") for w in self.command("counters").split())}
 
     def wait_hung(self, n, timeout_s):
         deadline = time.monotonic() + timeout_s

@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <charconv>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <thread>
 
@@ -89,13 +90,13 @@ Verdict FaultRules::Gate(Op op, std::string_view path, std::string_view other_pa
     }
   }
   Verdict verdict;
-  int delay_ms = 0;
+  int64_t delay_us = 0;
   for (auto it = rules_.begin(); it != rules_.end();) {
     if (!Matches(*it, op, path, other_path)) {
       ++it;
       continue;
     }
-    if (it->kind == Kind::kDelay) delay_ms += it->value;
+    if (it->kind == Kind::kDelay) delay_us += it->value;
     if (it->kind == Kind::kShort) verdict.short_io = true;
     if (it->kind == Kind::kFail && verdict.error == 0) {
       verdict.error = it->value;
@@ -107,21 +108,23 @@ Verdict FaultRules::Gate(Op op, std::string_view path, std::string_view other_pa
     ++it;
   }
   lock.unlock();
-  if (delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+  if (delay_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
   return verdict;
 }
 
 // words: OP then the kind's arguments; "*" as PATHSUBSTR means any path.
-std::string FaultRules::AddRule(Kind kind, const std::vector<std::string>& words) {
+std::string FaultRules::AddRule(Kind kind, const std::vector<std::string>& words, int us_per_unit) {
   if (words.size() < 2) return "err missing OP";
   Rule rule{kind, ParseOp(words[1]), "", 0, -1};
   if (rule.op == -2) return "err unknown op " + words[1];
   size_t next = 2;
   if (kind == Kind::kDelay || kind == Kind::kFail) {
     if (words.size() < 3) return "err missing argument";
-    const bool parsed = kind == Kind::kDelay ? ParseInt(words[2], &rule.value) && rule.value >= 0
+    const bool parsed = kind == Kind::kDelay ? ParseInt(words[2], &rule.value) && rule.value >= 0 &&
+                                                   rule.value <= INT32_MAX / us_per_unit
                                              : (rule.value = ParseErrno(words[2])) != 0;
     if (!parsed) return "err bad argument " + words[2];
+    if (kind == Kind::kDelay) rule.value *= us_per_unit;
     next = 3;
   }
   if (words.size() > next && words[next] != "*") rule.path_substr = words[next];
@@ -138,12 +141,22 @@ std::string FaultRules::AddRule(Kind kind, const std::vector<std::string>& words
   return "ok";
 }
 
+// Called with mu_ held.
+std::string FaultRules::Counters() const {
+  std::string out;
+  for (size_t i = 0; i < calls_.size(); ++i) {
+    out += (i == 0 ? "" : " ") + std::string(kOpNames[i]) + "=" + std::to_string(calls_[i]);
+  }
+  return out;
+}
+
 std::string FaultRules::Command(std::string_view line) {
   const std::vector<std::string> words = SplitWords(line);
   if (words.empty()) return "err empty command";
   const std::string& verb = words[0];
   if (verb == "hang") return AddRule(Kind::kHang, words);
   if (verb == "delay") return AddRule(Kind::kDelay, words);
+  if (verb == "delay_us") return AddRule(Kind::kDelay, words, 1);
   if (verb == "fail") return AddRule(Kind::kFail, words);
   if (verb == "short") return AddRule(Kind::kShort, words);
   std::lock_guard lock(mu_);
@@ -159,6 +172,7 @@ std::string FaultRules::Command(std::string_view line) {
     return "ok";
   }
   if (verb == "hung") return std::to_string(hung_);
+  if (verb == "counters" && words.size() == 1) return Counters();
   if (verb == "calls" && words.size() == 2) {
     const int op = ParseOp(words[1]);
     if (op == -2) return "err unknown op " + words[1];

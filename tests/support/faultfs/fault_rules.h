@@ -64,14 +64,17 @@ class FaultRules {
     Kind kind;
     int op;  // an Op, or -1 for "all"
     std::string path_substr;
-    int value = 0;   // errno for kFail, milliseconds for kDelay
+    int value = 0;   // errno for kFail, microseconds for kDelay
     int count = -1;  // kFail: calls left to fail, -1 = forever
   };
 
   bool Matches(const Rule& rule, Op op, std::string_view path, std::string_view other_path) const;
   // Blocks until "release"; false when the daemon is stopping instead.
   bool WaitForRelease(std::unique_lock<std::mutex>& lock);
-  std::string AddRule(Kind kind, const std::vector<std::string>& words);
+  // us_per_unit: kDelay's argument unit (1000: "delay" in ms, 1: "delay_us").
+  std::string AddRule(Kind kind, const std::vector<std::string>& words, int us_per_unit = 1000);
+  // "lookup=N open=N ...": every op's count, in Op order.
+  std::string Counters() const;
 
   std::function<bool()> stop_;
   std::mutex mu_;

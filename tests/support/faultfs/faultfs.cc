@@ -12,7 +12,8 @@
 // the mount (for calls on an open file: the path it was opened with; for
 // rename and link: either path); absent or "*" matches every path.
 //   hang OP [PATHSUBSTR]             matching calls block until "release"
-//   delay OP MS [PATHSUBSTR]
+//   delay OP MS [PATHSUBSTR]         matching calls sleep MS first (rules add up)
+//   delay_us OP US [PATHSUBSTR]      the same in microseconds (a 0.5 ms network)
 //   fail OP ERRNO [PATHSUBSTR] [COUNT]   ERRNO a name (EIO) or number;
 //                                        COUNT calls, -1/absent: forever
 //   short OP [PATHSUBSTR]            read/write move half of what was asked
@@ -20,6 +21,7 @@
 //   release      drop every rule and let hung calls proceed (passthrough)
 //   hung         number of calls held by hang rules
 //   calls OP     number of calls of OP seen
+//   counters     every op's count in one line: "lookup=N open=N ... readlink=N"
 //   ping         "ok" once the daemon serves commands
 //   gone         abort the FUSE connection and exit: calls fail ENOTCONN
 #include <fcntl.h>
