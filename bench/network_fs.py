@@ -1,0 +1,309 @@
+#!/usr/bin/env python3
+"""kvtier's and vLLM's fs tiers on a network-like filesystem: a kvtier_faultfs mount that adds a
+fixed latency to every call (0, 0.5 and 2 ms by default), as an NFS round trip would.
+
+Both tiers are made by vLLM's own SecondaryTierFactory (../shared/vllm) over one primary view and
+driven with the calls vLLM's tiering manager makes (bench/vllm_tier.py's Driver: TransferJobs of
+--keys-per-job keys, at most --qd in flight, get_finished_jobs and on_schedule_end once per
+engine step). Per tier and latency, on a fresh root under the mount:
+  store fresh   --blocks blocks of --row-bytes into an empty tree (shard directories created)
+  store warm    --blocks more whose shard directories already exist (the steady state)
+  lookup        every fresh key looked up until decided (RETRY answered by stepping)
+  load          every fresh block loaded into other rows and checked byte-exact
+For each: wall seconds, CPU seconds of this process (the tier's threads included; the FUSE
+daemon's own CPU is not), and filesystem calls per block as the daemon counted them (every kernel
+request: LOOKUP/GETATTR, OPEN/CREATE, READ, WRITE, xattr, RENAME, ...; FLUSH and RELEASE count as
+"flush"). Then the start cost: calls and seconds of creating the tier (vLLM: the "attach") on a
+root that already holds --start-sizes blocks (sparse files of --row-bytes made on the backing
+directory directly), plus what it does in the background until its calls stop for 1 s (at most
+--settle-s; "+" marks a tier still busy then), at --start-delay-ms.
+
+Prints one markdown table, kvtier/vLLM ratios included (below 1: kvtier takes less). kvtier
+runs with its defaults (checksums on, io_backend auto); vLLM's tier as vLLM configures it.
+
+    bench/network_fs.sh [--delays-ms 0,0.5,2] [--blocks 256] [--row-bytes 256KiB]
+        [--start-sizes 256,16384] [--json out.json] [--smoke]
+
+--smoke: 8 blocks at 0 ms, start sizes 8 and 64 (what ctest runs, so the script cannot rot).
+Needs root (or fusermount3) and /dev/fuse, the kvtier package and kvtier_faultfs built in
+--build, and ../shared/vllm ($KVTIER_SHARED_DIR/vllm; or --vllm-tree DIR, a tree made by its
+assemble.sh). Exits 77 (ctest: skipped) where FUSE or vLLM's code is missing.
+"""
+
+import argparse
+import hashlib
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO / "bench"), str(REPO / "tests" / "support"), str(REPO / "tests" / "python")]
+import vllm_tier as vt  # noqa: E402
+from faultfs import FaultFs  # noqa: E402
+
+TIERS = {"vllm": {"type": "fs"}, "kvtier": {"type": "KvtierFsTier", "module_path": "kvtier.vllm"}}
+SKIP = 77  # ctest's SKIP_RETURN_CODE
+
+
+def args():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--build", default=str(REPO / "build"), help="build directory (python/ and bin/kvtier_faultfs)")
+    ap.add_argument("--delays-ms", default="0,0.5,2", help="latency added to every call, comma-separated")
+    ap.add_argument("--blocks", type=int, default=256)
+    ap.add_argument("--row-bytes", default="256KiB")
+    ap.add_argument("--start-sizes", default="256,16384", help="blocks on the volume when the tier starts")
+    ap.add_argument("--start-delay-ms", type=float, default=0.0, help="latency during the start-cost runs")
+    ap.add_argument("--settle-s", type=float, default=20.0, help="longest wait for a new tier's calls to stop")
+    ap.add_argument("--qd", type=int, default=32, help="jobs in flight")
+    ap.add_argument("--keys-per-job", type=int, default=4)
+    ap.add_argument("--step-ms", type=float, default=2.0, help="engine step period")
+    ap.add_argument("--dir", help="work directory (default: a temporary one, removed after)")
+    ap.add_argument("--vllm-tree", help="a tree made by ../shared/vllm/assemble.sh (default: assemble one)")
+    ap.add_argument("--json", help="write every figure here")
+    ap.add_argument("--smoke", action="store_true", help="8 blocks at 0 ms, start sizes 8 and 64")
+    opts = ap.parse_args()
+    if opts.smoke:
+        opts.delays_ms, opts.blocks, opts.start_sizes, opts.settle_s = "0", 8, "8,64", 5.0
+    return opts
+
+
+def cpu_seconds():
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+class Meter:
+    """Wall seconds, this process's CPU seconds and the daemon's call counts over a block."""
+
+    def __init__(self, fs):
+        self.fs = fs
+
+    def __enter__(self):
+        self.c0, self.t0, self.cpu0 = self.fs.counters(), time.perf_counter(), cpu_seconds()
+        return self
+
+    def __exit__(self, *exc):
+        self.seconds = time.perf_counter() - self.t0
+        self.cpu = cpu_seconds() - self.cpu0
+        c1 = self.fs.counters()
+        self.calls = {op: c1[op] - self.c0[op] for op in c1 if c1[op] != self.c0[op]}
+        return False
+
+    def figures(self, blocks):
+        total = sum(self.calls.values())
+        return {"seconds": self.seconds, "cpu_s": self.cpu, "blocks": blocks, "calls": total,
+                "calls_per_block": total / max(blocks, 1),
+                "calls_by_op": self.calls}
+
+
+def keys_for(vllm, tag, n, prefixes=None):
+    """n keys (32-byte hashes, group 0); with prefixes, each shares its first 3 bytes (so its two
+    shard directories, hex[:3] and hex[3:5]) with the key of the same index."""
+    out = []
+    for i in range(n):
+        h = hashlib.sha256(f"{tag}/{i}".encode()).digest()
+        if prefixes is not None:
+            h = prefixes[i][:3] + h[3:]
+        out.append(vllm["make_key"](h, 0))
+    return out
+
+
+def jobs_for(vllm, keys, first_row, promotion, base_id, k):
+    import numpy as np
+
+    ctx = vllm["ReqContext"](req_id=f"nfs-{base_id}")
+    return [vllm["TransferJob"](base_id + j, keys[j * k:(j + 1) * k],
+                                np.arange(first_row + j * k, first_row + min(len(keys), (j + 1) * k)), promotion, ctx)
+            for j in range((len(keys) + k - 1) // k)]
+
+
+def run_tier(name, root, fs, region, opts, vllm):
+    """One tier on a fresh root: store fresh, store warm, lookup, load; figures per phase."""
+    n, k = region.rows, opts.keys_per_job
+    fresh = keys_for(vllm, f"{name}/{root.name}/fresh", n)
+    warm = keys_for(vllm, f"{name}/{root.name}/warm", n, prefixes=[bytes(key[:-4]) for key in fresh])
+    tier = vllm["factory"].create_secondary_tier(dict(TIERS[name], root_dir=str(root)), region.view, vllm["spec"])
+    d, out = vt.Driver(tier, opts), {}
+    try:
+        for phase, keys, base in (("store fresh", fresh, 0), ("store warm", warm, 10**6)):
+            d.done = {}
+            with Meter(fs) as m:
+                d.run_jobs(jobs_for(vllm, keys, 0, False, base, k), vllm["end"])
+            out[phase] = m.figures(n)
+        with Meter(fs) as m:
+            vt.lookup_phase(d, fresh, vllm)
+        out["lookup"] = m.figures(n)
+        region.array[n:] = 0
+        d.done = {}
+        with Meter(fs) as m:
+            d.run_jobs(jobs_for(vllm, fresh, n, True, 2 * 10**6, k), vllm["end"])
+        out["load"] = m.figures(n)
+        if not (region.array[:n] == region.array[n:]).all():
+            raise RuntimeError(f"{name}: loaded rows differ from the stored ones")
+    finally:
+        tier.shutdown()
+    return out
+
+
+def populate(backing_root, block_dir, count, row_bytes):
+    """`count` blocks (sparse files of row_bytes) in vLLM's layout, made on the backing directly."""
+    base = Path(backing_root) / block_dir
+    for i in range(count):
+        h = hashlib.sha256(f"populate/{i}".encode()).hexdigest()
+        shard = base / h[:3] / f"{h[3:5]}_g0"
+        shard.mkdir(parents=True, exist_ok=True)
+        with open(shard / f"{h}.bin", "wb") as f:
+            f.truncate(row_bytes)
+
+
+def settle(fs, limit_s, quiet_s=1.0):
+    """Waits until the daemon sees no call for quiet_s (at most limit_s); True when it did."""
+    deadline, last, since = time.monotonic() + limit_s, None, time.monotonic()
+    while time.monotonic() < deadline:
+        total = sum(fs.counters().values())
+        if total != last:
+            last, since = total, time.monotonic()
+        elif time.monotonic() - since >= quiet_s:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def start_cost(name, root, fs, region, opts, vllm):
+    """Creating the tier over a populated root, and its background calls until quiet."""
+    with Meter(fs) as m:
+        tier = vllm["factory"].create_secondary_tier(dict(TIERS[name], root_dir=str(root)), region.view, vllm["spec"])
+    opened = m.figures(1)
+    with Meter(fs) as bg:
+        quiet = settle(fs, opts.settle_s)
+    tier.shutdown()
+    background = bg.figures(1)
+    # The quiet second that ended the wait is not part of the cost.
+    background["seconds"] = max(0.0, background["seconds"] - (1.0 if quiet else 0.0))
+    return {"open": opened, "background": background, "quiet": quiet}
+
+
+def start_phase(fs, tree_backing, opts, vllm, region, sizes):
+    """Per size: one root populated once, each tier started over it in turn."""
+    fs.clear()
+    if opts.start_delay_ms:
+        fs.delay("all", opts.start_delay_ms)
+    results = {}
+    for size in sizes:
+        root_name = f"start-{size}"
+        probe = vllm["factory"].create_secondary_tier(dict(TIERS["vllm"], root_dir=f"{fs.mountpoint}/{root_name}"),
+                                                      region.view, vllm["spec"])
+        probe.shutdown()
+        # vLLM makes <NS>/config.json at start and <NS>_r0 (rank 0's blocks) at its first store.
+        block_dirs = [p.name + "_r0" for p in (Path(tree_backing) / root_name).iterdir() if (p / "config.json").is_file()]
+        if len(block_dirs) != 1:
+            raise RuntimeError(f"expected one namespace directory under {root_name}, found {block_dirs}")
+        populate(Path(tree_backing) / root_name, block_dirs[0], size, region.row_bytes)
+        results[size] = {name: start_cost(name, Path(fs.mountpoint) / root_name, fs, region, opts, vllm)
+                         for name in TIERS}
+    fs.clear()
+    return results
+
+
+def ratio(kv, v):
+    return f"{kv / v:.2f}" if v else "-"
+
+
+def table(ops_results, start_results, opts):
+    head = ("| latency | operation | vLLM s | kvtier s | kvtier/vLLM s | vLLM CPU s | kvtier CPU s | "
+            "vLLM calls/block | kvtier calls/block | kvtier/vLLM calls |")
+    lines = [head, "|" + "---|" * 10]
+    for delay, res in ops_results.items():
+        for phase in ("store fresh", "store warm", "lookup", "load"):
+            v, kv = res["vllm"][phase], res["kvtier"][phase]
+            lines.append(f"| {delay} ms | {phase} | {v['seconds']:.2f} | {kv['seconds']:.2f} | "
+                         f"{ratio(kv['seconds'], v['seconds'])} | {v['cpu_s']:.2f} | {kv['cpu_s']:.2f} | "
+                         f"{v['calls_per_block']:.1f} | {kv['calls_per_block']:.1f} | "
+                         f"{ratio(kv['calls_per_block'], v['calls_per_block'])} |")
+    for size, res in start_results.items():
+        cells = {}
+        for name in ("vllm", "kvtier"):
+            r = res[name]
+            cells[name] = (r["open"]["seconds"] + r["background"]["seconds"], r["open"]["cpu_s"] + r["background"]["cpu_s"],
+                           r["open"]["calls"] + r["background"]["calls"], "" if r["quiet"] else "+")
+        v, kv = cells["vllm"], cells["kvtier"]
+        lines.append(f"| {opts.start_delay_ms:g} ms | start, {size} blocks (calls: total) | {v[0]:.2f}{v[3]} | "
+                     f"{kv[0]:.2f}{kv[3]} | {ratio(kv[0], v[0])} | {v[1]:.2f} | {kv[1]:.2f} | {v[2]}{v[3]} | "
+                     f"{kv[2]}{kv[3]} | {ratio(kv[2], v[2])} |")
+    return "\n".join(lines)
+
+
+def by_op(ops_results):
+    """Calls per block by kind at the highest latency, for both tiers (the table sums them)."""
+    delay = max(ops_results, key=float)
+    lines = [f"\ncalls per block by kind at {delay} ms (faultfs counters; flush = FLUSH + RELEASE):"]
+    for phase in ("store warm", "lookup", "load"):
+        for name in TIERS:
+            calls, blocks = ops_results[delay][name][phase]["calls_by_op"], ops_results[delay][name][phase]["blocks"]
+            kinds = ", ".join(f"{op} {n / blocks:.1f}" for op, n in sorted(calls.items()) if n / blocks >= 0.05)
+            lines.append(f"  {phase:11} {name:7} {kinds}")
+    return "\n".join(lines)
+
+
+def main():
+    opts = args()
+    faultfs_bin = str(Path(opts.build).resolve() / "bin" / "kvtier_faultfs")
+    why = FaultFs.unavailable(faultfs_bin)
+    if why:
+        print(f"network_fs.py: skipped: {why}")
+        return SKIP
+    if opts.vllm_tree is None:
+        assemble = Path(os.environ.get("KVTIER_SHARED_DIR", REPO.parent / "shared")) / "vllm" / "assemble.sh"
+        if not assemble.is_file():
+            print(f"network_fs.py: skipped: {assemble} not found (set KVTIER_SHARED_DIR or pass --vllm-tree)")
+            return SKIP
+        opts.vllm_tree = tempfile.mkdtemp(prefix="kvtier-vllm-")
+        subprocess.run(["bash", str(assemble), opts.vllm_tree], check=True, stdout=subprocess.DEVNULL,
+                       env=dict(os.environ, PYTHON=sys.executable))
+    vt.import_vllm(opts.vllm_tree)
+    import vllm_harness as h
+    from vllm.v1.kv_offload.base import LookupResult, ReqContext, ScheduleEndContext, make_offload_key
+    from vllm.v1.kv_offload.factory import OffloadingSpecFactory
+    from vllm.v1.kv_offload.tiering.base import TransferJob
+    from vllm.v1.kv_offload.tiering.factory import SecondaryTierFactory
+
+    vllm = {"factory": SecondaryTierFactory, "spec": OffloadingSpecFactory.create_spec(h.offloading_config([], cpu_rows=8)),
+            "ReqContext": ReqContext, "TransferJob": TransferJob, "LookupResult": LookupResult,
+            "make_key": make_offload_key, "end": ScheduleEndContext(new_req_ids=(), preempted_req_ids=())}
+    work = Path(opts.dir or tempfile.mkdtemp(prefix="kvtier-netfs-")).resolve()
+    region = vt.Region(opts.blocks, vt.parse_size(opts.row_bytes))
+    started = time.monotonic()
+    ops_results, start_results = {}, {}
+    try:
+        with FaultFs(work / "backing", work / "mnt", binary=faultfs_bin) as fs:
+            for delay in (float(x) for x in opts.delays_ms.split(",")):
+                fs.clear()
+                if delay:
+                    fs.delay("all", delay)
+                ops_results[f"{delay:g}"] = {name: run_tier(name, Path(fs.mountpoint) / f"{name}-{delay:g}ms", fs, region,
+                                                            opts, vllm) for name in TIERS}
+                print(f"# {delay:g} ms done at {time.monotonic() - started:.0f} s", flush=True)
+            sizes = [int(x) for x in opts.start_sizes.split(",")]
+            start_results = start_phase(fs, work / "backing", opts, vllm, region, sizes)
+    finally:
+        region.close()
+        if not opts.dir:
+            shutil.rmtree(work, ignore_errors=True)
+    print(f"\n{opts.blocks} blocks of {opts.row_bytes} per operation; qd {opts.qd} jobs of {opts.keys_per_job} keys; "
+          f"{os.cpu_count()} cores; {time.monotonic() - started:.0f} s in all\n")
+    print(table(ops_results, start_results, opts))
+    print(by_op(ops_results))
+    if opts.json:
+        Path(opts.json).write_text(json.dumps({"options": vars(opts), "operations": ops_results,
+                                               "start": start_results}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
