@@ -15,7 +15,7 @@ daemon's own CPU is not), and filesystem calls per block as the daemon counted t
 request: LOOKUP/GETATTR, OPEN/CREATE, READ, WRITE, xattr, RENAME, ...; FLUSH and RELEASE count as
 "flush"). Then the start cost: calls and seconds of creating the tier (vLLM: the "attach") on a
 root that already holds --start-sizes blocks (sparse files of --row-bytes made on the backing
-directory directly), plus what it does in the background until its calls stop for 1 s (at most
+directory directly), plus what it does in the background until its calls stop for --quiet-s (at most
 --settle-s; "+" marks a tier still busy then), at --start-delay-ms.
 
 Prints one markdown table, kvtier/vLLM ratios included (below 1: kvtier takes less). kvtier
@@ -60,6 +60,7 @@ def args():
     ap.add_argument("--start-sizes", default="256,16384", help="blocks on the volume when the tier starts")
     ap.add_argument("--start-delay-ms", type=float, default=0.0, help="latency during the start-cost runs")
     ap.add_argument("--settle-s", type=float, default=20.0, help="longest wait for a new tier's calls to stop")
+    ap.add_argument("--quiet-s", type=float, default=1.0, help="a tier whose calls stopped this long is settled")
     ap.add_argument("--qd", type=int, default=32, help="jobs in flight")
     ap.add_argument("--keys-per-job", type=int, default=4)
     ap.add_argument("--step-ms", type=float, default=2.0, help="engine step period")
@@ -69,7 +70,7 @@ def args():
     ap.add_argument("--smoke", action="store_true", help="8 blocks at 0 ms, start sizes 8 and 64")
     opts = ap.parse_args()
     if opts.smoke:
-        opts.delays_ms, opts.blocks, opts.start_sizes, opts.settle_s = "0", 8, "8,64", 5.0
+        opts.delays_ms, opts.blocks, opts.start_sizes, opts.settle_s, opts.quiet_s = "0", 8, "8,64", 5.0, 0.3
     return opts
 
 
@@ -162,7 +163,7 @@ def populate(backing_root, block_dir, count, row_bytes):
             f.truncate(row_bytes)
 
 
-def settle(fs, limit_s, quiet_s=1.0):
+def settle(fs, limit_s, quiet_s):
     """Waits until the daemon sees no call for quiet_s (at most limit_s); True when it did."""
     deadline, last, since = time.monotonic() + limit_s, None, time.monotonic()
     while time.monotonic() < deadline:
@@ -181,11 +182,11 @@ def start_cost(name, root, fs, region, opts, vllm):
         tier = vllm["factory"].create_secondary_tier(dict(TIERS[name], root_dir=str(root)), region.view, vllm["spec"])
     opened = m.figures(1)
     with Meter(fs) as bg:
-        quiet = settle(fs, opts.settle_s)
+        quiet = settle(fs, opts.settle_s, opts.quiet_s)
     tier.shutdown()
     background = bg.figures(1)
-    # The quiet second that ended the wait is not part of the cost.
-    background["seconds"] = max(0.0, background["seconds"] - (1.0 if quiet else 0.0))
+    # The quiet time that ended the wait is not part of the cost.
+    background["seconds"] = max(0.0, background["seconds"] - (opts.quiet_s if quiet else 0.0))
     return {"open": opened, "background": background, "quiet": quiet}
 
 
