@@ -3,9 +3,13 @@
 fixed latency to every call (0, 0.5 and 2 ms by default), as an NFS round trip would.
 
 Both tiers are made by vLLM's own SecondaryTierFactory (../shared/vllm) over one primary view and
-driven with the calls vLLM's tiering manager makes (bench/vllm_tier.py's Driver: TransferJobs of
---keys-per-job keys, at most --qd in flight, get_finished_jobs and on_schedule_end once per
-engine step). Per tier and latency, on a fresh root under the mount:
+driven with the calls vLLM's tiering manager makes (bench/vllm_tier.py's Driver: submit_store /
+submit_load of TransferJobs, get_finished_jobs and on_schedule_end once per engine step, at most
+--qd jobs in flight). The jobs are shaped as the manager batches them, one job per request and
+step (vllm/v1/kv_offload/tiering/manager.py): by default the blocks are stored by 8 requests of 32
+blocks at once (--store-keys-per-job 32) and loaded by one request that hits all of them
+(--load-keys-per-job 256, one job). vLLM's tier runs each job on one thread of its pool, key after
+key; kvtier runs a job's keys at once. Per tier and latency, on a fresh root under the mount:
   store fresh   --blocks blocks of --row-bytes into an empty tree (shard directories created)
   store warm    --blocks more whose shard directories already exist (the steady state)
   lookup        every fresh key looked up until decided (RETRY answered by stepping)
@@ -61,8 +65,9 @@ def args():
     ap.add_argument("--start-delay-ms", type=float, default=0.0, help="latency during the start-cost runs")
     ap.add_argument("--settle-s", type=float, default=20.0, help="longest wait for a new tier's calls to stop")
     ap.add_argument("--quiet-s", type=float, default=1.0, help="a tier whose calls stopped this long is settled")
-    ap.add_argument("--qd", type=int, default=32, help="jobs in flight")
-    ap.add_argument("--keys-per-job", type=int, default=4)
+    ap.add_argument("--qd", type=int, default=1024, help="jobs in flight (default: all)")
+    ap.add_argument("--store-keys-per-job", type=int, default=32, help="blocks per store job (one request's)")
+    ap.add_argument("--load-keys-per-job", type=int, default=256, help="blocks per load job (one request's)")
     ap.add_argument("--step-ms", type=float, default=2.0, help="engine step period")
     ap.add_argument("--dir", help="work directory (default: a temporary one, removed after)")
     ap.add_argument("--vllm-tree", help="a tree made by ../shared/vllm/assemble.sh (default: assemble one)")
@@ -126,7 +131,7 @@ def jobs_for(vllm, keys, first_row, promotion, base_id, k):
 
 def run_tier(name, root, fs, region, opts, vllm):
     """One tier on a fresh root: store fresh, store warm, lookup, load; figures per phase."""
-    n, k = region.rows, opts.keys_per_job
+    n, ks, kl = region.rows, opts.store_keys_per_job, opts.load_keys_per_job
     fresh = keys_for(vllm, f"{name}/{root.name}/fresh", n)
     warm = keys_for(vllm, f"{name}/{root.name}/warm", n, prefixes=[bytes(key[:-4]) for key in fresh])
     tier = vllm["factory"].create_secondary_tier(dict(TIERS[name], root_dir=str(root)), region.view, vllm["spec"])
@@ -135,7 +140,7 @@ def run_tier(name, root, fs, region, opts, vllm):
         for phase, keys, base in (("store fresh", fresh, 0), ("store warm", warm, 10**6)):
             d.done = {}
             with Meter(fs) as m:
-                d.run_jobs(jobs_for(vllm, keys, 0, False, base, k), vllm["end"])
+                d.run_jobs(jobs_for(vllm, keys, 0, False, base, ks), vllm["end"])
             out[phase] = m.figures(n)
         with Meter(fs) as m:
             vt.lookup_phase(d, fresh, vllm)
@@ -143,7 +148,7 @@ def run_tier(name, root, fs, region, opts, vllm):
         region.array[n:] = 0
         d.done = {}
         with Meter(fs) as m:
-            d.run_jobs(jobs_for(vllm, fresh, n, True, 2 * 10**6, k), vllm["end"])
+            d.run_jobs(jobs_for(vllm, fresh, n, True, 2 * 10**6, kl), vllm["end"])
         out["load"] = m.figures(n)
         if not (region.array[:n] == region.array[n:]).all():
             raise RuntimeError(f"{name}: loaded rows differ from the stored ones")
@@ -296,8 +301,9 @@ def main():
         region.close()
         if not opts.dir:
             shutil.rmtree(work, ignore_errors=True)
-    print(f"\n{opts.blocks} blocks of {opts.row_bytes} per operation; qd {opts.qd} jobs of {opts.keys_per_job} keys; "
-          f"{os.cpu_count()} cores; {time.monotonic() - started:.0f} s in all\n")
+    print(f"\n{opts.blocks} blocks of {opts.row_bytes} per operation; stores in jobs of {opts.store_keys_per_job} blocks, "
+          f"loads in jobs of {opts.load_keys_per_job}, at most {opts.qd} jobs in flight; {os.cpu_count()} cores; "
+          f"{time.monotonic() - started:.0f} s in all\n")
     print(table(ops_results, start_results, opts))
     print(by_op(ops_results))
     if opts.json:
