@@ -35,6 +35,7 @@ assemble.sh). Exits 77 (ctest: skipped) where FUSE or vLLM's code is missing.
 """
 
 import argparse
+import atexit
 import hashlib
 import json
 import os
@@ -270,6 +271,7 @@ def main():
             print(f"network_fs.py: skipped: {assemble} not found (set KVTIER_SHARED_DIR or pass --vllm-tree)")
             return SKIP
         opts.vllm_tree = tempfile.mkdtemp(prefix="kvtier-vllm-")
+        atexit.register(shutil.rmtree, opts.vllm_tree, True)  # the assembled copy is this run's own
         subprocess.run(["bash", str(assemble), opts.vllm_tree], check=True, stdout=subprocess.DEVNULL,
                        env=dict(os.environ, PYTHON=sys.executable))
     vt.import_vllm(opts.vllm_tree)
