@@ -5,6 +5,7 @@ what SGLang's threads hand the backend (key lists, host memory ranges)."""
 from __future__ import annotations
 
 import logging
+import operator
 import threading
 from typing import Any, List, Optional
 
@@ -134,8 +135,16 @@ def _memory_spans(pool: Any) -> List[tuple]:
     return spans
 
 
-def _inside(piece: tuple, spans: List[tuple]) -> bool:
-    addr, n = piece
-    if type(addr) is not int or type(n) is not int or n <= 0:  # noqa: E721 - bool and floats are not sizes
-        return False
-    return any(lo <= addr and addr + n <= hi for lo, hi in spans)
+def _piece_inside(piece: Any, spans: List[tuple]) -> Optional[tuple]:
+    """(address, bytes) as two ints when the piece lies wholly inside one of the spans, else None
+    (bools, floats and non-positive sizes are no piece; numpy integers are)."""
+    try:
+        addr, n = piece
+        if isinstance(addr, bool) or isinstance(n, bool):
+            return None
+        addr, n = operator.index(addr), operator.index(n)
+    except (TypeError, ValueError):
+        return None
+    if n <= 0 or not any(lo <= addr and addr + n <= hi for lo, hi in spans):
+        return None
+    return addr, n

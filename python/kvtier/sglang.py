@@ -47,7 +47,7 @@ except ImportError as exc:  # kvtier itself does not need SGLang; this module is
 import kvtier
 from kvtier import _kvtier
 from kvtier._sglang_parts import (
-    MHA_LAYOUTS, MLA_LAYOUTS, _dtype_name, _Failures, _inside, _key_list, _memory_spans, _refuse,
+    MHA_LAYOUTS, MLA_LAYOUTS, _dtype_name, _Failures, _key_list, _memory_spans, _piece_inside, _refuse,
     _split_extra_config)
 
 __all__ = ["KvtierHiCacheStorage"]
@@ -174,10 +174,12 @@ class KvtierHiCacheStorage(HiCacheStorage):
     def _attachment(self) -> _Attached:
         att = self._attached
         if att is None:
-            raise RuntimeError("no host pool attached (before register_mem_pool_host, after close() or a failed attach)")
+            raise RuntimeError("no host pool attached (before register_mem_pool_host, after close() or a "
+                               "failed attach)")
         return att
 
-    def _pool_pieces(self, n_keys: int, host_indices: Any, att: Optional[_Attached] = None) -> List[Optional[List[tuple]]]:
+    def _pool_pieces(self, n_keys: int, host_indices: Any,
+                     att: Optional[_Attached] = None) -> List[Optional[List[tuple]]]:
         """Per page, the (address, bytes) pieces whose concatenation is SGLang's flat page, or None
         for a page one piece of which falls outside the pool's buffers (negative, past the end,
         far past): nothing is read or written for it."""
@@ -197,8 +199,9 @@ class KvtierHiCacheStorage(HiCacheStorage):
         per = len(ptrs) // n_keys
         pages: List[Optional[List[tuple]]] = []
         for i in range(n_keys):
-            piece = list(zip(ptrs[i * per:(i + 1) * per], sizes[i * per:(i + 1) * per]))
-            if not all(_inside(p, att.spans) for p in piece):
+            at = slice(i * per, (i + 1) * per)
+            piece = [_piece_inside(p, att.spans) for p in zip(ptrs[at], sizes[at])]
+            if not all(piece):
                 pages.append(None)
                 continue
             if att.reorder_layers:  # [K0, V0, K1, V1, ...] -> the flat page's [K0..K(L-1), V0..V(L-1)]

@@ -34,6 +34,13 @@ CHILD = textwrap.dedent("""
     import sglang_support as sg
 
     PS, PAGES = 16, 8
+
+
+    def pool_bytes(p):
+        kv = p.kv_buffer
+        return ctypes.string_at(kv.data_ptr(), kv.numel() * kv.element_size())
+
+
     root, layouts = sys.argv[1], json.loads(sys.argv[2])
     for kind, layout in layouts:
         p = sg.pool(kind, layout, pages=PAGES)
@@ -51,11 +58,10 @@ CHILD = textwrap.dedent("""
             print(json.dumps(dict(row, step="set")), flush=True)  # the last line a crash leaves
             row["set"] = b.batch_set_v1(ks, idx)
             row["bad_file"] = os.path.exists(b._store.page_path(ks[1]))
-            pool_bytes = lambda: ctypes.string_at(p.kv_buffer.data_ptr(), p.kv_buffer.numel() * p.kv_buffer.element_size())
-            before = pool_bytes()
+            before = pool_bytes(p)
             print(json.dumps(dict(row, step="get")), flush=True)
             row["get"] = b.batch_get_v1(ks, idx)
-            row["pool_unchanged"] = before == pool_bytes()
+            row["pool_unchanged"] = before == pool_bytes(p)
             row["good_bytes"] = bool((p.page_u8(good[0]) == sg.expected(p, ks[0])).all())
             print(json.dumps(dict(row, step="done")), flush=True)
         b.close()
