@@ -4,11 +4,13 @@
 // tier's on_job_finished wakes the waiters, and whichever waiter holds the
 // lock polls the tier and files every finished job under its id, so several
 // threads (SGLang's prefetch, prefetch I/O and backup threads) each get
-// their own job back. Nothing here times out on its own: a call waits until
+// their own job back. No I/O call times out on its own: a call waits until
 // its job finishes, and the tier bounds that (io_timeout_ms, then the
 // abandonment of fs_tier_engine.cc). Giving up earlier would be unsafe: a
 // load's op may still copy into the caller's pieces, and a store's may
-// still read them, until its job is returned.
+// still read them, until its job is returned. Clear touches no caller
+// memory, so its walk runs on a thread of its own under a watch
+// (ops/io_watch.h) and is abandoned on a hung mount.
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
@@ -16,8 +18,8 @@
 #include <unordered_map>
 
 #include "format/root_list.h"
-#include "ops/io_watch.h"
 #include "kvtier/sglang.h"
+#include "ops/io_watch.h"
 #include "sglang/sglang_clear.h"
 #include "util/log.h"
 

@@ -2,9 +2,9 @@
 
 For every host layout SGLang has (MHA layer_first, page_first, page_first_direct, page_head; MLA
 layer_first, page_first, page_first_direct), batch_set_v1 and batch_get_v1 get a batch of one
-good page and one page whose host indices are -1, one page before the pool, one page past its
-end (under layer_first only the last layers' K and V pieces fall outside), far past and 2^40
-slots past. The good page answers True and round-trips byte-exact; the bad page answers False,
+good page and one page whose host indices start at -1, one page before the pool, one page past
+its end (under layer_first only the last layers' K and V pieces fall outside), far past, 2^40
+slots past, 2^62 and -2^62. The good page answers True and round-trips byte-exact; the bad page answers False,
 no page file is written for it, a load leaves the pool's bytes unchanged, and nothing raises.
 The calls run in a child interpreter: before the backend checked the pieces against the pool,
 one page past the end stored the heap memory after the pool (True) and the others crashed the
@@ -48,7 +48,7 @@ CHILD = textwrap.dedent("""
         b = sg.backend(extra, p, is_mla=kind == "mla")
         size = PAGES * PS
         bad_starts = {"minus_one": -1, "page_before": -PS, "one_past": size, "far_past": size * 1000,
-                      "2^40_past": 1 << 40}
+                      "2^40_past": 1 << 40, "2^62": 1 << 62, "-2^62": -(1 << 62)}
         for case, start in bad_starts.items():
             good = p.alloc(PS)
             ks = sg.keys(2, f"{kind}/{layout}/{case}")
@@ -78,7 +78,7 @@ def test_out_of_range_host_indices_answer_false_and_touch_nothing(tmp_path, tmp_
     assert proc.returncode == 0, (f"the child died (exit {proc.returncode}) at {rows[-1] if rows else 'start'}\n"
                                   f"{proc.stderr[-3000:]}")
     done = [r for r in rows if r["step"] == "done"]
-    assert len(done) == len(LAYOUTS) * 5, proc.stdout
+    assert len(done) == len(LAYOUTS) * 7, proc.stdout
     wrong = [r for r in done if r["set"] != [True, False] or r["get"] != [True, False] or r["bad_file"]
              or not r["pool_unchanged"] or not r["good_bytes"]]
     assert not wrong, "pages outside the pool were not refused:\n" + "\n".join(map(json.dumps, wrong))
