@@ -182,7 +182,12 @@ class KVTIER_API FsTier {
   //   ErrnoToStatus naming the path: kPermissionDenied (EACCES, EPERM,
   //   EROFS), kNoSpace, kNotFound, kIoError (EIO; also ELOOP or ENOTDIR when
   //   a symlink or a file sits where a directory below root_dir belongs:
-  //   no symlink below root_dir is followed).
+  //   no symlink below root_dir is followed);
+  // - kTimedOut naming the path: with io_timeout_ms > 0, one step of the
+  //   start-up (a directory, config.json, a probe, the lease) did not return
+  //   within io_timeout_ms (a hung mount). The start-up runs on a thread of
+  //   its own and is abandoned; if it completes later, it takes no lease and
+  //   its tier is closed at once.
   // With several roots, before anything is created, also:
   // - kInvalidArgument: a ',' in root_dir without path_sharding, an empty or
   //   repeated root in the list, or a list that contradicts what the roots

@@ -160,7 +160,8 @@ class KVTIER_API SglangStore {
  public:
   // Creates the namespace (FsTier::Open: directories, config.json, lease,
   // probes). Errors: kInvalidArgument naming the field of a bad spec
-  // (SglangNamespace::Create) or option; FsTier::Open's errors.
+  // (SglangNamespace::Create) or option; FsTier::Open's errors (kTimedOut
+  // on a hung mount, within about io_timeout_ms).
   static Result<std::unique_ptr<SglangStore>> Open(const SglangStoreOptions& options);
   // Close(), then frees.
   ~SglangStore();
@@ -188,6 +189,9 @@ class KVTIER_API SglangStore {
   // L55 in this namespace's "<dir>_r<rank>" (on every root), nothing else;
   // empty shard directories are pruned best effort. Returns files removed.
   // Errors (from walking or unlinking): ErrnoToStatus naming the path;
+  // kTimedOut naming it when one file-system call of the walk took longer
+  // than io_timeout_ms (a hung mount: the walk runs on a thread of its own
+  // and is abandoned, making no further change once the call returns);
   // kUnavailable after Close.
   Result<uint64_t> Clear();
 

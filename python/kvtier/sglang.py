@@ -9,8 +9,10 @@ Load it with SGLang's ``dynamic`` storage backend::
 SGLang builds the class as ``KvtierHiCacheStorage(storage_config, kwargs)`` and hands it the host
 KV pool through :meth:`register_mem_pool_host`; that is where the namespace is derived (served
 model name, page size, host layout, dtype, K and V bytes per token, layers, MLA, TP/PP/CP) and
-the store opened: a bad key, layout or dtype is a ``kvtier.KvtierError`` naming it there, so
-SGLang's attach fails instead of the server running without L3 (docs/sglang.md).
+the store opened: a bad key, layout or dtype is a ``kvtier.KvtierError`` naming it there, and a
+hung mount one with code ``timed_out`` within ``io_timeout_ms``, so SGLang's attach fails instead
+of the server running without L3 or hanging (docs/sglang.md). A failed attach leaves the backend
+detached (every call a miss) until an attach succeeds.
 
 The page files are kvtier's (layout-spec/FORMAT.md, the SGLang rules): one file per page holding
 SGLang's own flat page bytes, sharded like vLLM's blocks, written by temp file and rename with
@@ -19,9 +21,10 @@ the CRC32C xattr, in a namespace directory of its own beside vLLM's. All I/O is 
 pages move straight between the files and the pool's K and V buffers.
 
 SGLang calls a backend from three daemon threads whose loops catch nothing: one exception ends
-the thread and L3 with it. So every I/O entry point here catches everything and answers the
-per-key miss the controller can use (False, None, 0); each kind of failure is counted and logged
-once (``logging.getLogger("kvtier.sglang")``).
+the thread and L3 with it. So every I/O entry point here catches everything, whatever the
+arguments, and answers the miss the controller can use (False, None, 0, or [] for keys that are
+not a list); each kind of failure is counted and logged once (``logging.getLogger("kvtier.sglang")``).
+The zero-copy calls move a page only when all its pieces lie inside the pool's buffers.
 """
 
 from __future__ import annotations
@@ -43,99 +46,29 @@ except ImportError as exc:  # kvtier itself does not need SGLang; this module is
 
 import kvtier
 from kvtier import _kvtier
+from kvtier._sglang_parts import (
+    MHA_LAYOUTS, MLA_LAYOUTS, _dtype_name, _Failures, _key_list, _memory_spans, _piece_inside, _refuse,
+    _split_extra_config)
 
 __all__ = ["KvtierHiCacheStorage"]
 
 logger = logging.getLogger("kvtier.sglang")
 
-# kvtier's fs-tier keys (docs/config.md; the C++ parser's table, less `type` and `module_path`,
-# which are vLLM's). They go to the fs config, whose parser checks them and names a bad one.
-FS_KEYS = frozenset({
-    "root_dir", "path_sharding", "n_read_threads", "n_write_threads", "enable_kv_events", "locality",
-    "backpressure", "io_timeout_ms", "stores_while_loading_max", "durability", "store_queue_bytes_max",
-    "io_backend", "o_direct", "inline_metadata", "bounce_loads", "checksum_blocks",
-})
-# Keys that name the namespace (FORMAT.md's SGLang fields), beside what SGLang's config gives.
-SPEC_KEYS = frozenset({"model_path", "model_revision"})
-# Keys SGLang itself reads from --hicache-storage-backend-extra-config (the factory, the
-# controller, HiRadixCache; some are removed before a backend sees them, some are not, and that
-# changes between SGLang versions).
-SGLANG_KEYS = frozenset({
-    "backend_name", "module_path", "class_name", "interface_v1", "prefetch_threshold",
-    "prefetch_timeout_base", "prefetch_timeout_per_ki_token", "prefetch_timeout_max",
-    "hicache_storage_pass_prefix_keys", "tp_lcm_size", "use_shared_cp_storage",
-})
-MHA_LAYOUTS = ("layer_first", "page_first", "page_first_direct", "page_head")
-MLA_LAYOUTS = ("layer_first", "page_first", "page_first_direct")
-# dtypes of SGLang's host pools whose bytes kvtier stores as they are (fp8 caches are often uint8
-# in host memory). Names absent from this torch (fp8 on torch 1.13) are skipped.
-DTYPES = ("bfloat16", "float16", "float32", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz",
-          "float8_e5m2fnuz", "uint8", "int8")
 
+class _Attached:
+    """What one register_mem_pool_host attached: the store, the pool and the pool's memory. It is
+    replaced whole, and each call reads it once, so a call never mixes two attaches' pools and
+    stores, and a call after close() or during a re-attach finds none (a miss)."""
 
-def _refuse(key: str, rule: str) -> None:
-    """Raises kvtier.KvtierError(invalid_argument) naming `key`, as kvtier's C++ parser does."""
-    message = f"config key '{key}': {rule}"
-    err = kvtier.KvtierError(f"invalid_argument: {message}")
-    err.code, err.errno, err.message = "invalid_argument", 0, message
-    raise err
+    __slots__ = ("store", "pool", "spans", "reorder_layers", "page_size", "page_bytes", "pages_per_store")
 
-
-def _dtype_name(dtype: Any) -> str:
-    name = str(dtype)
-    name = name[len("torch."):] if name.startswith("torch.") else name
-    if name not in DTYPES or getattr(torch, name, None) is None:
-        _refuse("dtype", f"the host pool's dtype {dtype} is not one kvtier stores (one of: "
-                + ", ".join(d for d in DTYPES if getattr(torch, d, None) is not None) + ")")
-    return name
-
-
-def _element_size(dtype: torch.dtype) -> int:
-    # torch.dtype.itemsize exists only from torch 2.1 (Debian 12 ships 1.13).
-    return torch.empty((), dtype=dtype).element_size()
-
-
-def _split_extra_config(extra: Any) -> tuple[dict, dict]:
-    """extra_config -> (fs config, namespace keys). SGLang's README asks a backend to accept keys
-    it does not know (SGLang adds keys between versions, and some reach every backend), so an
-    unknown key is one warning naming it, not an error."""
-    if extra is None:
-        extra = {}
-    if not isinstance(extra, dict):
-        _refuse("extra_config", f"expected a dict (SGLang's parsed JSON), got {type(extra).__name__}")
-    fs, spec = {}, {}
-    for key, value in extra.items():
-        if not isinstance(key, str):
-            _refuse("extra_config", f"keys must be strings, got a key of type {type(key).__name__}")
-        if key in FS_KEYS:
-            fs[key] = value
-        elif key in SPEC_KEYS:
-            if value is not None and (not isinstance(value, str) or not value):
-                _refuse(key, f"expected a non-empty string, got {value!r}")
-            if value is not None:
-                spec[key] = value
-        elif key not in SGLANG_KEYS:
-            logger.warning("kvtier.sglang: extra_config key '%s' is unknown to kvtier and ignored", key)
-    if "root_dir" not in fs:
-        _refuse("root_dir", "required: the directory (or mount) pages are stored under")
-    return fs, spec
-
-
-class _Failures:
-    """Failure counts by kind, each kind logged once (SGLang calls per batch; a sick volume would
-    otherwise log per page)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.counts: dict[str, int] = {}
-
-    def note(self, kind: str, exc: BaseException | None = None, detail: str = "") -> None:
-        with self._lock:
-            n = self.counts.get(kind, 0) + 1
-            self.counts[kind] = n
-        if n == 1:
-            what = f"{type(exc).__name__}: {exc}" if exc is not None else detail
-            logger.warning("kvtier.sglang: %s failed (%s); answered as a miss, counted, logged only once", kind, what)
+    def __init__(self, store: Any, pool: Any, spans: List[tuple], reorder_layers: bool, page_size: int) -> None:
+        self.store, self.pool, self.spans = store, pool, spans
+        self.reorder_layers, self.page_size, self.page_bytes = reorder_layers, page_size, store.page_bytes
+        # The fs tier drops a store job over store_queue_bytes_max whole; SGLang backs up 128 pages
+        # per call (2.7 GB for a 70B model's 21 MB pages), so a call is split into jobs of at most
+        # half of it, one after the other.
+        self.pages_per_store = max(1, store.store_queue_bytes_max // 2 // store.page_bytes)
 
 
 class KvtierHiCacheStorage(HiCacheStorage):
@@ -145,28 +78,51 @@ class KvtierHiCacheStorage(HiCacheStorage):
         if storage_config is None:
             _refuse("storage_config", "SGLang passed none; kvtier needs the served model name and ranks")
         self.storage_config = storage_config
-        self._fs_config, self._spec_keys = _split_extra_config(getattr(storage_config, "extra_config", None))
-        model = getattr(storage_config, "model_name", None) or self._spec_keys.get("model_path")
+        try:
+            self._fs_config, self._spec_keys = _split_extra_config(getattr(storage_config, "extra_config", None))
+            model = getattr(storage_config, "model_name", None) or self._spec_keys.get("model_path")
+            self._metrics_on = bool(getattr(storage_config, "enable_storage_metrics", False))
+        except kvtier.KvtierError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a bad attach is a KvtierError (docs/sglang.md)
+            _refuse("storage_config", f"cannot be read ({type(exc).__name__}: {exc})")
         if not model:
             _refuse("model_name", "SGLang's served model name is not set (--served-model-name) and "
                     "extra_config has no model_path; kvtier keys its namespace by the model")
         self._model_name = str(model)
-        self._metrics_on = bool(getattr(storage_config, "enable_storage_metrics", False))
-        self._store: Any = None
-        self._page_bytes = 0
+        self._attached: Optional[_Attached] = None
         self._failures = _Failures()
         self._stats_lock = threading.Lock()
         self._stats = {"prefetch_pgs": [], "backup_pgs": [], "prefetch_bandwidth": [], "backup_bandwidth": []}
 
+    @property
+    def _store(self) -> Any:
+        """The attached native store, or None (before attach, after close or a failed attach)."""
+        att = self._attached
+        return att.store if att is not None else None
+
     # ---- attach ---------------------------------------------------------------------------------
 
     def register_mem_pool_host(self, mem_pool_host: Any) -> None:
+        """Derives the namespace from the pool and opens the store. A second call re-attaches: the
+        old store is closed first, and until the new one is open every call answers a miss. Any
+        failure raises kvtier.KvtierError and leaves the backend detached (every call a miss, as
+        after close()); a later call may attach it again (docs/sglang.md)."""
+        old, self._attached = self._attached, None
+        if old is not None:
+            self._close_store(old)
         super().register_mem_pool_host(mem_pool_host)
-        spec = self._page_spec(mem_pool_host)
-        self._reorder_layers = (not spec["is_mla"]) and spec["mem_layout"] == "layer_first"
+        try:
+            spec = self._page_spec(mem_pool_host)
+            spans = _memory_spans(mem_pool_host)
+            page_size = int(mem_pool_host.page_size)
+        except kvtier.KvtierError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a bad attach is a KvtierError (docs/sglang.md)
+            _refuse("mem_pool_host", f"not a host KV pool kvtier can read ({type(exc).__name__}: {exc})")
         kv = getattr(mem_pool_host, "kv_buffer", None)
         memory = []
-        if isinstance(kv, torch.Tensor) and kv.device.type == "cpu" and kv.is_contiguous():
+        if isinstance(kv, torch.Tensor) and (kv.data_ptr(), kv.data_ptr() + kv.numel() * kv.element_size()) in spans:
             memory.append((kv.data_ptr(), kv.numel() * kv.element_size()))
             if kv.data_ptr() % 4096:
                 # O_DIRECT needs page-aligned pieces: pages then go through the tier's aligned
@@ -174,19 +130,18 @@ class KvtierHiCacheStorage(HiCacheStorage):
                 # multiple of 4 KiB). SGLang's pinned CUDA host pools are page-aligned: no copy.
                 logger.info("kvtier.sglang: the host pool starts %d bytes past a 4 KiB boundary: "
                             "pages are staged through aligned rows (one copy each way)", kv.data_ptr() % 4096)
-        if self._store is not None:
-            self._store.close()
-        store = _kvtier.SglangStore(self._fs_config, spec, memory)
+        if not spans:
+            logger.warning("kvtier.sglang: the host pool's buffers are not contiguous CPU tensors, so kvtier "
+                           "cannot check host indices against them: the zero-copy calls (interface_v1) answer "
+                           "misses; the generic path works")
+        # A copy: the native parser must never change the operator's config (a re-attach parses it again).
+        store = _kvtier.SglangStore(dict(self._fs_config), spec, memory)
         if store.page_bytes > store.store_queue_bytes_max:
             store.close()
             _refuse("store_queue_bytes_max", f"{store.store_queue_bytes_max} bytes cannot hold one page of "
                     f"{store.page_bytes} bytes (a store larger than it is dropped)")
-        self._store = store
-        self._page_bytes = store.page_bytes
-        # The fs tier drops a store job over store_queue_bytes_max whole; SGLang backs up 128 pages
-        # per call (2.7 GB for a 70B model's 21 MB pages), so a call is split into jobs of at most
-        # half of it, one after the other.
-        self._pages_per_store = max(1, store.store_queue_bytes_max // 2 // store.page_bytes)
+        reorder = (not spec["is_mla"]) and spec["mem_layout"] == "layer_first"
+        self._attached = _Attached(store, mem_pool_host, spans, reorder, page_size)
 
     def _page_spec(self, pool: Any) -> dict:
         cfg = self.storage_config
@@ -216,37 +171,83 @@ class KvtierHiCacheStorage(HiCacheStorage):
 
     # ---- zero-copy path (interface_v1) ------------------------------------------------------------
 
-    def _pool_pieces(self, n_keys: int, host_indices: torch.Tensor) -> List[List[tuple]]:
-        """Per page, the (address, bytes) pieces whose concatenation is SGLang's flat page."""
-        ptrs, sizes = self.mem_pool_host.get_page_buffer_meta(host_indices)
-        if n_keys == 0 or len(ptrs) % n_keys or len(ptrs) != len(sizes):
+    def _attachment(self) -> _Attached:
+        att = self._attached
+        if att is None:
+            raise RuntimeError("no host pool attached (before register_mem_pool_host, after close() or a "
+                               "failed attach)")
+        return att
+
+    def _pool_pieces(self, n_keys: int, host_indices: Any,
+                     att: Optional[_Attached] = None) -> List[Optional[List[tuple]]]:
+        """Per page, the (address, bytes) pieces whose concatenation is SGLang's flat page, or None
+        for a page one piece of which falls outside the pool's buffers (negative, past the end,
+        far past): nothing is read or written for it."""
+        att = att or self._attachment()
+        if not att.spans:
+            raise ValueError("the host pool's memory is unknown: zero-copy calls are off")
+        if (not isinstance(host_indices, torch.Tensor) or host_indices.dim() != 1
+                or host_indices.dtype.is_floating_point or host_indices.dtype.is_complex
+                or host_indices.dtype == torch.bool or host_indices.numel() != n_keys * att.page_size):
+            raise ValueError(f"host_indices must be {n_keys} pages of {att.page_size} integer token slots, got "
+                             f"{type(host_indices).__name__} {getattr(host_indices, 'shape', '')}")
+        if n_keys == 0:
+            return []
+        ptrs, sizes = att.pool.get_page_buffer_meta(host_indices)
+        if len(ptrs) % n_keys or len(ptrs) != len(sizes):
             raise ValueError(f"get_page_buffer_meta gave {len(ptrs)} pointers for {n_keys} pages")
         per = len(ptrs) // n_keys
-        pages = []
+        pages: List[Optional[List[tuple]]] = []
         for i in range(n_keys):
-            piece = list(zip(ptrs[i * per:(i + 1) * per], sizes[i * per:(i + 1) * per]))
-            if self._reorder_layers:  # [K0, V0, K1, V1, ...] -> the flat page's [K0..K(L-1), V0..V(L-1)]
+            at = slice(i * per, (i + 1) * per)
+            piece = [_piece_inside(p, att.spans) for p in zip(ptrs[at], sizes[at])]
+            if not all(piece):
+                pages.append(None)
+                continue
+            if att.reorder_layers:  # [K0, V0, K1, V1, ...] -> the flat page's [K0..K(L-1), V0..V(L-1)]
                 piece = piece[0::2] + piece[1::2]
             pages.append(piece)
+        if any(p is None for p in pages):
+            self._failures.note("host_indices", detail="a page's host indices fall outside the registered pool: "
+                                "that page answered False, nothing read or written for it")
         return pages
 
-    def _store_pages(self, keys: List[str], pieces: list) -> List[bool]:
-        """store() in jobs the fs tier takes whole; after a job with a failure the rest is False
-        (SGLang stops a backup at the first failed call, so the later pages would not be found)."""
-        out: List[bool] = []
-        n = self._pages_per_store
-        for i in range(0, len(keys), n):
-            ok = self._store.store(keys[i:i + n], pieces[i:i + n])
-            out.extend(ok)
-            if not all(ok):
+    @staticmethod
+    def _load_some(att: _Attached, keys: list, pages: list) -> List[bool]:
+        """load() of the pages that are not None; the others are False."""
+        at = [i for i, p in enumerate(pages) if p is not None]
+        out = [False] * len(keys)
+        if at:
+            for i, ok in zip(at, att.store.load([keys[i] for i in at], [pages[i] for i in at])):
+                out[i] = bool(ok)
+        return out
+
+    @staticmethod
+    def _store_some(att: _Attached, keys: list, pages: list) -> List[bool]:
+        """store() of the pages that are not None, in jobs the fs tier takes whole; after a job with
+        a failure the rest is False (SGLang stops a backup at the first failed call, so the later
+        pages would not be found)."""
+        at = [i for i, p in enumerate(pages) if p is not None]
+        out = [False] * len(keys)
+        for j in range(0, len(at), att.pages_per_store):
+            part = at[j:j + att.pages_per_store]
+            ok = att.store.store([keys[i] for i in part], [pages[i] for i in part])
+            for i, good in zip(part, ok):
+                out[i] = bool(good)
+            if len(ok) != len(part) or not all(ok):
                 break
-        return out + [False] * (len(keys) - len(out))
+        return out
 
     def batch_get_v1(self, keys: List[str], host_indices: torch.Tensor, extra_info: Any = None) -> List[bool]:
+        keys = _key_list(keys)
+        if keys is None:
+            self._failures.note("batch_get_v1", detail="keys is not a list of keys")
+            return []
         try:
+            att = self._attachment()
             t0 = time.perf_counter()
-            out = self._store.load(list(keys), self._pool_pieces(len(keys), host_indices))
-            self._record("prefetch", out, time.perf_counter() - t0)
+            out = self._load_some(att, keys, self._pool_pieces(len(keys), host_indices, att))
+            self._record(att, "prefetch", out, time.perf_counter() - t0)
             return out
         except Exception as exc:  # noqa: BLE001 - an exception would end SGLang's prefetch I/O thread
             self._failures.note("batch_get_v1", exc)
@@ -255,10 +256,15 @@ class KvtierHiCacheStorage(HiCacheStorage):
     def batch_set_v1(self, keys: List[str], host_indices: torch.Tensor, extra_info: Any = None) -> List[bool]:
         # MLA on TP rank > 0: SGLang's controller never backs up there (backup_skip). If a caller
         # does, the pages' bytes are rank 0's, so storing them is as correct as rank 0 storing.
+        keys = _key_list(keys)
+        if keys is None:
+            self._failures.note("batch_set_v1", detail="keys is not a list of keys")
+            return []
         try:
+            att = self._attachment()
             t0 = time.perf_counter()
-            out = self._store_pages(list(keys), self._pool_pieces(len(keys), host_indices))
-            self._record("backup", out, time.perf_counter() - t0)
+            out = self._store_some(att, keys, self._pool_pieces(len(keys), host_indices, att))
+            self._record(att, "backup", out, time.perf_counter() - t0)
             return out
         except Exception as exc:  # noqa: BLE001 - an exception would end SGLang's backup thread
             self._failures.note("batch_set_v1", exc)
@@ -266,22 +272,29 @@ class KvtierHiCacheStorage(HiCacheStorage):
 
     # ---- generic path (flat page tensors) ----------------------------------------------------------
 
-    def _tensor_piece(self, t: Any) -> List[tuple]:
-        if not isinstance(t, torch.Tensor) or t.device.type != "cpu" or not t.is_contiguous():
-            raise ValueError(f"expected a contiguous CPU tensor, got {type(t).__name__}")
+    @staticmethod
+    def _tensor_piece(t: Any) -> Optional[List[tuple]]:
+        """The one piece of a flat page tensor (its own memory), or None for anything else."""
+        if not isinstance(t, torch.Tensor) or t.device.type != "cpu" or not t.is_contiguous() or t.numel() == 0:
+            return None
         return [(t.data_ptr(), t.numel() * t.element_size())]
 
-    def _target(self, target: Any) -> torch.Tensor:
-        return self.mem_pool_host.get_dummy_flat_data_page() if target is None else target
-
     def batch_get(self, keys: List[str], target_locations: Any = None, target_sizes: Any = None) -> list:
+        keys = _key_list(keys)
+        if keys is None:
+            self._failures.note("batch_get", detail="keys is not a list of keys")
+            return []
         try:
-            keys = list(keys)
-            targets = [self._target(target_locations[i] if target_locations is not None else None)
-                       for i in range(len(keys))]
+            att = self._attachment()
+            if target_locations is not None and _key_list(target_locations) is None:
+                raise ValueError(f"target_locations is not a list, got {type(target_locations).__name__}")
+            if target_locations is not None and len(target_locations) != len(keys):
+                raise ValueError(f"{len(keys)} keys but {len(target_locations)} target locations")
+            given = list(target_locations) if target_locations is not None else [None] * len(keys)
+            targets = [att.pool.get_dummy_flat_data_page() if t is None else t for t in given]
             t0 = time.perf_counter()
-            ok = self._store.load(keys, [self._tensor_piece(t) for t in targets])
-            self._record("prefetch", ok, time.perf_counter() - t0)
+            ok = self._load_some(att, keys, [self._tensor_piece(t) for t in targets])
+            self._record(att, "prefetch", ok, time.perf_counter() - t0)
             return [t if good else None for t, good in zip(targets, ok)]
         except Exception as exc:  # noqa: BLE001
             self._failures.note("batch_get", exc)
@@ -289,7 +302,8 @@ class KvtierHiCacheStorage(HiCacheStorage):
 
     def get(self, key: str, target_location: Any = None, target_sizes: Any = None) -> Optional[torch.Tensor]:
         try:
-            return self.batch_get([key], [target_location])[0]
+            got = self.batch_get([key], [target_location])
+            return got[0] if len(got) == 1 else None
         except Exception as exc:  # noqa: BLE001
             self._failures.note("get", exc)
             return None
@@ -297,13 +311,19 @@ class KvtierHiCacheStorage(HiCacheStorage):
     def batch_set(self, keys: List[str], values: Any = None, target_locations: Any = None,
                   target_sizes: Any = None) -> bool:
         try:
-            keys = list(keys)
-            if values is None or len(values) != len(keys):
-                raise ValueError(f"{len(keys)} keys but {'no' if values is None else len(values)} values")
-            pieces = [self._tensor_piece(v.contiguous() if isinstance(v, torch.Tensor) else v) for v in values]
+            keys = _key_list(keys)
+            if keys is None:
+                raise ValueError("keys is not a list of keys")
+            vals = _key_list(values)
+            if vals is None or len(vals) != len(keys):
+                raise ValueError(f"{len(keys)} keys but {'no list of' if vals is None else len(vals)} values")
+            att = self._attachment()
+            pieces = [self._tensor_piece(v.contiguous() if isinstance(v, torch.Tensor) else v) for v in vals]
+            if any(p is None for p in pieces):
+                raise ValueError("every value must be a non-empty CPU tensor")
             t0 = time.perf_counter()
-            ok = self._store_pages(keys, pieces)
-            self._record("backup", ok, time.perf_counter() - t0)
+            ok = self._store_some(att, keys, pieces)
+            self._record(att, "backup", ok, time.perf_counter() - t0)
             return all(ok)
         except Exception as exc:  # noqa: BLE001
             self._failures.note("batch_set", exc)
@@ -311,17 +331,25 @@ class KvtierHiCacheStorage(HiCacheStorage):
 
     def set(self, key: str, value: Any = None, target_location: Any = None, target_sizes: Any = None) -> bool:
         try:
-            return self.batch_set([key], [value])
+            return self.batch_set([key], [value]) is True
         except Exception as exc:  # noqa: BLE001
             self._failures.note("set", exc)
             return False
 
     def exists(self, key: str) -> bool:
-        return self.batch_exists([key]) == 1
+        try:
+            return self.batch_exists([key]) == 1
+        except Exception as exc:  # noqa: BLE001
+            self._failures.note("exists", exc)
+            return False
 
     def batch_exists(self, keys: List[str], extra_info: Any = None) -> int:
         try:
-            return int(self._store.exists_prefix(list(keys)))
+            keys = _key_list(keys)
+            if keys is None:
+                raise ValueError("keys is not a list of keys")
+            att = self._attachment()
+            return max(0, min(len(keys), int(att.store.exists_prefix(keys))))
         except Exception as exc:  # noqa: BLE001 - None or an exception kills SGLang's prefetch thread
             self._failures.note("batch_exists", exc)
             return 0
@@ -329,10 +357,12 @@ class KvtierHiCacheStorage(HiCacheStorage):
     # ---- scheduler thread ---------------------------------------------------------------------------
 
     def clear(self) -> None:
-        """Removes this namespace's pages (this rank's directory), nothing else under the root."""
+        """Removes this namespace's pages (this rank's directory), nothing else under the root. On a
+        hung mount it gives up after io_timeout_ms (a failure counted, nothing raised)."""
         try:
-            removed = self._store.clear()
-            logger.info("kvtier.sglang: clear() removed %d page files of %s", removed, self._store.block_dir)
+            att = self._attachment()
+            removed = att.store.clear()
+            logger.info("kvtier.sglang: clear() removed %d page files of %s", removed, att.store.block_dir)
         except Exception as exc:  # noqa: BLE001 - SGLang only logs it, but never raise from here either
             self._failures.note("clear", exc)
 
@@ -354,27 +384,33 @@ class KvtierHiCacheStorage(HiCacheStorage):
     def kvtier_metrics(self) -> dict:
         """kvtier's fs-tier counters (docs/metrics.md) plus failures caught here by kind."""
         try:
-            out = dict(self._store.metrics()) if self._store is not None else {}
+            att = self._attached
+            out = dict(att.store.metrics()) if att is not None else {}
         except Exception:  # noqa: BLE001
             out = {}
         out["sglang_failures"] = dict(self._failures.counts)
         return out
 
     def close(self) -> None:
-        """Drains queued I/O and releases the store (and the pool's memory registration)."""
+        """Drains queued I/O and releases the store (and the pool's memory registration); later
+        calls answer misses until register_mem_pool_host attaches again."""
+        att, self._attached = self._attached, None
+        if att is not None:
+            self._close_store(att)
+
+    def _close_store(self, att: _Attached) -> None:
         try:
-            if self._store is not None:
-                self._store.close()
+            att.store.close()
         except Exception as exc:  # noqa: BLE001
             self._failures.note("close", exc)
 
     # ---- helpers ------------------------------------------------------------------------------------
 
-    def _record(self, kind: str, ok: List[bool], seconds: float) -> None:
+    def _record(self, att: _Attached, kind: str, ok: List[bool], seconds: float) -> None:
         if not self._metrics_on:
             return
         pages = sum(1 for x in ok if x)
-        gbs = pages * self._page_bytes / seconds / 1e9 if seconds > 0 else 0.0
+        gbs = pages * att.page_bytes / seconds / 1e9 if seconds > 0 else 0.0
         with self._stats_lock:
             self._stats[f"{kind}_pgs"].append(pages)
             self._stats[f"{kind}_bandwidth"].append(gbs)

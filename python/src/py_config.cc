@@ -109,7 +109,10 @@ bool IsPath(pb::handle value) {
 }
 
 FsTierOptions ParseTierDict(const pb::handle& config) {
-  pb::dict keys(pb::reinterpret_borrow<pb::object>(config));  // a copy: root_dir is taken out
+  // A new dict (pybind11's dict(obj) would share a dict given as one): root_dir
+  // is taken out of it, and the caller's config must stay as it was, e.g. for
+  // a second attach with the same config.
+  pb::dict keys = pb::module_::import("builtins").attr("dict")(config);
   std::optional<std::string> root_dir;
   if (keys.contains("root_dir") && IsPath(keys["root_dir"])) {
     root_dir = RootDirBytes(keys["root_dir"]);

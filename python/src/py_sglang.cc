@@ -5,6 +5,11 @@
 // GIL released, since SGLang's prefetch, prefetch I/O and backup threads call
 // at once.
 //
+// The addresses are taken as given (this module is kvtier.sglang's, not
+// public): kvtier.sglang moves a zero-copy page only when every piece lies
+// inside the host pool's buffers, and a generic page is a tensor's own
+// memory.
+//
 // The I/O methods never raise: SGLang's threads die on any exception, so an
 // argument that cannot be converted is every key's false (0 for
 // exists_prefix), logged once per method through logging.getLogger

@@ -17,10 +17,11 @@ namespace kvtier::internal {
 // False when statfs fails.
 bool LocalFilesystem(const std::string& dir);
 
-// What inline_metadata and bounce_loads resolve to for t.root_dir ("auto":
-// by LocalFilesystem). The tier's open and `kvtier doctor` both ask here.
-bool InlineMetadataFor(const FsTierOptions& t);
-bool BounceLoadsFor(const FsTierOptions& t);
+// What inline_metadata and bounce_loads resolve to for a root that is
+// `local` (LocalFilesystem(t.root_dir), found where a hung mount is watched).
+// The tier's open and `kvtier doctor` both ask here.
+bool InlineMetadataFor(const FsTierOptions& t, bool local);
+bool BounceLoadsFor(const FsTierOptions& t, bool local);
 
 // The O_DIRECT start-up probe (FORMAT.md L63) in the namespace directory
 // `ns_fd` (`ns_dir` names it in the log): whether the tier uses O_DIRECT.

@@ -27,6 +27,7 @@
 #include "format/root_list.h"
 #include "fs/tier_dirs.h"
 #include "fs/tier_space.h"
+#include "ops/io_watch.h"
 #include "util/log.h"
 
 namespace kvtier::internal {
@@ -210,20 +211,20 @@ uint64_t RandomU63() {
 
 }  // namespace
 
-bool InlineMetadataFor(const FsTierOptions& t) {
+bool InlineMetadataFor(const FsTierOptions& t, bool local) {
   switch (t.inline_metadata) {
     case InlineMetadata::kOn: return true;
     case InlineMetadata::kOff: return false;
-    case InlineMetadata::kAuto: return LocalFilesystem(t.root_dir);
+    case InlineMetadata::kAuto: return local;
   }
   return false;
 }
 
-bool BounceLoadsFor(const FsTierOptions& t) {
+bool BounceLoadsFor(const FsTierOptions& t, bool local) {
   switch (t.bounce_loads) {
     case BounceLoads::kOn: return true;
     case BounceLoads::kOff: return false;
-    case BounceLoads::kAuto: return !LocalFilesystem(t.root_dir);
+    case BounceLoads::kAuto: return !local;
   }
   return true;
 }
@@ -240,7 +241,8 @@ unsigned RingEntries(int slots) {
   return entries;
 }
 
-Result<std::unique_ptr<IoBackend>> MakeBackend(const FsTierOpenOptions& o) {
+// `local`: LocalFilesystem(root_dir), found while the start-up was watched.
+Result<std::unique_ptr<IoBackend>> MakeBackend(const FsTierOpenOptions& o, bool local) {
   const int slots = o.tier.n_read_threads + o.tier.n_write_threads;
   // One thread more than the slots: the engine's probe of a root that is
   // down must find one even while every op's request is stuck in the kernel
@@ -248,8 +250,8 @@ Result<std::unique_ptr<IoBackend>> MakeBackend(const FsTierOpenOptions& o) {
   const int threads = slots + 1;
   if (o.tier.io_backend != IoBackendKind::kSyscall) {
     UringOptions uring_options;
-    uring_options.inline_metadata = InlineMetadataFor(o.tier);
-    uring_options.inline_fd_metadata = LocalFilesystem(o.tier.root_dir);
+    uring_options.inline_metadata = InlineMetadataFor(o.tier, local);
+    uring_options.inline_fd_metadata = local;
     uring_options.force_async = !uring_options.inline_fd_metadata;
     auto uring = MakeUringBackend(RingEntries(slots), uring_options);
     if (uring.ok() || o.tier.io_backend == IoBackendKind::kUring) return uring;
@@ -298,32 +300,62 @@ Result<std::unique_ptr<FsTier>> OpenFsTier(const FsTierOpenOptions& o) {
   return OpenFsTierWithBackend(o, nullptr);
 }
 
+namespace {
+
+// The directories, config.json and probes: every syscall of the start-up
+// that touches the volume, but the lease's. Each step is one watched call
+// when FsTier::Open runs under a watch (io_watch.h): a later scope restarts
+// the clock with its path, and the first one covers the fds closed on the
+// way out. Fills `shared`; returns the namespace directory's fd.
+Result<UniqueFd> PrepareDirs(const FsTierOpenOptions& o, const Namespace& ns, TierShared* shared, bool* local) {
+  const std::string ns_dir = JoinRoot(o.tier.root_dir, ns.dir_name());
+  const bool durable = o.tier.durability == Durability::kFull;
+  IoScope at_root(o.tier.root_dir);
+  KVTIER_RETURN_IF_ERROR(MkdirAll(o.tier.root_dir, durable));
+  KVTIER_ASSIGN_OR_RETURN(shared->root, OpenRootDir(o.tier.root_dir));
+  shared->root_dir = o.tier.root_dir;
+  IoScope at_ns(ns_dir);
+  KVTIER_ASSIGN_OR_RETURN(UniqueFd ns_fd, MakeTierDir(shared->root.get(), ns.dir_name(), ns_dir, durable));
+  // The block directory is only checked here: the ops resolve their paths
+  // from the root fd, refusing symlinks on the way (block_ops.h).
+  const std::string block_dir = JoinRoot(o.tier.root_dir, ns.block_dir_name());
+  IoScope at_blocks(block_dir);
+  KVTIER_RETURN_IF_ERROR(MakeTierDir(shared->root.get(), ns.block_dir_name(), block_dir, durable).status());
+  shared->tmp_base = RandomU63();
+  IoScope at_config(ns_dir + "/config.json");
+  KVTIER_RETURN_IF_ERROR(WriteConfigOnce(ns_fd.get(), ns_dir, ns.config_json(), shared->tmp_base));
+  IoScope at_probes(ns_dir);
+  shared->o_direct = ProbeODirect(ns_fd.get(), ns_dir, shared->tmp_base, o.tier.o_direct);
+  if (o.tier.checksum_blocks) KVTIER_RETURN_IF_ERROR(ProbeXattr(ns_fd.get(), o.tier.root_dir, ns_dir, shared->tmp_base));
+  *local = LocalFilesystem(o.tier.root_dir);
+  return ns_fd;
+}
+
+// The caller of a watched open got kTimedOut: the rest makes nothing (no
+// memory registration, no lease) and the open fails.
+Status CheckWanted(const std::string& ns_dir) {
+  const std::shared_ptr<IoWatch> watch = CurrentIoWatch();
+  if (watch && watch->abandoned()) return Status(StatusCode::kTimedOut, "fs tier open of " + ns_dir + ": abandoned");
+  return Status::Ok();
+}
+
+}  // namespace
+
 Result<std::unique_ptr<FsTier>> OpenFsTierWithBackend(const FsTierOpenOptions& o,
                                                        std::unique_ptr<IoBackend> backend) {
   KVTIER_RETURN_IF_ERROR(ValidateOptions(o));
   KVTIER_ASSIGN_OR_RETURN(Namespace ns, TierNamespace(o));
   const std::string ns_dir = JoinRoot(o.tier.root_dir, ns.dir_name());
-  const bool durable = o.tier.durability == Durability::kFull;
-  KVTIER_RETURN_IF_ERROR(MkdirAll(o.tier.root_dir, durable));
   auto shared = std::make_unique<TierShared>();
-  KVTIER_ASSIGN_OR_RETURN(shared->root, OpenRootDir(o.tier.root_dir));
-  shared->root_dir = o.tier.root_dir;
-  KVTIER_ASSIGN_OR_RETURN(UniqueFd ns_fd, MakeTierDir(shared->root.get(), ns.dir_name(), ns_dir, durable));
-  // The block directory is only checked here: the ops resolve their paths
-  // from the root fd, refusing symlinks on the way (block_ops.h).
-  KVTIER_RETURN_IF_ERROR(MakeTierDir(shared->root.get(), ns.block_dir_name(),
-                                   JoinRoot(o.tier.root_dir, ns.block_dir_name()), durable).status());
-  shared->tmp_base = RandomU63();
-  KVTIER_RETURN_IF_ERROR(WriteConfigOnce(ns_fd.get(), ns_dir, ns.config_json(), shared->tmp_base));
-  shared->o_direct = ProbeODirect(ns_fd.get(), ns_dir, shared->tmp_base, o.tier.o_direct);
-  if (o.tier.checksum_blocks) KVTIER_RETURN_IF_ERROR(ProbeXattr(ns_fd.get(), o.tier.root_dir, ns_dir, shared->tmp_base));
+  bool local = false;
+  KVTIER_ASSIGN_OR_RETURN(UniqueFd ns_fd, PrepareDirs(o, ns, shared.get(), &local));
+  KVTIER_RETURN_IF_ERROR(CheckWanted(ns_dir));
   shared->checksum = o.tier.checksum_blocks;
   shared->row_bytes = o.row_bytes;
   shared->durability = o.tier.durability;
   shared->io_timeout_ms = o.tier.io_timeout_ms;
-  const bool local = LocalFilesystem(o.tier.root_dir);
   shared->touch_atime = local;
-  if (BounceLoadsFor(o.tier)) {
+  if (BounceLoadsFor(o.tier, local)) {
     shared->bounce = std::make_unique<BouncePool>(o.row_bytes, o.tier.n_read_threads + o.tier.n_write_threads);
   }
   // Unaligned rows keep O_DIRECT through staging rows (block_ops.h); rows
@@ -332,8 +364,9 @@ Result<std::unique_ptr<FsTier>> OpenFsTierWithBackend(const FsTierOpenOptions& o
     shared->stage = std::make_unique<BouncePool>(o.row_bytes, o.tier.n_read_threads + o.tier.n_write_threads);
   }
   if (!backend) {
-    KVTIER_ASSIGN_OR_RETURN(backend, MakeBackend(o));
+    KVTIER_ASSIGN_OR_RETURN(backend, MakeBackend(o, local));
   }
+  // Not watched: pinning a large host pool takes its time and no mount.
   if (!o.registered_memory.empty()) {
     Status s = backend->RegisterBuffers(RowAlignedBuffers(o.registered_memory, o.row_bytes));
     if (!s.ok() && backend->name() == "io_uring") {
@@ -341,6 +374,8 @@ Result<std::unique_ptr<FsTier>> OpenFsTierWithBackend(const FsTierOpenOptions& o
                  "; raise RLIMIT_MEMLOCK): I/O maps pages per request");
     }
   }
+  IoScope at_lease(ns_dir + "/" + std::string(format::kMetaDirName));
+  KVTIER_RETURN_IF_ERROR(CheckWanted(ns_dir));
   KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<Lease> lease, Lease::Acquire(ns_fd.get(), ns_dir, shared->tmp_base));
   return MakeFsTierImpl(o, std::move(ns), std::move(shared), std::move(backend), std::move(lease));
 }
@@ -349,7 +384,9 @@ Result<std::unique_ptr<FsTier>> OpenFsTierWithBackend(const FsTierOpenOptions& o
 
 namespace kvtier {
 
-Result<std::unique_ptr<FsTier>> FsTier::Open(const FsTierOpenOptions& options) {
+namespace {
+
+Result<std::unique_ptr<FsTier>> OpenUnwatched(const FsTierOpenOptions& options) {
   // L99: a list of roots (or a ',' that would be one without path_sharding: an error, as in vLLM).
   const bool sharded = options.tier.path_sharding == PathSharding::kByBlockHash;
   if (sharded || options.tier.root_dir.find(',') != std::string::npos) {
@@ -357,6 +394,19 @@ Result<std::unique_ptr<FsTier>> FsTier::Open(const FsTierOpenOptions& options) {
     return internal::OpenMultiRootTier(options, roots);
   }
   return internal::OpenFsTier(options);
+}
+
+}  // namespace
+
+// The start-up's syscalls (mkdir, config.json, probes, lease) run on a
+// thread of their own, watched step by step with io_timeout_ms, so that an
+// engine's attach on a hung mount fails with kTimedOut instead of hanging
+// its caller. An abandoned open owns a copy of the options; if it completes
+// once the mount answers, the tier it made is closed at once on its thread
+// (it never had a job, so on_job_finished is never called).
+Result<std::unique_ptr<FsTier>> FsTier::Open(const FsTierOpenOptions& options) {
+  return internal::RunWatchedFor<std::unique_ptr<FsTier>>(
+      options.tier.io_timeout_ms, "", [options] { return OpenUnwatched(options); });
 }
 
 }  // namespace kvtier

@@ -23,6 +23,7 @@
 #include "fs/root_set.h"
 #include "fs/tier_metrics.h"
 #include "fs/tier_space.h"
+#include "ops/io_watch.h"
 
 namespace kvtier::internal {
 namespace {
@@ -281,7 +282,13 @@ Status EqualizeODirect(MultiRootTier* tier, const FsTierOpenOptions& base, const
 
 Result<std::unique_ptr<FsTier>> OpenMultiRootTier(const FsTierOpenOptions& o, const std::vector<std::string>& roots) {
   KVTIER_ASSIGN_OR_RETURN(Namespace ns, TierNamespace(o));
-  KVTIER_ASSIGN_OR_RETURN(std::vector<RootState> states, ExamineRoots(roots, ns));
+  // One watched call each when FsTier::Open runs under a watch (io_watch.h);
+  // none is open while a child registers memory (not the mount's time).
+  Result<std::vector<RootState>> examined = [&] {
+    IoScope examining(o.tier.root_dir);
+    return ExamineRoots(roots, ns);
+  }();
+  KVTIER_ASSIGN_OR_RETURN(std::vector<RootState> states, std::move(examined));
   KVTIER_RETURN_IF_ERROR(CheckRootSet(roots, ns, states));
   auto tier = std::make_unique<MultiRootTier>(o, ns, roots.size());
   KVTIER_RETURN_IF_ERROR(CheckCapacityOptions(o.tier, o.row_bytes, roots.size()));
@@ -298,6 +305,7 @@ Result<std::unique_ptr<FsTier>> OpenMultiRootTier(const FsTierOpenOptions& o, co
   for (size_t i = 0; i < roots.size(); ++i) {
     const format::RootSlot slot{i, roots.size()};
     if (states[i].marker == slot) continue;
+    const IoScope marking(roots[i]);
     KVTIER_RETURN_IF_ERROR(WriteRootMarker(roots[i], ns, slot, MonotonicNowNs() + i));
   }
   return std::unique_ptr<FsTier>(std::move(tier));

@@ -46,8 +46,9 @@ void Pick(DoctorReport* r) {
   FsTierOptions tier;
   tier.root_dir = r->root;
   Call("", [&] {
-    r->bounce_loads = BounceLoadsFor(tier);
-    r->inline_metadata = InlineMetadataFor(tier);
+    const bool local = LocalFilesystem(tier.root_dir);
+    r->bounce_loads = BounceLoadsFor(tier, local);
+    r->inline_metadata = InlineMetadataFor(tier, local);
     return 0;
   });
   r->use_o_direct = r->o_direct.verdict != Verdict::kNo;  // as the tier: only a refusal turns it off

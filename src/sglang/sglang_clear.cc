@@ -3,16 +3,46 @@
 // page (L7, L8) or a page's temp file (L55) in its right shard (L6), and only
 // regular files; directories, symlinks and foreign names stay. No symlink
 // is followed on the way (L98).
+//
+// Every syscall is announced as one watched call (ops/io_watch.h), so that
+// SglangStore::Clear can run the walk under a watch and give up on a hung
+// mount; a walk abandoned by its watch makes no further call once the stuck
+// one returns (ECANCELED).
 #include "sglang/sglang_clear.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
 
+#include <iterator>
+
 #include "format/layout_names.h"
+#include "ops/io_watch.h"
 #include "util/dir_fd.h"
 
 namespace kvtier::internal {
 namespace {
+
+int OpenWatched(int dirfd, const std::string& name, const std::string& path, UniqueFd* out) {
+  IoScope scope(path);
+  return scope.cancelled() ? ECANCELED : OpenDirAt(dirfd, name, out);
+}
+
+// The whole listing (a shard directory's, bounded by the sharding); each
+// batch of names and stats is one watched call.
+int ListWatched(int dirfd, const std::string& path, std::vector<DirEntry>* out) {
+  IoScope scope(path);
+  if (scope.cancelled()) return ECANCELED;
+  return ListDirChunks(dirfd, kListChunkEntries, [&](std::vector<DirEntry>& chunk) {
+    scope.Step();
+    std::move(chunk.begin(), chunk.end(), std::back_inserter(*out));
+    return true;
+  });
+}
+
+int UnlinkWatched(int dirfd, const std::string& path, const DirEntry& e, bool dir) {
+  IoScope scope(path);
+  return scope.cancelled() ? ECANCELED : UnlinkIfSameAt(dirfd, e.name, e.st.st_dev, e.st.st_ino, dir);
+}
 
 // A regular file named as a page (or its temp file) of this shard.
 bool IsPageFile(const DirEntry& e, std::string_view shard1, std::string_view hh) {
@@ -28,19 +58,19 @@ Status ClearShard2(int shard1_fd, const std::string& shown, std::string_view sha
   if (!parsed || parsed->group != 0 || !S_ISDIR(d.st.st_mode)) return Status::Ok();
   UniqueFd fd;
   const std::string path = shown + "/" + d.name;
-  if (int err = OpenDirAt(shard1_fd, d.name, &fd); err != 0) {
+  if (int err = OpenWatched(shard1_fd, d.name, path, &fd); err != 0) {
     return err == ENOENT ? Status::Ok() : ErrnoToStatus(err, "open " + path);
   }
   std::vector<DirEntry> files;
-  if (int err = ListDir(fd.get(), &files); err != 0) return ErrnoToStatus(err, "list " + path);
+  if (int err = ListWatched(fd.get(), path, &files); err != 0) return ErrnoToStatus(err, "list " + path);
   for (const DirEntry& f : files) {
     if (!IsPageFile(f, shard1, parsed->hh)) continue;
-    const int err = UnlinkIfSameAt(fd.get(), f.name, f.st.st_dev, f.st.st_ino);
+    const int err = UnlinkWatched(fd.get(), path + "/" + f.name, f, /*dir=*/false);
     if (err == 0) ++*removed;
     else if (err != ESTALE) return ErrnoToStatus(err, "unlink " + path + "/" + f.name);
   }
   // Best effort: fails (ENOTEMPTY) where anything is left, or a store made a file meanwhile.
-  (void)UnlinkIfSameAt(shard1_fd, d.name, d.st.st_dev, d.st.st_ino, /*dir=*/true);
+  (void)UnlinkWatched(shard1_fd, path, d, /*dir=*/true);
   return Status::Ok();
 }
 
@@ -48,13 +78,13 @@ Status ClearShard1(int block_fd, const std::string& shown, const DirEntry& d, ui
   if (!format::IsShard1Name(d.name) || !S_ISDIR(d.st.st_mode)) return Status::Ok();
   UniqueFd fd;
   const std::string path = shown + "/" + d.name;
-  if (int err = OpenDirAt(block_fd, d.name, &fd); err != 0) {
+  if (int err = OpenWatched(block_fd, d.name, path, &fd); err != 0) {
     return err == ENOENT ? Status::Ok() : ErrnoToStatus(err, "open " + path);
   }
   std::vector<DirEntry> shards;
-  if (int err = ListDir(fd.get(), &shards); err != 0) return ErrnoToStatus(err, "list " + path);
+  if (int err = ListWatched(fd.get(), path, &shards); err != 0) return ErrnoToStatus(err, "list " + path);
   for (const DirEntry& s : shards) KVTIER_RETURN_IF_ERROR(ClearShard2(fd.get(), path, d.name, s, removed));
-  (void)UnlinkIfSameAt(block_fd, d.name, d.st.st_dev, d.st.st_ino, /*dir=*/true);
+  (void)UnlinkWatched(block_fd, path, d, /*dir=*/true);
   return Status::Ok();
 }
 
@@ -62,15 +92,17 @@ Status ClearShard1(int block_fd, const std::string& shown, const DirEntry& d, ui
 
 Result<uint64_t> ClearBlockDir(const std::string& root_dir, const std::string& block_dir_name) {
   UniqueFd root;
-  if (int err = OpenDirAt(AT_FDCWD, root_dir, &root); err != 0) return ErrnoToStatus(err, "open " + root_dir);
+  if (int err = OpenWatched(AT_FDCWD, root_dir, root_dir, &root); err != 0) {
+    return ErrnoToStatus(err, "open " + root_dir);
+  }
   const std::string shown = root_dir + "/" + block_dir_name;
   UniqueFd block;
-  if (int err = OpenDirAt(root.get(), block_dir_name, &block); err != 0) {
+  if (int err = OpenWatched(root.get(), block_dir_name, shown, &block); err != 0) {
     if (err == ENOENT) return uint64_t{0};
     return ErrnoToStatus(err, "open " + shown);
   }
   std::vector<DirEntry> entries;
-  if (int err = ListDir(block.get(), &entries); err != 0) return ErrnoToStatus(err, "list " + shown);
+  if (int err = ListWatched(block.get(), shown, &entries); err != 0) return ErrnoToStatus(err, "list " + shown);
   uint64_t removed = 0;
   for (const DirEntry& d : entries) KVTIER_RETURN_IF_ERROR(ClearShard1(block.get(), shown, d, &removed));
   return removed;

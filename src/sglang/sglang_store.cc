@@ -4,11 +4,13 @@
 // tier's on_job_finished wakes the waiters, and whichever waiter holds the
 // lock polls the tier and files every finished job under its id, so several
 // threads (SGLang's prefetch, prefetch I/O and backup threads) each get
-// their own job back. Nothing here times out on its own: a call waits until
+// their own job back. No I/O call times out on its own: a call waits until
 // its job finishes, and the tier bounds that (io_timeout_ms, then the
 // abandonment of fs_tier_engine.cc). Giving up earlier would be unsafe: a
 // load's op may still copy into the caller's pieces, and a store's may
-// still read them, until its job is returned.
+// still read them, until its job is returned. Clear touches no caller
+// memory, so its walk runs on a thread of its own under a watch
+// (ops/io_watch.h) and is abandoned on a hung mount.
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
@@ -17,6 +19,7 @@
 
 #include "format/root_list.h"
 #include "kvtier/sglang.h"
+#include "ops/io_watch.h"
 #include "sglang/sglang_clear.h"
 #include "util/log.h"
 
@@ -34,6 +37,7 @@ struct SglangStore::Rep {
 
   SglangNamespace ns;
   std::vector<std::string> roots;  // the tier's roots, for Clear
+  uint32_t io_timeout_ms = 0;      // Clear's deadline per file-system call (0: none)
   std::unique_ptr<FsTier> tier;    // null after Close
 
   std::mutex mu;
@@ -153,6 +157,7 @@ Result<std::unique_ptr<SglangStore>> SglangStore::Open(const SglangStoreOptions&
   }
   auto rep = std::make_unique<Rep>(std::move(ns));
   rep->roots = std::move(roots);
+  rep->io_timeout_ms = options.tier.io_timeout_ms;
   FsTierOpenOptions o;
   o.tier = options.tier;
   o.prebuilt_ns = rep->ns.fs_namespace();
@@ -223,7 +228,13 @@ Result<uint64_t> SglangStore::Clear() {
   if (!scope.entered()) return Status(StatusCode::kUnavailable, "sglang store: closed");
   uint64_t removed = 0;
   for (size_t i = 0; i < rep_->roots.size(); ++i) {
-    Result<uint64_t> n = internal::ClearBlockDir(rep_->roots[i], rep_->ns.block_dir_name());
+    // On a thread of its own, watched per call: a hung mount answers
+    // kTimedOut, and the abandoned walk owns its copies of the names (the
+    // store may be closed and freed before it returns).
+    Result<uint64_t> n = internal::RunWatchedFor<uint64_t>(
+        rep_->io_timeout_ms, "", [root = rep_->roots[i], dir = rep_->ns.block_dir_name()] {
+          return internal::ClearBlockDir(root, dir);
+        });
     if (!n.ok()) return rep_->roots.size() == 1 ? n : n.status().WithContext("root_dir[" + std::to_string(i) + "]");
     removed += *n;
   }

@@ -758,6 +758,48 @@ TEST_P(SglangHungMountTest, CallsReturnFalseWithinTheDeadlineAndCloseReturns) {
   mount.reset();
 }
 
+// Clear walks the namespace and Open makes directories, config.json and a
+// lease with plain syscalls: on a hung mount both answer kTimedOut within
+// the deadline (each on a thread of its own, abandoned), and Close is not
+// held by the abandoned walk.
+TEST_P(SglangHungMountTest, ClearAndOpenAnswerTimedOutAndCloseReturns) {
+  if (const std::string why = testing::FaultFs::Unavailable(); !why.empty()) GTEST_SKIP() << why;
+  testing::TempDir dir;
+  ASSERT_OK_AND_ASSIGN(auto mount,
+                       testing::FaultFs::Mount((dir.path() / "backing").string(), (dir.path() / "mnt").string()));
+  constexpr uint32_t kTimeoutMs = 400;
+  constexpr int kLivenessMs = static_cast<int>(kTimeoutMs) + 5000;  // generous: a hang is what it catches
+  SglangStoreOptions o;
+  o.tier.root_dir = mount->mountpoint();
+  o.tier.io_timeout_ms = kTimeoutMs;
+  o.tier.io_backend = GetParam();
+  o.spec = Spec();
+  auto opened = SglangStore::Open(o);
+  if (!opened.ok() && opened.status().code() == StatusCode::kUnavailable) GTEST_SKIP() << opened.status().ToString();
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  std::unique_ptr<SglangStore> store = std::move(opened).value();
+  std::vector<PagePieces> pages = MakePages(2, 2, false);
+  ASSERT_EQ(CountTrue(store->Store(KeySet::Range(0, 2).views, ConstOf(pages))), 2u);
+  ASSERT_OK(mount->Hang("all"));
+  auto cleared = std::async(std::launch::async, [&] { return store->Clear(); });
+  ASSERT_EQ(cleared.wait_for(std::chrono::milliseconds(3 * kLivenessMs)), std::future_status::ready)
+      << "Clear on a hung mount did not return";
+  const Result<uint64_t> n = cleared.get();
+  EXPECT_EQ(n.status().code(), StatusCode::kTimedOut) << n.status().ToString();
+  SglangStoreOptions other = o;
+  other.spec.model_name = "kvtier-test/other";
+  auto second = std::async(std::launch::async, [&] { return SglangStore::Open(other).status(); });
+  ASSERT_EQ(second.wait_for(std::chrono::milliseconds(3 * kLivenessMs)), std::future_status::ready)
+      << "Open on a hung mount did not return";
+  const Status s = second.get();
+  EXPECT_EQ(s.code(), StatusCode::kTimedOut) << s.ToString();
+  const auto t0 = Clock::now();
+  store->Close();
+  EXPECT_LT(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count(), kLivenessMs);
+  store.reset();
+  mount.reset();
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, SglangHungMountTest, ::testing::Values(IoBackendKind::kUring, IoBackendKind::kSyscall),
                          [](const auto& p) { return p.param == IoBackendKind::kUring ? "uring" : "syscall"; });
 
