@@ -222,6 +222,9 @@ class EngineTier:
     def backend(self) -> str: ...
     @property
     def o_direct(self) -> bool: ...
+    @property
+    def checksum_place(self) -> str:
+        """Where stores put a block's CRC32C: "xattr", "trailer" or "off" (FORMAT.md L130)."""
 
 class SglangStore:
     """kvtier's SGLang HiCache L3 store (include/kvtier/sglang.h), used by :mod:`kvtier.sglang`.
