@@ -118,19 +118,22 @@ class FsckRun {
   }
 
   // L136: blocks one trailer smaller than the most common size, judged once
-  // the walk has sampled whether that size's blocks carry trailers: then
-  // they are plain rows of the same row size (and are verified as such);
-  // else they are reported, never removed by their size alone.
+  // the walk has sampled whether that size's blocks carry trailers: if one
+  // does, they are plain rows of the same row size (and are verified as
+  // such); if those sampled do not, they are short (L65); with none sampled
+  // they are reported, never removed by their size alone.
   void JudgeDeferred() {
     for (const auto& [ns, b] : deferred_) {
-      if (mode_trailer_[ns].trailer) {
+      const ModeTrailer mode = mode_trailer_[ns];
+      if (mode.trailer) {
         UniqueFd dir;
         if (o_.verify_data && editor_.OpenDir(SplitRel(b.rel).first, &dir) == 0) VerifyOne(b, dir.get());
         continue;
       }
-      Add(FindingKind::kSizeMismatch, b.rel, "L80", RepairAction::kNone,
-          std::to_string(b.size) + " bytes, most common size " + std::to_string(rows_.at(ns)) +
-              ": one trailer short of it, but no block of that size showed a trailer (L136): not removed");
+      std::string detail = std::to_string(b.size) + " bytes, most common size " + std::to_string(rows_.at(ns));
+      if (mode.sampled == 0) detail += "; no block of that size could be read for a trailer (L136): not removed";
+      const RepairAction action = mode.sampled == 0 ? RepairAction::kNone : Remove(b, &detail);
+      Add(FindingKind::kSizeMismatch, b.rel, "L80", action, detail);
     }
     Unlisted(FindingKind::kSizeMismatch, deferred_.more());
   }
@@ -285,7 +288,7 @@ class FsckRun {
   // to show a valid trailer (a torn one among them cannot decide it alone).
   static constexpr int kModeSamples = 3;
   struct ModeTrailer {
-    int sampled = 0;
+    int sampled = 0, reading = 0;
     bool trailer = false;
   };
   void SampleMode(const std::string& ns, const ScannedFile& b, int dir_fd) {
@@ -293,12 +296,15 @@ class FsckRun {
     {
       std::lock_guard lock(trailer_mu_);
       ModeTrailer& m = mode_trailer_[ns];
-      if (m.trailer || m.sampled >= kModeSamples) return;
-      ++m.sampled;
+      if (m.trailer || m.sampled + m.reading >= kModeSamples) return;
+      ++m.reading;
     }
-    if (TrailerOf(b, dir_fd) != format::TrailerState::kValid) return;
+    const bool trailer = TrailerOf(b, dir_fd) == format::TrailerState::kValid;
     std::lock_guard lock(trailer_mu_);
-    mode_trailer_[ns].trailer = true;
+    ModeTrailer& m = mode_trailer_[ns];
+    --m.reading;
+    ++m.sampled;
+    m.trailer = m.trailer || trailer;
   }
   bool Defer(const std::string& ns, const ScannedFile& b) {
     std::lock_guard lock(trailer_mu_);

@@ -13,7 +13,8 @@
 //  * checksum_place "xattr" refuses to open there, naming the ways out;
 //  * fsck --verify-data finds a trailer block's flipped byte; du counts the
 //    files' real bytes; gc and fsck take plain rows beside trailer blocks
-//    as neither short nor long (L136).
+//    as neither short nor long, whichever is the most common size (L136),
+//    and gc's capacity bound counts the files' real bytes.
 // And, on a local disk with checksum_place "trailer" (real syscalls, logged):
 // the temp file is opened O_DIRECT and each block is one vectored write of
 // row + trailer, each load one vectored read (no buffered fallback, no
@@ -175,11 +176,15 @@ TEST_F(NoXattrTest, FsckVerifyDataCatchesATrailerBlockAndToolsSizeItRight) {
   const auto keys = Keys(4, 0x34);
   testing::AlignedRows rows(4, kRow, seed_);
   ASSERT_EQ(testing::WaitForJob(tier, tier->SubmitStore(keys, rows.Const()).value()).OkPrefix(), 4u);
-  // A plain row beside the trailer blocks (vLLM wrote it): neither short nor long.
-  const auto plain = Keys(1, 0x35)[0];
-  const std::string plain_path = tier->BlockPath(plain);
-  fs::create_directories(fs::path(plain_path).parent_path());
-  std::ofstream(plain_path, std::ios::binary).write(reinterpret_cast<const char*>(rows.Row(0).data()), kRow);
+  // Plain rows beside the trailer blocks (vLLM wrote them), the most common
+  // size: the trailer blocks are neither long (fsck reads their records) nor
+  // the plain rows short.
+  std::vector<std::string> plain_paths;
+  for (const OffloadKey& plain : Keys(5, 0x35)) {
+    plain_paths.push_back(tier->BlockPath(plain));
+    fs::create_directories(fs::path(plain_paths.back()).parent_path());
+    std::ofstream(plain_paths.back(), std::ios::binary).write(reinterpret_cast<const char*>(rows.Row(1).data()), kRow);
+  }
   const std::string bad = tier->BlockPath(keys[2]);
   tier_.reset();
   Poke((dir_.path() / "backing" / fs::relative(bad, dir_.path() / "mnt")).string(), 100);
@@ -187,8 +192,8 @@ TEST_F(NoXattrTest, FsckVerifyDataCatchesATrailerBlockAndToolsSizeItRight) {
   ScanOptions scan;
   scan.root = root_.string();
   ASSERT_OK_AND_ASSIGN(DuReport du, Du(scan));
-  EXPECT_EQ(du.total_blocks, 5u);
-  EXPECT_EQ(du.total_bytes, 4 * kFile + kRow) << "du counts what the files hold, trailers included";
+  EXPECT_EQ(du.total_blocks, 9u);
+  EXPECT_EQ(du.total_bytes, 4 * kFile + 5 * kRow) << "du counts what the files hold, trailers included";
 
   FsckOptions check;
   check.root = root_.string();
@@ -201,14 +206,38 @@ TEST_F(NoXattrTest, FsckVerifyDataCatchesATrailerBlockAndToolsSizeItRight) {
   EXPECT_EQ(verified.findings[0].kind, FindingKind::kCrcMismatch);
   EXPECT_EQ(root_ / verified.findings[0].path, fs::path(bad));
   EXPECT_EQ(verified.findings[0].action, RepairAction::kRemoved);
-  EXPECT_EQ(verified.blocks_verified, 5u);
+  EXPECT_EQ(verified.blocks_verified, 9u);
   EXPECT_FALSE(fs::exists(bad));
 
   GcOptions gc;
   gc.root = root_.string();
   ASSERT_OK_AND_ASSIGN(GcReport collected, Gc(gc));
   for (const auto& r : collected.reclaimed) ADD_FAILURE() << "gc removed " << r.path << " (" << r.reason << ")";
-  EXPECT_TRUE(fs::exists(plain_path));
+  for (const std::string& p : plain_paths) EXPECT_TRUE(fs::exists(p));
+}
+
+TEST_F(NoXattrTest, GcKeepsPlainRowsBesideTrailerBlocksAndCountsFileBytes) {
+  FsTier* tier = Open(Options(root_));
+  ASSERT_NE(tier, nullptr);
+  const auto keys = Keys(4, 0x38);
+  testing::AlignedRows rows(4, kRow, seed_);
+  ASSERT_EQ(testing::WaitForJob(tier, tier->SubmitStore(keys, rows.Const()).value()).OkPrefix(), 4u);
+  const std::string plain = tier->BlockPath(Keys(1, 0x39)[0]);  // vLLM's, one trailer smaller than the rest
+  fs::create_directories(fs::path(plain).parent_path());
+  std::ofstream(plain, std::ios::binary).write(reinterpret_cast<const char*>(rows.Row(0).data()), kRow);
+  tier_.reset();
+
+  GcOptions gc;
+  gc.root = root_.string();
+  ASSERT_OK_AND_ASSIGN(GcReport unbounded, Gc(gc));
+  for (const auto& r : unbounded.reclaimed) ADD_FAILURE() << "gc removed " << r.path << " (" << r.reason << ")";
+  EXPECT_TRUE(fs::exists(plain)) << "a plain row beside trailer blocks is not short (L136)";
+
+  gc.max_bytes = 4 * kFile + kRow - 1;  // one block too many, counted as the files' bytes
+  ASSERT_OK_AND_ASSIGN(GcReport bounded, Gc(gc));
+  ASSERT_EQ(bounded.reclaimed.size(), 1u);
+  EXPECT_EQ(bounded.reclaimed[0].reason, "capacity");
+  EXPECT_EQ(bounded.bytes_reclaimed, bounded.reclaimed[0].path.ends_with(fs::path(plain).filename().string()) ? kRow : kFile);
 }
 
 // Real syscalls through a logging backend, on the local disk.
