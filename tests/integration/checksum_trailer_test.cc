@@ -14,7 +14,8 @@
 //  * fsck --verify-data finds a trailer block's flipped byte; du counts the
 //    files' real bytes; gc and fsck take plain rows beside trailer blocks
 //    as neither short nor long, whichever is the most common size (L136),
-//    and gc's capacity bound counts the files' real bytes.
+//    and gc's capacity bound, like the tier's max_bytes, counts the files'
+//    real bytes.
 // And, on a local disk with checksum_place "trailer" (real syscalls, logged):
 // the temp file is opened O_DIRECT and each block is one vectored write of
 // row + trailer, each load one vectored read (no buffered fallback, no
@@ -214,6 +215,29 @@ TEST_F(NoXattrTest, FsckVerifyDataCatchesATrailerBlockAndToolsSizeItRight) {
   ASSERT_OK_AND_ASSIGN(GcReport collected, Gc(gc));
   for (const auto& r : collected.reclaimed) ADD_FAILURE() << "gc removed " << r.path << " (" << r.reason << ")";
   for (const std::string& p : plain_paths) EXPECT_TRUE(fs::exists(p));
+}
+
+// max_bytes (vLLM PR #54327) bounds what the files hold: a budget that four
+// rows fit but four trailer blocks do not keeps three.
+TEST_F(NoXattrTest, MaxBytesCountsTheTrailers) {
+  FsTierOpenOptions o = Options(root_);
+  o.tier.capacity_bytes_max = 4 * kRow + 100;
+  FsTier* tier = Open(o);
+  ASSERT_NE(tier, nullptr);
+  const auto keys = Keys(4, 0x3a);
+  testing::AlignedRows rows(4, kRow, seed_);
+  for (size_t i = 0; i < 4; ++i) {
+    const std::vector<OffloadKey> one{keys[i]};
+    const std::vector<std::span<const uint8_t>> row{rows.Row(i)};
+    ASSERT_EQ(testing::WaitForJob(tier, tier->SubmitStore(one, row).value()).OkPrefix(), 1u) << i;
+  }
+  const FsTierMetrics m = tier->Metrics();
+  EXPECT_EQ(m.capacity_evicted_blocks, 1u);
+  EXPECT_EQ(m.namespace_bytes, 3 * kFile);
+  uint64_t on_disk = 0;
+  for (const OffloadKey& k : keys) on_disk += fs::exists(tier->BlockPath(k)) ? fs::file_size(tier->BlockPath(k)) : 0;
+  EXPECT_EQ(on_disk, 3 * kFile);
+  EXPECT_LE(on_disk, *o.tier.capacity_bytes_max);
 }
 
 TEST_F(NoXattrTest, GcKeepsPlainRowsBesideTrailerBlocksAndCountsFileBytes) {
