@@ -1,6 +1,7 @@
-"""kvtier on a root without user xattrs (``bindfs --xattr-none``, which answers every xattr call
-with "operation not supported", as NFSv3/v4.1, EFS, Filestore and Azure Files do), under vLLM's own
-code (../shared/vllm, verbatim at 7cfb97e33791). FORMAT.md L130-L137.
+"""kvtier on a root without user xattrs (``bindfs --xattr-none``, and the project's fault filesystem
+told to fail every xattr call with EOPNOTSUPP: both answer "operation not supported", as
+NFSv3/v4.1, EFS, Filestore and Azure Files do), under vLLM's own code (../shared/vllm, verbatim at
+7cfb97e33791). FORMAT.md L130-L137.
 
 Proves: kvtier's tier starts there with the default config and puts each block's CRC32C in a
 trailer (files of row + 4096 bytes, no xattr); vLLM's own fs tier (its manager and its reader,
@@ -11,14 +12,19 @@ counts the trailers' bytes. On a local disk, vLLM's reader with O_DIRECT reads a
 row byte-exact. Skips (one line saying why) where ../shared/vllm, FUSE or bindfs is absent.
 """
 
+import errno
 import json
 import os
 import shutil
 import subprocess
+import sys
 import uuid
 from pathlib import Path
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
+from faultfs import FaultFs  # noqa: E402
 
 SALT = uuid.uuid4().hex[:8]
 TRAILER = 4096
@@ -31,9 +37,32 @@ def h(vllm_tree):
     return vllm_harness
 
 
-@pytest.fixture
-def bare(tmp_path):
-    """A bindfs --xattr-none mount of a fresh directory: a root without user xattrs."""
+def _check_no_xattrs(mnt):
+    probe = mnt / "xattr-probe"
+    probe.write_bytes(b"x")
+    with pytest.raises(OSError):
+        os.setxattr(probe, "user.vllm.kv_crc32c", b"\0\0\0\0")
+    probe.unlink()
+
+
+@pytest.fixture(params=["bindfs", "faultfs"])
+def bare(request, tmp_path):
+    """A root without user xattrs: a bindfs --xattr-none mount of a fresh directory, or the
+    project's fault filesystem answering every xattr call with EOPNOTSUPP."""
+    if request.param == "faultfs":
+        why = FaultFs.unavailable()
+        if why:
+            pytest.skip(why)
+        with FaultFs(tmp_path / "backing", tmp_path / "mnt") as fs:
+            fs.fail("xattr", errno.EOPNOTSUPP)
+            mnt = Path(fs.mountpoint)
+            _check_no_xattrs(mnt)
+            yield mnt
+        return
+    yield from _bindfs(tmp_path)
+
+
+def _bindfs(tmp_path):
     if not shutil.which("bindfs"):
         pytest.skip("bindfs is not installed (scripts/bootstrap installs it): no xattr-less root to test on")
     if not os.access("/dev/fuse", os.R_OK | os.W_OK):
@@ -45,11 +74,7 @@ def bare(tmp_path):
     if proc.returncode != 0:
         pytest.skip(f"bindfs --xattr-none could not mount here: {proc.stderr.strip()}")
     try:
-        probe = mnt / "xattr-probe"
-        probe.write_bytes(b"x")
-        with pytest.raises(OSError):
-            os.setxattr(probe, "user.vllm.kv_crc32c", b"\0\0\0\0")
-        probe.unlink()
+        _check_no_xattrs(mnt)
         yield mnt
     finally:
         if subprocess.run(["fusermount", "-u", str(mnt)], capture_output=True, timeout=20).returncode != 0:
