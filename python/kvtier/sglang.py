@@ -14,7 +14,8 @@ SGLang's attach fails instead of the server running without L3 (docs/sglang.md).
 
 The page files are kvtier's (layout-spec/FORMAT.md, the SGLang rules): one file per page holding
 SGLang's own flat page bytes, sharded like vLLM's blocks, written by temp file and rename with
-the CRC32C xattr, in a namespace directory of its own beside vLLM's. All I/O is kvtier's C++
+the CRC32C in an xattr (or, on volumes without user xattrs, a trailer after the page:
+docs/checksums.md), in a namespace directory of its own beside vLLM's. All I/O is kvtier's C++
 ``SglangStore`` (the io_uring engine), called with the GIL released; with ``interface_v1`` the
 pages move straight between the files and the pool's K and V buffers.
 
@@ -53,7 +54,7 @@ logger = logging.getLogger("kvtier.sglang")
 FS_KEYS = frozenset({
     "root_dir", "path_sharding", "n_read_threads", "n_write_threads", "enable_kv_events", "locality",
     "backpressure", "io_timeout_ms", "stores_while_loading_max", "durability", "store_queue_bytes_max",
-    "io_backend", "o_direct", "inline_metadata", "bounce_loads", "checksum_blocks",
+    "io_backend", "o_direct", "inline_metadata", "bounce_loads", "checksum_blocks", "checksum_place",
 })
 # Keys that name the namespace (FORMAT.md's SGLang fields), beside what SGLang's config gives.
 SPEC_KEYS = frozenset({"model_path", "model_revision"})
