@@ -117,10 +117,11 @@ class KVTIER_API EngineTier {
   virtual Result<std::string> PrometheusText(std::string_view tier_name) = 0;
   // FsTier::BlockPath; kUnavailable once Shutdown began.
   virtual Result<std::string> BlockPath(const OffloadKey& key) = 0;
-  // FsTier::backend_name and o_direct, as Open settled them (valid for the
-  // tier's lifetime, after Shutdown too).
+  // FsTier::backend_name, o_direct and checksum_place, as Open settled them
+  // (valid for the tier's lifetime, after Shutdown too).
   virtual std::string_view backend_name() const = 0;
   virtual bool o_direct() const = 0;
+  virtual std::string_view checksum_place() const = 0;
   // The underlying tier, for tests and tools on one thread; valid until
   // Shutdown() and not to be used racing it (use the methods above).
   virtual FsTier& fs() = 0;

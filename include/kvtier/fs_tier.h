@@ -6,7 +6,8 @@
 // finished jobs with one result per key, so a caller keeps the prefix that
 // loaded. Stores follow vLLM's procedure (FORMAT.md L54-L61): skip if the file
 // exists, write a temp file beside it, set the CRC32C xattr (checksum_blocks,
-// L102), rename. Loads return a block only if its size and (when present and
+// L102) or append it in a trailer where user xattrs do not work (L130,
+// L131), rename. Loads return a block only if its size and (when present and
 // checksum_blocks is on) CRC32C match; a corrupt block is never returned and
 // its file is removed.
 //
@@ -163,7 +164,7 @@ class KVTIER_API FsTier {
   // Creates root_dir (and its missing parents), the namespace and block
   // directories and config.json (when absent or empty; FORMAT.md L28),
   // probes O_DIRECT (a refusal is logged: buffered I/O) and, with
-  // tier.checksum_blocks, user xattrs (L102), registers registered_memory
+  // tier.checksum_blocks, user xattrs (L102: where the CRC goes, L130), registers registered_memory
   // with io_uring (a refusal is logged), takes a heartbeat lease for gc
   // (L74), and starts the engine thread, and the threads that scan the
   // block directory once (max_bytes, usage) and sample statvfs (neither is
@@ -174,9 +175,9 @@ class KVTIER_API FsTier {
   //   n_write_threads < 1, stores_while_loading_max < 0, max_bytes below
   //   one row (per root with path_sharding), an invalid `ns`
   //   (Namespace::Create), or root_dir exists and is not a directory;
-  // - kUnavailable: with checksum_blocks, user xattrs do not work under
-  //   root_dir (as vLLM's tier; a probe that fails for another reason is
-  //   logged and the tier starts); io_backend kUring and the kernel refuses
+  // - kUnavailable: with checksum_blocks and checksum_place "xattr", user
+  //   xattrs do not work under root_dir (as vLLM's tier; "auto", the
+  //   default, puts checksums in a trailer there instead, L130); io_backend kUring and the kernel refuses
   //   a ring (or lacks IORING_OP_ASYNC_CANCEL);
   // - from creating or opening the directories, config.json or the lease,
   //   ErrnoToStatus naming the path: kPermissionDenied (EACCES, EPERM,
@@ -263,9 +264,14 @@ class KVTIER_API FsTier {
   // Whether the O_DIRECT probe at Open succeeded (on every root; aligned
   // rows use it).
   virtual bool o_direct() const = 0;
-  // True when checksum_blocks is on (the open proved user xattrs work):
-  // stores set the CRC32C xattr and loads check it where present.
+  // True when stores set the CRC32C xattr (checksum_blocks on, and
+  // checksum_place put it there: the open proved user xattrs work).
   virtual bool xattrs_supported() const = 0;
+  // Where stores put a block's CRC32C (FORMAT.md L130): "xattr", "trailer"
+  // (4096 bytes after the row, L131) or "off" (checksum_blocks false). Loads
+  // check whichever form a block carries, whatever this says. With several
+  // roots, the first root's, or "mixed" when they differ.
+  virtual std::string_view checksum_place() const = 0;
   // The absolute path of a key's block file (its root as given, then the
   // layout's relative path); it need not exist.
   virtual std::string BlockPath(const OffloadKey& key) const = 0;

@@ -109,11 +109,14 @@ struct FsTierOptions {
   // least one row per root (FsTier::Open checks). docs/config.md.
   std::optional<uint64_t> capacity_bytes_max;
   // `checksum_blocks` (vLLM PR #57912, where vLLM's default is false): store
-  // each block's CRC32C in the xattr user.vllm.kv_crc32c and verify it on
-  // load (FORMAT.md L60, L67, L102); the tier's open fails where the
-  // filesystem has no user xattrs. false: no CRC is computed, written or
-  // checked. kvtier's default: true.
+  // each block's CRC32C and verify it on load (FORMAT.md L60, L67, L102,
+  // L130), in the place checksum_place picks. false: no CRC is computed,
+  // written or checked. kvtier's default: true.
   bool checksum_blocks = true;
+  // `checksum_place`: "auto" (the xattr user.vllm.kv_crc32c where user
+  // xattrs work, else a trailer after the row), "xattr" or "trailer";
+  // default "auto". docs/checksums.md.
+  ChecksumPlaceKind checksum_place = ChecksumPlaceKind::kAuto;
   // `stores_while_loading_max`: read priority at the disk. While loads are
   // running or queued (and for 10 ms after the last; lookups do not count),
   // at most this many stores run at once, so a load never queues in the

@@ -77,6 +77,15 @@ enum class BounceLoads {
   kOff,   // "off": never (a read into the caller's row is then waited for, never abandoned)
 };
 
+// `checksum_place` of an fs tier (kvtier's own; FORMAT.md L130): where a
+// block's CRC32C goes when checksum_blocks is on. Loads check whichever
+// form a block carries, whatever this says.
+enum class ChecksumPlaceKind {
+  kAuto,     // "auto": the user xattr where the start-up probe shows user xattrs work, else the trailer
+  kXattr,    // "xattr": the user xattr only (vLLM PR #57912's place); the open fails where xattrs do not work
+  kTrailer,  // "trailer": 4096 bytes after the row, on any filesystem
+};
+
 // `path_sharding` of an fs tier (vLLM PR #53133): how blocks spread over
 // several roots.
 enum class PathSharding {

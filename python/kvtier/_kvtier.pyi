@@ -137,7 +137,9 @@ class FsTier:
     Jobs return at once; buffers (memoryview, bytearray, numpy arrays, CPU torch tensors;
     C-contiguous, ``row_bytes`` each) are used in place and
     held until the job is returned by :meth:`poll` / :meth:`wait`. Stores write a temp file,
-    set the CRC32C xattr and rename; loads return a block only if its size and CRC32C match.
+    set the CRC32C xattr (or, where the volume has no user xattrs, append it in a 4096-byte
+    trailer: :attr:`checksum_place`, docs/checksums.md) and rename; loads return a block only if
+    its size and CRC32C match.
 
     A buffer that a load not yet polled writes is used by no other job, and one that a store not
     yet polled reads is not loaded into; a load names each buffer once (overlapping views of one
@@ -170,6 +172,9 @@ class FsTier:
     def o_direct(self) -> bool: ...
     @property
     def xattrs_supported(self) -> bool: ...
+    @property
+    def checksum_place(self) -> str:
+        """Where stores put a block's CRC32C: "xattr", "trailer" or "off" (FORMAT.md L130)."""
     def __enter__(self) -> FsTier: ...
     def __exit__(self, *exc: object) -> None: ...
 
@@ -220,6 +225,9 @@ class EngineTier:
     def backend(self) -> str: ...
     @property
     def o_direct(self) -> bool: ...
+    @property
+    def checksum_place(self) -> str:
+        """Where stores put a block's CRC32C: "xattr", "trailer" or "off" (FORMAT.md L130)."""
 
 class SglangStore:
     """kvtier's SGLang HiCache L3 store (include/kvtier/sglang.h), used by :mod:`kvtier.sglang`.

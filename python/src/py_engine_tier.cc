@@ -141,7 +141,8 @@ void BindEngineTier(pb::module_& m) {
         return Unwrap(Call(t, [&](EngineTier& e) { return e.BlockPath(k); }));
       }, pb::arg("key"))
       .def_property_readonly("backend", [](PyEngineTier& t) { return std::string(t.tier().backend_name()); })
-      .def_property_readonly("o_direct", [](PyEngineTier& t) { return t.tier().o_direct(); });
+      .def_property_readonly("o_direct", [](PyEngineTier& t) { return t.tier().o_direct(); })
+      .def_property_readonly("checksum_place", [](PyEngineTier& t) { return std::string(t.tier().checksum_place()); });
 }
 
 }  // namespace kvtier::py

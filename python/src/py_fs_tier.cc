@@ -190,6 +190,7 @@ class PyFsTier {
     backend_ = tier_->backend_name();
     o_direct_ = tier_->o_direct();
     xattrs_supported_ = tier_->xattrs_supported();
+    checksum_place_ = tier_->checksum_place();
   }
   ~PyFsTier() { Close(); }
 
@@ -218,6 +219,7 @@ class PyFsTier {
   const std::string& backend() const { return backend_; }
   bool o_direct() const { return o_direct_; }
   bool xattrs_supported() const { return xattrs_supported_; }
+  const std::string& checksum_place() const { return checksum_place_; }
 
  private:
   Result<uint64_t> SubmitLocked(std::span<const OffloadKey> keys, std::span<const std::span<uint8_t>> rows,
@@ -237,6 +239,7 @@ class PyFsTier {
   std::vector<JobResult> late_;  // collected by close(), not yet polled
   FsTierMetrics last_metrics_;   // metrics() after close()
   std::string backend_;
+  std::string checksum_place_;
   bool o_direct_ = false;
   bool xattrs_supported_ = false;
   std::shared_ptr<WakeState> state_ = std::make_shared<WakeState>();
@@ -414,6 +417,7 @@ void BindFsTier(pb::module_& m) {
       .def_property_readonly("backend", &PyFsTier::backend)
       .def_property_readonly("o_direct", &PyFsTier::o_direct)
       .def_property_readonly("xattrs_supported", &PyFsTier::xattrs_supported)
+      .def_property_readonly("checksum_place", &PyFsTier::checksum_place)
       .def("__enter__", [](PyFsTier& t) -> PyFsTier& { return t; }, pb::return_value_policy::reference)
       .def("__exit__", [](PyFsTier& t, pb::args) { t.Close(); });
 }

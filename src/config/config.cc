@@ -86,6 +86,11 @@ constexpr EnumName<IoBackendKind> kIoBackendNames[] = {
     {IoBackendKind::kUring, "uring"},
     {IoBackendKind::kSyscall, "syscall"},
 };
+constexpr EnumName<ChecksumPlaceKind> kChecksumPlaceNames[] = {
+    {ChecksumPlaceKind::kAuto, "auto"},
+    {ChecksumPlaceKind::kXattr, "xattr"},
+    {ChecksumPlaceKind::kTrailer, "trailer"},
+};
 constexpr EnumName<InlineMetadata> kInlineMetadataNames[] = {
     {InlineMetadata::kAuto, "auto"},
     {InlineMetadata::kOn, "on"},
@@ -332,6 +337,7 @@ constexpr KeySpec<FsTierOptions> kFsTierKeys[] = {
     EnumKey<&FsTierOptions::bounce_loads, kBounceLoadsNames>("bounce_loads", kKvtier),
     // vLLM PR #57912; kvtier checks blocks unless told not to.
     BoolKey<&FsTierOptions::checksum_blocks>("checksum_blocks", kVllm, /*vllm_default=*/"false"),
+    EnumKey<&FsTierOptions::checksum_place, kChecksumPlaceNames>("checksum_place", kKvtier),
 };
 
 constexpr KeySpec<OffloadConfig> kTopLevelKeys[] = {

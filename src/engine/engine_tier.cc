@@ -156,6 +156,7 @@ class EngineTierImpl final : public EngineTier {
         row_bytes_(row_bytes),
         backend_(fs_->backend_name()),
         o_direct_(fs_->o_direct()),
+        checksum_place_(fs_->checksum_place()),
         completions_(std::move(completions)) {}
   ~EngineTierImpl() override { Shutdown(); }
 
@@ -239,6 +240,7 @@ class EngineTierImpl final : public EngineTier {
   }
   std::string_view backend_name() const override { return backend_; }
   bool o_direct() const override { return o_direct_; }
+  std::string_view checksum_place() const override { return checksum_place_; }
 
   FsTier& fs() override { return *fs_; }
 
@@ -268,6 +270,7 @@ class EngineTierImpl final : public EngineTier {
   const uint64_t row_bytes_;
   const std::string backend_;
   const bool o_direct_;
+  const std::string checksum_place_;
   const std::shared_ptr<Completions> completions_;
   std::unordered_map<std::string, KeyState> keys_;
   std::unordered_map<std::string, std::vector<std::string>> request_keys_;

@@ -8,6 +8,7 @@
 #include <sys/uio.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <cstdint>
 #include <algorithm>
 #include <memory>
@@ -16,7 +17,9 @@
 #include <string>
 #include <vector>
 
+#include "format/block_trailer.h"
 #include "format/layout_names.h"
+#include "fs/volume_kind.h"
 #include "io/scheduler.h"
 #include "kvtier/fs_tier.h"
 #include "util/dir_fd.h"
@@ -109,12 +112,30 @@ class RowPieces {
   void ScatterFrom(const uint8_t* src) const;
   // Copies the pieces (size() bytes) to `dst`.
   void GatherTo(uint8_t* dst) const;
+  // These pieces followed by `tail`: a block file's row and its trailer (L131).
+  RowPieces With(std::span<uint8_t> tail) const {
+    std::vector<std::span<uint8_t>> all;
+    for (size_t i = 0; i < count(); ++i) all.push_back(piece(i));
+    all.push_back(tail);
+    return RowPieces(all);
+  }
 
  private:
   std::span<uint8_t> one_;
   std::vector<std::span<uint8_t>> many_;  // empty for one piece
   uint64_t bytes_ = 0;
 };
+
+// A block's trailer page (L131): page-aligned, as O_DIRECT needs every piece
+// of a transfer to be, and owned by the op, which the scheduler frees only
+// once the kernel has returned its last request.
+struct FreeBytes {
+  void operator()(uint8_t* p) const { std::free(p); }
+};
+using TrailerPage = std::unique_ptr<uint8_t, FreeBytes>;
+inline TrailerPage NewTrailerPage() {
+  return TrailerPage(static_cast<uint8_t*>(std::aligned_alloc(4096, format::kTrailerBytes)));
+}
 
 // Engine-wide settings and probes the ops share.
 struct TierShared {
@@ -124,9 +145,18 @@ struct TierShared {
   bool o_direct = false;
   Durability durability = Durability::kNone;
   uint32_t io_timeout_ms = 0;
-  // checksum_blocks (L102): stores write the CRC32C xattr and loads verify it.
+  // checksum_blocks (L102): stores write the CRC32C and loads verify it.
   // Off: neither computes a CRC or touches the xattr, as vLLM with it false.
   bool checksum = true;
+  // Where stores put it (L130): the xattr, or a trailer after the row (L131).
+  // Loads check whichever a block carries.
+  ChecksumPlace place = ChecksumPlace::kXattr;
+  // Whether loads ask for the xattr of a block without a trailer: user
+  // xattrs work here. Where they do not, that call could only fail.
+  bool read_xattr = true;
+  bool trailer() const { return checksum && place == ChecksumPlace::kTrailer; }
+  // The size of a block file this tier writes (the max_bytes accounting).
+  uint64_t file_bytes() const { return row_bytes + (trailer() ? format::kTrailerBytes : 0); }
   std::atomic<uint64_t> tmp_counter{0};
   uint64_t tmp_base = 0;  // random; temp names are <dest>_<(base + n) mod 2^63>.tmp
   std::atomic<uint64_t> checksum_ns{0};  // time spent computing CRC32C (both directions)
@@ -217,10 +247,13 @@ inline void CrcXattr(IoRequest* req, IoOp op, int fd, uint8_t* value, uint32_t l
 // which keeps io_uring's fixed-buffer READ/WRITE for registered memory; more
 // (SGLang's per-layer pieces) go as one vectored request over `iov`, which
 // must stay untouched until the request completes.
-inline void RowPart(IoRequest* req, IoOp op, int fd, const RowPieces& row, uint64_t done, std::vector<iovec>* iov) {
+// `one_request`: any number of pieces as one vectored request (a row and its
+// trailer, L131: one round trip, as a row alone).
+inline void RowPart(IoRequest* req, IoOp op, int fd, const RowPieces& row, uint64_t done, std::vector<iovec>* iov,
+                    bool one_request = false) {
   OnFd(req, op, fd);
   req->offset = done;
-  if (row.count() > 2) {
+  if (row.count() > (one_request ? 1u : 2u)) {
     row.IovecsFrom(done, iov);
     req->op = op == IoOp::kRead ? IoOp::kReadv : IoOp::kWritev;
     req->buf = iov->data();

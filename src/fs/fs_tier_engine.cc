@@ -65,7 +65,7 @@ class FsTierImpl final : public FsTier {
       : options_(o), ns_(std::move(ns)), shared_(std::move(shared)), backend_(std::move(backend)),
         lease_(std::move(lease)),
         scheduler_limits_(Limits(o)), scheduler_(scheduler_limits_), detector_(o.tier.backpressure), health_(kMissesToDown, kProbeIntervalNs),
-        space_(TierSpace::Start(o.tier, shared_->root.get(), ns_.block_dir_name(), o.row_bytes)) {
+        space_(TierSpace::Start(o.tier, shared_->root.get(), ns_.block_dir_name(), shared_->file_bytes())) {
     engine_ = std::thread([this] { Run(); });
   }
   ~FsTierImpl() override {
@@ -187,7 +187,10 @@ class FsTierImpl final : public FsTier {
   const Namespace& ns() const override { return ns_; }
   std::string_view backend_name() const override { return backend_->name(); }
   bool o_direct() const override { return shared_->o_direct; }
-  bool xattrs_supported() const override { return shared_->checksum; }
+  bool xattrs_supported() const override { return shared_->checksum && !shared_->trailer(); }
+  std::string_view checksum_place() const override {
+    return shared_->checksum ? ChecksumPlaceName(shared_->place) : "off";
+  }
   std::string BlockPath(const OffloadKey& key) const override {
     return JoinRoot(options_.tier.root_dir, ns_.BlockRelPath(key));
   }

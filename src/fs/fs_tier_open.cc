@@ -1,5 +1,6 @@
 // FsTier start-up: directories, config.json (written once, atomically), and
-// the O_DIRECT and (with checksum_blocks) xattr probes, all with plain
+// the O_DIRECT and (with checksum_blocks) xattr probes, the latter deciding
+// where block checksums go (FORMAT.md L130), all with plain
 // syscalls before the engine runs.
 // root_dir is the operator's and is created like `mkdir -p`; below it, on a
 // volume others may write, everything goes through directory fds that
@@ -27,6 +28,7 @@
 #include "format/root_list.h"
 #include "fs/tier_dirs.h"
 #include "fs/tier_space.h"
+#include "fs/volume_kind.h"
 #include "ops/io_watch.h"
 #include "util/log.h"
 
@@ -176,14 +178,13 @@ Status SetAndReadBack(int fd, const std::string& shown) {
   return Status::Ok();
 }
 
-// FORMAT.md L102, as vLLM's probe_xattr (PR #57912): with checksum_blocks,
-// ".xattr_probe_<n>.tmp" must take and give back the CRC attribute, or the
-// tier does not start: silently storing blocks without their CRC would
-// defeat the option. A probe that fails for another reason (a full volume:
-// tmpfs counts xattrs against its inode space) proves nothing either way;
-// the tier starts, still checks loads, and a store that cannot set the
-// attribute fails, as it would on any volume that fills up later.
-Status ProbeXattr(int ns_fd, const std::string& root_dir, const std::string& ns_dir, uint64_t suffix) {
+// FORMAT.md L102, as vLLM's probe_xattr (PR #57912): ".xattr_probe_<n>.tmp"
+// must take and give back the CRC attribute. kUnavailable: user xattrs do
+// not work here. A probe that fails for another reason (a full volume:
+// tmpfs counts xattrs against its inode space) proves nothing either way:
+// it is logged and counts as working; a store that cannot set the attribute
+// fails, as it would on any volume that fills up later.
+Status ProbeXattr(int ns_fd, const std::string& ns_dir, uint64_t suffix) {
   const std::string name = format::XattrProbeName(suffix);
   const std::string shown = ns_dir + "/" + name;
   const int fd = openat(ns_fd, name.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
@@ -192,15 +193,41 @@ Status ProbeXattr(int ns_fd, const std::string& root_dir, const std::string& ns_
     close(fd);
     unlinkat(ns_fd, name.c_str(), 0);
   }
-  if (s.ok()) return s;
-  if (s.code() != StatusCode::kUnavailable) {
-    LogWarning("the user-xattr probe failed (" + s.ToString() + "): checksum_blocks stays on");
-    return Status::Ok();
+  if (s.ok() || s.code() == StatusCode::kUnavailable) return s;
+  LogWarning("the user-xattr probe failed (" + s.ToString() + "), which says nothing either way: checksums "
+             "stay on, in the user xattr where checksum_place allows");
+  return Status::Ok();
+}
+
+// FORMAT.md L130: with checksum_blocks, where stores put a block's CRC32C
+// (PickChecksumPlace, the one decision that `kvtier doctor` prints too) and
+// whether loads ask for the attribute of a block that has no trailer. Only
+// checksum_place "xattr" refuses a volume without user xattrs, as vLLM's
+// tier with checksum_blocks does: silently storing blocks without their CRC
+// would defeat it.
+Status SetUpChecksums(int ns_fd, const FsTierOptions& t, const std::string& ns_dir, uint64_t suffix,
+                      TierShared* shared) {
+  shared->checksum = t.checksum_blocks;
+  if (!t.checksum_blocks) return Status::Ok();
+  const Status probe = ProbeXattr(ns_fd, ns_dir, suffix);
+  const bool xattrs_work = probe.ok();
+  if (!xattrs_work && t.checksum_place == ChecksumPlaceKind::kXattr) {
+    return probe.WithContext("fs tier under root_dir " + t.root_dir +
+                             ": checksum_place \"xattr\" needs user xattrs (user.vllm.kv_crc32c) and they do not "
+                             "work here; \"checksum_place\": \"auto\" or \"trailer\" keeps checksums in a "
+                             "trailer after each row, \"checksum_blocks\": false runs without them");
   }
-  return s.WithContext("fs tier under root_dir " + root_dir +
-                       ": checksum_blocks needs user xattrs (user.vllm.kv_crc32c) and they do not work "
-                       "here; set \"checksum_blocks\": false in the tier's config to run without block "
-                       "checksums");
+  switch (t.checksum_place) {
+    case ChecksumPlaceKind::kAuto: shared->place = PickChecksumPlace(xattrs_work); break;
+    case ChecksumPlaceKind::kXattr: shared->place = ChecksumPlace::kXattr; break;
+    case ChecksumPlaceKind::kTrailer: shared->place = ChecksumPlace::kTrailer; break;
+  }
+  shared->read_xattr = xattrs_work;
+  if (!xattrs_work && t.checksum_place == ChecksumPlaceKind::kAuto) {
+    Log(LogLevel::kInfo, "fs tier under " + t.root_dir + ": no user xattrs here (" + probe.ToString() +
+                             "); block checksums go in a 4096-byte trailer after each row (FORMAT.md L131)");
+  }
+  return Status::Ok();
 }
 
 uint64_t RandomU63() {
@@ -326,7 +353,7 @@ Result<UniqueFd> PrepareDirs(const FsTierOpenOptions& o, const Namespace& ns, Ti
   KVTIER_RETURN_IF_ERROR(WriteConfigOnce(ns_fd.get(), ns_dir, ns.config_json(), shared->tmp_base));
   IoScope at_probes(ns_dir);
   shared->o_direct = ProbeODirect(ns_fd.get(), ns_dir, shared->tmp_base, o.tier.o_direct);
-  if (o.tier.checksum_blocks) KVTIER_RETURN_IF_ERROR(ProbeXattr(ns_fd.get(), o.tier.root_dir, ns_dir, shared->tmp_base));
+  KVTIER_RETURN_IF_ERROR(SetUpChecksums(ns_fd.get(), o.tier, ns_dir, shared->tmp_base, shared));
   *local = LocalFilesystem(o.tier.root_dir);
   return ns_fd;
 }
@@ -350,7 +377,6 @@ Result<std::unique_ptr<FsTier>> OpenFsTierWithBackend(const FsTierOpenOptions& o
   bool local = false;
   KVTIER_ASSIGN_OR_RETURN(UniqueFd ns_fd, PrepareDirs(o, ns, shared.get(), &local));
   KVTIER_RETURN_IF_ERROR(CheckWanted(ns_dir));
-  shared->checksum = o.tier.checksum_blocks;
   shared->row_bytes = o.row_bytes;
   shared->durability = o.tier.durability;
   shared->io_timeout_ms = o.tier.io_timeout_ms;

@@ -5,7 +5,13 @@
 // place (L66: it may be a valid row of another page size); a CRC mismatch is
 // never returned, the file is removed and the key fails with EBADMSG, as
 // vLLM's (L67). Files without the xattr (written by vLLM) are accepted on
-// size (L68). With checksum_blocks off there is no fgetxattr and no CRC (L102).
+// size (L68). A file one trailer page longer than a row (L131) is read whole,
+// row and trailer in one vectored request, and its row is returned only when
+// the trailer's record is whole and (checksum_blocks) the row's CRC32C
+// matches it (L134); such a file never costs an fgetxattr. With
+// checksum_blocks off there is no fgetxattr and no CRC (L102), but a trailer
+// is still read and its record checked: only a valid one says that the file's
+// extra page is not part of a longer row (L66).
 // Also the lookup op: one statx per key (L70).
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -64,7 +70,7 @@ class LoadOp final : public FsBlockOp {
         break;
       case kStat: OnFd(req, IoOp::kStatx, fd_); req->buf = &stx_; break;
       case kXattr: CrcXattr(req, IoOp::kFgetxattr, fd_, crc_be_, sizeof crc_be_); break;
-      case kRead: RowPart(req, IoOp::kRead, fd_, Target(), read_, &iov_); break;
+      case kRead: RowPart(req, IoOp::kRead, fd_, File(), read_, &iov_, trailer_ != nullptr); break;
       case kTouch: OnFd(req, IoOp::kTouchAtime, fd_); break;
       case kClose: OnFd(req, IoOp::kClose, fd_); break;
       case kRecheck: StatxNoFollow(req, root, rel_.c_str(), &again_); break;
@@ -172,11 +178,25 @@ class LoadOp final : public FsBlockOp {
                                                     " bytes, a row is " + std::to_string(row_.size())),
                    /*unlink=*/true);
     }
-    if (stx_.stx_size > row_.size()) {
-      return Close(KeyOutcome::kCorrupt, Corruption(Path() + " is longer than a row (" +
-                                                    std::to_string(stx_.stx_size) + " bytes)"));
+    if (stx_.stx_size == row_.size() + format::kTrailerBytes) {  // L134: the row and its trailer
+      trailer_ = NewTrailerPage();
+      state_ = kRead;
+      return;
     }
-    state_ = shared_->checksum ? kXattr : kRead;  // off: no getxattr, no CRC (L102)
+    if (stx_.stx_size > row_.size()) return Longer("");
+    // Off: no getxattr, no CRC (L102); nor where user xattrs do not work.
+    state_ = shared_->checksum && shared_->read_xattr ? kXattr : kRead;
+  }
+  // L66: never returned, left in place (it may be a row of a larger page size).
+  void Longer(const std::string& why) {
+    Close(KeyOutcome::kCorrupt, Corruption(Path() + " is longer than a row (" + std::to_string(stx_.stx_size) +
+                                           " bytes" + why + ")"));
+  }
+  // What the read fills: the row's target, then the trailer page if any.
+  const RowPieces& File() {
+    if (trailer_ == nullptr) return Target();
+    if (file_.size() == 0) file_ = Target().With(std::span<uint8_t>(trailer_.get(), format::kTrailerBytes));
+    return file_;
   }
   void AfterXattr(int64_t res) {
     if (Replaced(res)) return;
@@ -200,13 +220,14 @@ class LoadOp final : public FsBlockOp {
       return Close(KeyOutcome::kCorrupt, Corruption(Path() + ": short read"), /*unlink=*/true);
     }
     read_ += static_cast<uint64_t>(res);
-    if (read_ < row_.size()) {  // short read: resume
+    if (read_ < File().size()) {  // short read: resume
       if (direct_ && read_ % 4096 != 0) direct_ = DropDirect(fd_);  // O_DIRECT would refuse the offset
       return;
     }
     if (direct_ && bounce_ != nullptr && !row_.DirectAligned()) {
       shared_->staged_ios.fetch_add(1, std::memory_order_relaxed);  // O_DIRECT kept for an unaligned row
     }
+    if (trailer_ != nullptr && !TrailerSays()) return;
     if (has_crc_) {
       const uint32_t want = uint32_t{crc_be_[0]} << 24 | uint32_t{crc_be_[1]} << 16 |
                             uint32_t{crc_be_[2]} << 8 | crc_be_[3];
@@ -222,12 +243,35 @@ class LoadOp final : public FsBlockOp {
     // it is over an hour old so gc's least-recently-used order sees reads.
     if (shared_->touch_atime && RealNowS() - stx_.stx_atime.tv_sec > kAtimeRefreshS) state_ = kTouch;
   }
+  // L134: what the trailer's record says. No magic, or a later version:
+  // not a trailer kvtier understands, so a longer file (L66), left in place.
+  // A damaged record (torn, or the file truncated or grown since) is
+  // corrupt and removed, as a CRC mismatch (L67). A valid one gives the CRC
+  // the row is checked against (has_crc_), with checksum_blocks on.
+  bool TrailerSays() {
+    format::TrailerRecord record;
+    const uint8_t* at = trailer_.get() + format::kTrailerBytes - format::kTrailerRecordBytes;
+    const format::TrailerState state = format::ParseTrailerRecord(at, stx_.stx_size, &record);
+    if (state == format::TrailerState::kAbsent || state == format::TrailerState::kNewer) {
+      Longer(std::string(", ") + format::TrailerStateName(state) + " in its last page");
+      return false;
+    }
+    if (state == format::TrailerState::kDamaged) {
+      Close(KeyOutcome::kCorrupt, ErrnoToStatus(EBADMSG, Path() + ": damaged checksum trailer"), /*unlink=*/true);
+      return false;
+    }
+    has_crc_ = shared_->checksum;
+    for (int i = 0; i < 4; ++i) crc_be_[i] = static_cast<uint8_t>(record.data_crc >> (24 - 8 * i));
+    return true;
+  }
   void AfterClose() {
     fd_ = -1;
     if (reopen_) {  // start over on whatever file the path names now
       reopen_ = false;
       read_ = 0;
       has_crc_ = false;
+      trailer_.reset();
+      file_ = RowPieces();
       // The path may still name the replaced file in the kernel's dentry
       // cache (FUSE keeps an entry for its entry timeout), and opening it
       // again would find the same stale handle. A forced statx of the path
@@ -272,6 +316,8 @@ class LoadOp final : public FsBlockOp {
   BouncePool* pool_ = nullptr;  // where bounce_ comes from (bounce, else stage); nullptr: none
   uint8_t* bounce_ = nullptr;   // from pool_, held until the op is freed
   RowPieces bounce_row_;       // bounce_ as one piece
+  TrailerPage trailer_;        // the file's trailer page (L131), when it has one
+  RowPieces file_;             // Target() and the trailer page
   std::vector<iovec> iov_;     // a vectored read's pieces (RowPart)
   struct statx stx_{}, again_{};
   uint8_t crc_be_[8] = {};

@@ -103,6 +103,12 @@ class MultiRootTier final : public FsTier {
   std::string_view backend_name() const override { return children_[0]->backend_name(); }
   bool o_direct() const override { return AllOf(&FsTier::o_direct); }
   bool xattrs_supported() const override { return AllOf(&FsTier::xattrs_supported); }
+  std::string_view checksum_place() const override {
+    for (const auto& child : children_) {
+      if (child->checksum_place() != children_[0]->checksum_place()) return "mixed";
+    }
+    return children_[0]->checksum_place();
+  }
   std::string BlockPath(const OffloadKey& key) const override { return children_[RootOf(key)]->BlockPath(key); }
 
  private:

@@ -1,6 +1,8 @@
 // The store state machine: statx(dest) -> open(tmp, O_EXCL) [-> mkdirs ->
 // open again] -> write (resumed when short) -> [fdatasync] -> [fsetxattr(crc),
-// with checksum_blocks] -> close -> rename -> [fsync dir]. Any failure after
+// with checksum_blocks in the xattr] -> close -> rename -> [fsync dir]. With
+// the checksum in a trailer (L131) the write carries the row and its trailer
+// page as one vectored request: no request more than a row alone. Any failure after
 // the temp file exists closes it and unlinks it, so no temp file outlives a
 // failed store.
 // Paths are relative to the tier's root fd and resolved as kResolveInTree
@@ -71,7 +73,7 @@ class StoreOp final : public FsBlockOp {
       case kMkdirParent: return AfterMkdirParent(res);
       case kMkdir: return AfterMkdir(res);
       case kWrite: return AfterWrite(res);
-      case kSync: return res < 0 ? Fail(res, "fdatasync") : Go(shared_->checksum ? kXattr : kClose);
+      case kSync: return res < 0 ? Fail(res, "fdatasync") : Go(AfterData());
       case kXattr: return AfterXattr(res);
       case kClose: return AfterClose(res);
       case kRename: return AfterRename(res);
@@ -152,7 +154,7 @@ class StoreOp final : public FsBlockOp {
         req->path = MkdirName();
         req->mode = 0777;
         return;
-      case kWrite: return RowPart(req, IoOp::kWrite, fd_, Data(), written_, &iov_);
+      case kWrite: return RowPart(req, IoOp::kWrite, fd_, File(), written_, &iov_, trailer_ != nullptr);
       case kSync: return OnFd(req, IoOp::kFdatasync, fd_);
       case kXattr: return CrcXattr(req, IoOp::kFsetxattr, fd_, crc_be_, sizeof crc_be_);
       case kRename: req->op = IoOp::kRename; req->path = tmp_.c_str(); req->path2 = dest_.c_str(); return;
@@ -202,9 +204,21 @@ class StoreOp final : public FsBlockOp {
     if (shared_->checksum) {
       const uint32_t crc = TimedCrc32c(shared_, Data());
       for (int i = 0; i < 4; ++i) crc_be_[i] = static_cast<uint8_t>(crc >> (24 - 8 * i));  // big-endian
+      if (shared_->trailer()) AddTrailer(crc);
     }
     Go(kOpen);
   }
+  // L131: the file is the row, then its trailer page, written in the same
+  // transfer, so the temp file is never renamed without it (L57).
+  void AddTrailer(uint32_t crc) {
+    trailer_ = NewTrailerPage();
+    format::EncodeTrailer(row_.size(), crc, trailer_.get());
+    file_ = Data().With(std::span<uint8_t>(trailer_.get(), format::kTrailerBytes));
+  }
+  // What goes into the file: the row, or the row and its trailer.
+  const RowPieces& File() const { return trailer_ != nullptr ? file_ : Data(); }
+  // After the data (and its fdatasync): the xattr, where the CRC goes there.
+  State AfterData() const { return shared_->checksum && !shared_->trailer() ? kXattr : kClose; }
   // The bytes written: the caller's pieces, or the staging row holding a copy.
   const RowPieces& Data() const { return stage_ != nullptr ? stage_row_ : row_; }
   void Stage() {
@@ -291,12 +305,12 @@ class StoreOp final : public FsBlockOp {
     if (res < 0) return Fail(res, "write " + Shown(tmp_));
     if (res == 0) return Fail(-EIO, "write " + Shown(tmp_) + " made no progress");
     written_ += static_cast<uint64_t>(res);
-    if (written_ < row_.size()) {  // a short write: resume with the rest
+    if (written_ < File().size()) {  // a short write: resume with the rest
       if (direct_ && written_ % 4096 != 0) direct_ = DropDirect(fd_);  // O_DIRECT would refuse the offset
       return;
     }
     if (direct_ && stage_ != nullptr) shared_->staged_ios.fetch_add(1, std::memory_order_relaxed);
-    Go(shared_->durability != Durability::kNone ? kSync : shared_->checksum ? kXattr : kClose);
+    Go(shared_->durability != Durability::kNone ? kSync : AfterData());
   }
   // As vLLM with checksum_blocks (L102): a block is never published without
   // its CRC, so a failed fsetxattr fails the store (the open's probe has
@@ -344,6 +358,8 @@ class StoreOp final : public FsBlockOp {
   RowPieces row_;
   uint8_t* stage_ = nullptr;  // from shared_->stage, held until the op is freed
   RowPieces stage_row_;       // stage_ as one piece
+  TrailerPage trailer_;       // the trailer page (L131), when the CRC goes there
+  RowPieces file_;            // the row's pieces and the trailer page
   std::vector<iovec> iov_;  // a vectored write's pieces (RowPart)
   std::string block_dir_, shard1_, shard2_, dest_, tmp_;  // relative to root_dir
   std::string name1_, name2_;                              // the shard directories' own names

@@ -12,11 +12,14 @@
 #include <ctime>
 #include <map>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "format/layout_names.h"
 #include "ops/io_watch.h"
 #include "ops/ops_internal.h"
+#include "ops/block_verify.h"
+#include "ops/trailer_sizes.h"
 #include "util/crc32c.h"
 
 namespace kvtier {
@@ -65,111 +68,14 @@ std::optional<ScannedFile> TreeEditor::LookAtDir(const std::string& rel) const {
 
 namespace {
 
-constexpr size_t kVerifyChunkBytes = 1 << 20;  // memory per verifying thread, whatever a file's size
-
-enum class Verdict { kMatches, kMismatch, kUnjudged };
-
-// A block's bytes into a CRC32C: its data read in fixed-size chunks, its
-// holes counted as zeros without being read (FORMAT.md L109).
-struct CrcWalk {
-  int fd;
-  IoScope* io;
-  std::vector<uint8_t> chunk = std::vector<uint8_t>(kVerifyChunkBytes);
-  uint32_t crc = 0;
-  uint64_t pos = 0;         // the bytes before it are in crc
-  uint64_t read_bytes = 0;  // of them, those read (not holes)
-};
-
-// Reads [w->pos, end) into the CRC. False on a short read or an error.
-bool ReadData(CrcWalk* w, uint64_t end) {
-  while (w->pos < end) {
-    const ssize_t n = pread(w->fd, w->chunk.data(), std::min<uint64_t>(w->chunk.size(), end - w->pos),
-                            static_cast<off_t>(w->pos));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    w->crc = Crc32cExtend(w->crc, {w->chunk.data(), static_cast<size_t>(n)});
-    w->pos += static_cast<uint64_t>(n);
-    w->read_bytes += static_cast<uint64_t>(n);
-    w->io->Step();  // the deadline is per read, not per (possibly large) file
-  }
-  return true;
-}
-
-// The next data extent at or after pos, [*from, *to) clipped to size
-// (*from == size: only holes remain). False where the file system cannot
-// say (EINVAL, EOPNOTSUPP...): the caller then reads everything. ENXIO means
-// no data past pos; a file that shrank meanwhile says so too, hence the
-// caller's final size check.
-bool NextData(int fd, uint64_t pos, uint64_t size, uint64_t* from, uint64_t* to) {
-  const off_t data = lseek(fd, static_cast<off_t>(pos), SEEK_DATA);
-  if (data < 0) {
-    if (errno != ENXIO) return false;
-    *from = *to = size;
-    return true;
-  }
-  *from = std::clamp<uint64_t>(static_cast<uint64_t>(data), pos, size);
-  const off_t hole = lseek(fd, data, SEEK_HOLE);
-  *to = hole < 0 ? size : std::clamp<uint64_t>(static_cast<uint64_t>(hole), *from, size);
-  if (*to == *from && *from < size) *to = size;  // changing under us: read the rest rather than loop
-  return true;
-}
-
-// Covers the first `size` bytes: whether all of them were, the file no
-// shorter at the end (one that shrank or failed meanwhile is not judged).
-bool CrcOfBytes(CrcWalk* w, uint64_t size) {
-  bool seekable = true;
-  while (w->pos < size) {
-    uint64_t from = w->pos, to = size;
-    if (seekable) seekable = NextData(w->fd, w->pos, size, &from, &to);
-    if (!seekable) from = w->pos, to = size;
-    w->io->Step();
-    w->crc = Crc32cExtendZeros(w->crc, from - w->pos);  // a hole: O(log n), never read
-    w->pos = from;
-    if (!ReadData(w, to)) return false;
-  }
-  struct stat st;
-  return fstat(w->fd, &st) == 0 && static_cast<uint64_t>(st.st_size) >= size;
-}
-
-// A file system may report data not yet written back as a hole (OpenZFS
-// #15526): a mismatch found through holes condemns a block only once its
-// last write is older than this, when its data is surely on disk. Reading
-// such a block in full instead would give a hostile volume of truncated
-// blocks its unbounded time back (L109).
-constexpr int64_t kHoleTrustAgeS = 60;
-
-bool RecentlyWritten(int fd) {
-  struct stat st;
-  return fstat(fd, &st) != 0 || st.st_mtim.tv_sec > std::time(nullptr) - kHoleTrustAgeS;
-}
-
-// FORMAT.md L67: the CRC32C attribute against the bytes (L109: holes as
-// zeros, unread). Files without the attribute (written by vLLM, L68) pass.
-// *read_bytes: what was read.
-Verdict CrcVerdict(int fd, uint64_t size, IoScope* io, std::string* detail, uint64_t* read_bytes) {
-  uint8_t want[format::kCrcXattrBytes];
-  const ssize_t got = fgetxattr(fd, format::kCrcXattr, want, sizeof want);
-  if (got < 0 && errno != ERANGE) return Verdict::kMatches;  // no attribute (ENODATA) or none readable
-  if (got != static_cast<ssize_t>(sizeof want)) {
-    *detail = "CRC32C attribute is not 4 bytes";
-    return Verdict::kMismatch;
-  }
-  CrcWalk walk{fd, io};
-  const bool whole = CrcOfBytes(&walk, size);
-  *read_bytes = walk.read_bytes;
-  if (!whole) return Verdict::kUnjudged;  // shrank or failed meanwhile: the size check judges it next time
-  const uint32_t stored = uint32_t{want[0]} << 24 | uint32_t{want[1]} << 16 | uint32_t{want[2]} << 8 | want[3];
-  if (stored == walk.crc) return Verdict::kMatches;
-  if (walk.read_bytes < size && RecentlyWritten(fd)) return Verdict::kUnjudged;
-  *detail = "CRC32C attribute does not match the bytes";
-  return Verdict::kMismatch;
-}
-
 class FsckRun {
  public:
   FsckRun(const FsckOptions& o, const TreeScan& scan, FsckReport* report, const ExtraBlockCheck& extra)
       : o_(o), editor_(scan.root_fd), report_(report), now_(std::time(nullptr)), extra_(extra) {
-    for (const auto& [name, ns] : scan.namespaces) rows_[name] = o_.row_bytes != 0 ? o_.row_bytes : MostCommonSize(ns);
+    for (const auto& [name, ns] : scan.namespaces) {
+      rows_[name] = o_.row_bytes != 0 ? o_.row_bytes : MostCommonSize(ns);
+      if (ns.blocks.count != 0 && !ns.blocks.sizes.All(rows_[name])) mixed_.insert(name);
+    }
   }
 
   // Whether a second walk must visit the blocks: only where a block is not
@@ -190,7 +96,16 @@ class FsckRun {
     }
     const auto row = rows_.find(ns);
     if (row == rows_.end()) return false;  // a namespace new since the first walk: judged next time
-    if (b.size == row->second) return o_.verify_data && VerifyOne(b, dir_fd);
+    if (b.size == row->second) {
+      SampleMode(ns, b, dir_fd);
+      return o_.verify_data && VerifyOne(b, dir_fd);
+    }
+    // L136: the row and its trailer, beside plain rows.
+    if (b.size == row->second + format::kTrailerBytes && TrailerOf(b, dir_fd) == format::TrailerState::kValid) {
+      return o_.verify_data && VerifyOne(b, dir_fd);
+    }
+    // A plain row beside trailer blocks? Not where the operator gave the row size.
+    if (o_.row_bytes == 0 && b.size + format::kTrailerBytes == row->second) return Defer(ns, b);
     const std::string basis = o_.row_bytes != 0 ? "given row size " : "most common size ";
     std::string detail = std::to_string(b.size) + " bytes, " + basis + std::to_string(row->second);
     // L109: never read, whatever the row (a sparse terabyte costs a stat).
@@ -200,6 +115,27 @@ class FsckRun {
     const RepairAction action = b.size < row->second ? Remove(b, &detail) : RepairAction::kNone;
     Add(FindingKind::kSizeMismatch, b.rel, "L80", action, detail);
     return action == RepairAction::kRemoved;
+  }
+
+  // L136: blocks one trailer smaller than the most common size, judged once
+  // the walk has sampled whether that size's blocks carry trailers: if one
+  // does, they are plain rows of the same row size (and are verified as
+  // such); if those sampled do not, they are short (L65); with none sampled
+  // they are reported, never removed by their size alone.
+  void JudgeDeferred() {
+    for (const auto& [ns, b] : deferred_) {
+      const ModeTrailer mode = mode_trailer_[ns];
+      if (mode.trailer) {
+        UniqueFd dir;
+        if (o_.verify_data && editor_.OpenDir(SplitRel(b.rel).first, &dir) == 0) VerifyOne(b, dir.get());
+        continue;
+      }
+      std::string detail = std::to_string(b.size) + " bytes, most common size " + std::to_string(rows_.at(ns));
+      if (mode.sampled == 0) detail += "; no block of that size could be read for a trailer (L136): not removed";
+      const RepairAction action = mode.sampled == 0 ? RepairAction::kNone : Remove(b, &detail);
+      Add(FindingKind::kSizeMismatch, b.rel, "L80", action, detail);
+    }
+    Unlisted(FindingKind::kSizeMismatch, deferred_.more());
   }
 
   void Namespace(const NsScan& ns) {
@@ -334,6 +270,48 @@ class FsckRun {
     return RepairAction::kNone;
   }
 
+  // What the last page of the block `b` says (one open and one pread,
+  // without changing what gc sees); kAbsent if it is no longer `b`.
+  format::TrailerState TrailerOf(const ScannedFile& b, int dir_fd) {
+    IoScope io(b.rel);
+    UniqueFd fd;
+    struct stat st;
+    format::TrailerRecord record;
+    if (io.cancelled() || OpenRegularAt(dir_fd, SplitRel(b.rel).second, /*no_atime=*/true, &fd, &st) != 0 ||
+        st.st_ino != b.ino || st.st_dev != b.dev) {
+      return format::TrailerState::kAbsent;
+    }
+    return ReadTrailerRecord(fd.get(), static_cast<uint64_t>(st.st_size), &record);
+  }
+  // Whether a namespace's most common size is that of trailer blocks:
+  // settled by the first of up to kModeSamples of its blocks of that size
+  // to show a valid trailer (a torn one among them cannot decide it alone).
+  static constexpr int kModeSamples = 3;
+  struct ModeTrailer {
+    int sampled = 0, reading = 0;
+    bool trailer = false;
+  };
+  void SampleMode(const std::string& ns, const ScannedFile& b, int dir_fd) {
+    if (!mixed_.count(ns)) return;
+    {
+      std::lock_guard lock(trailer_mu_);
+      ModeTrailer& m = mode_trailer_[ns];
+      if (m.trailer || m.sampled + m.reading >= kModeSamples) return;
+      ++m.reading;
+    }
+    const bool trailer = TrailerOf(b, dir_fd) == format::TrailerState::kValid;
+    std::lock_guard lock(trailer_mu_);
+    ModeTrailer& m = mode_trailer_[ns];
+    --m.reading;
+    ++m.sampled;
+    m.trailer = m.trailer || trailer;
+  }
+  bool Defer(const std::string& ns, const ScannedFile& b) {
+    std::lock_guard lock(trailer_mu_);
+    deferred_.emplace_back(ns, b);
+    return false;
+  }
+
   // Opens a block for verification without changing what gc sees (O_NOATIME)
   // and only if it is still the regular file scanned. Whether it was removed.
   bool VerifyOne(const ScannedFile& b, int dir_fd) {
@@ -374,6 +352,10 @@ class FsckRun {
   int64_t now_;
   const ExtraBlockCheck& extra_;
   std::map<std::string, uint64_t> rows_;  // by namespace: the size its blocks must have
+  std::set<std::string> mixed_;           // namespaces whose blocks are not all of that size
+  std::mutex trailer_mu_;
+  std::map<std::string, ModeTrailer> mode_trailer_;
+  CappedList<std::pair<std::string, ScannedFile>> deferred_;  // (namespace, block) one trailer short
   std::atomic<uint64_t> verified_{0}, with_atime_{0}, read_bytes_{0};
   std::mutex mu_;
 };
@@ -396,6 +378,7 @@ Result<FsckReport> FsckScanned(const FsckOptions& options, const TreeScan& first
     visit.block = [&run](const std::string& ns, const ScannedFile& b, int dir_fd) { return run.Block(ns, b, dir_fd); };
     KVTIER_ASSIGN_OR_RETURN(second, ScanAgain(options, first, visit));
     scan = &*second;
+    run.JudgeDeferred();
   }
   report.files_scanned = scan->files;
   for (const auto& [name, ns] : scan->namespaces) run.Namespace(ns);

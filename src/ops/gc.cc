@@ -31,6 +31,7 @@
 #include "ops/gc_histogram.h"
 #include "ops/io_watch.h"
 #include "ops/ops_internal.h"
+#include "ops/trailer_sizes.h"
 
 namespace kvtier {
 namespace internal {
@@ -131,7 +132,7 @@ class GcRun {
     const Fate fate = FateOf(ns);
     if (fate == Fate::kKept) return false;
     if (fate == Fate::kOrphaned) return Reclaim(b, "orphaned_namespace", dir_fd);
-    if (b.size < rows_.at(ns)) return Reclaim(b, "corrupt", dir_fd);  // L65, L80
+    if (ShortBlock(b.size, rows_.at(ns))) return Reclaim(b, "corrupt", dir_fd);  // L65, L80, L136
     histogram_.Add(UseHistogram::Bucket(now_, b.activity()), b.bytes);
     live_bytes_ += b.bytes;
     return false;
@@ -140,7 +141,7 @@ class GcRun {
   // The third walk: blocks older than the cut-off bucket go; in the bucket
   // itself, blocks in walk order until the bound is met.
   bool CapacityBlock(const std::string& ns, const ScannedFile& b, int dir_fd) {
-    if (FateOf(ns) != Fate::kLive || b.size < rows_.at(ns)) return false;
+    if (FateOf(ns) != Fate::kLive || ShortBlock(b.size, rows_.at(ns))) return false;
     const int bucket = UseHistogram::Bucket(now_, b.activity());
     if (bucket < cut_.bucket) return false;
     if (bucket == cut_.bucket) {

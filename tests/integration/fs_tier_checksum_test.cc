@@ -3,9 +3,10 @@
 //  * on: the open probes user xattrs under vLLM's probe name
 //    ".xattr_probe_<n>.tmp" (seen with inotify) and leaves nothing behind;
 //    on a filesystem without user xattrs (a ramfs this test mounts when it
-//    runs as root; skipped otherwise) the open fails, naming root_dir and
-//    `"checksum_blocks": false`, and with the option off the same directory
-//    works;
+//    runs as root; skipped otherwise) the open fails with checksum_place
+//    "xattr", naming root_dir and `"checksum_blocks": false`, while the
+//    default ("auto") opens with checksums in a trailer (L130), and with the
+//    option off the same directory works;
 //  * off: stores write no xattr, no probe file is made, and loads neither
 //    read nor check the attribute (a wrong one or a flipped byte is returned
 //    as it is on disk, as vLLM with the option false); checksum_ns stays 0;
@@ -294,16 +295,24 @@ class FsTierChecksumNoXattrs : public ::testing::Test {
   bool mounted_ = false;
 };
 
-TEST_F(FsTierChecksumNoXattrs, OnFailsTheOpenNamingTheWayOutAndOffWorks) {
+TEST_F(FsTierChecksumNoXattrs, XattrPlaceFailsTheOpenNamingTheWayOutAutoTrailsAndOffWorks) {
   const fs::path root = dir_.path() / "root";
-  auto on = FsTier::Open(Options(root, true));
-  ASSERT_FALSE(on.ok()) << "vLLM's tier with checksum_blocks fails at startup here; so must kvtier's";
+  FsTierOpenOptions xattr_only = Options(root, true);
+  xattr_only.tier.checksum_place = ChecksumPlaceKind::kXattr;
+  auto on = FsTier::Open(xattr_only);
+  ASSERT_FALSE(on.ok()) << "vLLM's tier with checksum_blocks fails at startup here; so must kvtier's xattr place";
   const std::string text = on.status().ToString();
   EXPECT_EQ(on.status().code(), StatusCode::kUnavailable) << text;
   EXPECT_NE(text.find(root.string()), std::string::npos) << text;
   EXPECT_NE(text.find("\"checksum_blocks\": false"), std::string::npos) << text;
   EXPECT_NE(text.find(".xattr_probe_"), std::string::npos) << text;
   EXPECT_EQ(ProbeLeftovers(root), std::vector<std::string>{});
+
+  auto trailed = FsTier::Open(Options(root, true));  // checksum_place "auto": a trailer here (L130)
+  ASSERT_TRUE(trailed.ok()) << trailed.status().ToString();
+  EXPECT_EQ((*trailed)->checksum_place(), "trailer");
+  EXPECT_EQ(ProbeLeftovers(root), std::vector<std::string>{});
+  trailed->reset();
 
   auto off = FsTier::Open(Options(root, false));
   ASSERT_TRUE(off.ok()) << off.status().ToString();

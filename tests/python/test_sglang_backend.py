@@ -8,7 +8,8 @@ and loads every page; two roots with path_sharding both get pages and serve them
 (a small tmpfs) makes stores False and nothing raise while stored pages still load; a page
 replaced or overwritten in place by another process while being read is never returned torn;
 bad configuration is refused at attach with a KvtierError naming the key, an unknown key only
-warns; malformed calls answer a miss, never raise; get_stats gives SGLang's StorageMetrics.
+warns; checksum_place reaches the store (trailer pages load, a flipped byte is a miss);
+malformed calls answer a miss, never raise; get_stats gives SGLang's StorageMetrics.
 Skips with one line where ../shared/sglang or torch is absent.
 """
 
@@ -108,6 +109,31 @@ def test_restart_on_a_populated_root(tmp_path):
     # the generic path reads the same files
     pages = b.batch_get(ks[:4], [p.get_dummy_flat_data_page() for _ in range(4)])
     assert all(bool((pg.view(torch_uint8()) == sg.expected(p, k)).all()) for pg, k in zip(pages, ks))
+    b.close()
+
+
+def test_checksum_place_trailer_round_trips_and_a_flipped_byte_is_a_miss(tmp_path):
+    """checksum_place reaches the store through the backend's config (FORMAT.md L130): each page
+    file is the page plus its 4096-byte trailer; a backend with the default place loads them (a
+    reader checks whichever form a page carries), and a flipped byte is a miss, its file removed."""
+    p = sg.pool(pages=40)
+    ks = sg.keys(4, "trailer")
+    a = sg.backend(extra(tmp_path, checksum_place="trailer"), p)
+    assert roundtrip(a, p, ks) == (4, 4, 4)
+    a.close()
+    files = sorted(tmp_path.rglob("*.bin"))
+    sizes = {f.stat().st_size for f in files}
+    assert len(files) == 4 and len(sizes) == 1 and sizes.pop() - 4096 == p.page_u8(0).numel()
+    with open(files[0], "r+b") as f:
+        f.seek(7)
+        byte = f.read(1)
+        f.seek(7)
+        f.write(bytes([byte[0] ^ 0x01]))
+    b = sg.backend(extra(tmp_path), p)
+    r = p.alloc(4 * PS)
+    assert sum(bool(ok) for ok in b.batch_get_v1(ks, r)) == 3
+    assert len(list(tmp_path.rglob("*.bin"))) == 3, "the corrupt page file is removed"
+    p.free(r)
     b.close()
 
 

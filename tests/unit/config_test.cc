@@ -773,4 +773,25 @@ TEST(ConfigSingleTier, ChecksumBlocksIsVllmsKeyWithKvtiersOwnDefault) {
 }
 
 }  // namespace
+// checksum_place (kvtier's own, FORMAT.md L130): "auto" by default, the
+// three spellings parse, anything else is refused naming the key and the
+// values it takes, and the key is listed as kvtier's.
+TEST(ConfigSingleTier, ChecksumPlaceTakesAutoXattrOrTrailerOnly) {
+  ASSERT_OK_AND_ASSIGN(FsTierOptions def, ParseFsTierConfig(R"({"root_dir": "/x"})"));
+  EXPECT_EQ(def.checksum_place, ChecksumPlaceKind::kAuto);
+  for (const auto& [text, want] : {std::pair{"auto", ChecksumPlaceKind::kAuto}, {"xattr", ChecksumPlaceKind::kXattr},
+                                   {"trailer", ChecksumPlaceKind::kTrailer}}) {
+    ASSERT_OK_AND_ASSIGN(FsTierOptions t, ParseFsTierConfig(std::string(R"({"root_dir": "/x", "checksum_place": ")") +
+                                                            text + "\"}"));
+    EXPECT_EQ(t.checksum_place, want) << text;
+  }
+  EXPECT_TRUE(IsTierKeyError(ParseFsTierConfig(R"({"root_dir": "/x", "checksum_place": "footer"})"), "checksum_place",
+                             R"(expected one of "auto", "xattr", "trailer", got "footer")"));
+  EXPECT_TRUE(IsTierKeyError(ParseFsTierConfig(R"({"root_dir": "/x", "checksum_place": true})"), "checksum_place",
+                             "expected one of"));
+  const auto unknown = Parse(TieringWith(R"({"type": "fs", "root_dir": "/kv", "checksum_places": "auto"})"));
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.status().message().find("checksum_place (kvtier)"), std::string::npos) << unknown.status().ToString();
+}
+
 }  // namespace kvtier

@@ -1,0 +1,26 @@
+// How the operators' tools size and read blocks that may carry a checksum
+// trailer (FORMAT.md L131-L137): a namespace on a volume without user
+// xattrs can hold kvtier's blocks of row + 4096 bytes beside vLLM's plain
+// rows of the same namespace, and neither is a short or a long block.
+#pragma once
+
+#include <cstdint>
+
+#include "format/block_trailer.h"
+
+namespace kvtier::internal {
+
+// L136: a block smaller than its namespace's most common size is short
+// (corrupt: gc and fsck --repair remove it, as vLLM's reader does) unless
+// it is exactly one trailer smaller: then it may be a plain row beside
+// trailer blocks of that row, and no tool removes it by its size alone.
+inline bool ShortBlock(uint64_t size, uint64_t common) {
+  return size < common && size + format::kTrailerBytes != common;
+}
+
+// L133: the record in the last kTrailerRecordBytes of the open file `fd`
+// of `size` bytes (one pread). kAbsent for a file too small to hold a
+// trailer or a read that fails.
+format::TrailerState ReadTrailerRecord(int fd, uint64_t size, format::TrailerRecord* out);
+
+}  // namespace kvtier::internal
