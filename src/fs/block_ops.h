@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "format/layout_names.h"
+#include "fs/shard_dirs.h"
 #include "io/scheduler.h"
 #include "kvtier/fs_tier.h"
 #include "util/dir_fd.h"
@@ -36,11 +37,13 @@ namespace kvtier::internal {
 //    check use statx with AT_SYMLINK_NOFOLLOW and count only a regular file.
 //  * a shard directory is created with mkdirat in its parent's fd, itself
 //    opened as above (off the hot path: only when the directory is missing).
-//  * rename and unlink, which have no RESOLVE_* flags, take root-relative
-//    paths. A symlink swapped in after the checked open makes them act in
-//    the link's target, on names (<h>.bin, <h>.bin_<n>.tmp) the attacker
-//    must already be able to create there. Holding a shard directory fd per
-//    store would close that, at one more request per store: not worth it.
+//  * stores (and loads and lookups that find one cached) name their file
+//    relative to an open shard directory (shard_dirs.h), itself opened as
+//    above: statx, open, rename and unlink act on that one component, in the
+//    directory the checked open found, so a symlink swapped in for the shard
+//    directory later is never followed (rename and unlink have no RESOLVE_*
+//    flags; a held directory needs none). Without a cached directory a load
+//    or lookup names the root-relative path, opened as above.
 inline constexpr uint64_t kResolveInTree = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS;
 
 // Rows the tier owns, that loads read into and then copy to the caller's
@@ -146,6 +149,8 @@ struct TierShared {
   // calls never wait for a network (LocalFilesystem). Elsewhere loads skip
   // it, and relatime's daily update is gc's notion of use.
   bool touch_atime = true;
+  // Open shard directories the ops name their files in (FORMAT.md L145).
+  ShardDirs shard_dirs;
 };
 
 // Crc32c(row), its time added to shared->checksum_ns: integrity costs one

@@ -1,12 +1,16 @@
-// The store state machine: statx(dest) -> open(tmp, O_EXCL) [-> mkdirs ->
-// open again] -> write (resumed when short) -> [fdatasync] -> [fsetxattr(crc),
-// with checksum_blocks] -> close -> rename -> [fsync dir]. Any failure after
-// the temp file exists closes it and unlinks it, so no temp file outlives a
-// failed store.
-// Paths are relative to the tier's root fd and resolved as kResolveInTree
-// (block_ops.h) says: a symlinked shard directory fails the store; so does
-// anything but a regular file at the destination (fsck --repair removes it),
-// which is neither skipped as present nor replaced.
+// The store state machine: [open shard dir [-> mkdirs -> open it again]] ->
+// statx(dest) -> open(tmp, O_EXCL) -> write (resumed when short) ->
+// [fdatasync] -> [fsetxattr(crc), with checksum_blocks] -> close -> rename ->
+// [fsync dir]. Any failure after the temp file exists closes it and unlinks
+// it, so no temp file outlives a failed store.
+// statx, open, rename and unlink name one component in the shard directory's
+// fd, cached across stores (shard_dirs.h, FORMAT.md L145-L147); the shard
+// directory itself is opened from the root fd as kResolveInTree (block_ops.h)
+// says: a symlinked shard directory fails the store; so does anything but a
+// regular file at the destination (fsck --repair removes it), which is
+// neither skipped as present nor replaced. A cached directory that has gone
+// (gc removed it: creating in it fails ENOENT; a stale network handle:
+// ESTALE) is opened again by its path, made if missing, and the store goes on.
 #include <fcntl.h>
 #include <sys/stat.h>
 
@@ -38,6 +42,7 @@ class StoreOp final : public FsBlockOp {
     shard1_ = path.block_dir + "/" + path.shard1;
     shard2_ = shard1_ + "/" + path.shard2;
     dest_ = shard2_ + "/" + path.file;
+    file_ = std::move(path.file);
     block_dir_ = std::move(path.block_dir);
     name1_ = std::move(path.shard1);
     name2_ = std::move(path.shard2);
@@ -54,6 +59,11 @@ class StoreOp final : public FsBlockOp {
 
   bool NextRequest(IoRequest* req) override {
     if (state_ == kDone) return false;
+    if (!begun_) {  // the cached shard directory, if one is fresh now
+      begun_ = true;
+      dir_ = shared_->shard_dirs.Find(shard2_, MonotonicNowNs());
+      if (dir_ == nullptr) Go(kOpenShard);
+    }
     *req = IoRequest{};
     // A close has no deadline: an expired one would never run and leak the fd.
     const bool close = state_ == kClose || state_ == kCloseDir;
@@ -67,6 +77,7 @@ class StoreOp final : public FsBlockOp {
     if (abandoned_) return AfterLate(res);
     switch (state_) {
       case kStatDest: return AfterStat(res);
+      case kOpenShard: return AfterOpenShard(res);
       case kOpen: return AfterOpen(res);
       case kMkdirParent: return AfterMkdirParent(res);
       case kMkdir: return AfterMkdir(res);
@@ -96,12 +107,12 @@ class StoreOp final : public FsBlockOp {
   }
 
  private:
-  enum State { kStatDest, kOpen, kMkdirParent, kMkdir, kWrite, kSync, kXattr, kClose, kRename,
+  enum State { kStatDest, kOpenShard, kOpen, kMkdirParent, kMkdir, kWrite, kSync, kXattr, kClose, kRename,
                kOpenDir, kSyncDir, kCloseDir, kUnlinkTmp, kDone };
 
   std::string Shown(const std::string& rel) const { return JoinRoot(shared_->root_dir, rel); }
   const char* StateSyscall() const {
-    static constexpr const char* kNames[] = {"statx", "open", "open", "mkdir", "write", "fdatasync", "fsetxattr",
+    static constexpr const char* kNames[] = {"statx", "open", "open", "open", "mkdir", "write", "fdatasync", "fsetxattr",
                                              "close", "rename", "open", "fsync", "close", "unlink", "store"};
     return kNames[state_];
   }
@@ -109,6 +120,7 @@ class StoreOp final : public FsBlockOp {
   // The path the request in flight names, for the abandonment's message.
   std::string AbandonedPath() const {
     if (state_ == kStatDest || state_ == kRename) return dest_;
+    if (state_ == kOpenShard) return shard2_;
     if (state_ == kOpenDir || state_ == kSyncDir || state_ == kCloseDir) return SyncDirPath();
     if (state_ == kMkdirParent || state_ == kMkdir) return MkdirShown();
     return tmp_;
@@ -122,7 +134,8 @@ class StoreOp final : public FsBlockOp {
     switch (state_) {
       case kOpen: if (res >= 0) fd_ = static_cast<int>(res), tmp_created_ = true; break;
       case kOpenDir: if (res >= 0) fd_ = static_cast<int>(res); break;
-      case kMkdirParent: if (res >= 0) ::close(static_cast<int>(res)); break;  // O_PATH: no flush, never waits
+      case kMkdirParent:
+      case kOpenShard: if (res >= 0) ::close(static_cast<int>(res)); break;  // O_PATH: no flush, never waits
       case kClose:
       case kCloseDir: fd_ = -1; break;
       case kRename: if (res == 0) tmp_created_ = false; break;
@@ -139,10 +152,12 @@ class StoreOp final : public FsBlockOp {
   // The syscall of state_ (any state but kDone).
   void FillRequest(IoRequest* req) {
     const int root = shared_->root.get();
+    const int dir = dir_ != nullptr ? dir_->fd.get() : -1;  // set in every state that names file_ or tmp_
     switch (state_) {
-      case kStatDest: return StatxNoFollow(req, root, dest_.c_str(), &stx_);
+      case kStatDest: return StatxNoFollow(req, dir, file_.c_str(), &stx_);
+      case kOpenShard: return OpenInTree(req, root, shard2_.c_str(), O_PATH | O_DIRECTORY);
       case kOpen:
-        return OpenInTree(req, root, tmp_.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_TRUNC | (direct_ ? O_DIRECT : 0),
+        return OpenInTree(req, dir, TmpName(), O_CREAT | O_EXCL | O_WRONLY | O_TRUNC | (direct_ ? O_DIRECT : 0),
                           0644);
       case kMkdirParent:
         return OpenInTree(req, root, mkdir_level_ == 1 ? block_dir_.c_str() : shard1_.c_str(), O_PATH | O_DIRECTORY);
@@ -155,16 +170,23 @@ class StoreOp final : public FsBlockOp {
       case kWrite: return RowPart(req, IoOp::kWrite, fd_, Data(), written_, &iov_);
       case kSync: return OnFd(req, IoOp::kFdatasync, fd_);
       case kXattr: return CrcXattr(req, IoOp::kFsetxattr, fd_, crc_be_, sizeof crc_be_);
-      case kRename: req->op = IoOp::kRename; req->path = tmp_.c_str(); req->path2 = dest_.c_str(); return;
+      case kRename:
+        req->op = IoOp::kRename;
+        req->dirfd = dir;
+        req->path = TmpName();
+        req->path2 = file_.c_str();
+        return;
       case kOpenDir: return OpenInTree(req, root, SyncDirPath(), O_RDONLY | O_DIRECTORY);
       case kSyncDir: return OnFd(req, IoOp::kFsync, fd_);
       case kClose:
       case kCloseDir: return OnFd(req, IoOp::kClose, fd_);
-      case kUnlinkTmp: req->op = IoOp::kUnlink; req->path = tmp_.c_str(); return;
+      case kUnlinkTmp: req->op = IoOp::kUnlink; req->dirfd = dir; req->path = TmpName(); return;
       case kDone: return;
     }
   }
   void Go(State next) { state_ = next; }
+  // The temp file's name in the shard directory (tmp_ is root-relative).
+  const char* TmpName() const { return tmp_.c_str() + shard2_.size() + 1; }
   void NewTempName() {
     const uint64_t n = (shared_->tmp_base + shared_->tmp_counter.fetch_add(1)) & ((uint64_t{1} << 63) - 1);
     tmp_ = format::BlockTmpName(dest_, n);  // FORMAT.md L55
@@ -190,6 +212,7 @@ class StoreOp final : public FsBlockOp {
   }
 
   void AfterStat(int64_t res) {
+    if (res == -ESTALE && Reresolve()) return;  // the cached directory's handle went stale
     if (res == 0 && NotRegular(stx_)) {
       return Finish(-EEXIST, Shown(dest_) + " is not a regular file: not replaced (fsck --repair removes it)");
     }
@@ -199,6 +222,7 @@ class StoreOp final : public FsBlockOp {
     // thread, and only for rows that will be written: submitting stays cheap
     // for the caller.
     if (staged_) Stage();
+    statted_ = true;
     if (shared_->checksum) {
       const uint32_t crc = TimedCrc32c(shared_, Data());
       for (int i = 0; i < 4; ++i) crc_be_[i] = static_cast<uint8_t>(crc >> (24 - 8 * i));  // big-endian
@@ -219,11 +243,10 @@ class StoreOp final : public FsBlockOp {
       tmp_created_ = true;
       return Go(kWrite);
     }
-    // Shard directories on demand. On a shared volume another instance may be
-    // creating (or gc removing) the same directory at this moment, which can
-    // surface as ENOENT or ESTALE (or ENODATA: GlusterFS while the other
-    // client's directory is not yet complete): create and try again.
-    if ((res == -ENOENT || res == -ESTALE || res == -ENODATA) && MkdirAgain(res)) return;
+    // The shard directory went away under its fd (gc removed it: creating in
+    // a deleted directory fails ENOENT; a network handle went stale): open
+    // it again by its path (made again if missing) and create there.
+    if ((res == -ENOENT || res == -ESTALE || res == -ENODATA) && Reresolve()) return;
     if (res == -EEXIST && ++name_retries_ < 4) return NewTempName();
     if (res == -EINVAL && direct_) {
       direct_ = false;  // this filesystem refuses O_DIRECT for this file: buffered
@@ -233,6 +256,30 @@ class StoreOp final : public FsBlockOp {
       return Finish(res, "open " + Shown(tmp_) + ": a symlink or a non-directory on the path (refused)");
     }
     Finish(res, "open " + Shown(tmp_));
+  }
+  // Forgets the shard directory's fd (for every op) and opens it again by
+  // its path; each time costs a round of MkdirRoundLeft's budget.
+  bool Reresolve() {
+    if (!MkdirRoundLeft()) return false;
+    ++mkdir_rounds_;
+    shared_->shard_dirs.Drop(shard2_, dir_.get());
+    Go(kOpenShard);
+    return true;
+  }
+  void AfterOpenShard(int64_t res) {
+    if (res >= 0) {
+      dir_ = shared_->shard_dirs.Put(shard2_, static_cast<int>(res), MonotonicNowNs());
+      return Go(statted_ ? kOpen : kStatDest);
+    }
+    // Shard directories on demand. On a shared volume another instance may be
+    // creating (or gc removing) the same directory at this moment, which can
+    // surface as ENOENT or ESTALE (or ENODATA: GlusterFS while the other
+    // client's directory is not yet complete): create and try again.
+    if (MkdirAgain(res)) return;
+    if (res == -ELOOP || res == -EXDEV || res == -ENOTDIR) {
+      return Finish(res, "open " + Shown(shard2_) + ": a symlink or a non-directory on the path (refused)");
+    }
+    Finish(res, "open " + Shown(shard2_));
   }
   // The first round of directory creation goes deepest first: open the
   // parent of the missing shard directory (mostly there already: 4096
@@ -280,7 +327,7 @@ class StoreOp final : public FsBlockOp {
     if (res < 0 && res != -EEXIST) return Finish(res, "mkdir " + Shown(MkdirShown()));
     if (++mkdir_level_ == 3) {
       mkdirs_done_ = true;
-      return Go(kOpen);
+      return Go(kOpenShard);
     }
     Go(kMkdirParent);
   }
@@ -346,7 +393,8 @@ class StoreOp final : public FsBlockOp {
   RowPieces stage_row_;       // stage_ as one piece
   std::vector<iovec> iov_;  // a vectored write's pieces (RowPart)
   std::string block_dir_, shard1_, shard2_, dest_, tmp_;  // relative to root_dir
-  std::string name1_, name2_;                              // the shard directories' own names
+  std::string name1_, name2_, file_;                       // the shard directories' and the block's own names
+  ShardDirs::Ref dir_;  // the shard directory (shard2_) the requests name file_ and TmpName() in
   uint8_t crc_be_[4];
   struct statx stx_{};
   State state_ = kStatDest;
@@ -361,6 +409,8 @@ class StoreOp final : public FsBlockOp {
   bool final_ = false;      // `result` is the outcome
   bool abandoned_ = false;  // OnAbandon ran: only cleanup is left
   bool mkdir_searching_ = false;  // this round has made no directory yet (AfterMkdirParent)
+  bool begun_ = false;    // the first NextRequest looked for a cached shard directory
+  bool statted_ = false;  // the destination was found absent (the checksum is made)
 };
 
 }  // namespace

@@ -233,6 +233,10 @@ class FaultFs:
     def calls(self, op):
         return int(self.command(f"calls {op}"))
 
+    def counts(self):
+        """Every op's number of calls, taken at one instant: {"lookup": N, "open": N, ...}."""
+        return {k: int(v) for k, v in (w.split("=") for w in self.command("counts").split())}
+
     def wait_hung(self, n, timeout_s):
         deadline = time.monotonic() + timeout_s
         while True:

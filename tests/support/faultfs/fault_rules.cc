@@ -168,6 +168,13 @@ std::string FaultRules::Command(std::string_view line) {
     }
     return std::to_string(total);
   }
+  if (verb == "counts") {  // every op's count at one instant, "lookup=N open=N ..."
+    std::string reply;
+    for (size_t i = 0; i < calls_.size(); ++i) {
+      reply += (i == 0 ? "" : " ") + std::string(kOpNames[i]) + "=" + std::to_string(calls_[i]);
+    }
+    return reply;
+  }
   return "err unknown command " + verb;
 }
 

@@ -20,6 +20,8 @@
 //   release      drop every rule and let hung calls proceed (passthrough)
 //   hung         number of calls held by hang rules
 //   calls OP     number of calls of OP seen
+//   counts       every op's number of calls, taken at one instant:
+//                "lookup=N open=N read=N ..." (every op, in the order above)
 //   ping         "ok" once the daemon serves commands
 //   gone         abort the FUSE connection and exit: calls fail ENOTCONN
 #include <fcntl.h>
