@@ -149,7 +149,12 @@ struct TierShared {
   // calls never wait for a network (LocalFilesystem). Elsewhere loads skip
   // it, and relatime's daily update is gc's notion of use.
   bool touch_atime = true;
-  // Open shard directories the ops name their files in (FORMAT.md L145).
+  // Whether ops name their files in held shard directories (FORMAT.md
+  // L145): where each path component may be a round trip (network, FUSE).
+  // On a local filesystem the kernel's dentry cache makes the walk cheap and
+  // holding would cost an open per store (nearly every store meets a shard
+  // directory of its own): names are root-relative paths there.
+  bool hold_shard_dirs = true;
   ShardDirs shard_dirs;
 };
 

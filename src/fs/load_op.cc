@@ -8,8 +8,9 @@
 // size (L68). With checksum_blocks off there is no fgetxattr and no CRC (L102).
 // Also the lookup op: one statx per key (L70).
 // Both name the block in its shard directory's fd when a store left a fresh
-// one cached (shard_dirs.h, FORMAT.md L145-L147): one component to look up
-// instead of the walk from root_dir. Otherwise the path is root-relative.
+// one cached (shard_dirs.h, FORMAT.md L145-L147; network and FUSE volumes
+// only): one component to look up instead of the walk from root_dir.
+// Otherwise the path is root-relative.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -50,7 +51,7 @@ struct BlockAt {
 BlockAt FindBlockAt(TierShared* shared, const std::string& rel) {
   BlockAt at{nullptr, shared->root.get(), rel.c_str()};
   const size_t slash = rel.rfind('/');
-  if (slash == std::string::npos) return at;
+  if (!shared->hold_shard_dirs || slash == std::string::npos) return at;
   if (ShardDirs::Ref dir = shared->shard_dirs.Find(rel.substr(0, slash), MonotonicNowNs())) {
     at = {dir, dir->fd.get(), rel.c_str() + slash + 1};
   }

@@ -1,7 +1,8 @@
 // Open shard directories ("<ns>_r<rank>/<hhh>/<hh>_g<g>") that the ops name
 // their files relative to, so that a store or a load names one component
 // instead of walking root_dir's tree: on a network filesystem each component
-// the client has not cached is a round trip (FORMAT.md L145-L147).
+// the client has not cached is a round trip (FORMAT.md L145-L147). Used on
+// network and FUSE volumes only (TierShared::hold_shard_dirs).
 //
 // Entries are O_PATH directory fds opened as kResolveInTree says (no symlink
 // on the way), bounded in number (least recently used goes first) and in age:

@@ -3,10 +3,11 @@
 // [fdatasync] -> [fsetxattr(crc), with checksum_blocks] -> close -> rename ->
 // [fsync dir]. Any failure after the temp file exists closes it and unlinks
 // it, so no temp file outlives a failed store.
+// Where walks are round trips (network, FUSE: TierShared::hold_shard_dirs),
 // statx, open, rename and unlink name one component in the shard directory's
-// fd, cached across stores (shard_dirs.h, FORMAT.md L145-L147); the shard
-// directory itself is opened from the root fd as kResolveInTree (block_ops.h)
-// says: a symlinked shard directory fails the store; so does anything but a
+// fd, cached across stores (shard_dirs.h, FORMAT.md L145-L147); elsewhere
+// they name root-relative paths. Either way the shard directory is opened
+// from the root fd as kResolveInTree (block_ops.h) says: a symlinked shard directory fails the store; so does anything but a
 // regular file at the destination (fsck --repair removes it), which is
 // neither skipped as present nor replaced. A cached directory that has gone
 // (gc removed it: creating in it fails ENOENT; a stale network handle:
@@ -59,7 +60,7 @@ class StoreOp final : public FsBlockOp {
 
   bool NextRequest(IoRequest* req) override {
     if (state_ == kDone) return false;
-    if (!begun_) {  // the cached shard directory, if one is fresh now
+    if (!begun_ && shared_->hold_shard_dirs) {  // the cached shard directory, if one is fresh now
       begun_ = true;
       dir_ = shared_->shard_dirs.Find(shard2_, MonotonicNowNs());
       if (dir_ == nullptr) Go(kOpenShard);
@@ -152,9 +153,9 @@ class StoreOp final : public FsBlockOp {
   // The syscall of state_ (any state but kDone).
   void FillRequest(IoRequest* req) {
     const int root = shared_->root.get();
-    const int dir = dir_ != nullptr ? dir_->fd.get() : -1;  // set in every state that names file_ or tmp_
+    const int dir = dir_ != nullptr ? dir_->fd.get() : root;  // where DestName() and TmpName() are
     switch (state_) {
-      case kStatDest: return StatxNoFollow(req, dir, file_.c_str(), &stx_);
+      case kStatDest: return StatxNoFollow(req, dir, DestName(), &stx_);
       case kOpenShard: return OpenInTree(req, root, shard2_.c_str(), O_PATH | O_DIRECTORY);
       case kOpen:
         return OpenInTree(req, dir, TmpName(), O_CREAT | O_EXCL | O_WRONLY | O_TRUNC | (direct_ ? O_DIRECT : 0),
@@ -174,7 +175,7 @@ class StoreOp final : public FsBlockOp {
         req->op = IoOp::kRename;
         req->dirfd = dir;
         req->path = TmpName();
-        req->path2 = file_.c_str();
+        req->path2 = DestName();
         return;
       case kOpenDir: return OpenInTree(req, root, SyncDirPath(), O_RDONLY | O_DIRECTORY);
       case kSyncDir: return OnFd(req, IoOp::kFsync, fd_);
@@ -185,8 +186,10 @@ class StoreOp final : public FsBlockOp {
     }
   }
   void Go(State next) { state_ = next; }
-  // The temp file's name in the shard directory (tmp_ is root-relative).
-  const char* TmpName() const { return tmp_.c_str() + shard2_.size() + 1; }
+  // The destination's and the temp file's names: in the held shard
+  // directory, else root-relative paths (dest_ and tmp_ are root-relative).
+  const char* DestName() const { return dir_ != nullptr ? file_.c_str() : dest_.c_str(); }
+  const char* TmpName() const { return tmp_.c_str() + (dir_ != nullptr ? shard2_.size() + 1 : 0); }
   void NewTempName() {
     const uint64_t n = (shared_->tmp_base + shared_->tmp_counter.fetch_add(1)) & ((uint64_t{1} << 63) - 1);
     tmp_ = format::BlockTmpName(dest_, n);  // FORMAT.md L55
@@ -246,7 +249,11 @@ class StoreOp final : public FsBlockOp {
     // The shard directory went away under its fd (gc removed it: creating in
     // a deleted directory fails ENOENT; a network handle went stale): open
     // it again by its path (made again if missing) and create there.
-    if ((res == -ENOENT || res == -ESTALE || res == -ENODATA) && Reresolve()) return;
+    // Without a held directory (a local filesystem): shard directories on
+    // demand, as AfterOpenShard makes them.
+    if ((res == -ENOENT || res == -ESTALE || res == -ENODATA) && (dir_ != nullptr ? Reresolve() : MkdirAgain(res))) {
+      return;
+    }
     if (res == -EEXIST && ++name_retries_ < 4) return NewTempName();
     if (res == -EINVAL && direct_) {
       direct_ = false;  // this filesystem refuses O_DIRECT for this file: buffered
@@ -260,7 +267,7 @@ class StoreOp final : public FsBlockOp {
   // Forgets the shard directory's fd (for every op) and opens it again by
   // its path; each time costs a round of MkdirRoundLeft's budget.
   bool Reresolve() {
-    if (!MkdirRoundLeft()) return false;
+    if (dir_ == nullptr || !MkdirRoundLeft()) return false;
     ++mkdir_rounds_;
     shared_->shard_dirs.Drop(shard2_, dir_.get());
     Go(kOpenShard);
@@ -327,7 +334,7 @@ class StoreOp final : public FsBlockOp {
     if (res < 0 && res != -EEXIST) return Finish(res, "mkdir " + Shown(MkdirShown()));
     if (++mkdir_level_ == 3) {
       mkdirs_done_ = true;
-      return Go(kOpenShard);
+      return Go(shared_->hold_shard_dirs ? kOpenShard : kOpen);
     }
     Go(kMkdirParent);
   }

@@ -12,7 +12,9 @@
 //    stored, reachable at its path and loads back whole;
 //  * a shard directory renamed away under the tier is followed for at most
 //    the cache's time to live: a store after it lands at the block's path,
-//    in a directory made there again, and loads back whole.
+//    in a directory made there again, and loads back whole;
+//  * a symlink planted as a shard directory, before or while the tier holds
+//    that directory, is never written through.
 #include <gtest/gtest.h>
 
 #include <sys/stat.h>
@@ -202,14 +204,13 @@ INSTANTIATE_TEST_SUITE_P(Backends, DirFdCallsTest, ::testing::Values(IoBackendKi
                            return p.param == IoBackendKind::kUring ? "Uring" : "Syscall";
                          });
 
-// The stale-directory cases, on a local directory, where a removed directory
-// is really dead under an fd (FUSE's path-based daemon would resolve the
-// fd's old path again instead).
-class StaleShardDirTest : public ::testing::TestWithParam<IoBackendKind>, public TierFixture {
+// The stale-directory cases, on the FUSE mount (where the tier holds shard
+// directories), each change made through the mount as another client's
+// would reach the kernel: a removed directory is dead under a held fd, a
+// renamed one is followed by it.
+class StaleShardDirTest : public DirFdCallsTest {
  protected:
-  void SetUp() override { Open(dir_.path().string(), GetParam()); }
-  void TearDown() override { Close(); }
-  fs::path Path(const OffloadKey& key) const { return dir_.path() / Rel(key); }
+  fs::path Path(const OffloadKey& key) const { return fs::path(mount_->mountpoint()) / Rel(key); }
   // Stores `key`, then checks it is a regular file at its path that loads back whole.
   void StoreReachable(const OffloadKey& key, uint64_t seed) {
     testing::AlignedRows rows(1, kRow, seed), back(1, kRow, seed + 1);
@@ -220,15 +221,14 @@ class StaleShardDirTest : public ::testing::TestWithParam<IoBackendKind>, public
     ASSERT_EQ(Outcome(Load(key, back)), KeyOutcome::kOk);
     EXPECT_EQ(std::memcmp(back.data, rows.data, kRow), 0);
   }
-
-  testing::TempDir dir_;
 };
 
 TEST_P(StaleShardDirTest, ShardDirectoryRemovedAndMadeAgainBetweenStores) {
   const OffloadKey a = Key(0x12345, 1), b = Key(0x12345, 2), c = Key(0x12345, 3);
   StoreReachable(a, 10);  // the tier now holds the shard directory
   const fs::path shard = Path(a).parent_path();
-  // gc: the block goes, then its empty directory; another writer makes it again.
+  // gc: the block goes, then its empty directory; another writer makes it
+  // again (a new directory: the held fd's is dead).
   ASSERT_TRUE(fs::remove(Path(a)));
   ASSERT_TRUE(fs::remove(shard));
   ASSERT_TRUE(fs::create_directory(shard));
@@ -254,6 +254,29 @@ TEST_P(StaleShardDirTest, ShardDirectoryRenamedAwayIsLeftWithinTheTimeToLive) {
   std::this_thread::sleep_for(std::chrono::nanoseconds(internal::ShardDirs::kTtlNs) + std::chrono::milliseconds(50));
   StoreReachable(b, 60);
   StoreReachable(d, 70);
+}
+
+TEST_P(StaleShardDirTest, SymlinkedShardDirectoryIsNeverFollowed) {
+  const OffloadKey a = Key(0x2468a, 1), b = Key(0x2468a, 2), c = Key(0x2468a, 3);
+  const fs::path outside = fs::path(mount_->mountpoint()) / "outside";
+  ASSERT_TRUE(fs::create_directory(outside));
+  // Planted before any store: the shard directory's open refuses it.
+  const fs::path shard = Path(a).parent_path();
+  fs::create_directories(shard.parent_path());
+  fs::create_directory_symlink(outside, shard);
+  testing::AlignedRows rows(1, kRow, 80);
+  EXPECT_EQ(Outcome(Store(a, rows)), KeyOutcome::kError);
+  // Swapped in under a held directory: the held one is used, never the link;
+  // once the time to live has passed, the store is refused.
+  ASSERT_TRUE(fs::remove(shard));
+  StoreReachable(b, 90);
+  fs::rename(shard, shard.string() + ".moved");
+  fs::create_directory_symlink(outside, shard);
+  EXPECT_EQ(Outcome(Store(c, rows)), KeyOutcome::kOk);  // into the held (moved) directory (L146)
+  std::this_thread::sleep_for(std::chrono::nanoseconds(internal::ShardDirs::kTtlNs) + std::chrono::milliseconds(50));
+  const OffloadKey d = Key(0x2468a, 4);
+  EXPECT_EQ(Outcome(Store(d, rows)), KeyOutcome::kError);
+  EXPECT_TRUE(fs::is_empty(outside)) << "a store wrote through the symlink";
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, StaleShardDirTest, ::testing::Values(IoBackendKind::kUring, IoBackendKind::kSyscall),
