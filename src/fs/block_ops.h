@@ -37,13 +37,16 @@ namespace kvtier::internal {
 //    check use statx with AT_SYMLINK_NOFOLLOW and count only a regular file.
 //  * a shard directory is created with mkdirat in its parent's fd, itself
 //    opened as above (off the hot path: only when the directory is missing).
-//  * stores (and loads and lookups that find one cached) name their file
-//    relative to an open shard directory (shard_dirs.h), itself opened as
-//    above: statx, open, rename and unlink act on that one component, in the
-//    directory the checked open found, so a symlink swapped in for the shard
-//    directory later is never followed (rename and unlink have no RESOLVE_*
-//    flags; a held directory needs none). Without a cached directory a load
-//    or lookup names the root-relative path, opened as above.
+//  * on network and FUSE volumes (TierShared::hold_shard_dirs), stores (and
+//    loads and lookups that find one cached) name their file relative to an
+//    open shard directory (shard_dirs.h), itself opened as above: statx,
+//    open, rename and unlink act on that one component, in the directory the
+//    checked open found, so a symlink swapped in for the shard directory
+//    later is never followed. Elsewhere (and for a load or lookup without a
+//    cached directory) paths are root-relative; rename and unlink, which have
+//    no RESOLVE_* flags, then act in a symlink's target if one was swapped in
+//    after the checked open, on names (<h>.bin, <h>.bin_<n>.tmp) the
+//    attacker must already be able to create there.
 inline constexpr uint64_t kResolveInTree = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS;
 
 // Rows the tier owns, that loads read into and then copy to the caller's

@@ -7,9 +7,10 @@
 // statx, open, rename and unlink name one component in the shard directory's
 // fd, cached across stores (shard_dirs.h, FORMAT.md L145-L147); elsewhere
 // they name root-relative paths. Either way the shard directory is opened
-// from the root fd as kResolveInTree (block_ops.h) says: a symlinked shard directory fails the store; so does anything but a
-// regular file at the destination (fsck --repair removes it), which is
-// neither skipped as present nor replaced. A cached directory that has gone
+// from the root fd as kResolveInTree (block_ops.h) says: a symlinked shard
+// directory fails the store; so does anything but a regular file at the
+// destination (fsck --repair removes it), which is neither skipped as
+// present nor replaced. A cached directory that has gone
 // (gc removed it: creating in it fails ENOENT; a stale network handle:
 // ESTALE) is opened again by its path, made if missing, and the store goes on.
 #include <fcntl.h>
@@ -113,8 +114,9 @@ class StoreOp final : public FsBlockOp {
 
   std::string Shown(const std::string& rel) const { return JoinRoot(shared_->root_dir, rel); }
   const char* StateSyscall() const {
-    static constexpr const char* kNames[] = {"statx", "open", "open", "open", "mkdir", "write", "fdatasync", "fsetxattr",
-                                             "close", "rename", "open", "fsync", "close", "unlink", "store"};
+    static constexpr const char* kNames[] = {"statx", "open",  "open",   "open",  "mkdir",
+                                             "write", "fdatasync", "fsetxattr", "close", "rename",
+                                             "open",  "fsync", "close",  "unlink", "store"};
     return kNames[state_];
   }
 

@@ -14,9 +14,10 @@
 //    the cache's time to live: a store after it lands at the block's path,
 //    in a directory made there again, and loads back whole;
 //  * a symlink planted as a shard directory, before or while the tier holds
-//    that directory, is never written through.
+//    that directory, is never written through;
+//  * the held directories' fds stay within the cache's bound and are all
+//    closed when the tier closes.
 #include <gtest/gtest.h>
-
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -126,13 +127,16 @@ class TierFixture {
   std::optional<Namespace> ns_;
 };
 
-KeyOutcome Outcome(const JobResult& r) { return r.keys.empty() ? KeyOutcome::kError : r.keys[0].outcome; }
+KeyOutcome Outcome(const JobResult& r) {
+  return r.keys.empty() ? KeyOutcome::kError : r.keys[0].outcome;
+}
 
 class DirFdCallsTest : public ::testing::TestWithParam<IoBackendKind>, public TierFixture {
  protected:
   void SetUp() override {
     if (const std::string why = FaultFs::Unavailable(); !why.empty()) GTEST_SKIP() << why;
-    ASSERT_OK_AND_ASSIGN(mount_, FaultFs::Mount((dir_.path() / "backing").string(), (dir_.path() / "mnt").string()));
+    ASSERT_OK_AND_ASSIGN(
+        mount_, FaultFs::Mount((dir_.path() / "backing").string(), (dir_.path() / "mnt").string()));
     Open(mount_->mountpoint(), GetParam());
   }
   void TearDown() override {
@@ -175,12 +179,16 @@ TEST_P(DirFdCallsTest, HeldShardDirectoryKeepsCallsPerBlockBounded) {
   testing::AlignedRows rows(1, kRow, 7), back(1, kRow, 8);
   const OffloadKey fresh = Key(0xabcde, 1), held = Key(0xabcde, 2), missing = Key(0xabcde, 3);
   Count("store, fresh shard", [&] { EXPECT_EQ(Outcome(Store(fresh, rows)), KeyOutcome::kOk); });
-  const Delta store = Count("store, held shard", [&] { EXPECT_EQ(Outcome(Store(held, rows)), KeyOutcome::kOk); });
-  const Delta hit = Count("lookup hit, held shard", [&] { EXPECT_EQ(Outcome(Lookup(held)), KeyOutcome::kOk); });
-  const Delta miss = Count("lookup miss, held shard", [&] { EXPECT_EQ(Outcome(Lookup(missing)), KeyOutcome::kMiss); });
-  const Delta load = Count("load hit, held shard", [&] { EXPECT_EQ(Outcome(Load(held, back)), KeyOutcome::kOk); });
-  const Delta load_miss =
-      Count("load miss, held shard", [&] { EXPECT_EQ(Outcome(Load(missing, back)), KeyOutcome::kMiss); });
+  const Delta store =
+      Count("store, held shard", [&] { EXPECT_EQ(Outcome(Store(held, rows)), KeyOutcome::kOk); });
+  const Delta hit =
+      Count("lookup hit, held shard", [&] { EXPECT_EQ(Outcome(Lookup(held)), KeyOutcome::kOk); });
+  const Delta miss = Count("lookup miss, held shard",
+                           [&] { EXPECT_EQ(Outcome(Lookup(missing)), KeyOutcome::kMiss); });
+  const Delta load =
+      Count("load hit, held shard", [&] { EXPECT_EQ(Outcome(Load(held, back)), KeyOutcome::kOk); });
+  const Delta load_miss = Count(
+      "load miss, held shard", [&] { EXPECT_EQ(Outcome(Load(missing, back)), KeyOutcome::kMiss); });
   EXPECT_EQ(std::memcmp(back.data, rows.data, kRow), 0);
   EXPECT_LE(store.total, kHeldStoreMax) << store.Text();
   EXPECT_LE(hit.total, kHeldLookupMax) << hit.Text();
@@ -196,10 +204,37 @@ TEST_P(DirFdCallsTest, HeldShardDirectoryKeepsCallsPerBlockBounded) {
   Count("load hit, path", [&] { EXPECT_EQ(Outcome(Load(fresh, back)), KeyOutcome::kOk); });
   Count("load miss, path", [&] { EXPECT_EQ(Outcome(Load(missing, back)), KeyOutcome::kMiss); });
   Count("store, present shard", [&] { EXPECT_EQ(Outcome(Store(missing, rows)), KeyOutcome::kOk); });
-  Count("store, existing block", [&] { EXPECT_EQ(Outcome(Store(fresh, rows)), KeyOutcome::kSkippedExists); });
+  Count("store, existing block",
+        [&] { EXPECT_EQ(Outcome(Store(fresh, rows)), KeyOutcome::kSkippedExists); });
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, DirFdCallsTest, ::testing::Values(IoBackendKind::kUring, IoBackendKind::kSyscall),
+size_t OpenFds() {
+  size_t n = 0;
+  for ([[maybe_unused]] const auto& entry : fs::directory_iterator("/proc/self/fd")) ++n;
+  return n;
+}
+
+TEST_P(DirFdCallsTest, HeldDirectoriesAreBoundedAndClosedWithTheTier) {
+  Close();
+  const size_t before_open = OpenFds();
+  Open(mount_->mountpoint(), GetParam());
+  const size_t opened = OpenFds();
+  const size_t shards = internal::ShardDirs::kEntriesMax + 44;
+  testing::AlignedRows rows(shards, kRow, 9);
+  std::vector<OffloadKey> keys;
+  for (uint32_t i = 0; i < shards; ++i) keys.push_back(Key(0x10000 + i * 16, i));  // one shard each
+  const JobResult stored = Wait(tier_->SubmitStore(keys, rows.Const()));
+  ASSERT_EQ(stored.keys.size(), shards);
+  for (const KeyResult& k : stored.keys)
+    ASSERT_EQ(k.outcome, KeyOutcome::kOk) << k.status.ToString();
+  EXPECT_LE(OpenFds(), opened + internal::ShardDirs::kEntriesMax);
+  EXPECT_GE(OpenFds(), opened + internal::ShardDirs::kEntriesMax / 2) << "no shard directory held";
+  Close();
+  EXPECT_LE(OpenFds(), before_open) << "the tier left fds open";
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, DirFdCallsTest,
+                         ::testing::Values(IoBackendKind::kUring, IoBackendKind::kSyscall),
                          [](const ::testing::TestParamInfo<IoBackendKind>& p) {
                            return p.param == IoBackendKind::kUring ? "Uring" : "Syscall";
                          });
@@ -216,7 +251,8 @@ class StaleShardDirTest : public DirFdCallsTest {
     testing::AlignedRows rows(1, kRow, seed), back(1, kRow, seed + 1);
     ASSERT_EQ(Outcome(Store(key, rows)), KeyOutcome::kOk);
     struct stat st;
-    ASSERT_EQ(lstat(Path(key).c_str(), &st), 0) << Path(key) << " is not at its path: " << std::strerror(errno);
+    ASSERT_EQ(lstat(Path(key).c_str(), &st), 0)
+        << Path(key) << " is not at its path: " << std::strerror(errno);
     EXPECT_TRUE(S_ISREG(st.st_mode));
     ASSERT_EQ(Outcome(Load(key, back)), KeyOutcome::kOk);
     EXPECT_EQ(std::memcmp(back.data, rows.data, kRow), 0);
@@ -242,7 +278,8 @@ TEST_P(StaleShardDirTest, ShardDirectoryRemovedAndMadeAgainBetweenStores) {
 TEST_P(StaleShardDirTest, ShardDirectoryRenamedAwayIsLeftWithinTheTimeToLive) {
   // Two held shard directories: one renamed away, one replaced (renamed
   // away and a new directory made in its place).
-  const OffloadKey a = Key(0x54321, 1), b = Key(0x54321, 2), c = Key(0x6789a, 1), d = Key(0x6789a, 2);
+  const OffloadKey a = Key(0x54321, 1), b = Key(0x54321, 2), c = Key(0x6789a, 1),
+                   d = Key(0x6789a, 2);
   StoreReachable(a, 40);
   StoreReachable(c, 50);
   const fs::path moved = Path(a).parent_path(), replaced = Path(c).parent_path();
@@ -251,7 +288,8 @@ TEST_P(StaleShardDirTest, ShardDirectoryRenamedAwayIsLeftWithinTheTimeToLive) {
   ASSERT_TRUE(fs::create_directory(replaced));
   // The tier may follow a moved directory for up to the time to live
   // (FORMAT.md L146); once it has passed, stores land at their paths again.
-  std::this_thread::sleep_for(std::chrono::nanoseconds(internal::ShardDirs::kTtlNs) + std::chrono::milliseconds(50));
+  std::this_thread::sleep_for(std::chrono::nanoseconds(internal::ShardDirs::kTtlNs) +
+                              std::chrono::milliseconds(50));
   StoreReachable(b, 60);
   StoreReachable(d, 70);
 }
@@ -273,13 +311,15 @@ TEST_P(StaleShardDirTest, SymlinkedShardDirectoryIsNeverFollowed) {
   fs::rename(shard, shard.string() + ".moved");
   fs::create_directory_symlink(outside, shard);
   EXPECT_EQ(Outcome(Store(c, rows)), KeyOutcome::kOk);  // into the held (moved) directory (L146)
-  std::this_thread::sleep_for(std::chrono::nanoseconds(internal::ShardDirs::kTtlNs) + std::chrono::milliseconds(50));
+  std::this_thread::sleep_for(std::chrono::nanoseconds(internal::ShardDirs::kTtlNs) +
+                              std::chrono::milliseconds(50));
   const OffloadKey d = Key(0x2468a, 4);
   EXPECT_EQ(Outcome(Store(d, rows)), KeyOutcome::kError);
   EXPECT_TRUE(fs::is_empty(outside)) << "a store wrote through the symlink";
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, StaleShardDirTest, ::testing::Values(IoBackendKind::kUring, IoBackendKind::kSyscall),
+INSTANTIATE_TEST_SUITE_P(Backends, StaleShardDirTest,
+                         ::testing::Values(IoBackendKind::kUring, IoBackendKind::kSyscall),
                          [](const ::testing::TestParamInfo<IoBackendKind>& p) {
                            return p.param == IoBackendKind::kUring ? "Uring" : "Syscall";
                          });

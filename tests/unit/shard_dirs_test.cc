@@ -4,14 +4,13 @@
 // removes the entry a failed request used, not a newer one; and an fd is
 // closed once neither the cache nor an op holds its entry (at eviction, at
 // the cache's end), never while an op still holds it.
-#include <gtest/gtest.h>
+#include "fs/shard_dirs.h"
 
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <optional>
-
-#include "fs/shard_dirs.h"
 
 namespace kvtier::internal {
 namespace {
