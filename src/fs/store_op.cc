@@ -158,7 +158,9 @@ class StoreOp final : public FsBlockOp {
     const int dir = dir_ != nullptr ? dir_->fd.get() : root;  // where DestName() and TmpName() are
     switch (state_) {
       case kStatDest: return StatxNoFollow(req, dir, DestName(), &stx_);
-      case kOpenShard: return OpenInTree(req, root, shard2_.c_str(), O_PATH | O_DIRECTORY);
+      case kOpenShard:  // in its parent's fd right after making it there (AfterMkdir)
+        if (dir_fd_ >= 0) return OpenInTree(req, dir_fd_, name2_.c_str(), O_PATH | O_DIRECTORY);
+        return OpenInTree(req, root, shard2_.c_str(), O_PATH | O_DIRECTORY);
       case kOpen:
         return OpenInTree(req, dir, TmpName(), O_CREAT | O_EXCL | O_WRONLY | O_TRUNC | (direct_ ? O_DIRECT : 0),
                           0644);
@@ -188,6 +190,10 @@ class StoreOp final : public FsBlockOp {
     }
   }
   void Go(State next) { state_ = next; }
+  void CloseDirFd() {
+    ::close(dir_fd_);  // an O_PATH fd: closing it flushes nothing and never waits
+    dir_fd_ = -1;
+  }
   // The destination's and the temp file's names: in the held shard
   // directory, else root-relative paths (dest_ and tmp_ are root-relative).
   const char* DestName() const { return dir_ != nullptr ? file_.c_str() : dest_.c_str(); }
@@ -276,6 +282,7 @@ class StoreOp final : public FsBlockOp {
     return true;
   }
   void AfterOpenShard(int64_t res) {
+    if (dir_fd_ >= 0) CloseDirFd();
     if (res >= 0) {
       dir_ = shared_->shard_dirs.Put(shard2_, static_cast<int>(res), MonotonicNowNs());
       return Go(statted_ ? kOpen : kStatDest);
@@ -328,10 +335,10 @@ class StoreOp final : public FsBlockOp {
   }
   void AfterMkdir(int64_t res) {
     mkdir_searching_ = false;
-    if (dir_fd_ >= 0) {
-      ::close(dir_fd_);  // an O_PATH fd: closing it flushes nothing and never waits
-      dir_fd_ = -1;
-    }
+    // The shard directory just made (or found made) is opened in its
+    // parent's fd, one name, rather than by its path from root_dir.
+    const bool keep = shared_->hold_shard_dirs && mkdir_level_ == 2 && (res >= 0 || res == -EEXIST);
+    if (dir_fd_ >= 0 && !keep) CloseDirFd();
     if (MkdirAgain(res)) return;
     if (res < 0 && res != -EEXIST) return Finish(res, "mkdir " + Shown(MkdirShown()));
     if (++mkdir_level_ == 3) {
@@ -408,7 +415,7 @@ class StoreOp final : public FsBlockOp {
   struct statx stx_{};
   State state_ = kStatDest;
   int fd_ = -1;
-  int dir_fd_ = -1;  // the parent of the shard directory being created
+  int dir_fd_ = -1;  // the parent of the shard directory being created (then opened: kOpenShard)
   uint64_t written_ = 0;
   int mkdir_level_ = 0, mkdir_rounds_ = 0, name_retries_ = 0, sync_dir_level_ = 0;
   int64_t sync_dir_res_ = 0;
