@@ -48,6 +48,12 @@ struct BlockAt {
   int fd = -1;
   const char* name = nullptr;
 };
+// The root-relative place of `rel`, after dropping `held` (a held shard
+// directory whose handle went stale) from the cache.
+BlockAt ForgetBlockAt(TierShared* shared, const std::string& rel, const BlockAt& held) {
+  shared->shard_dirs.Drop(rel.substr(0, rel.rfind('/')), held.dir.get());
+  return {nullptr, shared->root.get(), rel.c_str()};
+}
 BlockAt FindBlockAt(TierShared* shared, const std::string& rel) {
   BlockAt at{nullptr, shared->root.get(), rel.c_str()};
   const size_t slash = rel.rfind('/');
@@ -172,6 +178,7 @@ class LoadOp final : public FsBlockOp {
     // A network filesystem's handle went stale, or (GlusterFS, ENODATA) the
     // path is in the middle of another client's mkdir or rename: open again.
     if (res == -ESTALE || res == -ENODATA) {
+      if (res == -ESTALE && at_.dir != nullptr) at_ = ForgetBlockAt(shared_, rel_, at_);  // the held directory's handle
       if (++reopens_ <= kReopensMax) return;
       return Done(KeyOutcome::kMiss, Status());
     }
