@@ -19,6 +19,7 @@
 
 #include "format/block_trailer.h"
 #include "format/layout_names.h"
+#include "fs/shard_dirs.h"
 #include "fs/volume_kind.h"
 #include "io/scheduler.h"
 #include "kvtier/fs_tier.h"
@@ -39,11 +40,16 @@ namespace kvtier::internal {
 //    check use statx with AT_SYMLINK_NOFOLLOW and count only a regular file.
 //  * a shard directory is created with mkdirat in its parent's fd, itself
 //    opened as above (off the hot path: only when the directory is missing).
-//  * rename and unlink, which have no RESOLVE_* flags, take root-relative
-//    paths. A symlink swapped in after the checked open makes them act in
-//    the link's target, on names (<h>.bin, <h>.bin_<n>.tmp) the attacker
-//    must already be able to create there. Holding a shard directory fd per
-//    store would close that, at one more request per store: not worth it.
+//  * on network and FUSE volumes (TierShared::hold_shard_dirs), stores (and
+//    loads and lookups that find one cached) name their file relative to an
+//    open shard directory (shard_dirs.h), itself opened as above: statx,
+//    open, rename and unlink act on that one component, in the directory the
+//    checked open found, so a symlink swapped in for the shard directory
+//    later is never followed. Elsewhere (and for a load or lookup without a
+//    cached directory) paths are root-relative; rename and unlink, which have
+//    no RESOLVE_* flags, then act in a symlink's target if one was swapped in
+//    after the checked open, on names (<h>.bin, <h>.bin_<n>.tmp) the
+//    attacker must already be able to create there.
 inline constexpr uint64_t kResolveInTree = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS;
 
 // Rows the tier owns, that loads read into and then copy to the caller's
@@ -176,6 +182,13 @@ struct TierShared {
   // calls never wait for a network (LocalFilesystem). Elsewhere loads skip
   // it, and relatime's daily update is gc's notion of use.
   bool touch_atime = true;
+  // Whether ops name their files in held shard directories (FORMAT.md
+  // L145): where each path component may be a round trip (network, FUSE).
+  // On a local filesystem the kernel's dentry cache makes the walk cheap and
+  // holding would cost an open per store (nearly every store meets a shard
+  // directory of its own): names are root-relative paths there.
+  bool hold_shard_dirs = true;
+  ShardDirs shard_dirs;
 };
 
 // Crc32c(row), its time added to shared->checksum_ns: integrity costs one

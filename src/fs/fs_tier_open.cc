@@ -381,6 +381,7 @@ Result<std::unique_ptr<FsTier>> OpenFsTierWithBackend(const FsTierOpenOptions& o
   shared->durability = o.tier.durability;
   shared->io_timeout_ms = o.tier.io_timeout_ms;
   shared->touch_atime = local;
+  shared->hold_shard_dirs = !local;
   if (BounceLoadsFor(o.tier, local)) {
     shared->bounce = std::make_unique<BouncePool>(o.row_bytes, o.tier.n_read_threads + o.tier.n_write_threads);
   }

@@ -13,6 +13,10 @@
 // is still read and its record checked: only a valid one says that the file's
 // extra page is not part of a longer row (L66).
 // Also the lookup op: one statx per key (L70).
+// Both name the block in its shard directory's fd when a store left a fresh
+// one cached (shard_dirs.h, FORMAT.md L145-L147; network and FUSE volumes
+// only): one component to look up instead of the walk from root_dir.
+// Otherwise the path is root-relative.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -42,6 +46,30 @@ bool NotABlock(int64_t res) {
   return res == -ENOENT || res == -ELOOP || res == -EXDEV || res == -ENOTDIR || res == -ENXIO;
 }
 
+// Where a block's requests name it: in its cached shard directory if fresh
+// now, else by its root-relative path `rel` (the pointer stays valid while
+// `rel` does).
+struct BlockAt {
+  ShardDirs::Ref dir;
+  int fd = -1;
+  const char* name = nullptr;
+};
+// The root-relative place of `rel`, after dropping `held` (a held shard
+// directory whose handle went stale) from the cache.
+BlockAt ForgetBlockAt(TierShared* shared, const std::string& rel, const BlockAt& held) {
+  shared->shard_dirs.Drop(rel.substr(0, rel.rfind('/')), held.dir.get());
+  return {nullptr, shared->root.get(), rel.c_str()};
+}
+BlockAt FindBlockAt(TierShared* shared, const std::string& rel) {
+  BlockAt at{nullptr, shared->root.get(), rel.c_str()};
+  const size_t slash = rel.rfind('/');
+  if (!shared->hold_shard_dirs || slash == std::string::npos) return at;
+  if (ShardDirs::Ref dir = shared->shard_dirs.Find(rel.substr(0, slash), MonotonicNowNs())) {
+    at = {dir, dir->fd.get(), rel.c_str() + slash + 1};
+  }
+  return at;
+}
+
 class LoadOp final : public FsBlockOp {
  public:
   LoadOp(TierShared* shared, std::string rel_path, RowPieces row)
@@ -63,22 +91,23 @@ class LoadOp final : public FsBlockOp {
     // Cleanup (close, the recheck and unlink of a corrupt file) has no deadline.
     const bool cleanup = state_ == kClose || state_ == kRecheck || state_ == kUnlink;
     req->deadline_ns = cleanup ? 0 : DeadlineNs(*shared_);
-    const int root = shared_->root.get();
+    if (at_.name == nullptr) at_ = FindBlockAt(shared_, rel_);  // decided once, by the first request
+    const int root = at_.fd;  // the shard directory's fd or root_dir's (names below are at_.name)
     switch (state_) {
       case kOpen:
-        OpenInTree(req, root, rel_.c_str(), O_RDONLY | O_NONBLOCK | O_NOFOLLOW | (direct_ ? O_DIRECT : 0));
+        OpenInTree(req, root, at_.name, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | (direct_ ? O_DIRECT : 0));
         break;
       case kStat: OnFd(req, IoOp::kStatx, fd_); req->buf = &stx_; break;
       case kXattr: CrcXattr(req, IoOp::kFgetxattr, fd_, crc_be_, sizeof crc_be_); break;
       case kRead: RowPart(req, IoOp::kRead, fd_, File(), read_, &iov_, trailer_ != nullptr); break;
       case kTouch: OnFd(req, IoOp::kTouchAtime, fd_); break;
       case kClose: OnFd(req, IoOp::kClose, fd_); break;
-      case kRecheck: StatxNoFollow(req, root, rel_.c_str(), &again_); break;
+      case kRecheck: StatxNoFollow(req, root, at_.name, &again_); break;
       case kRevalidate:
-        StatxNoFollow(req, root, rel_.c_str(), &again_);
+        StatxNoFollow(req, root, at_.name, &again_);
         req->flags |= AT_STATX_FORCE_SYNC;
         break;
-      case kUnlink: req->op = IoOp::kUnlink; req->dirfd = root; req->path = rel_.c_str(); break;
+      case kUnlink: req->op = IoOp::kUnlink; req->dirfd = root; req->path = at_.name; break;
       case kDone: break;
     }
     return true;
@@ -155,6 +184,7 @@ class LoadOp final : public FsBlockOp {
     // A network filesystem's handle went stale, or (GlusterFS, ENODATA) the
     // path is in the middle of another client's mkdir or rename: open again.
     if (res == -ESTALE || res == -ENODATA) {
+      if (res == -ESTALE && at_.dir != nullptr) at_ = ForgetBlockAt(shared_, rel_, at_);  // the held directory's handle
       if (++reopens_ <= kReopensMax) return;
       return Done(KeyOutcome::kMiss, Status());
     }
@@ -312,6 +342,7 @@ class LoadOp final : public FsBlockOp {
 
   TierShared* shared_;
   std::string rel_;
+  BlockAt at_;  // where rel_ is named (held until the op is freed)
   RowPieces row_;
   BouncePool* pool_ = nullptr;  // where bounce_ comes from (bounce, else stage); nullptr: none
   uint8_t* bounce_ = nullptr;   // from pool_, held until the op is freed
@@ -339,8 +370,9 @@ class LookupOp final : public FsBlockOp {
   bool NextRequest(IoRequest* req) override {
     if (done_) return false;
     *req = IoRequest{};
+    at_ = FindBlockAt(shared_, rel_);
     // No-follow: a symlink is no block (its target's file type does not matter).
-    StatxNoFollow(req, shared_->root.get(), rel_.c_str(), &stx_);
+    StatxNoFollow(req, at_.fd, at_.name, &stx_);
     req->deadline_ns = DeadlineNs(*shared_);
     return true;
   }
@@ -364,6 +396,7 @@ class LookupOp final : public FsBlockOp {
  private:
   TierShared* shared_;
   std::string rel_;
+  BlockAt at_;  // where rel_ is named (held until the op is freed)
   struct statx stx_{};
   bool done_ = false, abandoned_ = false;
 };

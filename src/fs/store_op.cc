@@ -1,14 +1,20 @@
-// The store state machine: statx(dest) -> open(tmp, O_EXCL) [-> mkdirs ->
-// open again] -> write (resumed when short) -> [fdatasync] -> [fsetxattr(crc),
-// with checksum_blocks in the xattr] -> close -> rename -> [fsync dir]. With
-// the checksum in a trailer (L131) the write carries the row and its trailer
-// page as one vectored request: no request more than a row alone. Any failure after
-// the temp file exists closes it and unlinks it, so no temp file outlives a
-// failed store.
-// Paths are relative to the tier's root fd and resolved as kResolveInTree
-// (block_ops.h) says: a symlinked shard directory fails the store; so does
-// anything but a regular file at the destination (fsck --repair removes it),
-// which is neither skipped as present nor replaced.
+// The store state machine: [open shard dir [-> mkdirs -> open it again]] ->
+// statx(dest) -> open(tmp, O_EXCL) -> write (resumed when short) ->
+// [fdatasync] -> [fsetxattr(crc), with checksum_blocks in the xattr] ->
+// close -> rename -> [fsync dir]. With the checksum in a trailer (L131) the
+// write carries the row and its trailer page as one vectored request: no
+// request more than a row alone. Any failure after the temp file exists
+// closes it and unlinks it, so no temp file outlives a failed store.
+// Where walks are round trips (network, FUSE: TierShared::hold_shard_dirs),
+// statx, open, rename and unlink name one component in the shard directory's
+// fd, cached across stores (shard_dirs.h, FORMAT.md L145-L147); elsewhere
+// they name root-relative paths. Either way the shard directory is opened
+// from the root fd as kResolveInTree (block_ops.h) says: a symlinked shard
+// directory fails the store; so does anything but a regular file at the
+// destination (fsck --repair removes it), which is neither skipped as
+// present nor replaced. A cached directory that has gone
+// (gc removed it: creating in it fails ENOENT; a stale network handle:
+// ESTALE) is opened again by its path, made if missing, and the store goes on.
 #include <fcntl.h>
 #include <sys/stat.h>
 
@@ -40,6 +46,7 @@ class StoreOp final : public FsBlockOp {
     shard1_ = path.block_dir + "/" + path.shard1;
     shard2_ = shard1_ + "/" + path.shard2;
     dest_ = shard2_ + "/" + path.file;
+    file_ = std::move(path.file);
     block_dir_ = std::move(path.block_dir);
     name1_ = std::move(path.shard1);
     name2_ = std::move(path.shard2);
@@ -56,6 +63,11 @@ class StoreOp final : public FsBlockOp {
 
   bool NextRequest(IoRequest* req) override {
     if (state_ == kDone) return false;
+    if (!begun_ && shared_->hold_shard_dirs) {  // the cached shard directory, if one is fresh now
+      begun_ = true;
+      dir_ = shared_->shard_dirs.Find(shard2_, MonotonicNowNs());
+      if (dir_ == nullptr) Go(kOpenShard);
+    }
     *req = IoRequest{};
     // A close has no deadline: an expired one would never run and leak the fd.
     const bool close = state_ == kClose || state_ == kCloseDir;
@@ -69,6 +81,7 @@ class StoreOp final : public FsBlockOp {
     if (abandoned_) return AfterLate(res);
     switch (state_) {
       case kStatDest: return AfterStat(res);
+      case kOpenShard: return AfterOpenShard(res);
       case kOpen: return AfterOpen(res);
       case kMkdirParent: return AfterMkdirParent(res);
       case kMkdir: return AfterMkdir(res);
@@ -98,19 +111,21 @@ class StoreOp final : public FsBlockOp {
   }
 
  private:
-  enum State { kStatDest, kOpen, kMkdirParent, kMkdir, kWrite, kSync, kXattr, kClose, kRename,
+  enum State { kStatDest, kOpenShard, kOpen, kMkdirParent, kMkdir, kWrite, kSync, kXattr, kClose, kRename,
                kOpenDir, kSyncDir, kCloseDir, kUnlinkTmp, kDone };
 
   std::string Shown(const std::string& rel) const { return JoinRoot(shared_->root_dir, rel); }
   const char* StateSyscall() const {
-    static constexpr const char* kNames[] = {"statx", "open", "open", "mkdir", "write", "fdatasync", "fsetxattr",
-                                             "close", "rename", "open", "fsync", "close", "unlink", "store"};
+    static constexpr const char* kNames[] = {"statx", "open",  "open",   "open",  "mkdir",
+                                             "write", "fdatasync", "fsetxattr", "close", "rename",
+                                             "open",  "fsync", "close",  "unlink", "store"};
     return kNames[state_];
   }
 
   // The path the request in flight names, for the abandonment's message.
   std::string AbandonedPath() const {
     if (state_ == kStatDest || state_ == kRename) return dest_;
+    if (state_ == kOpenShard) return shard2_;
     if (state_ == kOpenDir || state_ == kSyncDir || state_ == kCloseDir) return SyncDirPath();
     if (state_ == kMkdirParent || state_ == kMkdir) return MkdirShown();
     return tmp_;
@@ -124,7 +139,8 @@ class StoreOp final : public FsBlockOp {
     switch (state_) {
       case kOpen: if (res >= 0) fd_ = static_cast<int>(res), tmp_created_ = true; break;
       case kOpenDir: if (res >= 0) fd_ = static_cast<int>(res); break;
-      case kMkdirParent: if (res >= 0) ::close(static_cast<int>(res)); break;  // O_PATH: no flush, never waits
+      case kMkdirParent:
+      case kOpenShard: if (res >= 0) ::close(static_cast<int>(res)); break;  // O_PATH: no flush, never waits
       case kClose:
       case kCloseDir: fd_ = -1; break;
       case kRename: if (res == 0) tmp_created_ = false; break;
@@ -141,10 +157,14 @@ class StoreOp final : public FsBlockOp {
   // The syscall of state_ (any state but kDone).
   void FillRequest(IoRequest* req) {
     const int root = shared_->root.get();
+    const int dir = dir_ != nullptr ? dir_->fd.get() : root;  // where DestName() and TmpName() are
     switch (state_) {
-      case kStatDest: return StatxNoFollow(req, root, dest_.c_str(), &stx_);
+      case kStatDest: return StatxNoFollow(req, dir, DestName(), &stx_);
+      case kOpenShard:  // in its parent's fd right after making it there (AfterMkdir)
+        if (dir_fd_ >= 0) return OpenInTree(req, dir_fd_, name2_.c_str(), O_PATH | O_DIRECTORY);
+        return OpenInTree(req, root, shard2_.c_str(), O_PATH | O_DIRECTORY);
       case kOpen:
-        return OpenInTree(req, root, tmp_.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_TRUNC | (direct_ ? O_DIRECT : 0),
+        return OpenInTree(req, dir, TmpName(), O_CREAT | O_EXCL | O_WRONLY | O_TRUNC | (direct_ ? O_DIRECT : 0),
                           0644);
       case kMkdirParent:
         return OpenInTree(req, root, mkdir_level_ == 1 ? block_dir_.c_str() : shard1_.c_str(), O_PATH | O_DIRECTORY);
@@ -157,16 +177,29 @@ class StoreOp final : public FsBlockOp {
       case kWrite: return RowPart(req, IoOp::kWrite, fd_, File(), written_, &iov_, trailer_ != nullptr);
       case kSync: return OnFd(req, IoOp::kFdatasync, fd_);
       case kXattr: return CrcXattr(req, IoOp::kFsetxattr, fd_, crc_be_, sizeof crc_be_);
-      case kRename: req->op = IoOp::kRename; req->path = tmp_.c_str(); req->path2 = dest_.c_str(); return;
+      case kRename:
+        req->op = IoOp::kRename;
+        req->dirfd = dir;
+        req->path = TmpName();
+        req->path2 = DestName();
+        return;
       case kOpenDir: return OpenInTree(req, root, SyncDirPath(), O_RDONLY | O_DIRECTORY);
       case kSyncDir: return OnFd(req, IoOp::kFsync, fd_);
       case kClose:
       case kCloseDir: return OnFd(req, IoOp::kClose, fd_);
-      case kUnlinkTmp: req->op = IoOp::kUnlink; req->path = tmp_.c_str(); return;
+      case kUnlinkTmp: req->op = IoOp::kUnlink; req->dirfd = dir; req->path = TmpName(); return;
       case kDone: return;
     }
   }
   void Go(State next) { state_ = next; }
+  void CloseDirFd() {
+    ::close(dir_fd_);  // an O_PATH fd: closing it flushes nothing and never waits
+    dir_fd_ = -1;
+  }
+  // The destination's and the temp file's names: in the held shard
+  // directory, else root-relative paths (dest_ and tmp_ are root-relative).
+  const char* DestName() const { return dir_ != nullptr ? file_.c_str() : dest_.c_str(); }
+  const char* TmpName() const { return tmp_.c_str() + (dir_ != nullptr ? shard2_.size() + 1 : 0); }
   void NewTempName() {
     const uint64_t n = (shared_->tmp_base + shared_->tmp_counter.fetch_add(1)) & ((uint64_t{1} << 63) - 1);
     tmp_ = format::BlockTmpName(dest_, n);  // FORMAT.md L55
@@ -192,6 +225,7 @@ class StoreOp final : public FsBlockOp {
   }
 
   void AfterStat(int64_t res) {
+    if (res == -ESTALE && Reresolve()) return;  // the cached directory's handle went stale
     if (res == 0 && NotRegular(stx_)) {
       return Finish(-EEXIST, Shown(dest_) + " is not a regular file: not replaced (fsck --repair removes it)");
     }
@@ -201,6 +235,7 @@ class StoreOp final : public FsBlockOp {
     // thread, and only for rows that will be written: submitting stays cheap
     // for the caller.
     if (staged_) Stage();
+    statted_ = true;
     if (shared_->checksum) {
       const uint32_t crc = TimedCrc32c(shared_, Data());
       for (int i = 0; i < 4; ++i) crc_be_[i] = static_cast<uint8_t>(crc >> (24 - 8 * i));  // big-endian
@@ -233,11 +268,14 @@ class StoreOp final : public FsBlockOp {
       tmp_created_ = true;
       return Go(kWrite);
     }
-    // Shard directories on demand. On a shared volume another instance may be
-    // creating (or gc removing) the same directory at this moment, which can
-    // surface as ENOENT or ESTALE (or ENODATA: GlusterFS while the other
-    // client's directory is not yet complete): create and try again.
-    if ((res == -ENOENT || res == -ESTALE || res == -ENODATA) && MkdirAgain(res)) return;
+    // The shard directory went away under its fd (gc removed it: creating in
+    // a deleted directory fails ENOENT; a network handle went stale): open
+    // it again by its path (made again if missing) and create there.
+    // Without a held directory (a local filesystem): shard directories on
+    // demand, as AfterOpenShard makes them.
+    if ((res == -ENOENT || res == -ESTALE || res == -ENODATA) && (dir_ != nullptr ? Reresolve() : MkdirAgain(res))) {
+      return;
+    }
     if (res == -EEXIST && ++name_retries_ < 4) return NewTempName();
     if (res == -EINVAL && direct_) {
       direct_ = false;  // this filesystem refuses O_DIRECT for this file: buffered
@@ -247,6 +285,31 @@ class StoreOp final : public FsBlockOp {
       return Finish(res, "open " + Shown(tmp_) + ": a symlink or a non-directory on the path (refused)");
     }
     Finish(res, "open " + Shown(tmp_));
+  }
+  // Forgets the shard directory's fd (for every op) and opens it again by
+  // its path; each time costs a round of MkdirRoundLeft's budget.
+  bool Reresolve() {
+    if (dir_ == nullptr || !MkdirRoundLeft()) return false;
+    ++mkdir_rounds_;
+    shared_->shard_dirs.Drop(shard2_, dir_.get());
+    Go(kOpenShard);
+    return true;
+  }
+  void AfterOpenShard(int64_t res) {
+    if (dir_fd_ >= 0) CloseDirFd();
+    if (res >= 0) {
+      dir_ = shared_->shard_dirs.Put(shard2_, static_cast<int>(res), MonotonicNowNs());
+      return Go(statted_ ? kOpen : kStatDest);
+    }
+    // Shard directories on demand. On a shared volume another instance may be
+    // creating (or gc removing) the same directory at this moment, which can
+    // surface as ENOENT or ESTALE (or ENODATA: GlusterFS while the other
+    // client's directory is not yet complete): create and try again.
+    if (MkdirAgain(res)) return;
+    if (res == -ELOOP || res == -EXDEV || res == -ENOTDIR) {
+      return Finish(res, "open " + Shown(shard2_) + ": a symlink or a non-directory on the path (refused)");
+    }
+    Finish(res, "open " + Shown(shard2_));
   }
   // The first round of directory creation goes deepest first: open the
   // parent of the missing shard directory (mostly there already: 4096
@@ -286,15 +349,15 @@ class StoreOp final : public FsBlockOp {
   }
   void AfterMkdir(int64_t res) {
     mkdir_searching_ = false;
-    if (dir_fd_ >= 0) {
-      ::close(dir_fd_);  // an O_PATH fd: closing it flushes nothing and never waits
-      dir_fd_ = -1;
-    }
+    // The shard directory just made (or found made) is opened in its
+    // parent's fd, one name, rather than by its path from root_dir.
+    const bool keep = shared_->hold_shard_dirs && mkdir_level_ == 2 && (res >= 0 || res == -EEXIST);
+    if (dir_fd_ >= 0 && !keep) CloseDirFd();
     if (MkdirAgain(res)) return;
     if (res < 0 && res != -EEXIST) return Finish(res, "mkdir " + Shown(MkdirShown()));
     if (++mkdir_level_ == 3) {
       mkdirs_done_ = true;
-      return Go(kOpen);
+      return Go(shared_->hold_shard_dirs ? kOpenShard : kOpen);
     }
     Go(kMkdirParent);
   }
@@ -362,12 +425,13 @@ class StoreOp final : public FsBlockOp {
   RowPieces file_;            // the row's pieces and the trailer page
   std::vector<iovec> iov_;  // a vectored write's pieces (RowPart)
   std::string block_dir_, shard1_, shard2_, dest_, tmp_;  // relative to root_dir
-  std::string name1_, name2_;                              // the shard directories' own names
+  std::string name1_, name2_, file_;                       // the shard directories' and the block's own names
+  ShardDirs::Ref dir_;  // the shard directory (shard2_) the requests name file_ and TmpName() in
   uint8_t crc_be_[4];
   struct statx stx_{};
   State state_ = kStatDest;
   int fd_ = -1;
-  int dir_fd_ = -1;  // the parent of the shard directory being created
+  int dir_fd_ = -1;  // the parent of the shard directory being created (then opened: kOpenShard)
   uint64_t written_ = 0;
   int mkdir_level_ = 0, mkdir_rounds_ = 0, name_retries_ = 0, sync_dir_level_ = 0;
   int64_t sync_dir_res_ = 0;
@@ -377,6 +441,8 @@ class StoreOp final : public FsBlockOp {
   bool final_ = false;      // `result` is the outcome
   bool abandoned_ = false;  // OnAbandon ran: only cleanup is left
   bool mkdir_searching_ = false;  // this round has made no directory yet (AfterMkdirParent)
+  bool begun_ = false;    // the first NextRequest looked for a cached shard directory
+  bool statted_ = false;  // the destination was found absent (the checksum is made)
 };
 
 }  // namespace

@@ -80,6 +80,8 @@ class FaultFs {
   Result<size_t> Hung();
   // The number of calls of `op` ("all": of every op) the daemon has seen.
   Result<uint64_t> Calls(std::string_view op);
+  // Every op's number of calls, taken at one instant: "lookup=N open=N ...".
+  Result<std::string> Counts() { return Command("counters"); }
   // Waits, at most `timeout_ms`, until at least `n` calls are held; false on timeout.
   bool WaitHung(size_t n, int timeout_ms);
   // "Server gone": aborts the FUSE connection and ends the daemon (reaped

@@ -1,0 +1,48 @@
+#include "fs/shard_dirs.h"
+
+namespace kvtier::internal {
+
+ShardDirs::Ref ShardDirs::Find(const std::string& key, uint64_t now_ns) {
+  std::lock_guard lock(mu_);
+  auto it = index_.find(key);
+  if (it == index_.end()) return nullptr;
+  const Lru::iterator entry = it->second;
+  if (now_ns - entry->second->opened_ns >= ttl_ns_) {
+    EraseLocked(entry);
+    return nullptr;
+  }
+  lru_.splice(lru_.begin(), lru_, entry);
+  return entry->second;
+}
+
+ShardDirs::Ref ShardDirs::Put(const std::string& key, int fd, uint64_t now_ns) {
+  auto dir = std::make_shared<Dir>();
+  dir->fd = UniqueFd(fd);
+  dir->opened_ns = now_ns;
+  std::lock_guard lock(mu_);
+  if (auto it = index_.find(key); it != index_.end()) EraseLocked(it->second);
+  if (entries_max_ == 0) return dir;
+  while (lru_.size() >= entries_max_) EraseLocked(std::prev(lru_.end()));
+  lru_.emplace_front(key, dir);
+  index_.emplace(key, lru_.begin());
+  return dir;
+}
+
+void ShardDirs::Drop(const std::string& key, const Dir* which) {
+  std::lock_guard lock(mu_);
+  auto it = index_.find(key);
+  if (it != index_.end() && it->second->second.get() == which) EraseLocked(it->second);
+}
+
+size_t ShardDirs::size() const {
+  std::lock_guard lock(mu_);
+  return lru_.size();
+}
+
+// The fd itself closes when the last op holding the entry lets go of it.
+void ShardDirs::EraseLocked(Lru::iterator it) {
+  index_.erase(it->first);
+  lru_.erase(it);
+}
+
+}  // namespace kvtier::internal

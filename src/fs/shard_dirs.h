@@ -1,0 +1,68 @@
+// Open shard directories ("<ns>_r<rank>/<hhh>/<hh>_g<g>") that the ops name
+// their files relative to, so that a store or a load names one component
+// instead of walking root_dir's tree: on a network filesystem each component
+// the client has not cached is a round trip (FORMAT.md L145-L147). Used on
+// network and FUSE volumes only (TierShared::hold_shard_dirs).
+//
+// Entries are O_PATH directory fds opened as kResolveInTree says (no symlink
+// on the way), bounded in number (least recently used goes first) and in age:
+// an entry older than its time to live is dropped at the next Find, so a
+// directory moved or replaced under the tier is followed for at most that
+// long. An op holds its entry (a shared_ptr) until it is freed, which is only
+// after the kernel returned its last request: an evicted fd is closed once no
+// request can still resolve a name from it. Thread-safe.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <utility>
+
+#include "util/dir_fd.h"
+
+namespace kvtier::internal {
+
+class ShardDirs {
+ public:
+  // One open shard directory.
+  struct Dir {
+    UniqueFd fd;
+    uint64_t opened_ns = 0;  // CLOCK_MONOTONIC
+  };
+  using Ref = std::shared_ptr<const Dir>;
+
+  // Defaults: a few hundred fds per root (processes often run with a soft
+  // limit of 1024), and 2 s, the window FORMAT.md L146 allows.
+  static constexpr size_t kEntriesMax = 256;
+  static constexpr uint64_t kTtlNs = 2'000'000'000;
+
+  explicit ShardDirs(size_t entries_max = kEntriesMax, uint64_t ttl_ns = kTtlNs)
+      : entries_max_(entries_max), ttl_ns_(ttl_ns) {}
+
+  // The entry of `key` (the directory's path relative to root_dir) if it is
+  // younger than the time to live, else nullptr (an expired one is dropped).
+  Ref Find(const std::string& key, uint64_t now_ns);
+  // Caches `fd` (taken) as `key`'s directory, replacing an older entry and
+  // evicting the least recently used beyond entries_max; returns the entry.
+  Ref Put(const std::string& key, int fd, uint64_t now_ns);
+  // Drops `key`'s entry if it is still `which` (a request through it found
+  // the directory gone); a newer entry put meanwhile stays.
+  void Drop(const std::string& key, const Dir* which);
+  size_t size() const;
+
+ private:
+  using Lru = std::list<std::pair<std::string, Ref>>;  // most recently used first
+  void EraseLocked(Lru::iterator it);
+
+  const size_t entries_max_;
+  const uint64_t ttl_ns_;
+  mutable std::mutex mu_;
+  Lru lru_;
+  std::unordered_map<std::string, Lru::iterator> index_;
+};
+
+}  // namespace kvtier::internal

@@ -1,0 +1,79 @@
+// Proves the bounds of the fs tier's cache of open shard directories
+// (src/fs/shard_dirs.h): at most entries_max entries, the least recently used
+// evicted first; an entry past its time to live is never returned; Drop only
+// removes the entry a failed request used, not a newer one; and an fd is
+// closed once neither the cache nor an op holds its entry (at eviction, at
+// the cache's end), never while an op still holds it.
+#include "fs/shard_dirs.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <optional>
+
+namespace kvtier::internal {
+namespace {
+
+int OpenDir() { return ::open("/", O_PATH | O_DIRECTORY | O_CLOEXEC); }
+bool IsOpen(int fd) { return ::fcntl(fd, F_GETFD) >= 0; }
+
+TEST(ShardDirsTest, EvictsTheLeastRecentlyUsedBeyondItsBound) {
+  ShardDirs dirs(2, 1000);
+  const int a = dirs.Put("a", OpenDir(), 0)->fd.get();
+  dirs.Put("b", OpenDir(), 0);
+  ASSERT_NE(dirs.Find("a", 1), nullptr);  // "a" is now the most recently used
+  dirs.Put("c", OpenDir(), 2);            // evicts "b"
+  EXPECT_EQ(dirs.size(), 2u);
+  EXPECT_EQ(dirs.Find("b", 3), nullptr);
+  EXPECT_NE(dirs.Find("a", 3), nullptr);
+  EXPECT_NE(dirs.Find("c", 3), nullptr);
+  EXPECT_TRUE(IsOpen(a));
+}
+
+TEST(ShardDirsTest, AnEntryPastItsTimeToLiveIsNeverReturned) {
+  ShardDirs dirs(4, 1000);
+  ShardDirs::Ref held = dirs.Put("a", OpenDir(), 100);
+  EXPECT_NE(dirs.Find("a", 1099), nullptr);
+  EXPECT_EQ(dirs.Find("a", 1100), nullptr);
+  EXPECT_EQ(dirs.size(), 0u);
+  EXPECT_TRUE(IsOpen(held->fd.get()));  // an op still holding it keeps its fd
+}
+
+TEST(ShardDirsTest, DropRemovesOnlyTheEntryThatFailed) {
+  ShardDirs dirs(4, 1000);
+  ShardDirs::Ref old = dirs.Put("a", OpenDir(), 0);
+  ShardDirs::Ref fresh = dirs.Put("a", OpenDir(), 1);  // another op opened it again meanwhile
+  dirs.Drop("a", old.get());
+  EXPECT_EQ(dirs.Find("a", 2), fresh);
+  dirs.Drop("a", fresh.get());
+  EXPECT_EQ(dirs.Find("a", 2), nullptr);
+}
+
+TEST(ShardDirsTest, FdsCloseWhenNoLongerHeld) {
+  int evicted = -1, kept = -1, held_fd = -1;
+  ShardDirs::Ref held;
+  {
+    ShardDirs dirs(1, 1000);
+    evicted = dirs.Put("a", OpenDir(), 0)->fd.get();
+    held = dirs.Put("b", OpenDir(), 0);  // evicts "a": nobody holds it
+    held_fd = held->fd.get();
+    EXPECT_FALSE(IsOpen(evicted));
+    kept = dirs.Find("b", 1)->fd.get();
+    EXPECT_TRUE(IsOpen(kept));
+  }
+  EXPECT_TRUE(IsOpen(held_fd));  // the cache is gone, an op still holds "b"
+  held.reset();
+  EXPECT_FALSE(IsOpen(held_fd));
+}
+
+TEST(ShardDirsTest, NoEntriesMeansNothingIsKept) {
+  ShardDirs dirs(0, 1000);
+  ShardDirs::Ref dir = dirs.Put("a", OpenDir(), 0);
+  EXPECT_TRUE(IsOpen(dir->fd.get()));
+  EXPECT_EQ(dirs.Find("a", 1), nullptr);
+  EXPECT_EQ(dirs.size(), 0u);
+}
+
+}  // namespace
+}  // namespace kvtier::internal
