@@ -108,6 +108,11 @@ struct FsTierOptions {
   // path_sharding each root gets max_bytes / (number of roots). > 0, and at
   // least one row per root (FsTier::Open checks). docs/config.md.
   std::optional<uint64_t> capacity_bytes_max;
+  // `startup_scan`: "auto" (walk the block directory in the background at
+  // open only with max_bytes), "on" or "off"; default "auto". Without the
+  // walk the open makes the same filesystem calls whatever the directory
+  // holds (docs/config.md, docs/metrics.md).
+  StartupScan startup_scan = StartupScan::kAuto;
   // `checksum_blocks` (vLLM PR #57912, where vLLM's default is false): store
   // each block's CRC32C in the xattr user.vllm.kv_crc32c and verify it on
   // load (FORMAT.md L60, L67, L102); the tier's open fails where the
