@@ -6,9 +6,7 @@
 // follow no symlink (tier_dirs.h): a symlinked <NS>, <NS>_r<rank> or .kvtier
 // fails the open with a Status naming it.
 #include <fcntl.h>
-#include <linux/magic.h>
 #include <sys/random.h>
-#include <sys/statfs.h>
 #include <sys/stat.h>
 #include <sys/xattr.h>
 #include <unistd.h>
@@ -236,17 +234,35 @@ unsigned RingEntries(int slots) {
   return entries;
 }
 
+// io_backend "auto" is PickBackend's choice for the root's volume
+// (volume_kind.h), logged once per open; an unclassifiable root (statfs
+// fails) keeps io_uring. Where the kernel refuses a ring, "auto" still runs,
+// on the syscall pool, with a warning; an explicit "uring" fails the open.
+IoBackendKind ChooseBackend(const FsTierOpenOptions& o) {
+  if (o.tier.io_backend != IoBackendKind::kAuto) return o.tier.io_backend;
+  const Result<VolumeKind> volume = ClassifyVolume(o.tier.root_dir);
+  if (!volume.ok()) return IoBackendKind::kUring;
+  const IoBackendKind kind = PickBackend(*volume);
+  const std::string fs = volume->fs_name + (volume->mount_type.empty() ? "" : ", mount type " + volume->mount_type);
+  Log(LogLevel::kInfo, "fs tier under " + o.tier.root_dir + " (" + fs + "): io_backend \"auto\" runs " +
+                           BackendName(kind) +
+                           (volume->network_or_fuse ? " (a network or FUSE filesystem: every call may be a round trip)"
+                                                    : " (a local filesystem)"));
+  return kind;
+}
+
 Result<std::unique_ptr<IoBackend>> MakeBackend(const FsTierOpenOptions& o) {
   const int slots = o.tier.n_read_threads + o.tier.n_write_threads;
   // One thread more than the slots: the engine's probe of a root that is
   // down must find one even while every op's request is stuck in the kernel
   // (the ring has room for it in any case).
   const int threads = slots + 1;
-  if (o.tier.io_backend != IoBackendKind::kSyscall) {
+  if (ChooseBackend(o) == IoBackendKind::kUring) {
     UringOptions uring_options;
     uring_options.inline_metadata = InlineMetadataFor(o.tier);
     uring_options.inline_fd_metadata = LocalFilesystem(o.tier.root_dir);
     uring_options.force_async = !uring_options.inline_fd_metadata;
+    if (uring_options.force_async) uring_options.workers_max = static_cast<unsigned>(threads);
     auto uring = MakeUringBackend(RingEntries(slots), uring_options);
     if (uring.ok() || o.tier.io_backend == IoBackendKind::kUring) return uring;
     LogWarning("io_uring is unavailable (" + uring.status().ToString() +
@@ -274,21 +290,6 @@ Status ValidateOptions(const FsTierOpenOptions& o) {
 }
 
 }  // namespace
-
-bool LocalFilesystem(const std::string& dir) {
-  struct statfs st {};
-  if (statfs(dir.c_str(), &st) != 0) return false;
-  switch (static_cast<unsigned long>(st.f_type)) {
-    case EXT4_SUPER_MAGIC:  // also ext2 and ext3
-    case XFS_SUPER_MAGIC:
-    case BTRFS_SUPER_MAGIC:
-    case TMPFS_MAGIC:
-    case F2FS_SUPER_MAGIC:
-      return true;
-    default:
-      return false;
-  }
-}
 
 Result<std::unique_ptr<FsTier>> OpenFsTier(const FsTierOpenOptions& o) {
   return OpenFsTierWithBackend(o, nullptr);

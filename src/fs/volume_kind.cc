@@ -89,9 +89,8 @@ void FindMount(const std::string& dir, VolumeKind* kind) {
   }
 }
 
-}  // namespace
-
-Result<VolumeKind> ClassifyVolume(const std::string& dir) {
+// The statfs part of the classification (no mount table).
+Result<VolumeKind> ClassifyMagic(const std::string& dir) {
   struct statfs st {};
   if (statfs(dir.c_str(), &st) != 0) return ErrnoToStatus(errno, "statfs " + dir);
   VolumeKind kind;
@@ -104,8 +103,20 @@ Result<VolumeKind> ClassifyVolume(const std::string& dir) {
       kind.network_or_fuse = !k.local && k.magic != OVERLAYFS_SUPER_MAGIC;
     }
   }
-  FindMount(dir, &kind);
   return kind;
+}
+
+}  // namespace
+
+Result<VolumeKind> ClassifyVolume(const std::string& dir) {
+  Result<VolumeKind> kind = ClassifyMagic(dir);
+  if (kind.ok()) FindMount(dir, &*kind);
+  return kind;
+}
+
+bool LocalFilesystem(const std::string& dir) {
+  const Result<VolumeKind> kind = ClassifyMagic(dir);
+  return kind.ok() && kind->local;
 }
 
 ChecksumPlace PickChecksumPlace(bool user_xattrs_work) {

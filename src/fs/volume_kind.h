@@ -27,6 +27,12 @@ struct VolumeKind {
 // statfs(dir) plus the mount table. Fails (naming `dir`) only when statfs does.
 Result<VolumeKind> ClassifyVolume(const std::string& dir);
 
+// ClassifyVolume(dir).local, from statfs alone (no mount table): whether
+// metadata syscalls under `dir` never wait for a network or a user-space
+// daemon (the "auto" of inline_metadata and bounce_loads, the atime touch).
+// False when statfs fails.
+bool LocalFilesystem(const std::string& dir);
+
 // Where a block's CRC32C lives (FORMAT.md): the user xattr where user
 // xattrs work (vLLM's place), else a trailer after the block's bytes.
 enum class ChecksumPlace { kXattr, kTrailer };
