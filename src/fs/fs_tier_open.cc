@@ -262,6 +262,8 @@ Result<std::unique_ptr<IoBackend>> MakeBackend(const FsTierOpenOptions& o) {
     uring_options.inline_metadata = InlineMetadataFor(o.tier);
     uring_options.inline_fd_metadata = LocalFilesystem(o.tier.root_dir);
     uring_options.force_async = !uring_options.inline_fd_metadata;
+    // Each request of a network or FUSE root waits a round trip in a kernel
+    // worker: as many workers as the syscall pool has threads.
     if (uring_options.force_async) uring_options.workers_max = static_cast<unsigned>(threads);
     auto uring = MakeUringBackend(RingEntries(slots), uring_options);
     if (uring.ok() || o.tier.io_backend == IoBackendKind::kUring) return uring;

@@ -40,7 +40,8 @@ ChecksumPlace PickChecksumPlace(bool user_xattrs_work);
 const char* ChecksumPlaceName(ChecksumPlace place);
 
 // What io_backend "auto" runs on this volume: io_uring on local disks, the
-// syscall thread pool where each call may be a network or FUSE round trip.
+// syscall thread pool where each call may be a network or FUSE round trip
+// (volume_kind.cc says why).
 IoBackendKind PickBackend(const VolumeKind& volume);
 const char* BackendName(IoBackendKind kind);
 

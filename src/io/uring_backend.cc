@@ -165,7 +165,7 @@ class UringBackend final : public IoBackend {
     }
     ring_ok_ = true;
     if (options_.workers_max > 0) {
-      // Older kernels lack the call (EINVAL): their bounds stay, slower, not wrong.
+      // Kernels before 5.15 lack the call (EINVAL): their bounds stay, which is slower, not wrong.
       unsigned workers[2] = {options_.workers_max, options_.workers_max};
       (void)io_uring_register_iowq_max_workers(&ring_, workers);
     }

@@ -1,12 +1,18 @@
 // Proves that io_backend "auto" is the engine PickBackend names for the
 // root's volume, as the open tier reports it (FsTier::backend_name): the
 // syscall pool on a FUSE mount (kvtier_faultfs), io_uring on a local temp
-// dir; that the explicit values still win on FUSE; and that a tier over a
-// FUSE mount under "auto" stores and loads its blocks byte-exactly. No
-// timing is asserted: which engine is faster is measured by the benchmarks.
+// dir; that the explicit values still win on FUSE; that a tier over a
+// FUSE mount under "auto" stores and loads its blocks byte-exactly; and
+// that an explicit io_uring there runs as many path calls at once as the
+// tier has slots (the kernel's default bound on the ring's workers, 4 per
+// CPU, held it to 8 on 2 CPUs: the test gives the tier more slots than that
+// bound and counts the opens the mount holds hung at once). No timing is
+// asserted: which engine is faster is measured by bench/auto_backend.py.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
+#include <thread>
 
 #include "fs/volume_kind.h"
 #include "io/backend.h"
@@ -90,6 +96,31 @@ TEST_F(IoBackendAutoFuse, AutoStoresAndLoadsOnTheMount) {
   EXPECT_EQ(testing::WaitForJob(tier.get(), tier->SubmitStore(keys, rows.Const()).value()).OkPrefix(), 4u);
   EXPECT_EQ(testing::WaitForJob(tier.get(), tier->SubmitLoad(keys, back.Mut()).value()).OkPrefix(), 4u);
   for (size_t i = 0; i < 4; ++i) EXPECT_EQ(std::memcmp(rows.Row(i).data(), back.Row(i).data(), kRow), 0) << i;
+}
+
+TEST_F(IoBackendAutoFuse, TheRingRunsAsManyOpensAtOnceAsTheTierHasSlots) {
+  if (!UringAvailable()) GTEST_SKIP() << "the kernel refuses io_uring here";
+  const int slots = 4 * static_cast<int>(std::max(1u, std::thread::hardware_concurrency())) + 8;
+  FsTierOpenOptions o = Options(mount_->mountpoint(), IoBackendKind::kUring);
+  o.tier.n_read_threads = slots;
+  o.tier.io_timeout_ms = 0;  // the opens are held on purpose
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<FsTier> tier, FsTier::Open(o));
+  std::vector<OffloadKey> keys;
+  const uint64_t seed = testing::TestSeed();
+  testing::AlignedRows rows(slots, kRow, seed), back(slots, kRow, seed + 1);
+  for (int i = 0; i < slots; ++i) {
+    std::vector<uint8_t> hash(32, static_cast<uint8_t>(i));
+    hash[31] = 0x5c;
+    keys.push_back({BlockHash::FromBytes(hash).value(), 0});
+  }
+  ASSERT_EQ(testing::WaitForJob(tier.get(), tier->SubmitStore(keys, rows.Const()).value()).OkPrefix(),
+            static_cast<size_t>(slots));
+  ASSERT_TRUE(mount_->Hang("open", ".bin").ok());
+  const uint64_t load = tier->SubmitLoad(keys, back.Mut()).value();
+  EXPECT_TRUE(mount_->WaitHung(static_cast<size_t>(slots), 10000))
+      << mount_->Hung().value_or(0) << " of " << slots << " opens in flight at once";
+  ASSERT_TRUE(mount_->Release().ok());
+  EXPECT_EQ(testing::WaitForJob(tier.get(), load).OkPrefix(), static_cast<size_t>(slots));
 }
 
 }  // namespace
