@@ -84,8 +84,10 @@ struct FsTierOptions {
   // `store_queue_bytes_max`: queued store bytes beyond which new stores are
   // dropped (loads never are); > 0; default 1 GiB.
   uint64_t store_queue_bytes_max = uint64_t{1} << 30;
-  // `io_backend`: "auto" (io_uring, else syscall threads with a warning),
-  // "uring" or "syscall"; default "auto".
+  // `io_backend`: "auto" (io_uring on a local filesystem, the syscall
+  // threads on a network or FUSE one, logged at open; where the kernel
+  // refuses a ring, the syscall threads with a warning), "uring" or
+  // "syscall"; default "auto".
   IoBackendKind io_backend = IoBackendKind::kAuto;
   // `o_direct`: use O_DIRECT when the startup probe allows it (buffered
   // otherwise); default true.
