@@ -142,9 +142,11 @@ struct FsTierMetrics {
   // per call: the volume's used and free bytes (statvfs of root_dir, every
   // 5 s; free is what an unprivileged writer may still use); this tier's
   // <ns>_r<rank> directory's bytes and block files (the max_bytes index, or
-  // the startup scan plus this tier's stores); namespace_scan_complete is 1
-  // once the startup scan finished (before, the namespace counts are
-  // partial). With max_bytes: the budget (0: none), the blocks and bytes
+  // the startup scan plus this tier's stores; without a scan, startup_scan,
+  // only what this tier stored or found since it opened);
+  // namespace_scan_complete is 1 once the startup scan finished, or from the
+  // start when there is none (before, the namespace counts are partial).
+  // With max_bytes: the budget (0: none), the blocks and bytes
   // evicted for it, and the store rows refused because a batch could not
   // fit (also counted in rows_dropped). Several roots: summed (roots on one
   // volume count its bytes once per root).
@@ -166,9 +168,11 @@ class KVTIER_API FsTier {
   // probes O_DIRECT (a refusal is logged: buffered I/O) and, with
   // tier.checksum_blocks, user xattrs (L102: where the CRC goes, L130), registers registered_memory
   // with io_uring (a refusal is logged), takes a heartbeat lease for gc
-  // (L74), and starts the engine thread, and the threads that scan the
-  // block directory once (max_bytes, usage) and sample statvfs (neither is
-  // waited for here, nor by the close on a hung mount). Blocks on that file system work;
+  // (L74), and starts the engine thread, the thread that samples statvfs
+  // and, with startup_scan (by default: with max_bytes), the one that scans
+  // the block directory once (neither is waited for here, nor by the close
+  // on a hung mount). Its filesystem calls do not grow with the blocks the
+  // volume holds unless that scan runs. Blocks on that file system work;
   // call it off latency-critical threads.
   // Errors:
   // - kInvalidArgument: tier.root_dir empty, row_bytes 0, n_read_threads or

@@ -84,8 +84,10 @@ struct FsTierOptions {
   // `store_queue_bytes_max`: queued store bytes beyond which new stores are
   // dropped (loads never are); > 0; default 1 GiB.
   uint64_t store_queue_bytes_max = uint64_t{1} << 30;
-  // `io_backend`: "auto" (io_uring, else syscall threads with a warning),
-  // "uring" or "syscall"; default "auto".
+  // `io_backend`: "auto" (io_uring on a local filesystem, the syscall
+  // threads on a network or FUSE one, logged at open; where the kernel
+  // refuses a ring, the syscall threads with a warning), "uring" or
+  // "syscall"; default "auto".
   IoBackendKind io_backend = IoBackendKind::kAuto;
   // `o_direct`: use O_DIRECT when the startup probe allows it (buffered
   // otherwise); default true.
@@ -108,6 +110,11 @@ struct FsTierOptions {
   // path_sharding each root gets max_bytes / (number of roots). > 0, and at
   // least one row per root (FsTier::Open checks). docs/config.md.
   std::optional<uint64_t> capacity_bytes_max;
+  // `startup_scan`: "auto" (walk the block directory in the background at
+  // open only with max_bytes), "on" or "off"; default "auto". Without the
+  // walk the open makes the same filesystem calls whatever the directory
+  // holds (docs/config.md, docs/metrics.md).
+  StartupScan startup_scan = StartupScan::kAuto;
   // `checksum_blocks` (vLLM PR #57912, where vLLM's default is false): store
   // each block's CRC32C and verify it on load (FORMAT.md L60, L67, L102,
   // L130), in the place checksum_place picks. false: no CRC is computed,

@@ -86,6 +86,18 @@ enum class ChecksumPlaceKind {
   kTrailer,  // "trailer": 4096 bytes after the row, on any filesystem
 };
 
+// `startup_scan` of an fs tier (kvtier's own): whether the tier's open
+// starts a background walk of its <model>_<digest>_r<rank> directory (every
+// block's size and mtime). The walk costs about 20 filesystem calls per block
+// already there, on a shared volume for every instance that starts, so by
+// default only a `max_bytes` budget, whose least-recently-used index must
+// know every block to keep its bound, asks for it.
+enum class StartupScan {
+  kAuto,  // "auto": walk only with max_bytes
+  kOn,    // "on": always walk (exact namespace gauges from the start)
+  kOff,   // "off": never walk (with max_bytes, the budget covers what the tier stored or found since it opened)
+};
+
 // `path_sharding` of an fs tier (vLLM PR #53133): how blocks spread over
 // several roots.
 enum class PathSharding {

@@ -96,6 +96,11 @@ constexpr EnumName<InlineMetadata> kInlineMetadataNames[] = {
     {InlineMetadata::kOn, "on"},
     {InlineMetadata::kOff, "off"},
 };
+constexpr EnumName<StartupScan> kStartupScanNames[] = {
+    {StartupScan::kAuto, "auto"},
+    {StartupScan::kOn, "on"},
+    {StartupScan::kOff, "off"},
+};
 constexpr EnumName<BounceLoads> kBounceLoadsNames[] = {
     {BounceLoads::kAuto, "auto"},
     {BounceLoads::kOn, "on"},
@@ -327,6 +332,7 @@ constexpr KeySpec<FsTierOptions> kFsTierKeys[] = {
     {"locality", kVllm, kOptional, &ParseLocality, &EmitLocality},
     {"backpressure", kVllm, kOptional, nullptr, &EmitTierBackpressure},
     {"max_bytes", kVllm, kOptional, &ParseMaxBytes, &EmitMaxBytes},  // vLLM PR #54327
+    EnumKey<&FsTierOptions::startup_scan, kStartupScanNames>("startup_scan", kKvtier),
     IntegerKey<&FsTierOptions::io_timeout_ms, kNonNegative>("io_timeout_ms", kKvtier),
     IntegerKey<&FsTierOptions::stores_while_loading_max, kNonNegative>("stores_while_loading_max", kKvtier),
     EnumKey<&FsTierOptions::durability, kDurabilityNames>("durability", kKvtier),

@@ -188,6 +188,8 @@ struct TierShared {
   // holding would cost an open per store (nearly every store meets a shard
   // directory of its own): names are root-relative paths there.
   bool hold_shard_dirs = true;
+  // root_dir lies on a local disk filesystem (VolumeKind::local).
+  bool local_root = false;
   ShardDirs shard_dirs;
 };
 

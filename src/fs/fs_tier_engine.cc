@@ -65,7 +65,7 @@ class FsTierImpl final : public FsTier {
       : options_(o), ns_(std::move(ns)), shared_(std::move(shared)), backend_(std::move(backend)),
         lease_(std::move(lease)),
         scheduler_limits_(Limits(o)), scheduler_(scheduler_limits_), detector_(o.tier.backpressure), health_(kMissesToDown, kProbeIntervalNs),
-        space_(TierSpace::Start(o.tier, shared_->root.get(), ns_.block_dir_name(), shared_->file_bytes())) {
+        space_(TierSpace::Start(o.tier, shared_->local_root, shared_->root.get(), ns_.block_dir_name(), shared_->file_bytes())) {
     engine_ = std::thread([this] { Run(); });
   }
   ~FsTierImpl() override {

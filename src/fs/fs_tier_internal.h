@@ -7,15 +7,11 @@
 
 #include "fs/block_ops.h"
 #include "fs/lease.h"
+#include "fs/volume_kind.h"
 #include "io/backend.h"
 #include "kvtier/fs_tier.h"
 
 namespace kvtier::internal {
-
-// Whether `dir` lies on a filesystem whose metadata syscalls never wait
-// for a network (ext4, XFS, btrfs, tmpfs, F2FS): inline_metadata's "auto".
-// False when statfs fails.
-bool LocalFilesystem(const std::string& dir);
 
 // What inline_metadata and bounce_loads resolve to for a root that is
 // `local` (LocalFilesystem(t.root_dir), found where a hung mount is watched).

@@ -7,9 +7,7 @@
 // follow no symlink (tier_dirs.h): a symlinked <NS>, <NS>_r<rank> or .kvtier
 // fails the open with a Status naming it.
 #include <fcntl.h>
-#include <linux/magic.h>
 #include <sys/random.h>
-#include <sys/statfs.h>
 #include <sys/stat.h>
 #include <sys/xattr.h>
 #include <unistd.h>
@@ -268,18 +266,37 @@ unsigned RingEntries(int slots) {
   return entries;
 }
 
-// `local`: LocalFilesystem(root_dir), found while the start-up was watched.
-Result<std::unique_ptr<IoBackend>> MakeBackend(const FsTierOpenOptions& o, bool local) {
+// io_backend "auto" is PickBackend's choice for the root's volume
+// (volume_kind.h, classified while the start-up was watched), logged once
+// per open; an unclassifiable root (statfs failed) keeps io_uring. Where the
+// kernel refuses a ring, "auto" still runs, on the syscall pool, with a
+// warning; an explicit "uring" fails the open.
+IoBackendKind ChooseBackend(const FsTierOpenOptions& o, const VolumeKind& volume) {
+  if (o.tier.io_backend != IoBackendKind::kAuto) return o.tier.io_backend;
+  const IoBackendKind kind = PickBackend(volume);
+  const std::string fs = volume.fs_name + (volume.mount_type.empty() ? "" : ", mount type " + volume.mount_type);
+  Log(LogLevel::kInfo, "fs tier under " + o.tier.root_dir + " (" + fs + "): io_backend \"auto\" runs " +
+                           BackendName(kind) +
+                           (volume.network_or_fuse ? " (a network or FUSE filesystem: every call may be a round trip)"
+                                                   : " (a local filesystem)"));
+  return kind;
+}
+
+Result<std::unique_ptr<IoBackend>> MakeBackend(const FsTierOpenOptions& o, const VolumeKind& volume) {
+  const bool local = volume.local;
   const int slots = o.tier.n_read_threads + o.tier.n_write_threads;
   // One thread more than the slots: the engine's probe of a root that is
   // down must find one even while every op's request is stuck in the kernel
   // (the ring has room for it in any case).
   const int threads = slots + 1;
-  if (o.tier.io_backend != IoBackendKind::kSyscall) {
+  if (ChooseBackend(o, volume) == IoBackendKind::kUring) {
     UringOptions uring_options;
     uring_options.inline_metadata = InlineMetadataFor(o.tier, local);
     uring_options.inline_fd_metadata = local;
     uring_options.force_async = !uring_options.inline_fd_metadata;
+    // Each request of a network or FUSE root waits a round trip in a kernel
+    // worker: as many workers as the syscall pool has threads.
+    if (uring_options.force_async) uring_options.workers_max = static_cast<unsigned>(threads);
     auto uring = MakeUringBackend(RingEntries(slots), uring_options);
     if (uring.ok() || o.tier.io_backend == IoBackendKind::kUring) return uring;
     LogWarning("io_uring is unavailable (" + uring.status().ToString() +
@@ -308,21 +325,6 @@ Status ValidateOptions(const FsTierOpenOptions& o) {
 
 }  // namespace
 
-bool LocalFilesystem(const std::string& dir) {
-  struct statfs st {};
-  if (statfs(dir.c_str(), &st) != 0) return false;
-  switch (static_cast<unsigned long>(st.f_type)) {
-    case EXT4_SUPER_MAGIC:  // also ext2 and ext3
-    case XFS_SUPER_MAGIC:
-    case BTRFS_SUPER_MAGIC:
-    case TMPFS_MAGIC:
-    case F2FS_SUPER_MAGIC:
-      return true;
-    default:
-      return false;
-  }
-}
-
 Result<std::unique_ptr<FsTier>> OpenFsTier(const FsTierOpenOptions& o) {
   return OpenFsTierWithBackend(o, nullptr);
 }
@@ -334,7 +336,8 @@ namespace {
 // when FsTier::Open runs under a watch (io_watch.h): a later scope restarts
 // the clock with its path, and the first one covers the fds closed on the
 // way out. Fills `shared`; returns the namespace directory's fd.
-Result<UniqueFd> PrepareDirs(const FsTierOpenOptions& o, const Namespace& ns, TierShared* shared, bool* local) {
+Result<UniqueFd> PrepareDirs(const FsTierOpenOptions& o, const Namespace& ns, TierShared* shared,
+                             VolumeKind* volume) {
   const std::string ns_dir = JoinRoot(o.tier.root_dir, ns.dir_name());
   const bool durable = o.tier.durability == Durability::kFull;
   IoScope at_root(o.tier.root_dir);
@@ -354,7 +357,10 @@ Result<UniqueFd> PrepareDirs(const FsTierOpenOptions& o, const Namespace& ns, Ti
   IoScope at_probes(ns_dir);
   shared->o_direct = ProbeODirect(ns_fd.get(), ns_dir, shared->tmp_base, o.tier.o_direct);
   KVTIER_RETURN_IF_ERROR(SetUpChecksums(ns_fd.get(), o.tier, ns_dir, shared->tmp_base, shared));
-  *local = LocalFilesystem(o.tier.root_dir);
+  // Under the probes' watch: statfs of a hung mount is bounded too. A root
+  // statfs cannot classify is neither local nor network (io_uring, bounce on).
+  Result<VolumeKind> kind = ClassifyVolume(o.tier.root_dir);
+  if (kind.ok()) *volume = std::move(*kind);
   return ns_fd;
 }
 
@@ -374,14 +380,16 @@ Result<std::unique_ptr<FsTier>> OpenFsTierWithBackend(const FsTierOpenOptions& o
   KVTIER_ASSIGN_OR_RETURN(Namespace ns, TierNamespace(o));
   const std::string ns_dir = JoinRoot(o.tier.root_dir, ns.dir_name());
   auto shared = std::make_unique<TierShared>();
-  bool local = false;
-  KVTIER_ASSIGN_OR_RETURN(UniqueFd ns_fd, PrepareDirs(o, ns, shared.get(), &local));
+  VolumeKind volume;
+  KVTIER_ASSIGN_OR_RETURN(UniqueFd ns_fd, PrepareDirs(o, ns, shared.get(), &volume));
+  const bool local = volume.local;
   KVTIER_RETURN_IF_ERROR(CheckWanted(ns_dir));
   shared->row_bytes = o.row_bytes;
   shared->durability = o.tier.durability;
   shared->io_timeout_ms = o.tier.io_timeout_ms;
   shared->touch_atime = local;
   shared->hold_shard_dirs = !local;
+  shared->local_root = local;
   if (BounceLoadsFor(o.tier, local)) {
     shared->bounce = std::make_unique<BouncePool>(o.row_bytes, o.tier.n_read_threads + o.tier.n_write_threads);
   }
@@ -391,7 +399,7 @@ Result<std::unique_ptr<FsTier>> OpenFsTierWithBackend(const FsTierOpenOptions& o
     shared->stage = std::make_unique<BouncePool>(o.row_bytes, o.tier.n_read_threads + o.tier.n_write_threads);
   }
   if (!backend) {
-    KVTIER_ASSIGN_OR_RETURN(backend, MakeBackend(o, local));
+    KVTIER_ASSIGN_OR_RETURN(backend, MakeBackend(o, volume));
   }
   // Not watched: pinning a large host pool takes its time and no mount.
   if (!o.registered_memory.empty()) {

@@ -87,13 +87,13 @@ void Refused(const std::shared_ptr<TierSpace::State>& s, const std::system_error
              " (" + e.what() + "): " + (scan ? "namespace" : "volume") + " usage stays unknown");
 }
 
-void StartThreads(const std::shared_ptr<TierSpace::State>& s) {
+void StartThreads(const std::shared_ptr<TierSpace::State>& s, bool scan) {
   {
     std::lock_guard lock(s->mu);
-    s->running = 2;
+    s->running = scan ? 2 : 1;
   }
   try {
-    s->scanner = std::thread([s] { RunScan(s); });
+    if (scan) s->scanner = std::thread([s] { RunScan(s); });
   } catch (const std::system_error& e) {
     Refused(s, e, true);
   }
@@ -106,6 +106,15 @@ void StartThreads(const std::shared_ptr<TierSpace::State>& s) {
 
 }  // namespace
 
+bool StartupScanWanted(const FsTierOptions& tier, bool local_root) {
+  switch (tier.startup_scan) {
+    case StartupScan::kOn: return true;
+    case StartupScan::kOff: return false;
+    case StartupScan::kAuto: return tier.capacity_bytes_max.has_value() && local_root;
+  }
+  return false;
+}
+
 Status CheckCapacityOptions(const FsTierOptions& tier, uint64_t row_bytes, size_t roots) {
   if (!tier.capacity_bytes_max.has_value() || roots == 0) return Status::Ok();
   const uint64_t per_root = *tier.capacity_bytes_max / roots;
@@ -116,8 +125,8 @@ Status CheckCapacityOptions(const FsTierOptions& tier, uint64_t row_bytes, size_
                          "): no block could ever be stored");
 }
 
-std::unique_ptr<TierSpace> TierSpace::Start(const FsTierOptions& tier, int root_fd, std::string block_dir,
-                                            uint64_t row_bytes) {
+std::unique_ptr<TierSpace> TierSpace::Start(const FsTierOptions& tier, bool local_root, int root_fd,
+                                            std::string block_dir, uint64_t row_bytes) {
   std::unique_ptr<TierSpace> usage(new TierSpace());
   usage->block_dir_ = block_dir;
   usage->row_bytes_ = row_bytes;
@@ -133,7 +142,14 @@ std::unique_ptr<TierSpace> TierSpace::Start(const FsTierOptions& tier, int root_
     s->scan_done = true;
     return usage;
   }
-  StartThreads(s);
+  const bool scan = StartupScanWanted(tier, local_root);
+  if (!scan) s->scan_done = true;  // nothing to wait for: the gauges count this tier's own traffic
+  if (!scan && s->index) {
+    Log(LogLevel::kInfo, "fs tier: max_bytes without a startup walk (startup_scan, FORMAT.md L140): blocks already in " +
+                             JoinRoot(s->root_dir, s->block_dir) +
+                             " count toward the budget once a load or lookup finds them");
+  }
+  StartThreads(s, scan);
   return usage;
 }
 

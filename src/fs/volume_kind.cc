@@ -89,9 +89,8 @@ void FindMount(const std::string& dir, VolumeKind* kind) {
   }
 }
 
-}  // namespace
-
-Result<VolumeKind> ClassifyVolume(const std::string& dir) {
+// The statfs part of the classification (no mount table).
+Result<VolumeKind> ClassifyMagic(const std::string& dir) {
   struct statfs st {};
   if (statfs(dir.c_str(), &st) != 0) return ErrnoToStatus(errno, "statfs " + dir);
   VolumeKind kind;
@@ -104,8 +103,20 @@ Result<VolumeKind> ClassifyVolume(const std::string& dir) {
       kind.network_or_fuse = !k.local && k.magic != OVERLAYFS_SUPER_MAGIC;
     }
   }
-  FindMount(dir, &kind);
   return kind;
+}
+
+}  // namespace
+
+Result<VolumeKind> ClassifyVolume(const std::string& dir) {
+  Result<VolumeKind> kind = ClassifyMagic(dir);
+  if (kind.ok()) FindMount(dir, &*kind);
+  return kind;
+}
+
+bool LocalFilesystem(const std::string& dir) {
+  const Result<VolumeKind> kind = ClassifyMagic(dir);
+  return kind.ok() && kind->local;
 }
 
 ChecksumPlace PickChecksumPlace(bool user_xattrs_work) {
@@ -116,6 +127,15 @@ const char* ChecksumPlaceName(ChecksumPlace place) {
   return place == ChecksumPlace::kXattr ? "xattr" : "trailer";
 }
 
+// The syscall pool where every call may be a round trip. There each
+// request waits in a kernel worker either way; io_uring's workers for file
+// I/O and path calls are bounded at 4 per CPU by default (8 on 2 CPUs), which
+// the tier lifts to its threads (fs_tier_open.cc): with that, on a FUSE
+// mount at 2 ms a call, io_uring stored, looked up and loaded 256 blocks of
+// 256 KiB as fast as the pool (0.50 s, 0.09 s, 0.20 s; 1.50 s, 0.35 s, 0.59 s
+// without it), not faster, and FUSE also holds io_uring's reads and writes
+// (asynchronous direct I/O) to the daemon's max_background, 12 by default,
+// where the pool's synchronous calls have no such cap.
 IoBackendKind PickBackend(const VolumeKind& volume) {
   return volume.network_or_fuse ? IoBackendKind::kSyscall : IoBackendKind::kUring;
 }

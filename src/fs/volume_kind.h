@@ -27,6 +27,12 @@ struct VolumeKind {
 // statfs(dir) plus the mount table. Fails (naming `dir`) only when statfs does.
 Result<VolumeKind> ClassifyVolume(const std::string& dir);
 
+// ClassifyVolume(dir).local, from statfs alone (no mount table): whether
+// metadata syscalls under `dir` never wait for a network or a user-space
+// daemon (the "auto" of inline_metadata and bounce_loads, the atime touch).
+// False when statfs fails.
+bool LocalFilesystem(const std::string& dir);
+
 // Where a block's CRC32C lives (FORMAT.md): the user xattr where user
 // xattrs work (vLLM's place), else a trailer after the block's bytes.
 enum class ChecksumPlace { kXattr, kTrailer };
@@ -34,7 +40,8 @@ ChecksumPlace PickChecksumPlace(bool user_xattrs_work);
 const char* ChecksumPlaceName(ChecksumPlace place);
 
 // What io_backend "auto" runs on this volume: io_uring on local disks, the
-// syscall thread pool where each call may be a network or FUSE round trip.
+// syscall thread pool where each call may be a network or FUSE round trip
+// (volume_kind.cc says why).
 IoBackendKind PickBackend(const VolumeKind& volume);
 const char* BackendName(IoBackendKind kind);
 

@@ -66,6 +66,13 @@ struct UringOptions {
   // first poll check sends a synchronous FUSE_POLL: on a network filesystem
   // io_uring_submit itself could hang the engine thread.
   bool force_async = false;
+  // The most kernel workers the ring may run at once, for bounded work
+  // (reads and writes of regular files) and for unbounded work (opens,
+  // renames, statx...); 0 keeps the kernel's bounds. The kernel bounds
+  // bounded work at 4 workers per CPU by default: on a network or FUSE
+  // filesystem, where each request sleeps a round trip in its worker, that
+  // (8 on 2 CPUs) rather than the tier's slots limits the requests in flight.
+  unsigned workers_max = 0;
 };
 
 // io_uring with `entries` submission slots. kUnavailable when the kernel

@@ -164,6 +164,11 @@ class UringBackend final : public IoBackend {
       return Status(StatusCode::kUnavailable, "io_uring_queue_init refused a ring", -rc);
     }
     ring_ok_ = true;
+    if (options_.workers_max > 0) {
+      // Kernels before 5.15 lack the call (EINVAL): their bounds stay, which is slower, not wrong.
+      unsigned workers[2] = {options_.workers_max, options_.workers_max};
+      (void)io_uring_register_iowq_max_workers(&ring_, workers);
+    }
     io_uring_probe* probe = io_uring_get_probe_ring(&ring_);
     for (int op = 0; op <= static_cast<int>(IoOp::kTouchAtime); ++op) {
       const int opcode = UringOpcode(static_cast<IoOp>(op));
