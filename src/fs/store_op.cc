@@ -248,10 +248,10 @@ class StoreOp final : public FsBlockOp {
   void AddTrailer(uint32_t crc) {
     trailer_ = NewTrailerPage();
     format::EncodeTrailer(row_.size(), crc, trailer_.get());
-    file_ = Data().With(std::span<uint8_t>(trailer_.get(), format::kTrailerBytes));
+    file_pieces_ = Data().With(std::span<uint8_t>(trailer_.get(), format::kTrailerBytes));
   }
   // What goes into the file: the row, or the row and its trailer.
-  const RowPieces& File() const { return trailer_ != nullptr ? file_ : Data(); }
+  const RowPieces& File() const { return trailer_ != nullptr ? file_pieces_ : Data(); }
   // After the data (and its fdatasync): the xattr, where the CRC goes there.
   State AfterData() const { return shared_->checksum && !shared_->trailer() ? kXattr : kClose; }
   // The bytes written: the caller's pieces, or the staging row holding a copy.
@@ -422,7 +422,7 @@ class StoreOp final : public FsBlockOp {
   uint8_t* stage_ = nullptr;  // from shared_->stage, held until the op is freed
   RowPieces stage_row_;       // stage_ as one piece
   TrailerPage trailer_;       // the trailer page (L131), when the CRC goes there
-  RowPieces file_;            // the row's pieces and the trailer page
+  RowPieces file_pieces_;     // the row's pieces and the trailer page
   std::vector<iovec> iov_;  // a vectored write's pieces (RowPart)
   std::string block_dir_, shard1_, shard2_, dest_, tmp_;  // relative to root_dir
   std::string name1_, name2_, file_;                       // the shard directories' and the block's own names

@@ -4,7 +4,9 @@
 // close of a default-config tier over 256 blocks and over 16,384 blocks
 // differ by at most a few calls (the sampler's statvfs and the lease's
 // heartbeat may land on either side). And that startup_scan "on" is the
-// opt-in walk: there the calls grow with the blocks. The blocks are created
+// opt-in walk: there the calls grow with the blocks. A max_bytes budget
+// keeps the open as cheap on this FUSE root (FORMAT.md L140: "auto" walks
+// only on a local disk). The blocks are created
 // on the backing directory, not through the mount, and that directory is on
 // tmpfs (/dev/shm) where there is one, to keep the test fast.
 #include <fcntl.h>
@@ -15,6 +17,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -80,6 +83,7 @@ class FsTierStartCostTest : public ::testing::Test {
     o.tier.n_read_threads = 2;
     o.tier.n_write_threads = 2;
     o.tier.startup_scan = scan;
+    o.tier.capacity_bytes_max = max_bytes_;
     o.ns = Spec();
     o.row_bytes = kRow;
     return o;
@@ -128,6 +132,7 @@ class FsTierStartCostTest : public ::testing::Test {
   std::unique_ptr<FaultFs> mount_;
   fs::path block_dir_;
   std::set<fs::path> made_;
+  std::optional<uint64_t> max_bytes_;
 };
 
 TEST_F(FsTierStartCostTest, DefaultOpenCostsTheSameCallsAt256And16384Blocks) {
@@ -141,6 +146,18 @@ TEST_F(FsTierStartCostTest, DefaultOpenCostsTheSameCallsAt256And16384Blocks) {
   RecordProperty("calls_at_16384", std::to_string(at_16384));
   EXPECT_LE(std::abs(at_16384 - at_256), kSlackCalls) << "calls at open: " << at_256 << " with 256 blocks, "
                                                        << at_16384 << " with 16384";
+}
+
+TEST_F(FsTierStartCostTest, MaxBytesOpenOnAFuseRootCostsTheSameCallsAt256And16384Blocks) {
+  max_bytes_ = kRow * 100000;
+  OpenCloseCalls(StartupScan::kAuto);
+  AddBlocks(0, 256);
+  const int64_t at_256 = OpenCloseCalls(StartupScan::kAuto);
+  AddBlocks(256, 16384);
+  const int64_t at_16384 = OpenCloseCalls(StartupScan::kAuto);
+  ASSERT_GT(at_256, 0);
+  EXPECT_LE(std::abs(at_16384 - at_256), kSlackCalls) << "calls at open with max_bytes: " << at_256
+                                                       << " with 256 blocks, " << at_16384 << " with 16384";
 }
 
 TEST_F(FsTierStartCostTest, StartupScanOnWalksTheBlocks) {
