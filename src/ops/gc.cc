@@ -360,7 +360,7 @@ bool GcRun::UsedSinceWalk(int dir_fd, const ScannedFile& f) const {
   IoScope io(f.rel);
   struct stat st;
   if (io.cancelled() || fstatat(dir_fd, SplitRel(f.rel).second.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) return false;
-  return st.st_ino == f.ino && std::max(st.st_mtim.tv_sec, st.st_atim.tv_sec) > f.activity();
+  return st.st_ino == f.ino && CountedUse(now_, std::max(st.st_mtim.tv_sec, st.st_atim.tv_sec)) > f.activity();
 }
 
 Status GcRun::Run(const TreeScan& first) {
@@ -393,6 +393,7 @@ Result<GcReport> GcScanned(const GcOptions& o, const TreeScan& first, const std:
   GcReport report;
   report.dry_run = o.dry_run;
   report.files_scanned = first.files;
+  for (const auto& [name, ns] : first.namespaces) report.far_future_blocks += ns.blocks.far_future;
   KVTIER_RETURN_IF_ERROR(GcRun(o, first, &report, &no_reclaim, first_use).Run(first));
   return report;
 }
@@ -415,7 +416,7 @@ ScanVisitors FirstWalkVisitors(const GcOptions& options, FirstWalkUse* use) {
   visit.block = [keep, use](const std::string& ns, const ScannedFile& b, int) {
     if (keep->count(ns) != 0) return false;
     use->histogram.Add(UseHistogram::Bucket(use->now, b.activity()), b.bytes);
-    use->candidates.Offer(b);
+    use->candidates.Offer(b, use->now);
     return false;
   };
   return visit;

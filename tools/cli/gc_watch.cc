@@ -234,7 +234,10 @@ bool RunPass(const GcWatchOptions& o, const std::atomic<bool>& stop, const std::
                 static_cast<unsigned long long>(m->passes), min_free ? "min_free" : "interval", r->reclaimed.size(),
                 static_cast<unsigned long long>(r->bytes_reclaimed), r->failed.size(), r->ExitCode(),
                 r->stopped ? ", stopped" : "", m->last_pass_s, static_cast<unsigned long long>(r->walks));
-  Log("%s", line);
+  Log("%s%s", line,
+      r->far_future_blocks == 0 ? ""
+                                : (", " + std::to_string(r->far_future_blocks) +
+                                   " blocks dated more than 300 s ahead of this host's clock, taken first (FORMAT.md L155)").c_str());
   return r->bytes_reclaimed > 0;
 }
 
