@@ -253,11 +253,7 @@ void CollectorLease::TryTakeover(int64_t now) {
   struct stat st {};
   const bool stale = Look(dir_.get(), aside, &st, &body) == 0 && SameAsSeen(st, body);  // a reused inode number has another body
   seen_since_ns_ = 0;
-  if (!stale) {
-    if (!S_ISDIR(st.st_mode)) (void)linkat(dir_.get(), aside.c_str(), dir_.get(), name.c_str(), 0);  // EEXIST: its holder sees it lost
-    unlinkat(dir_.get(), aside.c_str(), S_ISDIR(st.st_mode) ? AT_REMOVEDIR : 0);
-    return;
-  }
+  if (!stale) return PutBack(aside, st.st_mode);
   Discard(aside, st.st_mode, now);
   TryCreate(now);
 }
@@ -279,16 +275,31 @@ void CollectorLease::Discard(const std::string& aside, mode_t mode, int64_t now)
   }
 }
 
+// What was moved aside but is not to be removed goes back, and the aside
+// name is left free: a file or symlink by link (EEXIST: a lease created
+// meanwhile stays, and the moved one's holder sees its lease lost), a
+// directory by rename, or, where that fails, on to a name of its own.
+void CollectorLease::PutBack(const std::string& aside, mode_t mode) {
+  const std::string name(format::kCollectorLeaseName);
+  if (!S_ISDIR(mode)) {
+    (void)linkat(dir_.get(), aside.c_str(), dir_.get(), name.c_str(), 0);
+    unlinkat(dir_.get(), aside.c_str(), 0);
+  } else if (renameat(dir_.get(), aside.c_str(), dir_.get(), name.c_str()) != 0) {
+    const std::string junk = format::CollectorLeaseJunkName(token_, ++junk_n_);
+    (void)renameat(dir_.get(), aside.c_str(), dir_.get(), junk.c_str());
+  }
+}
+
 void CollectorLease::Release() {
   if (state_ == State::kObserving) return;
   Lose("released");
   const std::string aside = format::CollectorLeaseAsideName(token_), name(format::kCollectorLeaseName);
-  if (renameat(dir_.get(), name.c_str(), dir_.get(), aside.c_str()) != 0) return;
   std::string body;
   struct stat st {};
-  if (ReadLease(dir_.get(), aside, &body, &st) != 0 || body != body_) {
-    (void)linkat(dir_.get(), aside.c_str(), dir_.get(), name.c_str(), 0);  // not ours: put it back
-  }
+  // Not ours (replaced, or not a lease at all): nothing to give up, nothing moved.
+  if (Look(dir_.get(), name, &st, &body) != 0 || body != body_) return;
+  if (renameat(dir_.get(), name.c_str(), dir_.get(), aside.c_str()) != 0) return;
+  if (Look(dir_.get(), aside, &st, &body) != 0 || !S_ISREG(st.st_mode) || body != body_) return PutBack(aside, st.st_mode);
   unlinkat(dir_.get(), aside.c_str(), 0);
 }
 

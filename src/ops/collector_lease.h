@@ -100,6 +100,7 @@ class CollectorLease {
   CollectorLease(UniqueFd dir, std::string display, std::string token, uint64_t ttl_ms);
   bool SameAsSeen(const struct stat& st, const std::string& body) const;
   void Discard(const std::string& aside, mode_t mode, int64_t now_ns);
+  void PutBack(const std::string& aside, mode_t mode);
   void Problem(int64_t now_ns, std::string what, bool blocking);
   void TickHolder(int64_t now_ns);
   void TickObserver(int64_t now_ns);
