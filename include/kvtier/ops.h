@@ -322,7 +322,9 @@ struct GcReport {
   // With max_bytes, when the bound was over: the use time (unix seconds) at
   // and before which blocks were removed for capacity; those used within
   // capacity_tolerance_s before it were taken in walk order, not by exact
-  // use time (see Gc). Both 0 when no capacity removal was needed.
+  // use time (see Gc). Both 0 when no capacity removal was needed. A cutoff
+  // of 0 with a tolerance: only blocks dated far ahead went (FORMAT.md L155
+  // counts their use time as the epoch).
   int64_t capacity_cutoff = 0;
   uint64_t capacity_tolerance_s = 0;
   // Blocks whose use time lies more than 300 s after this host's clock,

@@ -14,6 +14,7 @@
 
 #include "format/layout_names.h"
 #include "fs/tier_dirs.h"
+#include "ops/io_watch.h"
 
 namespace kvtier::internal {
 namespace {
@@ -66,10 +67,13 @@ std::string KindOf(mode_t mode) {
   return "a regular file";
 }
 
-// Writes `body` into a new file dir/name (O_EXCL): 0 or the errno.
+// Writes `body` into a new file dir/name (O_EXCL): 0 or the errno. Readable
+// by all whatever the umask: an observer that cannot read a lease judges it
+// by its attributes alone, which an NFS client may serve from its cache.
 int WriteNew(int dir, const std::string& name, const std::string& body) {
   UniqueFd fd(openat(dir, name.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_NOFOLLOW | O_CLOEXEC, 0644));
   if (!fd.valid()) return errno;
+  (void)fchmod(fd.get(), 0644);
   if (write(fd.get(), body.data(), body.size()) != static_cast<ssize_t>(body.size())) return errno == 0 ? EIO : errno;
   return 0;
 }
@@ -107,7 +111,7 @@ CollectorLease::CollectorLease(UniqueFd dir, std::string display, std::string to
 
 uint64_t CollectorLease::RefreshMsFor(uint64_t ttl_ms) { return std::clamp<uint64_t>(ttl_ms / 15, 20, 2000); }
 
-bool CollectorLease::MayCollect() const { return MayCollectAt(NowNs()) && RootStill(); }
+bool CollectorLease::MayCollect() const { return MayCollectAt(NowNs()); }
 bool CollectorLease::MayCollectAt(int64_t now) const {
   return !root_replaced_ && state_ == State::kHolding && now < valid_until_ns_;
 }
@@ -115,8 +119,9 @@ bool CollectorLease::MayCollectAt(int64_t now) const {
 // Follows a symlinked root path as Open did: what matters is the directory
 // the collectors' walks open by that path.
 bool CollectorLease::RootStill() const {
+  IoScope io("");  // the root itself: a watched caller (gc's walkers) times a hung mount out
   struct stat st {};
-  return stat(root_.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && st.st_dev == root_dev_ && st.st_ino == root_ino_;
+  return !io.cancelled() && stat(root_.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && st.st_dev == root_dev_ && st.st_ino == root_ino_;
 }
 
 std::string CollectorLease::problem() const {

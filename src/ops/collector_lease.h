@@ -22,9 +22,9 @@
 //
 // The lease belongs to the directory its root path named at Open (device
 // and inode). Once the path names another directory or none (the root was
-// moved or removed and made anew), the lease is given up at the next tick
-// and root_replaced() says so; MayCollect() checks the path every call, so
-// no removal follows the change. A new CollectorLease then competes for the
+// moved or removed and made anew), the lease is given up at the next tick,
+// root_replaced() says so and MayCollect() answers false; a collector also
+// asks RootStill() before each removal, so none follows the change. A new CollectorLease then competes for the
 // lease of the directory the path names now.
 //
 // Thread-safety: Tick and Release from one thread (the watch's lease thread);
@@ -63,8 +63,8 @@ class CollectorLease {
   // observer takes it at its next tick.
   void Release();
 
-  // Holding, the last successful check is within validity_ms, and the root
-  // path still names the directory whose lease it is (one stat per call).
+  // Holding, the last successful check is within validity_ms, and the last
+  // tick found the root path naming the directory whose lease it is.
   bool MayCollect() const;
   bool MayCollectAt(int64_t now_ns) const;
   State state() const { return state_.load(); }
@@ -86,7 +86,8 @@ class CollectorLease {
   // The root path no longer names the directory of this lease (moved,
   // removed): the lease was given up and this object collects no more.
   bool root_replaced() const { return root_replaced_.load(); }
-  // Whether the root path names the directory of this lease now (stat).
+  // Whether the root path names the directory of this lease now: one stat,
+  // announced to the io watch of the calling thread (ops/io_watch.h).
   bool RootStill() const;
   const std::string& lease_path() const { return lease_path_; }
   // L122's R for a TTL: ttl_ms / 15, clamped to 20 ms..2 s.

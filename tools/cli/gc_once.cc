@@ -110,7 +110,8 @@ bool OneShotLease::Failed() {
   return answered_ && !answer_.empty() && !other_collector_ && answer_ != "stopped";
 }
 
-bool OneShotLease::Lost() const { return gated_ && (done_ || !lease_->MayCollect()); }
+// Asked before each removal: the root path must still name the lease's directory (L154).
+bool OneShotLease::Lost() const { return gated_ && (done_ || !lease_->MayCollect() || !lease_->RootStill()); }
 
 void OneShotLease::Finish() {
   done_ = true;

@@ -215,7 +215,8 @@ bool RunPass(const GcWatchOptions& o, const std::atomic<bool>& stop, const std::
   if (o.min_free) {
     for (const RootUsage& r : m->roots) g.reclaim_bytes.push_back(r.ok && r.avail < r.floor ? r.target - r.avail : 0);
   }
-  g.stop = [&stop, lease] { return stop.load() || !lease->MayCollect(); };
+  // Before each removal: the lease still valid, and the root path still naming its directory (L154).
+  g.stop = [&stop, lease] { return stop.load() || !lease->MayCollect() || !lease->RootStill(); };
   const auto t0 = Clock::now();
   Result<GcReport> r = Gc(g);
   m->last_pass_s = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -325,8 +326,8 @@ void WatchLoop(const GcWatchOptions& o, const std::atomic<bool>& stop, const Lea
     SampleRoots(o, &m.roots);
     const bool below = BelowFloor(m.roots);
     std::shared_ptr<CollectorLease> lease = slot.Get();
-    // MayCollect also checks that the root path names the lease's directory:
-    // here before the pass, and before each removal (RunPass's stop).
+    // MayCollect is false once the lease thread found the root path naming
+    // another directory; each removal checks the path itself (RunPass).
     if (lease->MayCollect() && (Clock::now() >= next_pass || (below && !stuck))) {
       next_pass = Clock::now() + std::chrono::milliseconds(o.interval_ms);
       stuck = !RunPass(o, stop, lease, below, &m) && below;
