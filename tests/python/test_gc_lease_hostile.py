@@ -126,11 +126,12 @@ def test_a_replaced_root_keeps_one_remover(kvtier_bin, tmp_path):
         make_blocks(root, 20, "b")
         ws.append(Watcher(kvtier_bin, root, tmp_path, "b", *bound, *FAST))
         wait_for("one holder trimming the new root", lambda: lease_holders(ws) == 1 and len(blocks(root)) == 10)
-        assert "no longer names" in a.log_path.read_text()
-        assert not (old / ".kvtier" / "gc.lease").exists(), a.log_path.read_text()  # given up where it was taken
-        for _ in range(20):  # a second remover would show as a second holder
+        wait_for("b to start watching", lambda: "watching" in ws[1].log_path.read_text())
+        for _ in range(30):  # past b's settling (TTL/5 + TTL/15): a second remover shows as a second holder
             assert lease_holders(ws) <= 1, [w.log_path.read_text() for w in ws]
             time.sleep(0.05)
+        assert "no longer names" in a.log_path.read_text()
+        assert not (old / ".kvtier" / "gc.lease").exists(), a.log_path.read_text()  # given up where it was taken
         assert len(blocks(old)) == 10  # nothing removed in the old directory after the move
 
         shutil.rmtree(root)
