@@ -29,6 +29,7 @@
 #include "format/layout_names.h"
 #include "ops/gc_candidates.h"
 #include "ops/gc_histogram.h"
+#include "ops/use_time.h"
 #include "ops/io_watch.h"
 #include "ops/ops_internal.h"
 
@@ -360,7 +361,11 @@ bool GcRun::UsedSinceWalk(int dir_fd, const ScannedFile& f) const {
   IoScope io(f.rel);
   struct stat st;
   if (io.cancelled() || fstatat(dir_fd, SplitRel(f.rel).second.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) return false;
-  return st.st_ino == f.ino && CountedUse(now_, std::max(st.st_mtim.tv_sec, st.st_atim.tv_sec)) > f.activity();
+  // f.activity() is as counted at the walk (FORMAT.md L155); a time found now
+  // counts as the epoch only when still dated far ahead: any other is a use
+  // (a block the walk counted as now, and found ahead still, is kept: the safe side).
+  const int64_t use = std::max(st.st_mtim.tv_sec, st.st_atim.tv_sec);
+  return st.st_ino == f.ino && (FarFuture(now_, use) ? 0 : use) > f.activity();
 }
 
 Status GcRun::Run(const TreeScan& first) {

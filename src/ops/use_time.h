@@ -11,17 +11,24 @@
 // within the tolerance buys is the same as touching the block for that long.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <ctime>
 
 namespace kvtier::internal {
 
 // Kerberos' default for the skew it accepts between hosts.
 inline constexpr int64_t kFutureUseToleranceS = 300;
 
-// The use time gc orders blocks by, seen at `now` (unix seconds both).
+// The use time gc orders blocks by, in a run whose ages are measured from
+// `now` (unix seconds both). How far ahead a use lies is judged against the
+// later of `now` and the clock at the call, so that a block written during a
+// long run (after `now`) is never taken for one dated ahead.
 inline int64_t CountedUse(int64_t now, int64_t use) {
   if (use <= now) return use;
-  const uint64_t ahead = static_cast<uint64_t>(use) - static_cast<uint64_t>(now);  // modular: exact, use > now
+  const int64_t clock = std::max<int64_t>(now, std::time(nullptr));
+  if (use <= clock) return now;
+  const uint64_t ahead = static_cast<uint64_t>(use) - static_cast<uint64_t>(clock);  // modular: exact, use > clock
   return ahead <= static_cast<uint64_t>(kFutureUseToleranceS) ? now : 0;
 }
 
