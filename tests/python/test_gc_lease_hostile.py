@@ -7,7 +7,8 @@ with a 1 s collector TTL, their effect read from the tree, their metrics files a
 * Something at `<root>/.kvtier/gc.lease` that is not a lease (a symlink to a file outside the
   volume, a FIFO, an empty directory, a directory with an entry) stops no watch: after the TTL it is
   moved aside and the watch trims to its bound. The log names the lease and what it is; a symlink's
-  target keeps its bytes, a directory's entry is kept (moved to a name of its own).
+  target keeps its bytes, a directory's entry is kept (moved to a name of its own). A one-shot
+  `gc --max-bytes` takes a FIFO at the lease's name over the same way and trims (exit 0).
 * Where it cannot be moved (a collector running as an unprivileged user in a `.kvtier` it may not
   write: EACCES), the one-shot `gc --max-bytes` exits 4 with a message naming the lease and the
   cause, and a watch says so in its log and exits 4 on SIGTERM. (Skipped in one line without root
@@ -67,6 +68,17 @@ def test_a_non_lease_is_moved_aside_and_the_watch_collects(kvtier_bin, tmp_path,
         assert "remove it by hand" in log, log
     else:
         assert left == [], left
+
+
+def test_one_shot_gc_takes_a_non_lease_over(kvtier_bin, tmp_path):
+    root = tmp_path / "root"
+    make_blocks(root, 20, "a")
+    plant("fifo", root / ".kvtier" / "gc.lease", None)
+    r = subprocess.run([kvtier_bin, "gc", str(root), "--max-bytes", str(10 * ROW), "--collector-ttl", "1s"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    assert len(blocks(root)) == 10
+    assert list((root / ".kvtier").iterdir()) == []  # taken over, then given up at exit
 
 
 def unprivileged():
