@@ -26,9 +26,9 @@ inline constexpr int64_t kFutureUseToleranceS = 300;
 // long run (after `now`) is never taken for one dated ahead.
 inline int64_t CountedUse(int64_t now, int64_t use) {
   if (use <= now) return use;
-  const int64_t clock = std::max<int64_t>(now, std::time(nullptr));
-  if (use <= clock) return now;
-  const uint64_t ahead = static_cast<uint64_t>(use) - static_cast<uint64_t>(clock);  // modular: exact, use > clock
+  const int64_t wall = std::max<int64_t>(now, std::time(nullptr));
+  if (use <= wall) return now;
+  const uint64_t ahead = static_cast<uint64_t>(use) - static_cast<uint64_t>(wall);  // modular: exact, use > wall
   return ahead <= static_cast<uint64_t>(kFutureUseToleranceS) ? now : 0;
 }
 

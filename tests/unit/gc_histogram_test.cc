@@ -45,8 +45,8 @@ TEST(UseHistogramTest, EveryAgeFallsInTheBucketThatHoldsIt) {
   EXPECT_EQ(UseHistogram::Bucket(t, INT64_MAX), UseHistogram::Bucket(t, 0));
   EXPECT_GT(UseHistogram::Bucket(t, t + 2275110190), UseHistogram::Bucket(t, t - 3600));
   // A run that started 1000 s ago sees a block written just now: not dated ahead, but used "now".
-  const int64_t clock = std::time(nullptr);
-  EXPECT_EQ(UseHistogram::Bucket(clock - 1000, clock), 0);
+  const int64_t wall = std::time(nullptr);
+  EXPECT_EQ(UseHistogram::Bucket(wall - 1000, wall), 0);
   EXPECT_EQ(UseHistogram::Bucket(INT64_MAX, INT64_MIN), UseHistogram::kBuckets - 1);
 }
 
