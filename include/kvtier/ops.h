@@ -143,6 +143,12 @@ struct NamespaceUsage {
   // block: a sparse file counts its data, not its holes.
   uint64_t blocks = 0, bytes = 0, tmp_files = 0;
   int64_t newest_activity = 0, oldest_activity = 0;  // unix seconds, max(atime, mtime) of blocks
+  // FORMAT.md L155: the newest activity as gc counts it (a use time more than
+  // 300 s after the scan's clock counts as the epoch, one less ahead as that
+  // clock), what `du --top N --by age` orders by; and how many blocks are
+  // dated that far ahead (a wrong clock, on a writer or on this host).
+  int64_t newest_counted_activity = 0;
+  uint64_t far_future_blocks = 0;
   uint64_t live_leases = 0;
   bool leases_known = true;  // false: the lease directory or a lease could not be read
 };
@@ -316,9 +322,14 @@ struct GcReport {
   // With max_bytes, when the bound was over: the use time (unix seconds) at
   // and before which blocks were removed for capacity; those used within
   // capacity_tolerance_s before it were taken in walk order, not by exact
-  // use time (see Gc). Both 0 when no capacity removal was needed.
+  // use time (see Gc). Both 0 when no capacity removal was needed. A cutoff
+  // of 0 with a tolerance: only blocks dated far ahead went (FORMAT.md L155
+  // counts their use time as the epoch).
   int64_t capacity_cutoff = 0;
   uint64_t capacity_tolerance_s = 0;
+  // Blocks whose use time lies more than 300 s after this host's clock,
+  // counted as used at the epoch (FORMAT.md L155): gc takes them first.
+  uint64_t far_future_blocks = 0;
   // Full walks of the tree this run made (with a list of roots, the most any
   // root took): 1 when nothing had to go before the capacity trim and it fit
   // the candidate buffer (GcOptions::candidates_bytes_max), 2 or 3 otherwise.

@@ -310,6 +310,8 @@ class NamespaceUsage:
     tmp_files: int
     newest_activity: int
     oldest_activity: int
+    newest_counted_activity: int  # newest_activity as gc counts it (FORMAT.md L155): far-future times as 0
+    far_future_blocks: int  # blocks dated more than 300 s after this host's clock (FORMAT.md L155)
     live_leases: int
 
 class DuReport:
@@ -360,6 +362,7 @@ class GcReport:
     dirs_removed: int  # empty shard directories removed (FORMAT.md L108)
     capacity_cutoff: int  # with max_bytes: blocks used at or before this (unix s) were eligible; 0: bound not over
     capacity_tolerance_s: int  # the width of the cut-off's histogram bucket: LRU order is exact beyond it
+    far_future_blocks: int  # blocks dated more than 300 s after this host's clock, taken first (FORMAT.md L155)
     exit_code: int  # 0 complete, 4 removals failed, 8 parts could not be read, 12 both
 
 class FailedRemoval:

@@ -146,6 +146,8 @@ void BindReports(pb::module_& m) {
       .def_readonly("tmp_files", &NamespaceUsage::tmp_files)
       .def_readonly("newest_activity", &NamespaceUsage::newest_activity)
       .def_readonly("oldest_activity", &NamespaceUsage::oldest_activity)
+      .def_readonly("newest_counted_activity", &NamespaceUsage::newest_counted_activity)
+      .def_readonly("far_future_blocks", &NamespaceUsage::far_future_blocks)
       .def_readonly("live_leases", &NamespaceUsage::live_leases)
       .def_readonly("leases_known", &NamespaceUsage::leases_known);
   pb::class_<DuReport>(m, "DuReport", "kvtier du: usage per namespace.")
@@ -191,6 +193,7 @@ void BindReports(pb::module_& m) {
       .def_readonly("files_reclaimed", &GcReport::files_reclaimed).def_readonly("files_failed", &GcReport::files_failed)
       .def_readonly("dirs_removed", &GcReport::dirs_removed).def_readonly("capacity_cutoff", &GcReport::capacity_cutoff)
       .def_readonly("capacity_tolerance_s", &GcReport::capacity_tolerance_s)
+      .def_readonly("far_future_blocks", &GcReport::far_future_blocks)
       .def_readonly("walks", &GcReport::walks).def_readonly("candidates_held", &GcReport::candidates_held)
       .def_readonly("capacity_skipped", &GcReport::capacity_skipped)
       .def_property_readonly("exit_code", &GcReport::ExitCode);

@@ -195,6 +195,10 @@ std::string CollectorLeaseAsideName(std::string_view token) {
 
 std::string DoctorScratchName(std::string_view token) { return "doctor." + std::string(token); }
 
+std::string CollectorLeaseJunkName(std::string_view token, uint64_t n) {
+  return std::string(kCollectorLeaseName) + "." + std::string(token) + "." + std::to_string(n) + ".bad";
+}
+
 std::string LeaseName(std::string_view host, int64_t pid, uint64_t n) {
   return std::string(host) + "-" + std::to_string(pid) + "-" + std::to_string(n) + ".lease";
 }

@@ -98,6 +98,10 @@ std::string CollectorLeaseAsideName(std::string_view token);
 // L150: `kvtier doctor`'s scratch directory "doctor.<token>" under the
 // volume's kMetaDirName (token as L121's).
 std::string DoctorScratchName(std::string_view token);
+
+// L153: where a directory found at gc.lease that cannot be removed (it holds
+// entries) is moved, out of the way of the token's aside name.
+std::string CollectorLeaseJunkName(std::string_view token, uint64_t n);
 // L8 split for directory-fd walks: "<h[0:3]>" and "<h[3:5]>_g<g>".
 std::string Shard1Name(std::string_view hex);
 std::string Shard2Name(std::string_view hex, int64_t group);

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <ctime>
 
@@ -44,7 +45,7 @@ Status WriteLeaseFile(int dir_fd, const std::string& dir, const std::string& nam
 
 }  // namespace
 
-Result<std::unique_ptr<Lease>> Lease::Acquire(int ns_fd, const std::string& ns_dir, uint64_t unique) {
+Result<std::unique_ptr<Lease>> Lease::Acquire(int ns_fd, const std::string& ns_dir, uint64_t unique, uint64_t refresh_ms) {
   const std::string meta_name(format::kMetaDirName), leases_name(format::kLeaseDirName);
   KVTIER_ASSIGN_OR_RETURN(UniqueFd meta, MakeTierDir(ns_fd, meta_name, ns_dir + "/" + meta_name, /*durable=*/false));
   const std::string dir = ns_dir + "/" + meta_name + "/" + leases_name;
@@ -52,10 +53,14 @@ Result<std::unique_ptr<Lease>> Lease::Acquire(int ns_fd, const std::string& ns_d
   char host[256] = "host";
   gethostname(host, sizeof host - 1);
   const std::string name = format::LeaseName(host, getpid(), unique % 100000);
-  KVTIER_RETURN_IF_ERROR(WriteLeaseFile(leases.get(), dir, name, LeaseBody(host)));
+  const std::string body = LeaseBody(host);
+  KVTIER_RETURN_IF_ERROR(WriteLeaseFile(leases.get(), dir, name, body));
   auto state = std::make_shared<State>();
   state->dir = std::move(leases);
   state->name = name;
+  state->dir_path = dir;
+  state->body = body;
+  state->refresh_ms = std::max<uint64_t>(refresh_ms, 1);
   std::unique_ptr<Lease> lease(new Lease(state, dir + "/" + name));
   lease->refresher_ = std::thread([state] { Refresh(state); });
   return lease;
@@ -65,11 +70,20 @@ Result<std::unique_ptr<Lease>> Lease::Acquire(int ns_fd, const std::string& ns_d
 // here, not in the destructor, so that a hung mount holds only this thread.
 void Lease::Refresh(const std::shared_ptr<State>& state) {
   std::unique_lock lock(state->mu);
-  while (!state->cv.wait_for(lock, std::chrono::seconds(format::kLeaseRefreshS), [&] { return state->stop; })) {
+  while (!state->cv.wait_for(lock, std::chrono::milliseconds(state->refresh_ms), [&] { return state->stop; })) {
     // mtime = now, on the name in the checked directory, never through a
-    // symlink swapped in for it; a lost file is recreated by the next start.
+    // symlink swapped in for it. A lease gone, or replaced by what gc does
+    // not count as one (not a regular file), is written anew: the rename
+    // replaces a symlink or FIFO without following or opening it (a
+    // directory stays, and the refresh tries again next time).
     lock.unlock();
-    utimensat(state->dir.get(), state->name.c_str(), nullptr, AT_SYMLINK_NOFOLLOW);
+    struct stat st {};
+    const int dir = state->dir.get();
+    if (fstatat(dir, state->name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode)) {
+      utimensat(dir, state->name.c_str(), nullptr, AT_SYMLINK_NOFOLLOW);
+    } else {
+      WriteLeaseFile(dir, state->dir_path, state->name, state->body).IgnoreError();
+    }
     lock.lock();
   }
   lock.unlock();

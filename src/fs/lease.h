@@ -7,6 +7,12 @@
 // never return: closing waits for them at most kLeaseCloseWaitMs and then
 // leaves the thread (and its state) to finish or die with the process; the
 // lease then expires like a crashed instance's.
+//
+// Each refresh checks what is at the lease's name (lstat, no symlink
+// followed): a lease removed, or replaced by something that is not a regular
+// file (a symlink, a FIFO: gc counts only regular files as leases, L74), is
+// written anew through a temp file and a rename, so a running tier never
+// goes without a live lease for longer than one refresh period.
 #pragma once
 
 #include <condition_variable>
@@ -16,6 +22,7 @@
 #include <thread>
 #include <memory>
 
+#include "format/layout_names.h"
 #include "kvtier/result.h"
 #include "util/dir_fd.h"
 
@@ -27,7 +34,9 @@ class Lease {
  public:
   // `ns_fd`: the namespace directory (checked: no symlink), `ns_dir` its path
   // for messages.
-  static Result<std::unique_ptr<Lease>> Acquire(int ns_fd, const std::string& ns_dir, uint64_t unique);
+  // refresh_ms: the refresh period (kLeaseRefreshS; tests pass less).
+  static Result<std::unique_ptr<Lease>> Acquire(int ns_fd, const std::string& ns_dir, uint64_t unique,
+                                                uint64_t refresh_ms = format::kLeaseRefreshS * 1000);
   ~Lease();
   const std::string& path() const { return path_; }
 
@@ -37,6 +46,8 @@ class Lease {
   struct State {
     UniqueFd dir;      // <NS>/.kvtier/leases, held for the refresh and the removal
     std::string name;  // the lease file's name in dir
+    std::string dir_path, body;  // for a rewrite: dir's path (messages) and the lease's body
+    uint64_t refresh_ms = 0;
     std::mutex mu;
     std::condition_variable cv;
     bool stop = false;

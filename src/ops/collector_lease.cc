@@ -7,12 +7,14 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
 #include <chrono>
 #include <ctime>
 #include <random>
 
 #include "format/layout_names.h"
 #include "fs/tier_dirs.h"
+#include "ops/io_watch.h"
 
 namespace kvtier::internal {
 namespace {
@@ -41,10 +43,37 @@ int ReadLease(int dir, const std::string& name, std::string* body, struct stat* 
   return 0;
 }
 
-// Writes `body` into a new file dir/name (O_EXCL): 0 or the errno.
+// What is at dir/name: its lstat and, for a regular file it may read, its
+// body (st then from the open file, fresh on NFS). Nothing else is opened:
+// a FIFO's open can block, a device's have effects, a symlink leads
+// elsewhere. 0 (body empty when not read) or the errno of the lstat.
+int Look(int dir, const std::string& name, struct stat* st, std::string* body) {
+  body->clear();
+  if (fstatat(dir, name.c_str(), st, AT_SYMLINK_NOFOLLOW) != 0) return errno;
+  if (!S_ISREG(st->st_mode)) return 0;
+  struct stat opened {};
+  const int err = ReadLease(dir, name, body, &opened);
+  if (err == ENOENT) return ENOENT;
+  if (err == 0) *st = opened;  // else unreadable or swapped meanwhile: judged by the lstat (a swap shows next tick)
+  return 0;
+}
+
+std::string KindOf(mode_t mode) {
+  if (S_ISLNK(mode)) return "a symbolic link";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISCHR(mode) || S_ISBLK(mode)) return "a device node";
+  return "a regular file";
+}
+
+// Writes `body` into a new file dir/name (O_EXCL): 0 or the errno. Readable
+// by all whatever the umask: an observer that cannot read a lease judges it
+// by its attributes alone, which an NFS client may serve from its cache.
 int WriteNew(int dir, const std::string& name, const std::string& body) {
   UniqueFd fd(openat(dir, name.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_NOFOLLOW | O_CLOEXEC, 0644));
   if (!fd.valid()) return errno;
+  (void)fchmod(fd.get(), 0644);
   if (write(fd.get(), body.data(), body.size()) != static_cast<ssize_t>(body.size())) return errno == 0 ? EIO : errno;
   return 0;
 }
@@ -60,6 +89,8 @@ std::string LeaseBody(const std::string& token, uint64_t ttl_ms) {
 Result<std::unique_ptr<CollectorLease>> CollectorLease::Open(const std::string& root, uint64_t ttl_ms) {
   UniqueFd root_fd;
   if (const int err = OpenDirAt(AT_FDCWD, root, &root_fd)) return ErrnoToStatus(err, "open " + root);
+  struct stat root_st {};
+  if (fstat(root_fd.get(), &root_st) != 0) return ErrnoToStatus(errno, "stat " + root);
   const std::string meta(format::kMetaDirName), display = root + "/" + meta;
   KVTIER_ASSIGN_OR_RETURN(UniqueFd dir, MakeTierDir(root_fd.get(), meta, display, /*durable=*/false));
   char host[256] = "host";
@@ -67,21 +98,56 @@ Result<std::unique_ptr<CollectorLease>> CollectorLease::Open(const std::string& 
   const std::string token = format::CollectorToken(host, getpid(), std::random_device{}() * uint64_t{0x100000001} ^ NowNs());
   auto lease = std::unique_ptr<CollectorLease>(new CollectorLease(std::move(dir), display, token, std::max<uint64_t>(ttl_ms, 1)));
   lease->body_ = LeaseBody(token, lease->ttl_ms_);
+  lease->root_ = root;
+  lease->root_dev_ = root_st.st_dev;
+  lease->root_ino_ = root_st.st_ino;
   return lease;
 }
 
 CollectorLease::CollectorLease(UniqueFd dir, std::string display, std::string token, uint64_t ttl_ms)
-    : dir_(std::move(dir)), display_(std::move(display)), token_(std::move(token)), ttl_ms_(ttl_ms),
+    : dir_(std::move(dir)), display_(std::move(display)), lease_path_(display_ + "/" + std::string(format::kCollectorLeaseName)),
+      token_(std::move(token)), ttl_ms_(ttl_ms),
       refresh_ms_(RefreshMsFor(ttl_ms)), validity_ms_(3 * refresh_ms_) {}
 
 uint64_t CollectorLease::RefreshMsFor(uint64_t ttl_ms) { return std::clamp<uint64_t>(ttl_ms / 15, 20, 2000); }
 
 bool CollectorLease::MayCollect() const { return MayCollectAt(NowNs()); }
-bool CollectorLease::MayCollectAt(int64_t now) const { return state_ == State::kHolding && now < valid_until_ns_; }
+bool CollectorLease::MayCollectAt(int64_t now) const {
+  return !root_replaced_ && state_ == State::kHolding && now < valid_until_ns_;
+}
+
+// Follows a symlinked root path as Open did: what matters is the directory
+// the collectors' walks open by that path.
+bool CollectorLease::RootStill() const {
+  IoScope io("");  // the root itself: a watched caller (gc's walkers) times a hung mount out
+  struct stat st {};
+  return !io.cancelled() && stat(root_.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && st.st_dev == root_dev_ && st.st_ino == root_ino_;
+}
+
+std::string CollectorLease::problem() const {
+  std::lock_guard lock(problem_mu_);
+  return problem_;
+}
+
+// Says `what` for the caller to log; the same statement again only after a
+// TTL (its seq grows then too), so that every collector repeats it once per TTL.
+void CollectorLease::Problem(int64_t now, std::string what, bool blocking) {
+  blocked_ = blocking;
+  std::lock_guard lock(problem_mu_);
+  if (what == problem_ && now - problem_ns_ < static_cast<int64_t>(ttl_ms_) * 1000000) return;
+  problem_ = std::move(what);
+  problem_ns_ = now;
+  ++problem_seq_;
+}
 
 CollectorLease::State CollectorLease::Tick() { return TickAt(NowNs()); }
 
 CollectorLease::State CollectorLease::TickAt(int64_t now) {
+  if (!root_replaced_ && !RootStill()) {
+    root_replaced_ = true;  // before the release: MayCollect answers false from here on
+    Release();              // in the directory it was taken in, if that still exists
+  }
+  if (root_replaced_) return state_;
   if (state_ == State::kObserving) {
     TickObserver(now);
   } else {
@@ -112,26 +178,40 @@ void CollectorLease::Lose(const char*) {
   seen_ino_ = 0;
 }
 
-// L121, L123: an absent lease is created; one seen unchanged for ttl_ms taken over.
+// L121, L123: an absent lease is created; one seen unchanged for ttl_ms taken
+// over. L153: whatever sits at the name is judged by its lstat (and body when
+// it is a regular file it can read), so a non-lease is taken over too.
 void CollectorLease::TickObserver(int64_t now) {
   std::string body;
   struct stat st {};
-  const int err = ReadLease(dir_.get(), std::string(format::kCollectorLeaseName), &body, &st);
+  const int err = Look(dir_.get(), std::string(format::kCollectorLeaseName), &st, &body);
   if (err == ENOENT) {
     if (seen_since_ns_ != 0) ++changes_seen_;  // one we saw is gone: its holder gave it up, or another took it
+    seen_since_ns_ = 0;
     TryCreate(now);
     return;
   }
-  if (err != 0) return;  // unreadable: judge nothing
-  if (st.st_ino != seen_ino_ || MtimeNs(st) != seen_mtime_ns_ || body != seen_ || seen_since_ns_ == 0) {
+  if (err != 0) return Problem(now, lease_path_ + " cannot be looked at: " + std::strerror(err), true);
+  if (!SameAsSeen(st, body)) {
     if (seen_since_ns_ != 0) ++changes_seen_;
     seen_ = body;
     seen_ino_ = st.st_ino;
+    seen_mode_ = st.st_mode;
     seen_mtime_ns_ = MtimeNs(st);
     seen_since_ns_ = now;
+    if (!S_ISREG(st.st_mode) && !blocked_) {  // blocked: it said already why it could not move it
+      Problem(now, lease_path_ + " is " + KindOf(st.st_mode) + ", not a lease: no collector holds it; it is moved aside once unchanged for the TTL", true);
+    } else if (S_ISREG(st.st_mode)) {
+      blocked_ = false;  // a lease: another collector's (live or not, L123 judges)
+    }
     return;
   }
   if (now - seen_since_ns_ >= static_cast<int64_t>(ttl_ms_) * 1000000) TryTakeover(now);
+}
+
+bool CollectorLease::SameAsSeen(const struct stat& st, const std::string& body) const {
+  return seen_since_ns_ != 0 && st.st_ino == seen_ino_ && st.st_mode == seen_mode_ && MtimeNs(st) == seen_mtime_ns_ &&
+         body == seen_;
 }
 
 // L121: the lease is linked into place from a temp file of ours, so it never
@@ -141,7 +221,11 @@ void CollectorLease::TickObserver(int64_t now) {
 bool CollectorLease::TryCreate(int64_t now) {
   const std::string tmp = format::CollectorLeaseTmpName(token_), name(format::kCollectorLeaseName);
   unlinkat(dir_.get(), tmp.c_str(), 0);
-  if (WriteNew(dir_.get(), tmp, body_) != 0) return unlinkat(dir_.get(), tmp.c_str(), 0), false;
+  if (const int err = WriteNew(dir_.get(), tmp, body_)) {
+    unlinkat(dir_.get(), tmp.c_str(), 0);
+    Problem(now, "cannot create the collector lease " + lease_path_ + ": " + std::strerror(err), true);
+    return false;
+  }
   if (linkat(dir_.get(), tmp.c_str(), dir_.get(), name.c_str(), 0) != 0 && (errno == EPERM || errno == EOPNOTSUPP)) {
     (void)WriteNew(dir_.get(), name, body_);  // no hard links here: O_EXCL creation is as exclusive
   }
@@ -149,6 +233,7 @@ bool CollectorLease::TryCreate(int64_t now) {
   std::string body;
   struct stat st {};
   if (ReadLease(dir_.get(), name, &body, &st) != 0 || body != body_) return false;
+  blocked_ = false;
   state_ = State::kSettling;  // L122: no removal before any earlier holder's validity has run out
   acquired_ns_ = last_ok_ns_ = now;
   ++acquisitions_;
@@ -156,32 +241,70 @@ bool CollectorLease::TryCreate(int64_t now) {
 }
 
 // L123: the stale file is renamed aside (only one taker's rename finds it)
-// and judged there: the very inode, mtime and body seen stale is removed and the
-// lease created anew; anything else (another taker's fresh lease) is put back.
+// and judged there: the very inode, type, mtime and body seen stale is
+// removed and the lease created anew; anything else (another taker's fresh
+// lease) is put back. L153: a non-lease goes the same way, never opened.
 void CollectorLease::TryTakeover(int64_t now) {
   const std::string aside = format::CollectorLeaseAsideName(token_), name(format::kCollectorLeaseName);
-  seen_since_ns_ = 0;
+  const mode_t mode = seen_mode_;
   if (before_takeover_) before_takeover_();
-  if (renameat(dir_.get(), name.c_str(), dir_.get(), aside.c_str()) != 0) return;
+  if (renameat(dir_.get(), name.c_str(), dir_.get(), aside.c_str()) != 0) {
+    const int err = errno;
+    seen_since_ns_ = 0;  // judged afresh: once more after another TTL
+    if (err != ENOENT) Problem(now, lease_path_ + " (" + KindOf(mode) + ") cannot be moved aside: " + std::strerror(err), true);
+    return;
+  }
   std::string body;
   struct stat st {};
-  const bool stale = ReadLease(dir_.get(), aside, &body, &st) == 0 && st.st_ino == seen_ino_ &&
-                     MtimeNs(st) == seen_mtime_ns_ && body == seen_;  // a reused inode number has another body
-  if (!stale) (void)linkat(dir_.get(), aside.c_str(), dir_.get(), name.c_str(), 0);  // EEXIST: its holder sees it lost
-  unlinkat(dir_.get(), aside.c_str(), 0);
-  if (stale) TryCreate(now);
+  const bool stale = Look(dir_.get(), aside, &st, &body) == 0 && SameAsSeen(st, body);  // a reused inode number has another body
+  seen_since_ns_ = 0;
+  if (!stale) return PutBack(aside, st.st_mode);
+  Discard(aside, st.st_mode, now);
+  TryCreate(now);
+}
+
+// Removes what was judged stale at its aside name: a file or symlink by
+// unlink (a symlink's target is never touched), a directory by rmdir; a
+// directory with entries (not ours to empty) goes out of the aside name's
+// way, to a name of its own, and is reported.
+void CollectorLease::Discard(const std::string& aside, mode_t mode, int64_t now) {
+  if (!S_ISDIR(mode)) return (void)unlinkat(dir_.get(), aside.c_str(), 0);
+  if (unlinkat(dir_.get(), aside.c_str(), AT_REMOVEDIR) == 0) return;
+  const std::string junk = format::CollectorLeaseJunkName(token_, ++junk_n_);
+  if (renameat(dir_.get(), aside.c_str(), dir_.get(), junk.c_str()) == 0) {
+    Problem(now, lease_path_ + " was a directory with entries, not a lease: moved to " + display_ + "/" + junk +
+                     " (remove it by hand)", false);
+  } else {
+    Problem(now, lease_path_ + " was a directory with entries, not a lease: left at " + display_ + "/" + aside + ": " +
+                     std::strerror(errno), false);
+  }
+}
+
+// What was moved aside but is not to be removed goes back, and the aside
+// name is left free: a file or symlink by link (EEXIST: a lease created
+// meanwhile stays, and the moved one's holder sees its lease lost), a
+// directory by rename, or, where that fails, on to a name of its own.
+void CollectorLease::PutBack(const std::string& aside, mode_t mode) {
+  const std::string name(format::kCollectorLeaseName);
+  if (!S_ISDIR(mode)) {
+    (void)linkat(dir_.get(), aside.c_str(), dir_.get(), name.c_str(), 0);
+    unlinkat(dir_.get(), aside.c_str(), 0);
+  } else if (renameat(dir_.get(), aside.c_str(), dir_.get(), name.c_str()) != 0) {
+    const std::string junk = format::CollectorLeaseJunkName(token_, ++junk_n_);
+    (void)renameat(dir_.get(), aside.c_str(), dir_.get(), junk.c_str());
+  }
 }
 
 void CollectorLease::Release() {
   if (state_ == State::kObserving) return;
   Lose("released");
   const std::string aside = format::CollectorLeaseAsideName(token_), name(format::kCollectorLeaseName);
-  if (renameat(dir_.get(), name.c_str(), dir_.get(), aside.c_str()) != 0) return;
   std::string body;
   struct stat st {};
-  if (ReadLease(dir_.get(), aside, &body, &st) != 0 || body != body_) {
-    (void)linkat(dir_.get(), aside.c_str(), dir_.get(), name.c_str(), 0);  // not ours: put it back
-  }
+  // Not ours (replaced, or not a lease at all): nothing to give up, nothing moved.
+  if (Look(dir_.get(), name, &st, &body) != 0 || body != body_) return;
+  if (renameat(dir_.get(), name.c_str(), dir_.get(), aside.c_str()) != 0) return;
+  if (Look(dir_.get(), aside, &st, &body) != 0 || !S_ISREG(st.st_mode) || body != body_) return PutBack(aside, st.st_mode);
   unlinkat(dir_.get(), aside.c_str(), 0);
 }
 

@@ -14,14 +14,30 @@
 // validity) before its first removal. The argument, NFS included, is in
 // FORMAT.md L122.
 //
+// What sits at gc.lease need not be a lease (FORMAT.md L153): a symlink, a
+// FIFO, a directory or a file it cannot read is judged by its lstat alone,
+// never opened (a FIFO's open can block) nor followed, and moved aside like
+// a stale lease once unchanged for the TTL. What stops it from collecting is
+// kept in problem() for the caller to log.
+//
+// The lease belongs to the directory its root path named at Open (device
+// and inode). Once the path names another directory or none (the root was
+// moved or removed and made anew), the lease is given up at the next tick,
+// root_replaced() says so and MayCollect() answers false; a collector also
+// asks RootStill() before each removal, so none follows the change. A new CollectorLease then competes for the
+// lease of the directory the path names now.
+//
 // Thread-safety: Tick and Release from one thread (the watch's lease thread);
-// MayCollect, state and the counters from any.
+// MayCollect, state, problem and the counters from any.
 #pragma once
+
+#include <sys/stat.h>
 
 #include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "kvtier/result.h"
@@ -47,7 +63,8 @@ class CollectorLease {
   // observer takes it at its next tick.
   void Release();
 
-  // Holding, and the last successful check is within validity_ms.
+  // Holding, the last successful check is within validity_ms, and the last
+  // tick found the root path naming the directory whose lease it is.
   bool MayCollect() const;
   bool MayCollectAt(int64_t now_ns) const;
   State state() const { return state_.load(); }
@@ -57,6 +74,22 @@ class CollectorLease {
   // counts the first sighting, nor a stale lease this one took over.
   uint64_t changes_seen() const { return changes_seen_.load(); }
   uint64_t refresh_ms() const { return refresh_ms_; }
+  // Why this collector cannot take or keep the lease now ("" when nothing
+  // stops it but another collector's live lease), naming the lease path:
+  // a non-lease at gc.lease, one that could not be moved aside, a lease
+  // that could not be created. problem_seq() grows with each new statement.
+  std::string problem() const;
+  uint64_t problem_seq() const { return problem_seq_.load(); }
+  // The last problem stated still keeps this collector from the lease (a
+  // non-lease it could not move, a lease it could not create or look at).
+  bool blocked() const { return blocked_.load(); }
+  // The root path no longer names the directory of this lease (moved,
+  // removed): the lease was given up and this object collects no more.
+  bool root_replaced() const { return root_replaced_.load(); }
+  // Whether the root path names the directory of this lease now: one stat,
+  // announced to the io watch of the calling thread (ops/io_watch.h).
+  bool RootStill() const;
+  const std::string& lease_path() const { return lease_path_; }
   // L122's R for a TTL: ttl_ms / 15, clamped to 20 ms..2 s.
   static uint64_t RefreshMsFor(uint64_t ttl_ms);
   const std::string& token() const { return token_; }
@@ -66,6 +99,10 @@ class CollectorLease {
 
  private:
   CollectorLease(UniqueFd dir, std::string display, std::string token, uint64_t ttl_ms);
+  bool SameAsSeen(const struct stat& st, const std::string& body) const;
+  void Discard(const std::string& aside, mode_t mode, int64_t now_ns);
+  void PutBack(const std::string& aside, mode_t mode);
+  void Problem(int64_t now_ns, std::string what, bool blocking);
   void TickHolder(int64_t now_ns);
   void TickObserver(int64_t now_ns);
   bool TryCreate(int64_t now_ns);
@@ -74,6 +111,16 @@ class CollectorLease {
 
   UniqueFd dir_;         // <root>/.kvtier
   std::string display_;  // its path, for messages
+  std::string lease_path_;  // display_ + "/gc.lease"
+  std::string root_;        // the root path, as given
+  uint64_t root_dev_ = 0, root_ino_ = 0;  // the directory it named at Open
+  std::atomic<bool> root_replaced_{false};
+  mutable std::mutex problem_mu_;
+  std::string problem_;  // guarded by problem_mu_
+  int64_t problem_ns_ = 0;  // when problem_ was last stated (steady clock)
+  std::atomic<uint64_t> problem_seq_{0};
+  std::atomic<bool> blocked_{false};
+  uint64_t junk_n_ = 0;  // directories moved to CollectorLeaseJunkName
   std::string token_, body_;
   uint64_t ttl_ms_, refresh_ms_, validity_ms_;
   std::atomic<State> state_{State::kObserving};
@@ -83,6 +130,7 @@ class CollectorLease {
   // What the observer saw last, and since when (steady clock).
   std::string seen_;
   uint64_t seen_ino_ = 0;
+  uint32_t seen_mode_ = 0;
   int64_t seen_mtime_ns_ = 0, seen_since_ns_ = 0;
   std::function<void()> before_takeover_;
 };

@@ -29,6 +29,7 @@
 #include "format/layout_names.h"
 #include "ops/gc_candidates.h"
 #include "ops/gc_histogram.h"
+#include "ops/use_time.h"
 #include "ops/io_watch.h"
 #include "ops/ops_internal.h"
 #include "ops/trailer_sizes.h"
@@ -361,7 +362,11 @@ bool GcRun::UsedSinceWalk(int dir_fd, const ScannedFile& f) const {
   IoScope io(f.rel);
   struct stat st;
   if (io.cancelled() || fstatat(dir_fd, SplitRel(f.rel).second.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) return false;
-  return st.st_ino == f.ino && std::max(st.st_mtim.tv_sec, st.st_atim.tv_sec) > f.activity();
+  // f.activity() is as counted at the walk (FORMAT.md L155); a time found now
+  // counts as the epoch only when still dated far ahead: any other is a use
+  // (a block the walk counted as now, and found ahead still, is kept: the safe side).
+  const int64_t use = std::max(st.st_mtim.tv_sec, st.st_atim.tv_sec);
+  return st.st_ino == f.ino && (FarFuture(now_, use) ? 0 : use) > f.activity();
 }
 
 Status GcRun::Run(const TreeScan& first) {
@@ -394,6 +399,7 @@ Result<GcReport> GcScanned(const GcOptions& o, const TreeScan& first, const std:
   GcReport report;
   report.dry_run = o.dry_run;
   report.files_scanned = first.files;
+  for (const auto& [name, ns] : first.namespaces) report.far_future_blocks += ns.blocks.far_future;
   KVTIER_RETURN_IF_ERROR(GcRun(o, first, &report, &no_reclaim, first_use).Run(first));
   return report;
 }
@@ -416,7 +422,7 @@ ScanVisitors FirstWalkVisitors(const GcOptions& options, FirstWalkUse* use) {
   visit.block = [keep, use](const std::string& ns, const ScannedFile& b, int) {
     if (keep->count(ns) != 0) return false;
     use->histogram.Add(UseHistogram::Bucket(use->now, b.activity()), b.bytes);
-    use->candidates.Offer(b);
+    use->candidates.Offer(b, use->now);
     return false;
   };
   return visit;

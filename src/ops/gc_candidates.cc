@@ -33,7 +33,7 @@ bool CandidateBuffer::Older(const Entry& a, const Entry& b) {
 
 // Its rel, "<NS>_r<rank>/<hhh>/<hh>_g<g>/<hex>.bin", as compact parts; false
 // where File() would not rebuild the very same rel.
-bool CandidateBuffer::Parse(const ScannedFile& b, Entry* e, std::string* block_dir_out) {
+bool CandidateBuffer::Parse(const ScannedFile& b, int64_t use, Entry* e, std::string* block_dir_out) {
   const auto [dir2, file] = SplitRel(b.rel);
   const auto [dir1, shard2] = SplitRel(dir2);
   const auto block_dir = SplitRel(dir1).first;
@@ -48,15 +48,16 @@ bool CandidateBuffer::Parse(const ScannedFile& b, Entry* e, std::string* block_d
   }
   e->hex_chars = static_cast<uint8_t>(hex->size());
   e->group = static_cast<uint32_t>(parsed->group);
-  e->activity = b.activity();
+  e->activity = use;
   e->bytes = b.bytes, e->ino = b.ino, e->dev = b.dev;
   e->mode = b.mode;
   *block_dir_out = block_dir;
   return true;
 }
 
-void CandidateBuffer::Offer(const ScannedFile& b) {
-  if (b.activity() > youngest_.load(std::memory_order_relaxed)) {
+void CandidateBuffer::Offer(const ScannedFile& b, int64_t now) {
+  const int64_t use = CountedUse(now, b.activity());
+  if (use > youngest_.load(std::memory_order_relaxed)) {
     dropped_ = true;  // full, and younger than all held
     return;
   }
@@ -66,7 +67,7 @@ void CandidateBuffer::Offer(const ScannedFile& b) {
     dropped_ = true;
     return;
   }
-  if (!Parse(b, &e, &block_dir)) {  // outside the lock: the walker threads parse at once
+  if (!Parse(b, use, &e, &block_dir)) {  // outside the lock: the walker threads parse at once
     dropped_ = unparsed_ = true;
     return;
   }
@@ -110,7 +111,7 @@ ScannedFile CandidateBuffer::File(const Entry& e) const {
   ScannedFile f;
   f.rel = DirOf(e) + "/" + format::BlockFileName(hex);
   f.bytes = f.size = e.bytes;
-  f.mtime = f.atime = e.activity;
+  f.mtime = f.atime = e.activity;  // as counted: UsedSinceWalk counts the file's times alike
   f.ino = e.ino, f.dev = e.dev;
   f.mode = static_cast<mode_t>(e.mode);
   return f;

@@ -20,13 +20,14 @@
 #include <vector>
 
 #include "ops/scan.h"
+#include "ops/use_time.h"
 
 namespace kvtier::internal {
 
 class CandidateBuffer {
  public:
   struct Entry {
-    int64_t activity = 0;  // ScannedFile::activity()
+    int64_t activity = 0;  // CountedUse(now, ScannedFile::activity()): what gc orders by
     uint64_t bytes = 0, ino = 0, dev = 0;
     uint32_t mode = 0;
     uint32_t dir = 0;    // index into dirs_: "<NS>_r<rank>"
@@ -40,9 +41,10 @@ class CandidateBuffer {
   // falls back to the histogram).
   explicit CandidateBuffer(uint64_t bytes_max);
 
-  // A block of namespace directory `ns` (its rel as the walk gives it).
-  // Thread-safe: the walker threads offer at once.
-  void Offer(const ScannedFile& b);
+  // A block (its rel as the walk gives it), seen at `now` (unix seconds: its
+  // use time counted by CountedUse, FORMAT.md L155). Thread-safe: the
+  // walker threads offer at once.
+  void Offer(const ScannedFile& b, int64_t now);
 
   // After the walk (not thread-safe): the entries, oldest first.
   std::vector<Entry> TakeOldestFirst();
@@ -62,7 +64,7 @@ class CandidateBuffer {
 
  private:
   // Fills e but e->dir, and block_dir with the rel's "<NS>_r<rank>".
-  static bool Parse(const ScannedFile& b, Entry* e, std::string* block_dir);
+  static bool Parse(const ScannedFile& b, int64_t use, Entry* e, std::string* block_dir);
   static bool Older(const Entry& a, const Entry& b);  // heap order: the youngest on top
 
   uint64_t entries_max_;

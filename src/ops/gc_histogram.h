@@ -10,6 +10,8 @@
 #include <bit>
 #include <cstdint>
 
+#include "ops/use_time.h"
+
 namespace kvtier::internal {
 
 class UseHistogram {
@@ -19,8 +21,10 @@ class UseHistogram {
   static constexpr int kBuckets = kLinear + (63 - 7) * (1 << kSubBits) + (1 << kSubBits);
 
   // The bucket of a block used at `then`, seen at `now`: higher is older.
-  // A use in the future (clock skew between hosts) counts as now.
+  // A use in the future counts as CountedUse says (FORMAT.md L155): as now
+  // within the tolerance, as the epoch beyond it.
   static int Bucket(int64_t now, int64_t then) {
+    then = CountedUse(now, then);
     const uint64_t age = then >= now ? 0 : static_cast<uint64_t>(now) - static_cast<uint64_t>(then);
     if (age < kLinear) return static_cast<int>(age);
     const int msb = 63 - std::countl_zero(age);  // >= 7

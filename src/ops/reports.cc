@@ -86,6 +86,8 @@ NamespaceUsage Usage(const std::string& name, const NsScan& ns, int64_t now) {
       .tmp_files = ns.tmps.total() + ns.young_tmps,
       .newest_activity = ns.blocks.newest,
       .oldest_activity = ns.blocks.oldest,
+      .newest_counted_activity = ns.blocks.newest_counted,
+      .far_future_blocks = ns.blocks.far_future,
       .live_leases = LiveLeases(ns, kDefaultLeaseTtlS, now),
       .leases_known = ns.leases_known,
   };

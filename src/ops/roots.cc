@@ -77,6 +77,8 @@ void MergeUsage(const NamespaceUsage& u, NamespaceUsage* into) {
   into->bytes += u.bytes;
   into->tmp_files += u.tmp_files;
   into->newest_activity = std::max(into->newest_activity, u.newest_activity);
+  into->newest_counted_activity = std::max(into->newest_counted_activity, u.newest_counted_activity);
+  into->far_future_blocks += u.far_future_blocks;
   if (u.oldest_activity != 0) {
     into->oldest_activity = into->oldest_activity == 0 ? u.oldest_activity : std::min(into->oldest_activity, u.oldest_activity);
   }
@@ -219,6 +221,7 @@ Result<GcReport> GcRoots(const GcOptions& o) {
     if (out.capacity_skipped.empty()) out.capacity_skipped = r.capacity_skipped;
     out.capacity_cutoff = std::max(out.capacity_cutoff, r.capacity_cutoff);
     out.capacity_tolerance_s = std::max(out.capacity_tolerance_s, r.capacity_tolerance_s);
+    out.far_future_blocks += r.far_future_blocks;
   }
   return out;
 }

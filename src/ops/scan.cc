@@ -20,6 +20,7 @@
 #include "format/layout_names.h"
 #include "ops/io_watch.h"
 #include "ops/ops_internal.h"
+#include "ops/use_time.h"
 
 namespace kvtier::internal {
 namespace {
@@ -118,7 +119,7 @@ bool ClassifyShardFile(const DirEntry& f, const std::string& rel2, std::string_v
   } else if (hex && !tmp_hex) {
     if (!S_ISREG(f.st.st_mode)) return out->non_files.push_back(Scanned(std::move(rel3), f.st)), false;
     const ScannedFile block = Scanned(std::move(rel3), f.st);
-    out->blocks.Add(block);
+    out->blocks.Add(block, ctx.stale.now);
     ++ctx.counters->files;
     ctx.counters->bytes += block.bytes;
     return ctx.visit.block && ctx.visit.block(ctx.ns, block, dir_fd);
@@ -541,8 +542,10 @@ uint64_t SizeSummary::Mode() const {
   return best;
 }
 
-void BlockStats::Add(const ScannedFile& b) {
+void BlockStats::Add(const ScannedFile& b, int64_t now) {
   ++count;
+  newest_counted = std::max(newest_counted, CountedUse(now, b.activity()));
+  far_future += FarFuture(now, b.activity()) ? 1 : 0;
   bytes += b.bytes;
   newest = std::max(newest, b.activity());
   oldest = oldest == 0 ? b.activity() : std::min(oldest, b.activity());
@@ -554,6 +557,8 @@ void BlockStats::Merge(const BlockStats& o) {
   count += o.count;
   bytes += o.bytes;
   newest = std::max(newest, o.newest);
+  newest_counted = std::max(newest_counted, o.newest_counted);
+  far_future += o.far_future;
   if (o.oldest != 0) oldest = oldest == 0 ? o.oldest : std::min(oldest, o.oldest);
   oversize += o.oversize;
   sizes.Merge(o.sizes);

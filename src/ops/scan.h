@@ -66,9 +66,13 @@ class SizeSummary {
 struct BlockStats {
   uint64_t count = 0, bytes = 0;   // bytes: ScannedFile::bytes summed
   int64_t newest = 0, oldest = 0;  // activity, unix seconds (0: no block)
+  // The newest activity as gc counts it at the scan's clock (CountedUse,
+  // FORMAT.md L155), and the blocks dated beyond its tolerance ahead.
+  int64_t newest_counted = 0;
+  uint64_t far_future = 0;
   SizeSummary sizes;               // of the blocks of at most kBlockBytesMax bytes
   uint64_t oversize = 0;           // blocks larger than kBlockBytesMax (never a row, never read)
-  void Add(const ScannedFile& b);
+  void Add(const ScannedFile& b, int64_t now);
   void Merge(const BlockStats& other);
 };
 

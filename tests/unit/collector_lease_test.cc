@@ -4,7 +4,13 @@
 // taken over by exactly one of two observers (the other's rename moves the
 // winner's fresh lease aside, sees it is not the file it judged, and puts it
 // back); a holder whose lease was replaced stops at once; a released lease is
-// taken at the next tick; a symlinked .kvtier is refused.
+// taken at the next tick; a symlinked .kvtier is refused. Something at
+// gc.lease that is not a lease (a symlink, dangling or not, a FIFO, a
+// directory, empty or not) stops no collector: it is named as the problem,
+// moved aside after the TTL without being followed or opened (a symlink's
+// target keeps its bytes, a directory its entries) and the lease taken. A
+// holder whose root path comes to name another directory gives its lease up
+// (in the directory it was taken in) and collects no more.
 //
 // Method: several CollectorLease objects on one real directory, each ticked
 // by hand with TickAt(now) on a made-up steady clock, so that the TTL,
@@ -12,6 +18,7 @@
 // only where a holder's refresh must change the file's mtime, whose
 // granularity is the kernel's.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -144,6 +151,78 @@ TEST(CollectorLease, ASymlinkedMetadataDirectoryIsRefused) {
   ASSERT_FALSE(lease.ok());
   EXPECT_NE(lease.status().message().find(".kvtier"), std::string::npos) << lease.status().ToString();
   EXPECT_TRUE(fs::is_empty(elsewhere.path()));
+}
+
+// What the non-lease test plants at gc.lease.
+enum class Planted { kSymlink, kDanglingSymlink, kFifo, kEmptyDir, kFullDir };
+
+void Plant(Planted what, const fs::path& at, const fs::path& target) {
+  switch (what) {
+    case Planted::kSymlink: return fs::create_symlink(target, at);
+    case Planted::kDanglingSymlink: return fs::create_symlink(target.string() + ".none", at);
+    case Planted::kFifo: ASSERT_EQ(mkfifo(at.c_str(), 0644), 0); return;
+    case Planted::kEmptyDir: fs::create_directory(at); return;
+    case Planted::kFullDir: fs::create_directory(at); std::ofstream(at / "keep") << "not ours"; return;
+  }
+}
+
+TEST(CollectorLease, ANonLeaseIsMovedAsideAfterTheTtlUnfollowedAndTheLeaseTaken) {
+  for (Planted what : {Planted::kSymlink, Planted::kDanglingSymlink, Planted::kFifo, Planted::kEmptyDir, Planted::kFullDir}) {
+    SCOPED_TRACE(static_cast<int>(what));
+    TempDir dir, outside;
+    auto a = Open(dir.path());
+    const fs::path target = outside.path() / "precious", lease = dir.path() / ".kvtier" / "gc.lease";
+    std::ofstream(target) << "precious bytes";
+    Plant(what, lease, target);
+    EXPECT_EQ(a->TickAt(kR), State::kObserving);  // first sighting (a steady clock is never 0)
+    EXPECT_TRUE(a->blocked());
+    EXPECT_NE(a->problem().find(lease.string()), std::string::npos) << a->problem();
+    EXPECT_NE(a->problem().find("not a lease"), std::string::npos) << a->problem();
+    EXPECT_EQ(a->TickAt(kR + kTtl - 1), State::kObserving);
+    EXPECT_EQ(a->TickAt(kR + kTtl), State::kSettling) << a->problem();
+    EXPECT_EQ(a->TickAt(kR + kTtl + kSettle), State::kHolding);
+    EXPECT_TRUE(a->MayCollectAt(kR + kTtl + kSettle));
+    EXPECT_FALSE(a->blocked());
+    EXPECT_NE(LeaseBody(dir.path()).find(a->token()), std::string::npos);
+    EXPECT_TRUE(fs::is_regular_file(fs::symlink_status(lease)));
+    std::ifstream in(target);
+    EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "precious bytes");  // never followed
+    if (what != Planted::kFullDir) {
+      ExpectOnlyTheLease(dir.path());
+      continue;
+    }
+    // A directory with entries is not ours to empty: it goes to a name of its own, entries kept.
+    size_t moved = 0;
+    for (const auto& e : fs::directory_iterator(dir.path() / ".kvtier")) {
+      if (e.path().filename() == "gc.lease") continue;
+      EXPECT_EQ(e.path().extension(), ".bad");
+      EXPECT_TRUE(fs::exists(e.path() / "keep"));
+      ++moved;
+    }
+    EXPECT_EQ(moved, 1u);
+    EXPECT_NE(a->problem().find("remove it by hand"), std::string::npos) << a->problem();
+  }
+}
+
+TEST(CollectorLease, AHolderWhoseRootPathNamesAnotherDirectoryGivesItUp) {
+  TempDir dir;
+  const fs::path root = dir.path() / "root", old = dir.path() / "root.old";
+  fs::create_directory(root);
+  auto a = Open(root);
+  HoldFromZero(a.get());
+  EXPECT_TRUE(a->RootStill());
+  fs::rename(root, old);
+  fs::create_directory(root);
+  EXPECT_FALSE(a->RootStill());
+  EXPECT_FALSE(a->MayCollect());
+  EXPECT_EQ(a->TickAt(kSettle + kR), State::kObserving);
+  EXPECT_TRUE(a->root_replaced());
+  EXPECT_FALSE(a->MayCollectAt(kSettle + kR));
+  EXPECT_FALSE(fs::exists(old / ".kvtier" / "gc.lease"));  // given up where it was taken
+  EXPECT_FALSE(fs::exists(root / ".kvtier"));             // and nothing made in the new one
+  EXPECT_EQ(a->TickAt(kSettle + 2 * kR), State::kObserving);
+  auto b = Open(root);  // what the watch does next: compete for the new directory's lease
+  EXPECT_EQ(b->TickAt(kSettle + 2 * kR), State::kSettling);
 }
 
 }  // namespace

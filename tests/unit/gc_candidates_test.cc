@@ -16,6 +16,9 @@
 namespace kvtier::internal {
 namespace {
 
+// A clock past every use time offered: the order is the use times' own.
+constexpr int64_t kNoFuture = INT64_MAX;
+
 ScannedFile RandomBlock(std::mt19937_64& rng, uint64_t n) {
   static constexpr char kDigits[] = "0123456789abcdef";
   std::string hex(rng() % 2 == 0 ? 64 : 32, '0');
@@ -40,7 +43,7 @@ std::vector<ScannedFile> OfferMany(CandidateBuffer* buffer, uint64_t seed, size_
   std::vector<std::thread> pool;
   for (int t = 0; t < threads; ++t) {
     pool.emplace_back([&, t] {
-      for (size_t i = static_cast<size_t>(t); i < n; i += static_cast<size_t>(threads)) buffer->Offer(all[i]);
+      for (size_t i = static_cast<size_t>(t); i < n; i += static_cast<size_t>(threads)) buffer->Offer(all[i], kNoFuture);
     });
   }
   for (auto& th : pool) th.join();
@@ -81,11 +84,11 @@ TEST(CandidateBufferTest, HoldsExactlyTheOldestWithinItsBudget) {
 TEST(CandidateBufferTest, TheBoundHoldsWhateverTheNumberOffered) {
   CandidateBuffer buffer(64 * CandidateBuffer::kEntryBytes);
   std::mt19937_64 rng(testing::TestSeed());
-  for (size_t i = 0; i < 300000; ++i) buffer.Offer(RandomBlock(rng, i));
+  for (size_t i = 0; i < 300000; ++i) buffer.Offer(RandomBlock(rng, i), kNoFuture);
   EXPECT_EQ(buffer.entries(), 64u);
   EXPECT_TRUE(buffer.dropped());
   CandidateBuffer none(CandidateBuffer::kEntryBytes - 1);
-  none.Offer(RandomBlock(rng, 0));
+  none.Offer(RandomBlock(rng, 0), kNoFuture);
   EXPECT_EQ(none.entries(), 0u);
   EXPECT_TRUE(none.dropped()) << "a buffer that holds nothing never claims to hold everything";
 }
@@ -95,9 +98,9 @@ TEST(CandidateBufferTest, NamesItCannotRebuildAreDroppedNotGuessed) {
   ScannedFile f;
   const std::string hex = std::string(64, 'a').replace(0, 5, "abcde");
   f.rel = "m_0123456789ab_r0/abd/de_g0/" + hex + ".bin";  // <hhh> is not the hash's: a path File() would not give back
-  buffer.Offer(f);
+  buffer.Offer(f, kNoFuture);
   f.rel = "m_0123456789ab_r0/abc/de_g007/" + hex + ".bin";  // "_g007": not Shard2Name's
-  buffer.Offer(f);
+  buffer.Offer(f, kNoFuture);
   EXPECT_EQ(buffer.entries(), 0u);
   EXPECT_TRUE(buffer.dropped());
   EXPECT_FALSE(buffer.oldest_set()) << "an old block it could not hold: gc must walk again";

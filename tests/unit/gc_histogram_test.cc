@@ -3,8 +3,11 @@
 // whose range [LowestAgeS, LowestAgeS + WidthS) holds it; buckets grow with
 // age; a bucket is 1 s wide under 128 s and at most 1/64 of its ages beyond;
 // and CutFor picks the youngest bucket at which the oldest bytes reach the need.
+// A use time more than the tolerance ahead of now falls with the oldest
+// (FORMAT.md L155), within it with now.
 #include <gtest/gtest.h>
 
+#include <ctime>
 #include <random>
 
 #include "ops/gc_histogram.h"
@@ -34,7 +37,16 @@ TEST(UseHistogramTest, EveryAgeFallsInTheBucketThatHoldsIt) {
     EXPECT_LT(age - lo, width) << "seed " << seed << " age " << age;
     EXPECT_LE(width, std::max<uint64_t>(1, lo / 64)) << "seed " << seed << " age " << age;
   }
-  EXPECT_EQ(UseHistogram::Bucket(100, 200), 0) << "a use in the future counts as now";
+  EXPECT_EQ(UseHistogram::Bucket(100, 200), 0) << "a use within the tolerance ahead counts as now";
+  // FORMAT.md L155: further ahead it counts as the epoch, older than a block used an hour ago.
+  const int64_t t = 1800000000;
+  EXPECT_EQ(UseHistogram::Bucket(t, t + 300), 0);
+  EXPECT_EQ(UseHistogram::Bucket(t, t + 301), UseHistogram::Bucket(t, 0));
+  EXPECT_EQ(UseHistogram::Bucket(t, INT64_MAX), UseHistogram::Bucket(t, 0));
+  EXPECT_GT(UseHistogram::Bucket(t, t + 2275110190), UseHistogram::Bucket(t, t - 3600));
+  // A run that started 1000 s ago sees a block written just now: not dated ahead, but used "now".
+  const int64_t wall = std::time(nullptr);
+  EXPECT_EQ(UseHistogram::Bucket(wall - 1000, wall), 0);
   EXPECT_EQ(UseHistogram::Bucket(INT64_MAX, INT64_MIN), UseHistogram::kBuckets - 1);
 }
 

@@ -16,8 +16,11 @@ void KeepTopNamespaces(const DuTop& top, DuReport* r) {
   if (top.n == 0) return;
   auto before = [by = top.by](const NamespaceUsage& a, const NamespaceUsage& b) {
     if (by == DuTopBy::kBytes && a.bytes != b.bytes) return a.bytes > b.bytes;
-    // Coldest first: the oldest last use; a namespace without blocks (0) has none at all.
-    if (by == DuTopBy::kAge && a.newest_activity != b.newest_activity) return a.newest_activity < b.newest_activity;
+    // Coldest first: the oldest last use as gc counts it (FORMAT.md L155: blocks
+    // dated far ahead count as the epoch); a namespace without blocks (0) has none at all.
+    if (by == DuTopBy::kAge && a.newest_counted_activity != b.newest_counted_activity) {
+      return a.newest_counted_activity < b.newest_counted_activity;
+    }
     return a.dir < b.dir;
   };
   std::vector<NamespaceUsage>& list = r->namespaces;

@@ -19,8 +19,10 @@ int64_t NowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+}  // namespace
+
 // As the watch (L120): .kvtier is made only where the root looks like one.
-bool LooksLikeRoot(const std::string& root, bool force) {
+bool LooksLikeRootDir(const std::string& root, bool force) {
   UniqueFd fd;
   std::vector<DirEntry> entries;
   if (OpenDirAt(AT_FDCWD, root, &fd) != 0 || ListDir(fd.get(), &entries) != 0) return false;
@@ -30,8 +32,6 @@ bool LooksLikeRoot(const std::string& root, bool force) {
   }
   return looks;
 }
-
-}  // namespace
 
 std::shared_ptr<OneShotLease> OneShotLease::Start(const GcOptions& o, uint64_t ttl_ms) {
   std::shared_ptr<OneShotLease> out(new OneShotLease());
@@ -43,15 +43,15 @@ std::shared_ptr<OneShotLease> OneShotLease::Start(const GcOptions& o, uint64_t t
     out->phase_ = kFailed;
     return out;
   }
+  out->where_ = roots->front() + "/" + std::string(format::kMetaDirName) + "/" + std::string(format::kCollectorLeaseName);
   std::thread([self = out, root = roots->front(), force = o.force, ttl_ms] { self->Tick(root, force, ttl_ms); }).detach();
   return out;
 }
 
 // The lease's own thread: opens it, ticks it until Finish, gives it up.
 void OneShotLease::Tick(const std::string& root, bool force, uint64_t ttl_ms) {
-  where_ = root + "/" + std::string(format::kMetaDirName) + "/" + std::string(format::kCollectorLeaseName);
   Result<std::unique_ptr<CollectorLease>> opened =
-      LooksLikeRoot(root, force) ? CollectorLease::Open(root, ttl_ms) : Status(StatusCode::kInvalidArgument, "not a root");
+      LooksLikeRootDir(root, force) ? CollectorLease::Open(root, ttl_ms) : Status(StatusCode::kInvalidArgument, "not a root");
   if (opened.ok()) {
     lease_ = std::move(*opened);
     phase_ = kTicking;
@@ -91,7 +91,15 @@ std::string OneShotLease::Gate() {
       gated_ = true;
       return answer_ = "";
     }
-    if (NowNs() > deadline_ns_) return answer_ = "could not take the collector lease within its TTL and a settle";
+    if (NowNs() > deadline_ns_) {
+      const std::string problem = phase == kTicking ? lease_->problem() : "";
+      if (phase == kTicking && lease_->root_replaced()) {
+        return answer_ = "the root path now names another directory than the one whose collector lease " + where_ +
+                         " this run watched: nothing removed for capacity";
+      }
+      return answer_ = "could not take the collector lease " + where_ + " within its TTL and a settle" +
+                       (problem.empty() ? "" : ": " + problem);
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   return answer_ = "stopped";
@@ -102,7 +110,8 @@ bool OneShotLease::Failed() {
   return answered_ && !answer_.empty() && !other_collector_ && answer_ != "stopped";
 }
 
-bool OneShotLease::Lost() const { return gated_ && (done_ || !lease_->MayCollect()); }
+// Asked before each removal: the root path must still name the lease's directory (L154).
+bool OneShotLease::Lost() const { return gated_ && (done_ || !lease_->MayCollect() || !lease_->RootStill()); }
 
 void OneShotLease::Finish() {
   done_ = true;

@@ -15,6 +15,7 @@
 #include <ctime>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -214,7 +215,8 @@ bool RunPass(const GcWatchOptions& o, const std::atomic<bool>& stop, const std::
   if (o.min_free) {
     for (const RootUsage& r : m->roots) g.reclaim_bytes.push_back(r.ok && r.avail < r.floor ? r.target - r.avail : 0);
   }
-  g.stop = [&stop, lease] { return stop.load() || !lease->MayCollect(); };
+  // Before each removal: the lease still valid, and the root path still naming its directory (L154).
+  g.stop = [&stop, lease] { return stop.load() || !lease->MayCollect() || !lease->RootStill(); };
   const auto t0 = Clock::now();
   Result<GcReport> r = Gc(g);
   m->last_pass_s = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -233,7 +235,10 @@ bool RunPass(const GcWatchOptions& o, const std::atomic<bool>& stop, const std::
                 static_cast<unsigned long long>(m->passes), min_free ? "min_free" : "interval", r->reclaimed.size(),
                 static_cast<unsigned long long>(r->bytes_reclaimed), r->failed.size(), r->ExitCode(),
                 r->stopped ? ", stopped" : "", m->last_pass_s, static_cast<unsigned long long>(r->walks));
-  Log("%s", line);
+  Log("%s%s", line,
+      r->far_future_blocks == 0 ? ""
+                                : (", " + std::to_string(r->far_future_blocks) +
+                                   " blocks dated more than 300 s ahead of this host's clock, taken first (FORMAT.md L155)").c_str());
   return r->bytes_reclaimed > 0;
 }
 
@@ -242,35 +247,94 @@ void SleepUnlessStopped(const std::atomic<bool>& stop, uint64_t ms) {
   while (!stop && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(10));
 }
 
-// Ticks the lease until `done`, logging each change of state.
-void LeaseLoop(const std::shared_ptr<CollectorLease>& lease, const std::string& where, const std::atomic<bool>& done) {
+// The lease the watch competes for: the lease thread replaces it when the
+// root path comes to name another directory; the main thread reads it.
+class LeaseSlot {
+ public:
+  explicit LeaseSlot(std::shared_ptr<CollectorLease> lease) : lease_(std::move(lease)) {}
+  std::shared_ptr<CollectorLease> Get() const {
+    std::lock_guard lock(mu_);
+    return lease_;
+  }
+  void Set(std::shared_ptr<CollectorLease> lease) {
+    std::lock_guard lock(mu_);
+    earlier_acquisitions_ += lease_->acquisitions();
+    lease_ = std::move(lease);
+  }
+  uint64_t Acquisitions() const {
+    std::lock_guard lock(mu_);
+    return earlier_acquisitions_ + lease_->acquisitions();
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::shared_ptr<CollectorLease> lease_;
+  uint64_t earlier_acquisitions_ = 0;
+};
+
+// The root path names another directory (or none) than the lease's: the
+// lease was given up (CollectorLease::Tick); a lease of the directory the
+// path names now replaces it once that looks like a root. True when it did.
+bool Rehome(const GcWatchOptions& o, const std::string& root, LeaseSlot* slot, bool* said) {
+  if (!*said) {
+    Log("the root path %s no longer names the directory whose collector lease this watch held or watched (moved, or "
+        "removed): stopped removing there and gave its lease up; competing for the lease of the directory the path names",
+        root.c_str());
+    *said = true;
+  }
+  if (!LooksLikeRootDir(root, o.gc.force)) return false;  // gone, or not a root (yet): next tick
+  Result<std::unique_ptr<CollectorLease>> opened = CollectorLease::Open(root, o.collector_ttl_ms);
+  if (!opened.ok()) return false;
+  slot->Set(std::move(*opened));
+  Log("watching the collector lease %s of the directory %s names now", slot->Get()->lease_path().c_str(), root.c_str());
+  *said = false;
+  return true;
+}
+
+// Ticks the lease until `done`, logging each change of state, and what keeps
+// it from the lease once per TTL (FORMAT.md L153).
+void LeaseLoop(const GcWatchOptions& o, const std::string& root, LeaseSlot* slot, const std::atomic<bool>& done) {
   CollectorLease::State was = CollectorLease::State::kObserving;
+  uint64_t problem_seq = 0;
+  bool said_replaced = false;
   while (!done) {
+    std::shared_ptr<CollectorLease> lease = slot->Get();
     const CollectorLease::State now = lease->Tick();
-    if (now != was && now == CollectorLease::State::kHolding) Log("holding the collector lease %s (token %s)", where.c_str(), lease->token().c_str());
-    if (now != was && now == CollectorLease::State::kSettling) Log("took the collector lease %s; settling", where.c_str());
-    if (now != was && now == CollectorLease::State::kObserving) Log("lost the collector lease %s; watching it", where.c_str());
+    const char* where = lease->lease_path().c_str();
+    if (now != was && now == CollectorLease::State::kHolding) Log("holding the collector lease %s (token %s)", where, lease->token().c_str());
+    if (now != was && now == CollectorLease::State::kSettling) Log("took the collector lease %s; settling", where);
+    if (now != was && now == CollectorLease::State::kObserving && !lease->root_replaced()) Log("lost the collector lease %s; watching it", where);
+    if (lease->problem_seq() != problem_seq) Log("%s", lease->problem().c_str());
+    problem_seq = lease->problem_seq();
     was = now;
+    if (lease->root_replaced() && Rehome(o, root, slot, &said_replaced)) {
+      problem_seq = 0;
+      was = CollectorLease::State::kObserving;
+      continue;  // tick the new one at once
+    }
     SleepUnlessStopped(done, lease->refresh_ms());
   }
 }
 
 // Samples, runs passes while holding the lease, publishes; until *stop.
-void WatchLoop(const GcWatchOptions& o, const std::atomic<bool>& stop, const std::shared_ptr<CollectorLease>& lease,
-               MetricsServer* server, Metrics* m_out) {
+void WatchLoop(const GcWatchOptions& o, const std::atomic<bool>& stop, const LeaseSlot& slot, MetricsServer* server,
+               Metrics* m_out) {
   Metrics& m = *m_out;
   auto next_pass = Clock::now();
   bool stuck = false;  // the last pass ran below the floor and freed nothing: wait for the interval
   while (!stop) {
     SampleRoots(o, &m.roots);
     const bool below = BelowFloor(m.roots);
+    std::shared_ptr<CollectorLease> lease = slot.Get();
+    // MayCollect is false once the lease thread found the root path naming
+    // another directory; each removal checks the path itself (RunPass).
     if (lease->MayCollect() && (Clock::now() >= next_pass || (below && !stuck))) {
       next_pass = Clock::now() + std::chrono::milliseconds(o.interval_ms);
       stuck = !RunPass(o, stop, lease, below, &m) && below;
       SampleRoots(o, &m.roots);
     }
-    m.holding = lease->state() == CollectorLease::State::kHolding;
-    m.acquisitions = lease->acquisitions();
+    m.holding = lease->state() == CollectorLease::State::kHolding && !lease->root_replaced();
+    m.acquisitions = slot.Acquisitions();
     Publish(o, m, server);
     SleepUnlessStopped(stop, o.check_ms);
   }
@@ -307,8 +371,7 @@ int RunGcWatch(const GcWatchOptions& o, const std::atomic<bool>& stop) {
   // L120: one lease per volume, on the first root of a list.
   Result<std::unique_ptr<CollectorLease>> opened = CollectorLease::Open(roots->front(), o.collector_ttl_ms);
   if (!opened.ok()) return Log("%s", opened.status().ToString().c_str()), 1;
-  std::shared_ptr<CollectorLease> lease = std::move(*opened);
-  const std::string where = roots->front() + "/" + std::string(format::kMetaDirName) + "/" + std::string(format::kCollectorLeaseName);
+  LeaseSlot slot(std::move(*opened));
   std::unique_ptr<MetricsServer> server;
   if (o.metrics_port) {
     Result<std::unique_ptr<MetricsServer>> started = MetricsServer::Start(o.metrics_address, *o.metrics_port);
@@ -319,14 +382,21 @@ int RunGcWatch(const GcWatchOptions& o, const std::atomic<bool>& stop) {
   Metrics m;
   for (const std::string& root : *roots) m.roots.push_back({root});
   std::atomic<bool> lease_done{false};
-  std::thread ticker([&] { LeaseLoop(lease, where, lease_done); });
-  Log("watching %s (token %s)", o.gc.root.c_str(), lease->token().c_str());
-  WatchLoop(o, stop, lease, server.get(), &m);
+  std::thread ticker([&] { LeaseLoop(o, roots->front(), &slot, lease_done); });
+  Log("watching %s (token %s)", o.gc.root.c_str(), slot.Get()->token().c_str());
+  WatchLoop(o, stop, slot, server.get(), &m);
   lease_done = true;
   ticker.join();
+  const std::shared_ptr<CollectorLease> lease = slot.Get();
   lease->Release();
   m.holding = false;
   Publish(o, m, server.get());
+  // Kept from the lease by something no collector will clear: say so in the exit status.
+  if (lease->blocked() || lease->root_replaced()) {
+    Log("stopped; it could not collect: %s",
+        lease->root_replaced() ? "the root path names no directory that looks like a root" : lease->problem().c_str());
+    return 4;
+  }
   Log("stopped");
   return 0;
 }

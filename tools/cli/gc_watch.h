@@ -46,10 +46,19 @@ struct GcWatchOptions {
 };
 
 // Runs until *stop (exit 0), or a hung mount (exit 8, ExitHung). Logs one
-// line per pass and per lease change to stderr. 1 when the lease directory
-// cannot be made or the metrics port cannot be listened on, 2 for a root
-// that does not look like one (without force).
+// line per pass and per lease change to stderr, and what keeps it from the
+// lease once per TTL (FORMAT.md L153). 1 when the lease directory cannot be
+// made or the metrics port cannot be listened on, 2 for a root that does not
+// look like one (without force); 4 when it stops while something other than
+// a live collector keeps it from collecting (a non-lease it cannot move, a
+// lease it cannot create, a root path that names no root any more).
+// When the root path comes to name another directory it stops removing,
+// gives up its lease and competes for the new directory's (logged once).
 int RunGcWatch(const GcWatchOptions& options, const std::atomic<bool>& stop);
+
+// Whether `root` may hold the volume's .kvtier (FORMAT.md L120): empty, or
+// holding .kvtier, a namespace or a block directory, or `force`.
+bool LooksLikeRootDir(const std::string& root, bool force);
 
 }  // namespace kvtier::internal
 

@@ -54,13 +54,28 @@ Result<uint64_t> ParseSizeBytes(std::string_view text) {
   return static_cast<uint64_t>(value);
 }
 
+// "90s ago", "3d ago"; a time after this host's clock (FORMAT.md L155: a
+// wrong clock somewhere) as "in 3d", never a negative age.
+static std::string Span(uint64_t s) {
+  if (s < 120) return std::to_string(s) + "s";
+  if (s < 7200) return std::to_string(s / 60) + "m";
+  if (s < 172800) return std::to_string(s / 3600) + "h";
+  return std::to_string(s / 86400) + "d";
+}
+
 static std::string Age(int64_t unix_s) {
   if (unix_s == 0) return "-";
-  const int64_t age = std::time(nullptr) - unix_s;
-  if (age < 120) return std::to_string(age) + "s ago";
-  if (age < 7200) return std::to_string(age / 60) + "m ago";
-  if (age < 172800) return std::to_string(age / 3600) + "h ago";
-  return std::to_string(age / 86400) + "d ago";
+  const int64_t now = std::time(nullptr);
+  // Modular differences: exact for any two int64 times.
+  if (unix_s > now) return "in " + Span(static_cast<uint64_t>(unix_s) - static_cast<uint64_t>(now));
+  return Span(static_cast<uint64_t>(now) - static_cast<uint64_t>(unix_s)) + " ago";
+}
+
+// FORMAT.md L155: blocks dated more than 300 s ahead, said once under a report.
+static void FarFutureText(std::ostringstream& out, const char* tool, uint64_t n) {
+  if (n == 0) return;
+  out << tool << ": " << n << " blocks have a use time more than 300 s after this host's clock (a writer's clock, or this "
+      << "host's, is wrong): gc counts them as least recently used (FORMAT.md L155)\n";
 }
 
 static nlohmann::json ProblemsJson(const std::vector<ScanProblem>& problems) {
@@ -83,6 +98,7 @@ nlohmann::json DuJson(const DuReport& r, const DuTop& top, size_t of) {
                                 {"page_size", u.page_size}, {"mem_layout", u.mem_layout}}},
                     {"ranks", u.ranks}, {"blocks", u.blocks}, {"bytes", u.bytes}, {"tmp_files", u.tmp_files},
                     {"newest_activity", u.newest_activity}, {"oldest_activity", u.oldest_activity},
+                    {"newest_counted_activity", u.newest_counted_activity}, {"far_future_blocks", u.far_future_blocks},
                     {"live_leases", u.live_leases}, {"leases_known", u.leases_known}});
   }
   nlohmann::json j = {{"namespaces", list}, {"total_bytes", r.total_bytes}, {"total_blocks", r.total_blocks},
@@ -130,6 +146,9 @@ std::string DuText(const DuReport& r, const DuTop& top, size_t of) {
   }
   out << "total: " << (top.n != 0 ? of : r.namespaces.size()) << " namespaces, " << r.total_blocks << " blocks, "
       << HumanBytes(r.total_bytes) << " (" << r.files_scanned << " files scanned)\n";
+  uint64_t far_future = 0;
+  for (const NamespaceUsage& u : r.namespaces) far_future += u.far_future_blocks;
+  FarFutureText(out, "du", far_future);
   ProblemsText(out, "unreadable:", r.unreadable);
   if (!r.unreadable.empty()) {
     out << "du: incomplete: " << r.unreadable.size() + r.unreadable_unlisted << " parts could not be read (exit 8)";
@@ -196,6 +215,7 @@ nlohmann::json GcJson(const GcReport& r) {
                       {"files_scanned", r.files_scanned}, {"files_reclaimed", r.files_reclaimed},
                       {"files_failed", r.files_failed}, {"dirs_removed", r.dirs_removed},
                       {"capacity_cutoff", r.capacity_cutoff}, {"capacity_tolerance_s", r.capacity_tolerance_s},
+                      {"far_future_blocks", r.far_future_blocks},
                       {"walks", r.walks}, {"candidates_held", r.candidates_held},
                       {"capacity_skipped", r.capacity_skipped},
                       {"kept", ProblemsJson(r.kept)},
@@ -227,6 +247,7 @@ std::string GcText(const GcReport& r) {
     out << "not removed " << QuoteName(f.path) << " (" << HumanBytes(f.bytes) << ", " << f.reason << "): "
         << EscapeUnprintable(f.detail) << "\n";
   }
+  FarFutureText(out, "gc", r.far_future_blocks);
   if (!r.capacity_skipped.empty()) out << "gc: capacity bound not enforced: " << EscapeUnprintable(r.capacity_skipped) << "\n";
   ProblemsText(out, "kept", r.kept);
   ProblemsText(out, "unreadable:", r.unreadable);
