@@ -6,7 +6,7 @@
 //    one line per page or chunk, no raw control byte;
 //  * `hash --json` (both engines) with a --root that is not UTF-8 exits 0
 //    with JSON a strict parser reads, "path_hex" giving back the exact bytes
-//    (the vLLM mode used to abort on it);
+//    (nlohmann's dump throws on such a string unless it is made UTF-8);
 //  * `replay` and `bench fs` quote the trace path and the root in their
 //    text reports;
 //  * every error message (an unknown command, an unexpected argument, a bad
