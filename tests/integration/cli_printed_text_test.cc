@@ -10,8 +10,9 @@
 //  * `replay` and `bench fs` quote the trace path and the root in their
 //    text reports;
 //  * every error message (an unknown command, an unexpected argument, a bad
-//    --engine, a config key, a duration, a missing trace file) is one line:
-//    the user's newline or escape sequence is escaped, not printed.
+//    --engine, a config key, a duration, a missing trace file) and gc
+//    --watch's log line about a root is one line: the user's newline or
+//    escape sequence is escaped, not printed.
 // The quoting's round trip through bash is proven in cli_names_test.
 #include <gtest/gtest.h>
 
@@ -187,6 +188,19 @@ TEST(CliPrintedText, ErrorMessagesAreOneLineEach) {
     }
     EXPECT_NE(r.err.find("a\\nb\\x1b[31m"), std::string::npos) << "the value, escaped:\n" << r.err;
   }
+}
+
+// gc --watch logs with a timestamp first; a root it refuses is named in one line.
+TEST(CliPrintedText, WatchLogLinesAreOneLineEach) {
+  testing::TempDir dir;
+  const fs::path root = dir.path() / ("w" + kOddModel);
+  fs::create_directories(root);
+  testing::WriteFileOrDie(root / "notes.txt", "not a root");  // so the watch refuses it at once
+  const CommandResult r = Kvtier({"gc", root.string(), "--watch"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_EQ(Unsafe(r.err), "") << r.err;
+  EXPECT_EQ(Lines(r.err).size(), 1u) << r.err;
+  EXPECT_NE(r.err.find("/wa\\nb\\x1b[31m does not look like"), std::string::npos) << r.err;
 }
 
 }  // namespace
