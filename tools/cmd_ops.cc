@@ -221,7 +221,7 @@ void RegisterGc(CLI::App* app, CliContext* ctx) {
   using OptionalText = std::optional<std::string>;
   auto older = std::make_shared<OptionalText>(), max_bytes = std::make_shared<OptionalText>(),
        low_water = std::make_shared<OptionalText>();
-  auto candidates = std::make_shared<OptionalText>("32M");
+  auto candidates = std::make_shared<std::string>("32M");
   auto keep = std::make_shared<std::vector<std::string>>();
   auto list_max = std::make_shared<uint64_t>(kDefaultGcListMax);
   auto ignore_lease = std::make_shared<bool>(false);
@@ -261,7 +261,7 @@ void RegisterGc(CLI::App* app, CliContext* ctx) {
     if (!parse(*older, ParseDurationS, &o.older_than_s, "--older-than") ||
         !parse(*max_bytes, ParseSizeBytes, &o.max_bytes, "--max-bytes") ||
         !parse(*low_water, ParseSizeBytes, &o.low_water_bytes, "--low-water") ||
-        !parse(*candidates, ParseSizeBytes, &o.candidates_bytes_max, "--candidates-max")) {
+        !parse(OptionalText(*candidates), ParseSizeBytes, &o.candidates_bytes_max, "--candidates-max")) {
       return void(ctx->exit_code = 2);
     }
     if (o.low_water_bytes && !o.max_bytes) {
