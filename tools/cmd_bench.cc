@@ -8,7 +8,10 @@
 
 #include "bench/bench_fs.h"
 #include "bench/bench_tiers.h"
+#include "cli/cli_text.h"
+#include "cli/duration.h"
 #include "commands.h"
+#include "util/name_escape.h"
 
 namespace kvtier::internal {
 namespace {
@@ -20,6 +23,7 @@ struct BenchFsFlags {
   bool no_checksum = false;
   std::string inline_metadata = "auto";
   std::string bounce_loads = "auto";
+  std::string io_timeout = std::to_string(FsTierOptions{}.io_timeout_ms) + "ms";  // the tier's default
   bool json = false;
 };
 
@@ -38,13 +42,20 @@ int RunBenchFsCommand(const BenchFsFlags& f) {
   static const std::map<std::string, BounceLoads> kBounce = {
       {"auto", BounceLoads::kAuto}, {"on", BounceLoads::kOn}, {"off", BounceLoads::kOff}};
   o.bounce_loads = kBounce.at(f.bounce_loads);
+  // The tier keeps its deadline in 32 bits of milliseconds (49.7 days).
+  Result<uint64_t> io_timeout_ms = ParseDurationMs(f.io_timeout, UINT32_MAX);
+  if (!io_timeout_ms.ok()) {
+    PrintError("bench fs", "--io-timeout: " + io_timeout_ms.status().message());
+    return 2;
+  }
+  o.io_timeout_ms = static_cast<uint32_t>(*io_timeout_ms);
   Result<BenchFsResult> result = RunBenchFs(o);
   if (!result.ok()) {
-    std::fprintf(stderr, "kvtier bench fs: %s\n", result.status().ToString().c_str());
+    PrintError("bench fs", result.status().ToString());
     return result.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
   }
   if (f.json) {
-    std::cout << BenchFsJson(*result).dump(2) << "\n";
+    std::cout << JsonOutput(BenchFsJson(*result));
   } else {
     std::cout << FormatBenchFs(*result);
   }
@@ -52,7 +63,7 @@ int RunBenchFsCommand(const BenchFsFlags& f) {
     std::fprintf(stderr, "kvtier bench fs: %llu of %llu rows did not round-trip%s%s\n",
                  static_cast<unsigned long long>(result->rows - result->rows_verified),
                  static_cast<unsigned long long>(result->rows),
-                 result->first_error.empty() ? "" : "; first: ", result->first_error.c_str());
+                 result->first_error.empty() ? "" : "; first: ", EscapeUnprintable(result->first_error).c_str());
     return 1;
   }
   return 0;
@@ -105,8 +116,9 @@ void RegisterBenchFs(CLI::App* bench, CliContext* ctx) {
   cmd->add_option("--mixed-store-depth", o.mixed_store_depth,
                   "Store rows outstanding in the --mixed stream (0: twice --queue-depth)")
       ->capture_default_str();
-  cmd->add_option("--io-timeout-ms", o.io_timeout_ms,
-                  "Deadline of every I/O (0: none)")
+  cmd->add_option("--io-timeout", flags->io_timeout,
+                  "Deadline of every I/O: the tier's io_timeout_ms (seconds, e.g. 0.5 or 30, or with a unit: "
+                  "500ms, 10s; 0: none)")
       ->capture_default_str();
   cmd->add_option("--stores-while-loading", o.stores_while_loading_max,
                   "Stores running at once while loads are active (the tier's stores_while_loading_max; 0: no cap)")
@@ -126,7 +138,7 @@ struct BenchTiersFlags {
 int RunBenchTiersLoadPhase(const BenchTiersFlags& f) {
   Result<BenchTiersLoad> load = RunBenchTiersLoad(f.options);
   if (!load.ok()) {
-    std::fprintf(stderr, "kvtier bench tiers (load phase): %s\n", load.status().ToString().c_str());
+    PrintError("bench tiers (load phase)", load.status().ToString());
     return load.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
   }
   std::cout << BenchTiersLoadJson(*load).dump(-1, ' ', false,
@@ -138,16 +150,14 @@ int RunBenchTiersLoadPhase(const BenchTiersFlags& f) {
 int RunBenchTiersCommand(const BenchTiersFlags& f) {
   if (f.phase == "load") return RunBenchTiersLoadPhase(f);
   const std::string warning = BenchTiersWarning(f.options);
-  if (!warning.empty()) std::fprintf(stderr, "kvtier bench tiers: warning: %s\n", warning.c_str());
+  if (!warning.empty()) PrintError("bench tiers", "warning: " + warning);
   Result<BenchTiersResult> result = RunBenchTiers(f.options);
   if (!result.ok()) {
-    std::fprintf(stderr, "kvtier bench tiers: %s\n", result.status().ToString().c_str());
+    PrintError("bench tiers", result.status().ToString());
     return result.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
   }
   if (f.json) {
-    std::cout << BenchTiersJson(*result).dump(2, ' ', false,
-                                              nlohmann::json::error_handler_t::replace)
-              << "\n";
+    std::cout << JsonOutput(BenchTiersJson(*result));
   } else {
     std::cout << FormatBenchTiers(*result);
   }
@@ -161,7 +171,7 @@ int RunBenchTiersCommand(const BenchTiersFlags& f) {
         static_cast<unsigned long long>(l.corrupt), static_cast<unsigned long long>(l.missing),
         static_cast<unsigned long long>(result->fs_stores_failed),
         static_cast<unsigned long long>(result->fs_stores_dropped),
-        l.first_error.empty() ? "" : "; first: ", l.first_error.c_str());
+        l.first_error.empty() ? "" : "; first: ", EscapeUnprintable(l.first_error).c_str());
     return 1;
   }
   return 0;

@@ -3,9 +3,9 @@
 // on stderr, the values that are kvtier's defaults where vLLM's differ).
 #include <CLI/CLI.hpp>
 
-#include <cstdio>
 #include <iostream>
 
+#include "cli/cli_text.h"
 #include "commands.h"
 #include "kvtier/config.h"
 
@@ -25,7 +25,7 @@ void RegisterConfigCommand(CLI::App* app, CliContext* ctx) {
     Result<OffloadConfig> cfg = LoadOffloadConfigFile(*path, EngineContext{*gpu_block_size});
     if (!cfg.ok()) {
       // The status already names the file and the offending key.
-      std::fprintf(stderr, "kvtier config check: %s\n", cfg.status().ToString().c_str());
+      PrintError("config check", cfg.status().ToString());
       ctx->exit_code = cfg.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
       return;
     }
@@ -33,7 +33,7 @@ void RegisterConfigCommand(CLI::App* app, CliContext* ctx) {
     // Where kvtier's default departs from vLLM's, say so: the same file means
     // something else to vLLM's own tier.
     for (const std::string& note : KvtierDefaultNotes(*cfg)) {
-      std::fprintf(stderr, "kvtier config check: note: %s\n", note.c_str());
+      PrintError("config check", "note: " + note);
     }
     ctx->exit_code = 0;
   });

@@ -1,13 +1,14 @@
 // `kvtier hash`: flag wiring over internal::RunHashQuery.
 #include <CLI/CLI.hpp>
 
-#include <cstdio>
 #include <cstdlib>
 #include <iostream>
 
+#include "cli/cli_text.h"
+#include "cli/duration.h"
 #include "cli/hash_command.h"
-#include "cli/ops_command.h"
 #include "cli/json_input.h"
+#include "cli/ops_command.h"
 #include "cli/sglang_hash.h"
 #include "commands.h"
 #include "ops/io_watch.h"
@@ -164,15 +165,13 @@ Result<HashQuery> QueryFromFlags(const HashFlags& f) {
 
 // With --root each chunk's file is stat'ed: on a hung mount that waits in
 // the kernel, so the query runs watched (ops/io_watch.h), --io-timeout per stat.
-Result<nlohmann::json> RunQuery(const HashFlags& f) {
+Result<nlohmann::json> RunQuery(const HashFlags& f, uint64_t timeout_ms) {
   KVTIER_ASSIGN_OR_RETURN(HashQuery query, QueryFromFlags(f));
   if (!query.root_dir) return RunHashQuery(query);
-  const Result<uint64_t> timeout_ms = ParseDurationMs(f.io_timeout);
-  if (!timeout_ms.ok()) return timeout_ms.status().WithContext("--io-timeout");
-  return RunWatchedFor<nlohmann::json>(*timeout_ms, "", [query = std::move(query)] { return RunHashQuery(query); });
+  return RunWatchedFor<nlohmann::json>(timeout_ms, "", [query = std::move(query)] { return RunHashQuery(query); });
 }
 
-Result<nlohmann::json> RunSglangQuery(const HashFlags& f) {
+Result<nlohmann::json> RunSglangQuery(const HashFlags& f, uint64_t timeout_ms) {
   if (f.tokens.empty() && f.tokens_file.empty()) return InvalidArgument("give --tokens 1,2,3 or --tokens-file FILE");
   SglangHashQuery q;
   KVTIER_ASSIGN_OR_RETURN(q.token_ids, ParseTokenList(f));
@@ -192,9 +191,7 @@ Result<nlohmann::json> RunSglangQuery(const HashFlags& f) {
   q.cache_salt = f.salt;
   if (!q.root_dir) return RunSglangHashQuery(q);
   // Each page's file is stat'ed: watched, as the vLLM mode (RunQuery).
-  const Result<uint64_t> timeout_ms = ParseDurationMs(f.io_timeout);
-  if (!timeout_ms.ok()) return timeout_ms.status().WithContext("--io-timeout");
-  return RunWatchedFor<nlohmann::json>(*timeout_ms, "", [q = std::move(q)] { return RunSglangHashQuery(q); });
+  return RunWatchedFor<nlohmann::json>(timeout_ms, "", [q = std::move(q)] { return RunSglangHashQuery(q); });
 }
 
 Result<nlohmann::json> RunEngineQuery(const HashFlags& f) {
@@ -204,26 +201,27 @@ Result<nlohmann::json> RunEngineQuery(const HashFlags& f) {
   if (!f.given_flag_of_other_engine.empty()) {
     return InvalidArgument(f.given_flag_of_other_engine + " does not apply to --engine " + f.engine);
   }
-  return f.engine == "sglang" ? RunSglangQuery(f) : RunQuery(f);
+  // Checked with or without --root: a bad value is an error, never ignored.
+  const Result<uint64_t> timeout_ms = ParseDurationMs(f.io_timeout);
+  if (!timeout_ms.ok()) return timeout_ms.status().WithContext("--io-timeout");
+  return f.engine == "sglang" ? RunSglangQuery(f, *timeout_ms) : RunQuery(f, *timeout_ms);
 }
 
 int RunHash(const HashFlags& f) {
   Result<nlohmann::json> report = RunEngineQuery(f);
   if (!report.ok()) {
-    std::fprintf(stderr, "kvtier hash: %s\n", report.status().ToString().c_str());
+    PrintError("hash", report.status().ToString());
     if (report.status().code() == StatusCode::kTimedOut) ExitHung();
     return report.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
   }
-  if (f.engine == "sglang") {
-    // --root may be any bytes: replaced where not UTF-8 rather than thrown on.
-    std::cout << (f.json ? report->dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n"
-                         : FormatSglangHashReport(*report));
-  } else if (!f.input.empty()) {
-    std::cout << CaseOutput(*report).dump(2) << "\n";
+  // --model, --root and the seed may hold any bytes: the text forms quote
+  // them, the JSON forms stay valid UTF-8 (cli/cli_text.h).
+  if (!f.input.empty()) {
+    std::cout << JsonOutput(CaseOutput(*report));
   } else if (f.json) {
-    std::cout << report->dump(2) << "\n";
+    std::cout << JsonOutput(std::move(*report));
   } else {
-    std::cout << FormatHashReport(*report);
+    std::cout << (f.engine == "sglang" ? FormatSglangHashReport(*report) : FormatHashReport(*report));
   }
   return 0;
 }
@@ -337,7 +335,7 @@ void RegisterHashCommand(CLI::App* app, CliContext* ctx) {
   cmd->add_flag("--explain", flags->explain, "Include each block's serialized input (with --json)");
   cmd->add_option("--io-timeout", flags->io_timeout,
                   "With --root: give up (exit 8, naming the path) when one stat takes longer than this: a hung "
-                  "mount (e.g. 500ms, 10s; 0: wait forever)")
+                  "mount (seconds, e.g. 0.5 or 30, or with a unit: 500ms, 10s; 0: wait forever)")
       ->capture_default_str();
   cmd->get_option("--tokens")->excludes(cmd->get_option("--tokens-file"));
   cmd->get_option("--input")->excludes(cmd->get_option("--tokens"))->excludes(cmd->get_option("--tokens-file"));

@@ -11,10 +11,11 @@
 #include <optional>
 #include <tuple>
 
+#include "cli/cli_text.h"
+#include "cli/duration.h"
 #include "cli/gc_watch.h"
 #include "cli/ops_command.h"
 #include "commands.h"
-#include "util/name_escape.h"
 
 namespace kvtier::internal {
 namespace {
@@ -35,8 +36,17 @@ void AddCommon(CLI::App* cmd, CommonFlags* f) {
   cmd->add_flag("--json", f->json, "Machine-readable output");
   cmd->add_option("--io-timeout", f->io_timeout,
                   "Give up (exit 8, naming the path) when one file-system call takes longer than this: a hung "
-                  "mount (e.g. 500ms, 10s, 2m; 0: wait forever)")
+                  "mount (seconds, e.g. 0.5 or 30, or with a unit: 500ms, 10s, 2m; 0: wait forever)")
       ->capture_default_str();
+}
+
+// Stores r's value in *out; false after "kvtier CMD: FLAG: message" when r
+// is an error.
+template <class T, class Out>
+bool Take(const Result<T>& r, std::string_view cmd, std::string_view flag, Out* out) {
+  if (!r.ok()) PrintError(cmd, std::string(flag) + ": " + r.status().message());
+  if (r.ok()) *out = *r;
+  return r.ok();
 }
 
 // Fills the scan options; false (after printing) on a bad flag value.
@@ -44,18 +54,10 @@ bool Fill(const CommonFlags& f, std::string_view cmd, ScanOptions* o) {
   o->root = f.root;
   o->jobs = f.jobs;
   o->force = f.force;
-  auto grace = ParseDurationS(f.tmp_grace);
-  if (!grace.ok()) {
-    std::fprintf(stderr, "kvtier %s: --tmp-grace: %s\n", std::string(cmd).c_str(), grace.status().message().c_str());
+  if (!Take(ParseDurationS(f.tmp_grace), cmd, "--tmp-grace", &o->tmp_grace_s) ||
+      !Take(ParseDurationMs(f.io_timeout), cmd, "--io-timeout", &o->io_timeout_ms)) {
     return false;
   }
-  o->tmp_grace_s = *grace;
-  auto io_timeout = ParseDurationMs(f.io_timeout);
-  if (!io_timeout.ok()) {
-    std::fprintf(stderr, "kvtier %s: --io-timeout: %s\n", std::string(cmd).c_str(), io_timeout.status().message().c_str());
-    return false;
-  }
-  o->io_timeout_ms = *io_timeout;
   if (!f.json) o->progress = MakeProgressBar(std::string("kvtier ") + std::string(cmd));
   return true;
 }
@@ -67,7 +69,7 @@ int Emit(const Result<Report>& r, std::string_view cmd, bool json, bool progress
   if (progress_shown) std::fputs("\n", stderr);
   if (!r.ok()) {
     // The message may name a file on the volume: escaped as fsck's details.
-    std::fprintf(stderr, "kvtier %s: %s\n", std::string(cmd).c_str(), EscapeUnprintable(r.status().ToString()).c_str());
+    PrintError(cmd, r.status().ToString());
     if (r.status().code() == StatusCode::kTimedOut) ExitHung();
     return r.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
   }
@@ -104,10 +106,8 @@ void RegisterDu(CLI::App* app, CliContext* ctx) {
       ->needs(top_option);
   du->callback(Guarded([f, ctx, top_n, by] {
     ScanOptions o;
-    const Result<DuTopBy> top_by = ParseDuTopBy(*by);
-    if (!top_by.ok()) std::fprintf(stderr, "kvtier du: %s\n", top_by.status().message().c_str());
-    if (!top_by.ok() || !Fill(*f, "du", &o)) return void(ctx->exit_code = 2);
-    const DuTop top{.n = *top_n, .by = *top_by};
+    DuTop top{.n = *top_n};
+    if (!Take(ParseDuTopBy(*by), "du", "--by", &top.by) || !Fill(*f, "du", &o)) return void(ctx->exit_code = 2);
     Result<DuReport> r = Du(o);
     const size_t of = r.ok() ? r->namespaces.size() : 0;
     if (r.ok()) KeepTopNamespaces(top, &*r);
@@ -134,10 +134,8 @@ void RegisterFsck(CLI::App* app, CliContext* ctx) {
     if (!Fill(*f, "fsck", &o)) return void(ctx->exit_code = 8);
     o.repair = *repair;
     o.verify_data = *verify;
-    if (!row_bytes->empty()) {
-      auto size = ParseSizeBytes(*row_bytes);
-      if (!size.ok()) return void((std::fprintf(stderr, "kvtier fsck: --row-bytes: %s\n", size.status().message().c_str()), ctx->exit_code = 8));
-      o.row_bytes = *size;
+    if (!row_bytes->empty() && !Take(ParseSizeBytes(*row_bytes), "fsck", "--row-bytes", &o.row_bytes)) {
+      return void(ctx->exit_code = 8);
     }
     Result<FsckReport> r = Fsck(o);
     const int rc = Emit<FsckReport>(r, "fsck", f->json, o.progress != nullptr, &FsckJson, &FsckText);
@@ -171,7 +169,9 @@ void AddWatchFlags(CLI::App* gc, WatchFlags* w) {
 
 std::atomic<bool> g_watch_stop{false};
 
-// The watch's options from its flags; false (after printing) on a bad value.
+// The watch's options from its flags, checked with or without --watch (a
+// one-shot gc takes the collector lease too); false (after printing) on a
+// bad value.
 bool FillWatch(const WatchFlags& w, const GcOptions& gc, bool json, GcWatchOptions* o) {
   o->gc = gc;
   o->gc.progress = nullptr;
@@ -179,25 +179,23 @@ bool FillWatch(const WatchFlags& w, const GcOptions& gc, bool json, GcWatchOptio
   o->metrics_port = w.metrics_port;
   o->metrics_address = w.metrics_address;
   auto fail = [](const char* flag, const Status& s) {
-    std::fprintf(stderr, "kvtier gc: %s: %s\n", flag, s.message().c_str());
+    PrintError("gc", std::string(flag) + ": " + s.message());
     return false;
   };
-  if (gc.dry_run || json) return fail(gc.dry_run ? "--dry-run" : "--json", InvalidArgument("not with --watch"));
+  if (w.watch && (gc.dry_run || json)) {
+    return fail(gc.dry_run ? "--dry-run" : "--json", InvalidArgument("not with --watch"));
+  }
   const std::pair<const std::string*, uint64_t*> durations[] = {{&w.interval, &o->interval_ms}, {&w.check, &o->check_ms},
                                                                 {&w.ttl, &o->collector_ttl_ms}};
   const char* names[] = {"--interval", "--check-interval", "--collector-ttl"};
   for (size_t i = 0; i < 3; ++i) {
-    auto v = ParseDurationMs(*durations[i].first);
-    if (!v.ok()) return fail(names[i], v.status());
-    if (*v == 0) return fail(names[i], InvalidArgument("must be more than 0"));
-    *durations[i].second = *v;
+    if (!Take(ParseDurationMs(*durations[i].first), "gc", names[i], durations[i].second)) return false;
+    if (*durations[i].second == 0) return fail(names[i], InvalidArgument("must be more than 0"));
   }
   for (auto [text, out, flag] : {std::tuple{&w.min_free, &o->min_free, "--min-free"},
                                  std::tuple{&w.min_free_target, &o->min_free_target, "--min-free-target"}}) {
     if (text->empty()) continue;
-    auto v = ParseFreeSpace(*text);
-    if (!v.ok()) return fail(flag, v.status());
-    *out = *v;
+    if (!Take(ParseFreeSpace(*text), "gc", flag, out)) return false;
   }
   if (o->min_free_target && !o->min_free) return fail("--min-free-target", InvalidArgument("needs --min-free"));
   return true;
@@ -219,11 +217,13 @@ int RunWatchCommand(const GcWatchOptions& o) {
 void RegisterGc(CLI::App* app, CliContext* ctx) {
   auto f = std::make_shared<CommonFlags>();
   auto dry_run = std::make_shared<bool>(false);
-  auto older = std::make_shared<std::string>(), max_bytes = std::make_shared<std::string>(),
-       low_water = std::make_shared<std::string>();
+  // Optional, so that an empty value is refused rather than taken for none.
+  using OptionalText = std::optional<std::string>;
+  auto older = std::make_shared<OptionalText>(), max_bytes = std::make_shared<OptionalText>(),
+       low_water = std::make_shared<OptionalText>();
+  auto candidates = std::make_shared<std::string>("32M");
   auto keep = std::make_shared<std::vector<std::string>>();
   auto list_max = std::make_shared<uint64_t>(kDefaultGcListMax);
-  auto candidates = std::make_shared<std::string>("32M");
   auto ignore_lease = std::make_shared<bool>(false);
 
   auto watch = std::make_shared<WatchFlags>();
@@ -255,41 +255,30 @@ void RegisterGc(CLI::App* app, CliContext* ctx) {
       while (k.size() > 1 && k.back() == '/') k.pop_back();
       o.keep.push_back(k.substr(k.rfind('/') + 1));  // a path or a bare directory name
     }
-    auto parse = [&](const std::string& text, auto parser, auto* out, const char* flag) {
-      if (text.empty()) return true;
-      auto v = parser(text);
-      if (!v.ok()) std::fprintf(stderr, "kvtier gc: %s: %s\n", flag, v.status().message().c_str());
-      if (v.ok()) *out = *v;
-      return v.ok();
+    auto parse = [&](const std::optional<std::string>& text, auto parser, auto* out, const char* flag) {
+      return !text || Take(parser(*text), "gc", flag, out);
     };
     if (!parse(*older, ParseDurationS, &o.older_than_s, "--older-than") ||
         !parse(*max_bytes, ParseSizeBytes, &o.max_bytes, "--max-bytes") ||
         !parse(*low_water, ParseSizeBytes, &o.low_water_bytes, "--low-water") ||
-        !parse(*candidates, ParseSizeBytes, &o.candidates_bytes_max, "--candidates-max")) {
+        !parse(OptionalText(*candidates), ParseSizeBytes, &o.candidates_bytes_max, "--candidates-max")) {
       return void(ctx->exit_code = 2);
     }
     if (o.low_water_bytes && !o.max_bytes) {
-      std::fprintf(stderr, "kvtier gc: --low-water needs --max-bytes\n");
+      PrintError("gc", "--low-water needs --max-bytes");
       return void(ctx->exit_code = 2);
     }
-    if (watch->watch) {
-      GcWatchOptions w;
-      ctx->exit_code = FillWatch(*watch, o, f->json, &w) ? RunWatchCommand(w) : 2;
-      return;
-    }
+    GcWatchOptions w;
+    if (!FillWatch(*watch, o, f->json, &w)) return void(ctx->exit_code = 2);
+    if (watch->watch) return void(ctx->exit_code = RunWatchCommand(w));
     if (!watch->min_free.empty() || !watch->metrics_file.empty() || watch->metrics_port) {
-      std::fprintf(stderr, "kvtier gc: --min-free, --metrics-file and --metrics-port need --watch\n");
+      PrintError("gc", "--min-free, --metrics-file and --metrics-port need --watch");
       return void(ctx->exit_code = 2);
     }
     // L124: a one-shot capacity trim is one collector's job at a time.
     std::shared_ptr<OneShotLease> lease;
     if (o.max_bytes && !o.dry_run && !*ignore_lease) {
-      auto ttl = ParseDurationMs(watch->ttl);
-      if (!ttl.ok() || *ttl == 0) {
-        std::fprintf(stderr, "kvtier gc: --collector-ttl: %s\n", ttl.ok() ? "must be more than 0" : ttl.status().message().c_str());
-        return void(ctx->exit_code = 2);
-      }
-      lease = OneShotLease::Start(o, *ttl);
+      lease = OneShotLease::Start(o, w.collector_ttl_ms);
       o.capacity_gate = [lease] { return lease->Gate(); };
       // SIGTERM/SIGINT: finish the removal in progress, remove no more, and
       // give the lease up (L122) rather than leave it to go stale.

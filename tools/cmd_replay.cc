@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "cli/cli_text.h"
 #include "cli/spawn.h"
 #include "commands.h"
 #include "kvtier/config.h"
@@ -113,12 +114,12 @@ int RunWorker(const ReplayFlags& f, const Trace& trace) {
   int phase = -1;
   if (std::sscanf(f.worker.c_str(), "%u/%u/%d", &instance, &instances, &phase) != 3 || instances == 0 ||
       instance >= instances || phase < 0 || phase > 2) {
-    std::fprintf(stderr, "kvtier replay: bad --worker '%s'\n", f.worker.c_str());
+    PrintError("replay", "bad --worker '" + f.worker + "'");
     return 2;
   }
   Result<PhaseReport> report = RunReplayWorker(f.options, trace, instance, instances, phase);
   if (!report.ok()) {
-    std::fprintf(stderr, "kvtier replay: instance %u: %s\n", instance, report.status().ToString().c_str());
+    PrintError("replay", "instance " + std::to_string(instance) + ": " + report.status().ToString());
     return 1;
   }
   std::cout << PhaseToJson(*report, /*with_points=*/true).dump() << "\n";
@@ -186,24 +187,24 @@ int RunReplayCommand(ReplayFlags& f) {
   if (config.ok()) config = KvGroupsFromFlags(f.options.kv_groups, f.options.gpu_block_tokens).status();
   Result<Trace> trace = config.ok() ? LoadTrace(f) : Result<Trace>(config);
   if (!trace.ok()) {
-    std::fprintf(stderr, "kvtier replay: %s\n", trace.status().ToString().c_str());
+    PrintError("replay", trace.status().ToString());
     return 2;
   }
   if (!f.worker.empty()) return RunWorker(f, *trace);
   Result<std::vector<PhaseReport>> phases = RunAllPhases(f, *trace);
   if (!phases.ok()) {
-    std::fprintf(stderr, "kvtier replay: %s\n", phases.status().ToString().c_str());
+    PrintError("replay", phases.status().ToString());
     return phases.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
   }
   if (!f.plot_path.empty()) {
     Status s = WritePlot(f.plot_path, *phases, "kvtier replay: " + trace->name);
-    if (!s.ok()) std::fprintf(stderr, "kvtier replay: %s\n", s.ToString().c_str());
+    if (!s.ok()) PrintError("replay", s.ToString());
   }
   const StoreLoss loss = WorstStoreLoss(*phases);
   if (f.json) {
     nlohmann::json report = ReplayJson(*phases, trace->name, f.instances, f.restart);
     report["store_loss"] = StoreLossJson(loss, f.store_loss_max);
-    std::cout << report.dump(2) << "\n";
+    std::cout << JsonOutput(std::move(report));
   } else {
     std::cout << FormatReplayTable(*phases, trace->name, f.instances) << "\n" << FormatStoreLoss(loss, f.store_loss_max);
   }

@@ -7,6 +7,7 @@
 #include <iostream>
 #include <string>
 
+#include "cli/cli_text.h"
 #include "commands.h"
 #include "kvtier/version.h"
 
@@ -29,8 +30,8 @@ int main(int argc, char** argv) {
       valid += (valid.empty() ? "" : ", ") + sub->get_name();
     }
     if (!known) {
-      std::fprintf(stderr, "kvtier: unknown command '%s' (valid: %s)\nRun 'kvtier --help' for usage.\n",
-                   argv[1], valid.c_str());
+      kvtier::internal::PrintError("", std::string("unknown command '") + argv[1] + "' (valid: " + valid + ")");
+      std::fprintf(stderr, "Run 'kvtier --help' for usage.\n");
       return 2;
     }
   }
@@ -44,7 +45,9 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     // Usage errors exit 2, as getopt-style tools do; CLI11's own codes differ.
-    std::fprintf(stderr, "kvtier: %s\nRun 'kvtier --help' for usage.\n", e.what());
+    // The message may quote an argument: escaped, as every message is.
+    kvtier::internal::PrintError("", e.what());
+    std::fprintf(stderr, "Run 'kvtier --help' for usage.\n");
     return 2;
   }
   return ctx.exit_code;

@@ -41,6 +41,7 @@
 
 #include "kvtier/export.h"
 #include "kvtier/fs_tier_options.h"
+#include "kvtier/fs_tier_metrics.h"
 #include "kvtier/hashing.h"
 #include "kvtier/layout.h"
 #include "kvtier/options.h"
@@ -110,55 +111,6 @@ struct JobResult {
   std::vector<KeyResult> keys;  // in submission order
   // How many leading keys are kOk (for loads: the prefix that can be used).
   KVTIER_API size_t OkPrefix() const;
-};
-
-// Cumulative counters since Open (the queue depths, in_flight,
-// store_queue_bytes, backpressure_active and the EMA are current values).
-// rows_* count keys by their outcome; *_errors count kError keys. With
-// several roots: summed over them, the backpressure gauges the worst root's.
-struct FsTierMetrics {
-  uint64_t rows_stored = 0, bytes_stored = 0, rows_skipped_exists = 0, rows_dropped = 0;
-  uint64_t rows_loaded = 0, bytes_loaded = 0, rows_missed = 0, rows_corrupt = 0;
-  uint64_t lookups_hit = 0, lookups_miss = 0;
-  uint64_t store_errors = 0, load_errors = 0, lookup_errors = 0;
-  uint64_t read_queue_depth = 0, write_queue_depth = 0, in_flight = 0;
-  uint64_t store_queue_bytes = 0;
-  uint64_t backpressure_active = 0;  // 1 while stores are being dropped for latency
-  double store_latency_ema_s_per_mib = 0;
-  uint64_t fixed_buffer_ios = 0;  // reads and writes into registered memory
-  // Rows whose pieces are not page-aligned, stored or loaded with O_DIRECT
-  // through a page-aligned row of the tier's (one memcpy each way) instead
-  // of through the page cache.
-  uint64_t staged_ios = 0;
-  uint64_t checksum_ns = 0;       // time spent computing CRC32C, stores and loads
-  // A sick volume (docs/config.md, "When the volume is sick"): root_up is 1
-  // while the root answers (several roots: 1 only when all do), roots_down
-  // how many do not; deadline_misses counts requests that got no answer
-  // within io_timeout_ms; requests_stuck those abandoned to the kernel and
-  // not yet returned by it (bounded by n_read_threads + n_write_threads + 1
-  // per root).
-  uint64_t root_up = 1, roots_down = 0, deadline_misses = 0, requests_stuck = 0;
-  // Space (docs/metrics.md, "Capacity and usage"), sampled, never a scan
-  // per call: the volume's used and free bytes (statvfs of root_dir, every
-  // 5 s; free is what an unprivileged writer may still use); this tier's
-  // <ns>_r<rank> directory's bytes and block files (the max_bytes index, or
-  // the startup scan plus this tier's stores; without a scan, startup_scan,
-  // only what this tier stored or found since it opened);
-  // namespace_scan_complete is 1 once the startup scan finished, or from the
-  // start when there is none (before, the namespace counts are partial).
-  // With max_bytes: the budget (0: none), the blocks and bytes
-  // evicted for it, and the store rows refused because a batch could not
-  // fit (also counted in rows_dropped). Several roots: summed (roots on one
-  // volume count its bytes once per root).
-  uint64_t volume_used_bytes = 0, volume_free_bytes = 0;
-  uint64_t namespace_bytes = 0, namespace_blocks = 0, namespace_scan_complete = 0;
-  uint64_t capacity_bytes_max = 0, capacity_evicted_blocks = 0, capacity_evicted_bytes = 0;
-  uint64_t capacity_refused_rows = 0;
-  // Latency histograms per direction: bucket i counts operations that took
-  // < 2^i microseconds (the last bucket is everything slower).
-  static constexpr int kLatencyBuckets = 24;
-  uint64_t store_latency_us[kLatencyBuckets] = {};
-  uint64_t load_latency_us[kLatencyBuckets] = {};
 };
 
 class KVTIER_API FsTier {

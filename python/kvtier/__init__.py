@@ -6,6 +6,7 @@ A thin binding over kvtier's C++ library (``kvtier._kvtier``):
   :func:`make_key`, :class:`Namespace` (directory, digest, ``config.json`` bytes, block paths);
   SGLang's page keys: :func:`sglang_page_keys`;
 * :class:`FsTier`: asynchronous store / load / lookup jobs over caller buffers (zero-copy);
+  :func:`fs_metric_fields` describes each field of its ``metrics()``;
 * :class:`EngineTier`: the same tier driven by an engine's per-step contract (used by
   :mod:`kvtier.vllm`, vLLM's out-of-tree secondary tier ``KvtierFsTier``);
 * operators' tools: :func:`du`, :func:`fsck`, :func:`gc`; :func:`config_check`;
@@ -33,6 +34,7 @@ from kvtier._kvtier import (
     chunk_keys,
     config_check,
     du,
+    fs_metric_fields,
     fsck,
     gc,
     make_key,
@@ -44,8 +46,9 @@ from kvtier._kvtier import (
 
 __all__ = [
     "DuReport", "EngineTier", "Finding", "FsckReport", "FsTier", "GcReport", "JobResult", "KvtierError",
-    "Namespace", "NamespaceUsage", "Reclaimed", "block_hashes", "chunk_keys", "config_check", "du", "fsck",
-    "gc", "make_key", "none_hash", "set_log_sink", "set_min_log_level", "sglang_page_keys", "use_python_logging",
+    "Namespace", "NamespaceUsage", "Reclaimed", "block_hashes", "chunk_keys", "config_check", "du",
+    "fs_metric_fields", "fsck", "gc", "make_key", "none_hash", "set_log_sink", "set_min_log_level",
+    "sglang_page_keys", "use_python_logging",
 ]
 
 _LEVELS = {"info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}

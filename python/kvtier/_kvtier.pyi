@@ -392,6 +392,14 @@ def gc(root: str, *, older_than_s: int | None = None, max_bytes: int | None = No
        io_timeout_s: float | None = 30.0) -> GcReport:
     """Reclaims idle namespaces, capacity, stale temp and corrupt files (``kvtier gc``)."""
 
+def fs_metric_fields() -> tuple[dict[str, str | float | None], ...]:
+    """The fields of :meth:`FsTier.metrics` in declaration order, one dict each: ``name`` (the
+    metrics() key), ``kind`` ("counter" or "gauge"), ``merge`` over several roots ("sum", "max"
+    or "min"), ``unit``, ``prometheus`` (its family in :meth:`FsTier.prometheus_text`, None when
+    not exported), ``scale`` (exported value = field x scale), ``vllm`` (its name in vLLM's stats,
+    None when not reported) and ``help``. From the library's table
+    (``include/kvtier/fs_tier_metrics.h``)."""
+
 def config_check(config_json: str, *, gpu_block_size: int = 16) -> str:
     """Validates a ``kv_connector_extra_config`` JSON and returns the effective config (defaults
     filled in); KvtierError(invalid_argument) naming the key otherwise."""

@@ -66,30 +66,13 @@ _VERDICTS = (LookupResult.MISS, LookupResult.HIT, LookupResult.RETRY)
 _BASE_TAKES_DETECTOR = "backpressure_detector" in inspect.signature(SecondaryTierManager.__init__).parameters
 _RESULT_HAS_BYTES = "transfer_bytes" in {f.name for f in dataclasses.fields(JobResult)}
 
+# The metrics reported to vLLM's stats: the fields the library's metrics table gives a vLLM name
+# (kvtier.fs_metric_fields(), include/kvtier/fs_tier_metrics.h), with its scale and documentation.
+_REPORTED = [f for f in kvtier.fs_metric_fields() if f["vllm"]]
 _COUNTERS = {  # metric name -> (FsTier metrics() field, scale, documentation)
-    "kvtier:fs_rows_corrupt": ("rows_corrupt", 1, "Block files kvtier refused (wrong size or CRC32C) and removed."),
-    "kvtier:fs_rows_dropped": ("rows_dropped", 1, "Stores kvtier dropped under backpressure or a full queue."),
-    "kvtier:fs_store_errors": ("store_errors", 1, "Stores that failed with an I/O error or deadline."),
-    "kvtier:fs_load_errors": ("load_errors", 1, "Loads that failed with an I/O error or deadline."),
-    "kvtier:fs_lookup_errors": ("lookup_errors", 1, "Existence checks that failed with an I/O error."),
-    "kvtier:fs_checksum_seconds": ("checksum_ns", 1e-9, "CPU seconds spent on CRC32C, stores and loads."),
-    "kvtier:fs_deadline_misses": ("deadline_misses", 1, "Requests with no answer within io_timeout_ms."),
-    "kvtier:fs_capacity_evicted_blocks": ("capacity_evicted_blocks", 1, "Blocks evicted to keep max_bytes."),
-    "kvtier:fs_capacity_evicted_bytes": ("capacity_evicted_bytes", 1, "Bytes evicted to keep max_bytes."),
-    "kvtier:fs_capacity_refused_rows": ("capacity_refused_rows", 1, "Stores refused: the batch could not fit max_bytes."),
+    f["vllm"]: (f["name"], f["scale"], f["help"]) for f in _REPORTED if f["kind"] == "counter"
 }
-_GAUGES = {
-    "kvtier:fs_read_queue_depth": ("read_queue_depth", "Loads and lookups queued in kvtier's engine."),
-    "kvtier:fs_write_queue_depth": ("write_queue_depth", "Stores queued in kvtier's engine."),
-    "kvtier:fs_backpressure_active": ("backpressure_active", "1 while kvtier drops stores for latency."),
-    "kvtier:fs_root_up": ("root_up", "1 while the tier's root answers; 0 while it is down."),
-    "kvtier:fs_requests_stuck": ("requests_stuck", "Requests abandoned to the kernel, not yet returned."),
-    "kvtier:fs_volume_used_bytes": ("volume_used_bytes", "Used bytes of the tier's volume (statvfs, sampled)."),
-    "kvtier:fs_volume_free_bytes": ("volume_free_bytes", "Free bytes of the tier's volume for unprivileged writers."),
-    "kvtier:fs_namespace_bytes": ("namespace_bytes", "Bytes of this tier's <model>_<digest>_r<rank> directory."),
-    "kvtier:fs_namespace_blocks": ("namespace_blocks", "Block files of this tier's <model>_<digest>_r<rank> directory."),
-    "kvtier:fs_capacity_bytes_max": ("capacity_bytes_max", "The tier's max_bytes (0: unbounded)."),
-}
+_GAUGES = {f["vllm"]: (f["name"], f["help"]) for f in _REPORTED if f["kind"] == "gauge"}
 _LABELS = ("tier",)
 # What a tier key from JSON can be. vLLM's factory passes a detector object (or None) as
 # ``backpressure_detector``, never one of these; such a value is a tier key of that name (vLLM

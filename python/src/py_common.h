@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kvtier/fs_tier_metrics.h"
 #include "kvtier/hashing.h"
 #include "kvtier/result.h"
 #include "kvtier/status.h"
@@ -37,6 +38,10 @@ auto WithoutGil(Fn&& fn) {
   pb::gil_scoped_release release;
   return fn();
 }
+
+// An fs tier's metrics() dict, every field of kFsTierMetricFields by name
+// (py_metrics.cc).
+pb::dict FsMetricsDict(const FsTierMetrics& m);
 
 // vLLM's OffloadKey bytes: 1..32 bytes of block hash, then the group index.
 OffloadKey KeyFromBytes(std::string_view bytes);

@@ -18,7 +18,6 @@
 namespace kvtier::py {
 
 FsTierOpenOptions EngineOpenOptions(const Namespace& ns, uint64_t row_bytes, const pb::object& config);
-pb::dict FsMetricsDict(const FsTierMetrics& m);
 
 namespace {
 

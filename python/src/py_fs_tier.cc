@@ -36,26 +36,6 @@ FsTierOpenOptions OpenOptions(const Namespace& ns, uint64_t row_bytes, const pb:
   return o;
 }
 
-pb::dict MetricsDict(const FsTierMetrics& m) {
-  pb::dict d;
-#define KVTIER_PY_FIELD(f) d[#f] = m.f
-  KVTIER_PY_FIELD(rows_stored); KVTIER_PY_FIELD(bytes_stored); KVTIER_PY_FIELD(rows_skipped_exists);
-  KVTIER_PY_FIELD(rows_dropped); KVTIER_PY_FIELD(rows_loaded); KVTIER_PY_FIELD(bytes_loaded);
-  KVTIER_PY_FIELD(rows_missed); KVTIER_PY_FIELD(rows_corrupt); KVTIER_PY_FIELD(lookups_hit);
-  KVTIER_PY_FIELD(lookups_miss); KVTIER_PY_FIELD(store_errors); KVTIER_PY_FIELD(load_errors);
-  KVTIER_PY_FIELD(lookup_errors); KVTIER_PY_FIELD(read_queue_depth); KVTIER_PY_FIELD(write_queue_depth);
-  KVTIER_PY_FIELD(in_flight); KVTIER_PY_FIELD(store_queue_bytes); KVTIER_PY_FIELD(backpressure_active);
-  KVTIER_PY_FIELD(store_latency_ema_s_per_mib); KVTIER_PY_FIELD(fixed_buffer_ios); KVTIER_PY_FIELD(checksum_ns);
-  KVTIER_PY_FIELD(staged_ios);
-  KVTIER_PY_FIELD(root_up); KVTIER_PY_FIELD(roots_down); KVTIER_PY_FIELD(deadline_misses);
-  KVTIER_PY_FIELD(requests_stuck); KVTIER_PY_FIELD(volume_used_bytes); KVTIER_PY_FIELD(volume_free_bytes);
-  KVTIER_PY_FIELD(namespace_bytes); KVTIER_PY_FIELD(namespace_blocks); KVTIER_PY_FIELD(namespace_scan_complete);
-  KVTIER_PY_FIELD(capacity_bytes_max); KVTIER_PY_FIELD(capacity_evicted_blocks);
-  KVTIER_PY_FIELD(capacity_evicted_bytes); KVTIER_PY_FIELD(capacity_refused_rows);
-#undef KVTIER_PY_FIELD
-  return d;
-}
-
 struct PyJobResult {
   uint64_t job_id = 0;
   std::string kind;                  // "store", "load", "lookup"
@@ -406,7 +386,7 @@ void BindFsTier(pb::module_& m) {
            "Waits (GIL released) until no job runs; KvtierError(timed_out) after timeout_ms.")
       .def("close", &PyFsTier::Close,
            "Stops admitting jobs, waits for running ones, stops the engine, releases buffers.")
-      .def("metrics", [](PyFsTier& t) { return MetricsDict(t.Metrics()); })
+      .def("metrics", [](PyFsTier& t) { return FsMetricsDict(t.Metrics()); })
       .def("prometheus_text", [](PyFsTier& t, const std::string& name) {
              return Unwrap(t.WithTier([&](FsTier& f) { return f.PrometheusText(name); }));
            }, pb::arg("tier_name") = "fs0")
@@ -435,6 +415,5 @@ void BindTiers(pb::module_& m) {
 FsTierOpenOptions EngineOpenOptions(const Namespace& ns, uint64_t row_bytes, const pb::object& config) {
   return OpenOptions(ns, row_bytes, config);
 }
-pb::dict FsMetricsDict(const FsTierMetrics& m) { return MetricsDict(m); }
 
 }  // namespace kvtier::py

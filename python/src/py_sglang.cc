@@ -31,8 +31,6 @@
 
 namespace kvtier::py {
 
-pb::dict FsMetricsDict(const FsTierMetrics& m);  // py_fs_tier.cc
-
 namespace {
 
 [[noreturn]] void RefuseSpec(const std::string& key, const std::string& rule) {

@@ -88,13 +88,13 @@ class MultiRootTier final : public FsTier {
     return idle ? Status::Ok() : Status(StatusCode::kTimedOut, "fs tier: jobs still running");
   }
 
-  // Counters and histograms are summed over the roots; the backpressure
-  // gauges are the worst root's.
+  // Each field merged as its row in kFsTierMetricFields says: counters and
+  // histograms summed, root_up and the scan flag the lowest root's, the
+  // backpressure gauges the highest.
   FsTierMetrics Metrics() const override {
-    FsTierMetrics sum;
-    sum.namespace_scan_complete = 1;  // 1 only when every root's scan is
-    for (const auto& child : children_) AddMetrics(child->Metrics(), &sum);
-    return sum;
+    FsTierMetrics merged = children_.front()->Metrics();
+    for (size_t i = 1; i < children_.size(); ++i) MergeFsTierMetrics(children_[i]->Metrics(), &merged);
+    return merged;
   }
   std::string PrometheusText(std::string_view tier_name) const override {
     return FormatPrometheus(Metrics(), tier_name);
@@ -129,31 +129,6 @@ class MultiRootTier final : public FsTier {
       if (!((*child).*flag)()) return false;
     }
     return true;
-  }
-
-  static void AddMetrics(const FsTierMetrics& m, FsTierMetrics* s) {
-    for (auto f : {&FsTierMetrics::rows_stored, &FsTierMetrics::bytes_stored, &FsTierMetrics::rows_skipped_exists,
-                   &FsTierMetrics::rows_dropped, &FsTierMetrics::rows_loaded, &FsTierMetrics::bytes_loaded,
-                   &FsTierMetrics::rows_missed, &FsTierMetrics::rows_corrupt, &FsTierMetrics::lookups_hit,
-                   &FsTierMetrics::lookups_miss, &FsTierMetrics::store_errors, &FsTierMetrics::load_errors,
-                   &FsTierMetrics::lookup_errors, &FsTierMetrics::read_queue_depth, &FsTierMetrics::write_queue_depth,
-                   &FsTierMetrics::in_flight, &FsTierMetrics::store_queue_bytes, &FsTierMetrics::fixed_buffer_ios,
-                   &FsTierMetrics::staged_ios,
-                   &FsTierMetrics::checksum_ns, &FsTierMetrics::roots_down, &FsTierMetrics::deadline_misses,
-                   &FsTierMetrics::requests_stuck, &FsTierMetrics::volume_used_bytes,
-                   &FsTierMetrics::volume_free_bytes, &FsTierMetrics::namespace_bytes, &FsTierMetrics::namespace_blocks,
-                   &FsTierMetrics::capacity_bytes_max, &FsTierMetrics::capacity_evicted_blocks,
-                   &FsTierMetrics::capacity_evicted_bytes, &FsTierMetrics::capacity_refused_rows}) {
-      s->*f += m.*f;
-    }
-    s->backpressure_active = std::max(s->backpressure_active, m.backpressure_active);
-    s->root_up = std::min(s->root_up, m.root_up);
-    s->namespace_scan_complete = std::min(s->namespace_scan_complete, m.namespace_scan_complete);
-    s->store_latency_ema_s_per_mib = std::max(s->store_latency_ema_s_per_mib, m.store_latency_ema_s_per_mib);
-    for (int b = 0; b < FsTierMetrics::kLatencyBuckets; ++b) {
-      s->store_latency_us[b] += m.store_latency_us[b];
-      s->load_latency_us[b] += m.load_latency_us[b];
-    }
   }
 
   // A store or load (rows or pieces): each root's part gets its keys' rows.

@@ -1,6 +1,7 @@
 // Fs tier metrics and their Prometheus text form.
 #include "fs/tier_metrics.h"
 
+#include <algorithm>
 #include <bit>
 #include <cstdio>
 
@@ -86,45 +87,45 @@ static void Histogram(std::string* out, std::string_view name, std::string_view 
   Line(out, std::string(name) + "_count", labels, cumulative);
 }
 
+// Integers as integers; a scaled field (nanoseconds exported as seconds) or
+// a double with six decimals.
+static std::string Exported(const FsTierMetricField& f, const FsTierMetrics& m) {
+  if (f.count != nullptr && f.scale == 1) return std::to_string(m.*f.count);
+  const double value = f.count != nullptr ? static_cast<double>(m.*f.count) : m.*f.value;
+  char text[32];
+  std::snprintf(text, sizeof text, "%.6f", value * f.scale);
+  return text;
+}
+
 std::string FormatPrometheus(const FsTierMetrics& m, std::string_view tier_name) {
   const std::string labels = "tier=\"" + std::string(tier_name) + "\"";
   std::string out;
-  const std::pair<const char*, uint64_t> counters[] = {
-      {"kvtier_fs_rows_stored_total", m.rows_stored}, {"kvtier_fs_bytes_stored_total", m.bytes_stored},
-      {"kvtier_fs_rows_skipped_exists_total", m.rows_skipped_exists},
-      {"kvtier_fs_rows_dropped_total", m.rows_dropped}, {"kvtier_fs_rows_loaded_total", m.rows_loaded},
-      {"kvtier_fs_bytes_loaded_total", m.bytes_loaded}, {"kvtier_fs_rows_missed_total", m.rows_missed},
-      {"kvtier_fs_rows_corrupt_total", m.rows_corrupt}, {"kvtier_fs_lookups_hit_total", m.lookups_hit},
-      {"kvtier_fs_lookups_miss_total", m.lookups_miss}, {"kvtier_fs_store_errors_total", m.store_errors},
-      {"kvtier_fs_load_errors_total", m.load_errors}, {"kvtier_fs_lookup_errors_total", m.lookup_errors},
-      {"kvtier_fs_deadline_misses_total", m.deadline_misses},
-      {"kvtier_fs_capacity_evicted_blocks_total", m.capacity_evicted_blocks},
-      {"kvtier_fs_capacity_evicted_bytes_total", m.capacity_evicted_bytes},
-      {"kvtier_fs_capacity_refused_rows_total", m.capacity_refused_rows}};
-  for (const auto& [name, value] : counters) {
-    out += std::string("# TYPE ") + name + " counter\n";
-    Line(&out, name, labels, value);
+  for (const MetricKind kind : {MetricKind::kCounter, MetricKind::kGauge}) {
+    for (const FsTierMetricField& f : kFsTierMetricFields) {
+      if (f.kind != kind || f.prometheus.empty()) continue;
+      out += "# TYPE " + std::string(f.prometheus) + (kind == MetricKind::kCounter ? " counter\n" : " gauge\n");
+      out += std::string(f.prometheus) + "{" + labels + "} " + Exported(f, m) + "\n";
+    }
   }
-  const std::pair<const char*, uint64_t> gauges[] = {
-      {"kvtier_fs_read_queue_depth", m.read_queue_depth}, {"kvtier_fs_write_queue_depth", m.write_queue_depth},
-      {"kvtier_fs_in_flight", m.in_flight}, {"kvtier_fs_store_queue_bytes", m.store_queue_bytes},
-      {"kvtier_fs_backpressure_active", m.backpressure_active}, {"kvtier_fs_root_up", m.root_up},
-      {"kvtier_fs_roots_down", m.roots_down}, {"kvtier_fs_requests_stuck", m.requests_stuck},
-      {"kvtier_fs_volume_used_bytes", m.volume_used_bytes}, {"kvtier_fs_volume_free_bytes", m.volume_free_bytes},
-      {"kvtier_fs_namespace_bytes", m.namespace_bytes}, {"kvtier_fs_namespace_blocks", m.namespace_blocks},
-      {"kvtier_fs_namespace_scan_complete", m.namespace_scan_complete},
-      {"kvtier_fs_capacity_bytes_max", m.capacity_bytes_max}};
-  for (const auto& [name, value] : gauges) {
-    out += std::string("# TYPE ") + name + " gauge\n";
-    Line(&out, name, labels, value);
-  }
-  out += "# TYPE kvtier_fs_checksum_seconds_total counter\n";
-  char seconds[32];
-  std::snprintf(seconds, sizeof seconds, "%.6f", static_cast<double>(m.checksum_ns) * 1e-9);
-  out += "kvtier_fs_checksum_seconds_total{" + labels + "} " + seconds + "\n";
-  Histogram(&out, "kvtier_fs_store_latency_seconds", labels, m.store_latency_us);
-  Histogram(&out, "kvtier_fs_load_latency_seconds", labels, m.load_latency_us);
+  for (const FsTierLatencyHistogram& h : kFsTierLatencyHistograms) Histogram(&out, h.prometheus, labels, m.*h.buckets);
   return out;
+}
+
+template <class T>
+static void MergeOne(MetricMerge merge, T part, T* into) {
+  if (merge == MetricMerge::kSum) *into += part;
+  if (merge == MetricMerge::kMax) *into = std::max(*into, part);
+  if (merge == MetricMerge::kMin) *into = std::min(*into, part);
+}
+
+void MergeFsTierMetrics(const FsTierMetrics& part, FsTierMetrics* into) {
+  for (const FsTierMetricField& f : kFsTierMetricFields) {
+    if (f.count != nullptr) MergeOne(f.merge, part.*f.count, &(into->*f.count));
+    if (f.value != nullptr) MergeOne(f.merge, part.*f.value, &(into->*f.value));
+  }
+  for (const FsTierLatencyHistogram& h : kFsTierLatencyHistograms) {
+    for (int b = 0; b < FsTierMetrics::kLatencyBuckets; ++b) (into->*h.buckets)[b] += (part.*h.buckets)[b];
+  }
 }
 
 }  // namespace kvtier::internal

@@ -1,5 +1,6 @@
 // Counters of one fs tier, updated by its engine thread and read by anyone,
-// and their Prometheus text exposition (metric names in docs/metrics.md).
+// their Prometheus text exposition and their merge over several roots, both
+// generated from kFsTierMetricFields (kvtier/fs_tier_metrics.h).
 #pragma once
 
 #include <atomic>
@@ -36,6 +37,12 @@ class TierMetricsCounters {
   std::atomic<uint64_t> load_latency_[FsTierMetrics::kLatencyBuckets] = {};
 };
 
+// Prometheus text of every exported field of kFsTierMetricFields (counters,
+// then gauges, in the table's order) and of the latency histograms.
 std::string FormatPrometheus(const FsTierMetrics& m, std::string_view tier_name);
+
+// Folds one root's metrics into `into` by each field's MetricMerge (the
+// histograms bucket by bucket). Start `into` from the first root's.
+void MergeFsTierMetrics(const FsTierMetrics& part, FsTierMetrics* into);
 
 }  // namespace kvtier::internal

@@ -13,6 +13,7 @@
 
 #include "format/root_list.h"
 #include "kvtier/layout.h"
+#include "util/name_escape.h"
 
 namespace kvtier::internal {
 namespace {
@@ -730,7 +731,7 @@ std::string FormatBenchFs(const BenchFsResult& r) {
   char line[512];
   std::snprintf(line, sizeof line, "kvtier bench fs: %llu rows x %s under %s\n",
                 static_cast<unsigned long long>(r.rows), HumanBytes(r.row_bytes).c_str(),
-                r.root.c_str());
+                QuoteName(r.root).c_str());
   out += line;
   std::snprintf(line, sizeof line,
                 "backend %s, O_DIRECT %s, CRC32C xattrs %s, queue depth %d, %d row%s per job\n",
@@ -780,7 +781,7 @@ std::string FormatBenchFs(const BenchFsResult& r) {
       r.poll_us, r.store.harness_cpu_s, r.store.poll_wait_cpu_s, r.load.harness_cpu_s,
       r.load.poll_wait_cpu_s);
   out += line;
-  if (r.kept) out += "files kept under " + r.namespace_dir + " (and its _r0 sibling)\n";
+  if (r.kept) out += "files kept under " + QuoteName(r.namespace_dir) + " (and its _r0 sibling)\n";
   return out;
 }
 

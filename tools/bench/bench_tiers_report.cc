@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "bench/bench_tiers.h"
+#include "util/name_escape.h"
 
 namespace kvtier::internal {
 namespace {
@@ -142,7 +143,7 @@ std::string FormatBenchTiers(const BenchTiersResult& r) {
       r.device < 0 ? std::string("the host stand-in device") : "CUDA device " + std::to_string(r.device);
   std::snprintf(line, sizeof line, "kvtier bench tiers: %llu rows x %s, model %s under %s, through %s\n",
                 static_cast<unsigned long long>(r.rows), HumanBytes(r.row_bytes).c_str(),
-                r.model.c_str(), r.root.c_str(), device.c_str());
+                QuoteName(r.model).c_str(), QuoteName(r.root).c_str(), device.c_str());
   std::string out = line;
   std::snprintf(line, sizeof line,
                 "CPU tier %u rows x %s (%s) in front of fs0; %u chunks per request; load in a "
@@ -175,7 +176,7 @@ std::string FormatBenchTiers(const BenchTiersResult& r) {
                 "bytes\n",
                 r.batch, r.store.harness_cpu_s, r.load.figures.harness_cpu_s);
   out += line;
-  if (r.kept) out += "files kept under " + r.namespace_dir + " (and its _r0 sibling)\n";
+  if (r.kept) out += "files kept under " + QuoteName(r.namespace_dir) + " (and its _r0 sibling)\n";
   return out;
 }
 

@@ -26,6 +26,7 @@
 #include "ops/collector_lease.h"
 #include "ops/io_watch.h"
 #include "util/dir_fd.h"
+#include "util/name_escape.h"
 
 namespace kvtier::internal {
 namespace {
@@ -63,7 +64,7 @@ __attribute__((format(printf, 1, 2))) void Log(const char* fmt, ...) {
   va_start(args, fmt);
   std::vsnprintf(text, sizeof text, fmt, args);
   va_end(args);
-  line += text;
+  line += EscapeUnprintable(text);  // roots and paths are any bytes: one line each, whatever they hold
   line += "\n";
   std::fputs(line.c_str(), stderr);  // one write per line: several threads log
   std::fflush(stderr);

@@ -1,7 +1,11 @@
-// The human-readable form of a `kvtier hash` report.
+// The human-readable form of a `kvtier hash` report. The model name, the
+// root and the seed are the user's bytes: names and paths are quoted as the
+// operators' reports quote them (util/name_escape.h), so that a newline in
+// --model cannot split a path over two lines.
 #include <sstream>
 
 #include "cli/hash_command.h"
+#include "util/name_escape.h"
 
 namespace kvtier::internal {
 
@@ -11,12 +15,12 @@ std::string FormatHashReport(const nlohmann::json& r) {
   if (r["none_hash_random"].get<bool>()) {
     out << "NONE_HASH seed random (PYTHONHASHSEED unset): these hashes match no other process\n";
   } else {
-    out << "NONE_HASH seed \"" << r["none_hash_seed"].get<std::string>() << "\"\n";
+    out << "NONE_HASH seed \"" << EscapeUnprintable(r["none_hash_seed"].get<std::string>()) << "\"\n";
   }
   out << "NONE_HASH      " << r["none_hash_hex"].get<std::string>() << "\n";
   out << "tokens         " << r["num_tokens"].get<size_t>() << " (" << r["block_hashes_hex"].size()
       << " full blocks of " << r["hash_block_size"].get<uint32_t>() << ")\n";
-  if (r.contains("namespace_dir")) out << "namespace      " << r["namespace_dir"].get<std::string>() << "\n";
+  if (r.contains("namespace_dir")) out << "namespace      " << QuoteName(r["namespace_dir"].get<std::string>()) << "\n";
   out << "\nblock  tokens          hash\n";
   const uint32_t bs = r["hash_block_size"].get<uint32_t>();
   for (size_t i = 0; i < r["block_hashes_hex"].size(); ++i) {
@@ -36,9 +40,9 @@ std::string FormatHashReport(const nlohmann::json& r) {
     out.width(12);
     out << (i + 1) * per_chunk - 1;
     if (c.contains("path")) {
-      out << c["path"].get<std::string>() << (c["exists"].get<bool>() ? "  [present]" : "  [absent]");
+      out << QuoteName(c["path"].get<std::string>()) << (c["exists"].get<bool>() ? "  [present]" : "  [absent]");
     } else if (c.contains("relpath")) {
-      out << c["relpath"].get<std::string>();
+      out << QuoteName(c["relpath"].get<std::string>());
     } else {
       out << "key " << c["offload_key_hex"].get<std::string>() << " (give --model for paths)";
     }

@@ -1,5 +1,5 @@
 // Output of `kvtier du`, `kvtier fsck` and `kvtier gc` (text and JSON), and
-// the duration and size parsers their flags use.
+// the size parser their flags use (durations: cli/duration.h).
 #pragma once
 
 #include <cstdint>
@@ -13,10 +13,6 @@
 
 namespace kvtier::internal {
 
-// "90", "90s", "15m", "2h", "7d" -> seconds.
-Result<uint64_t> ParseDurationS(std::string_view text);
-// --io-timeout: "500ms", "10s", "10" (seconds), "2m" -> milliseconds; "0": no deadline.
-Result<uint64_t> ParseDurationMs(std::string_view text);
 // "1048576", "512K", "10G", "1.5T", "10GiB" -> bytes (binary units).
 Result<uint64_t> ParseSizeBytes(std::string_view text);
 

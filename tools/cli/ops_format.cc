@@ -14,31 +14,6 @@
 
 namespace kvtier::internal {
 
-Result<uint64_t> ParseDurationS(std::string_view text) {
-  size_t digits = 0;
-  while (digits < text.size() && text[digits] >= '0' && text[digits] <= '9') ++digits;
-  const std::string_view unit = text.substr(digits);
-  if (digits == 0 || digits > 12) return InvalidArgument("not a duration: '" + std::string(text) + "' (e.g. 90s, 15m, 2h, 7d)");
-  const uint64_t n = std::stoull(std::string(text.substr(0, digits)));
-  if (unit.empty() || unit == "s") return n;
-  if (unit == "m") return n * 60;
-  if (unit == "h") return n * 3600;
-  if (unit == "d") return n * 86400;
-  return InvalidArgument("unknown duration unit in '" + std::string(text) + "' (s, m, h, d)");
-}
-
-Result<uint64_t> ParseDurationMs(std::string_view text) {
-  if (text.size() > 2 && text.substr(text.size() - 2) == "ms") {
-    const std::string_view digits = text.substr(0, text.size() - 2);
-    if (digits.empty() || digits.size() > 12 || digits.find_first_not_of("0123456789") != std::string_view::npos) {
-      return InvalidArgument("not a duration: '" + std::string(text) + "' (e.g. 500ms, 10s, 2m)");
-    }
-    return std::stoull(std::string(digits));
-  }
-  KVTIER_ASSIGN_OR_RETURN(const uint64_t s, ParseDurationS(text));
-  return s > UINT64_MAX / 1000 ? UINT64_MAX : s * 1000;  // centuries: as good as none
-}
-
 Result<uint64_t> ParseSizeBytes(std::string_view text) {
   size_t end = 0;
   while (end < text.size() && ((text[end] >= '0' && text[end] <= '9') || text[end] == '.')) ++end;

@@ -7,6 +7,7 @@
 #include "ops/io_watch.h"
 #include "kvtier/sglang_hash.h"
 #include "util/hex.h"
+#include "util/name_escape.h"
 
 namespace kvtier::internal {
 namespace {
@@ -173,9 +174,12 @@ std::string FormatSglangHashReport(const nlohmann::json& report) {
   for (const nlohmann::json& page : report["pages"]) {
     out += page["key"].get<std::string>();
     if (page.contains("path")) {
-      out += "  " + page["path"].get<std::string>() + (page["exists"].get<bool>() ? "  [present]" : "  [absent]");
+      // The model name and the root are the user's bytes: quoted as the
+      // operators' reports quote names (util/name_escape.h).
+      out += "  " + QuoteName(page["path"].get<std::string>()) +
+             (page["exists"].get<bool>() ? "  [present]" : "  [absent]");
     } else if (page.contains("relpath")) {
-      out += "  " + page["relpath"].get<std::string>();
+      out += "  " + QuoteName(page["relpath"].get<std::string>());
     }
     out += "\n";
   }

@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "replay/replay.h"
+#include "util/name_escape.h"
 
 namespace kvtier::internal {
 namespace {
@@ -199,7 +200,8 @@ Result<PhaseReport> PhaseFromJson(const nlohmann::json& j) {
 std::string FormatReplayTable(const std::vector<PhaseReport>& phases, const std::string& trace_name,
                               uint32_t instances) {
   const int device = phases.empty() ? -1 : phases.front().device;
-  std::string out = "kvtier replay: " + trace_name + ", " + std::to_string(instances) + " instance(s), GPU pool " +
+  std::string out = "kvtier replay: " + QuoteName(trace_name) + ", " + std::to_string(instances) +
+                    " instance(s), GPU pool " +
                     (device < 0 ? std::string("in host memory (the host stand-in device)")
                                 : "on CUDA device " + std::to_string(device)) +
                     "\n";
