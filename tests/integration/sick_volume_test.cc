@@ -12,7 +12,7 @@
 //    reported until the kernel has let the read go), and a write answered
 //    late never publishes a block nor leaves a temp file;
 //  * a slow mount (200 ms a call) keeps serving with no error, and each errno
-//    gets its documented outcome (README, "When the volume is sick");
+//    gets its documented outcome (docs/sick-volumes.md);
 //  * with several roots, one hung root fails only its share of the keys.
 // Liveness bounds are generous (a hang is what they catch, not speed).
 #include <gtest/gtest.h>
