@@ -1,4 +1,4 @@
-// Proves du / fsck / gc stay safe on a root that others can write (issue 13):
+// Proves du / fsck / gc stay safe on a root that others can write:
 // a symlinked .kvtier cannot lead fsck --repair's quarantine out of the root;
 // gc keeps a namespace whose leases it cannot read (as another user, and when
 // the lease directory is not a directory) and du / gc exit 8 on unreadable

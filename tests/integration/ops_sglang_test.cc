@@ -1,11 +1,11 @@
-// Proves that du, fsck and gc handle an SGLang namespace (the lead's
-// sglang-format decisions: vLLM's tree grammar, SGLang's fields in
+// Proves that du, fsck and gc handle an SGLang namespace (FORMAT.md
+// L103-L104: vLLM's tree grammar, SGLang's fields in
 // config.json with "inference_engine": "sglang") beside a vLLM namespace
 // written by the real fs tier. Method: the SGLang tree is built by hand from
 // the format's rules (canonical compact JSON -> digest12, indent-2 sorted
 // config.json, pages at <NS>_r<rank>/<hhh>/<hh>_g0/<key>.bin of exactly
 // page_bytes, CRC32C in user.vllm.kv_crc32c), independently of any SGLang
-// writer, and checked against sg-core's SglangNamespace (same directory,
+// writer, and checked against the library's SglangNamespace (same directory,
 // config.json bytes and page paths). On a good tree: fsck --verify-data (with its digest check) has no
 // finding, and du reports the engine of each namespace with SGLang's
 // page_size, mem_layout, dtype and tp_size (library and CLI). A torn page
@@ -43,7 +43,7 @@ constexpr uint64_t kVllmRow = 8192;
 constexpr int64_t kPageSize = 4, kLayers = 2, kKBytes = 8, kVBytes = 8;
 constexpr uint64_t kPageBytes = kPageSize * kLayers * (kKBytes + kVBytes);  // 128
 
-// The SGLang fields of sglang-format.md §2 (MHA, TP 2).
+// The SGLang fields of FORMAT.md L104 (MHA, TP 2).
 nlohmann::json SglangFields(const std::string& model) {
   return {{"inference_engine", "sglang"}, {"format", "sglang-page/1"}, {"model_name", model},
           {"page_size", kPageSize},       {"mem_layout", "page_first"}, {"dtype", "bfloat16"},

@@ -1,5 +1,5 @@
-// Proves issue 24 on a real FUSE mount (kvtier_faultfs), once per backend
-// (io_uring and the syscall pool):
+// Proves the sick-volume behaviour (docs/sick-volumes.md) on a real FUSE
+// mount (kvtier_faultfs), once per backend (io_uring and the syscall pool):
 //  * with every call on the mount hung, loads, lookups and stores of the fs
 //    tier and of EngineTier all get their results within io_timeout_ms plus
 //    the abandonment grace (lookups decided as misses, loads failed, stores

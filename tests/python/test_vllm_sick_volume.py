@@ -1,4 +1,4 @@
-"""KvtierFsTier on a hung mount under vLLM's real tiering manager (issue 24 item 2, ../shared/vllm).
+"""KvtierFsTier on a hung mount under vLLM's real tiering manager (vLLM from ../shared/vllm).
 
 Proves, on a kvtier_faultfs mount whose server is stopped (SIGSTOP: every call waits in the
 kernel, as on a dead NFS or FUSE server) and again with every operation but FLUSH hung inside a
