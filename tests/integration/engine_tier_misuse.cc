@@ -111,7 +111,7 @@ TEST_F(EngineTierTest, AJobIdStaysTakenUntilItsResultIsPolled) {
 TEST_F(EngineTierTest, ResultsNotYetPolledSurviveShutdown) {
   for (int64_t s = 0; s < 3; ++s) FillRandom(s);
   for (int64_t id = 1; id <= 3; ++id) ASSERT_OK(tier_->SubmitStore(id, Keys(830 + id, 1), std::vector<int64_t>{id - 1}));
-  EXPECT_EQ(tier_->Lookup(Key(839), "r"), LookupVerdict::kRetry);  // never flushed
+  EXPECT_EQ(tier_->Lookup(Key(839, kKeyShape), "r"), LookupVerdict::kRetry);  // never flushed
   tier_->Shutdown();
   EXPECT_TRUE(tier_->HasPendingWork());
   std::vector<EngineJobResult> results;
@@ -120,7 +120,7 @@ TEST_F(EngineTierTest, ResultsNotYetPolledSurviveShutdown) {
   EXPECT_FALSE(tier_->HasPendingWork());  // the unflushed batch went with the tier
   EXPECT_EQ(tier_->Metrics().rows_stored, 3u);
   EXPECT_EQ(tier_->PrometheusText("fs0").status().code(), StatusCode::kUnavailable);
-  EXPECT_EQ(tier_->BlockPath(Key(1)).status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(tier_->BlockPath(Key(1, kKeyShape)).status().code(), StatusCode::kUnavailable);
   EXPECT_FALSE(tier_->backend_name().empty());
 }
 
