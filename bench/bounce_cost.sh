@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# What issue 24's safety costs on a local disk, side by side in interleaved
+# What the sick-volume safety (docs/sick-volumes.md) costs on a local disk, side by side in interleaved
 # rounds: a baseline kvtier binary (BASE: e.g. one built from the commit
 # before the abandonment engine), this build with bounce_loads "auto" (off on
 # a local filesystem: only the abandonment bookkeeping is left) and with

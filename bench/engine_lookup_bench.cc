@@ -1,4 +1,4 @@
-// Issue 27 F13: what EngineTier's lookup interest tracking costs as the
+// What EngineTier's lookup interest tracking costs as the
 // number of live requests sharing keys grows. Every request asks for the
 // same 16 keys each step (a common system prompt), as vLLM's scheduler does
 // while requests wait. With per-key sets a lookup and a FinishRequest cost

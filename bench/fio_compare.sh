@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # fio_compare.sh DIR [ROWS] [ROW_BYTES] [QD]
 #
-# Issue 3's comparison, in one go and on the same directory:
+# The fs tier against fio and vLLM's syscalls, in one go and on the same directory:
 #   (a) fio, ioengine=io_uring, direct=1: ROWS files of ROW_BYTES each, created
 #       at open (create_on_open=1), iodepth QD; a write phase, then a read phase;
 #   (b) vllm_baseline: QD plain threads doing vLLM's per-block syscalls
@@ -17,7 +17,7 @@
 # 2x from run to run), and the table shows each figure's median: GB/s per
 # direction, kvtier/fio and kvtier/baseline, GB per CPU-second of kvtier
 # against the baseline doing the same work, the CRC32C share of each, and the
-# mixed-load p99 ratio, beside issue 15's targets (>= 0.9x fio; GB per
+# mixed-load p99 ratio, beside the fs tier's targets (>= 0.9x fio; GB per
 # CPU-second >= 1.2x / 1.5x (store / load) the baseline+CRC32C, and with
 # checksums off >= 1.2x the plain baseline; load p99 under stores <= 2x
 # unloaded).

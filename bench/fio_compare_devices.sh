@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # fio_compare_devices.sh DIR N [ROWS=400] [ROW_BYTES=1048576] [QD=16]
 #
-# Issue 15's many-drives comparison on a machine with one disk: N loop devices
+# The many-drives comparison on a machine with one disk: N loop devices
 # (ext4 on sparse files under DIR, attached with --direct-io=on), each capped
 # at CAP_MIBPS MiB/s per direction with cgroup v1 blkio throttling, so that the
 # devices, not the CPU, are the limit (no device-mapper and no cgroup v2 I/O
-# controller on these machines: see the README's benchmark section). Then,
+# controller on these machines: see docs/performance.md, "Many drives"). Then,
 # REPEAT times interleaved, all inside the capped cgroup:
 #   (a) fio io_uring O_DIRECT, ROWS files of ROW_BYTES per device: one device
 #       alone, then all N devices at once (one job per device, summed);

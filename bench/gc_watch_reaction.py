@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""How fast `kvtier gc --watch --min-free` reacts to a burst of writes (issue 25 item 2).
+"""How fast `kvtier gc --watch --min-free` reacts to a burst of writes.
 
 A tmpfs of --size MiB is mounted (root needed); one `kvtier gc --watch` guards a floor of half of
 it (--min-free 50%, target 60%), sampling free space every --check-ms. A writer then stores 1 MiB

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Do the operators' tools scale (issue 25 item 6)? Builds a root_dir of N
+# Do the operators' tools scale (docs/performance.md)? Builds a root_dir of N
 # block files in vLLM's layout (4 namespaces by default, alternately vLLM's and
 # SGLang's, 64-byte rows used at random times over 30 days) on an ext4 loop
 # device made for it (1 KiB blocks, an inode per file), then reports, on the

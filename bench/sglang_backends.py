@@ -3,7 +3,7 @@
 
     bench/sglang_backends.py DIR [--pages 1024] [--rounds 3]
 
-Issue 23 item 6. Runs ../shared/sglang/bench_backends.py (SGLang's factory and controller call
+Runs ../shared/sglang/bench_backends.py (SGLang's factory and controller call
 pattern, a mock host pool with SGLang's layout; MHA page_first, page size 64, 32 layers, 2 KV
 heads x 128, bf16: 2 MiB pages) for ``--backend file`` (HiCacheFile) and for kvtier (``dynamic``,
 ``kvtier.sglang.KvtierHiCacheStorage``) on the zero-copy path (interface_v1) and on the generic

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""vLLM's own "fs" tier and kvtier.vllm.KvtierFsTier side by side on sick mounts (issue 24 item 7).
+"""vLLM's own "fs" tier and kvtier.vllm.KvtierFsTier side by side on sick mounts
+(docs/sick-volumes.md).
 
 Each tier runs under vLLM's real tiering manager (../shared/vllm) on a kvtier_faultfs mount, in
 its own child interpreter with a --budget (60 s), through the same manager calls

@@ -1,5 +1,5 @@
 // uring_chain_bench: what would linked SQE chains with direct descriptors
-// save on the store path? (issue 15, item 3)
+// save on the store path? (docs/performance.md)
 //
 // The same store work, vLLM's publication (open a temp file O_CREAT|O_EXCL|
 // O_DIRECT, write the row, close, rename it to its block name), four ways:

@@ -1,4 +1,5 @@
-// vllm_baseline: the thread-pool baseline of issue 3's fs benchmark.
+// vllm_baseline: the thread-pool baseline of the fs tier's benchmark
+// (bench/fio_compare.sh).
 //
 // N plain threads each take the next row and do exactly vLLM's per-block
 // syscalls (layout-spec/FORMAT.md L54-L59, L64-L65; vLLM's fs_io_C

@@ -14,8 +14,8 @@ rows x row bytes.
 Printed per row size, for each tier: store and load GB/s, CPU seconds per GB (the whole
 process, tier threads included), scheduler-thread time per step (time spent inside the tier's
 calls, i.e. what the engine's thread pays), p99 load-job latency, and kvtier/vLLM ratios against
-the targets of issue 12 (throughput >= 1.0x, scheduler time <= 0.5x, CPU/GB <= 1.0x). kvtier
-runs with its CRC32C checksums on (its default); vLLM's tier at 7cfb97e has none.
+the targets set for this comparison (throughput >= 1.0x, scheduler time <= 0.5x, CPU/GB <= 1.0x).
+kvtier runs with its CRC32C checksums on (its default); vLLM's tier at 7cfb97e has none.
 
     /usr/bin/python3 bench/vllm_tier.py --dir /path/on/the/disk [--rows 4000] [--row-bytes 1MiB,64KiB]
         [--rounds 3] [--qd 32] [--keys-per-job 4] [--step-ms 2] [--json out.json]

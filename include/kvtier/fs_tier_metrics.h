@@ -35,7 +35,7 @@ struct FsTierMetrics {
   // of through the page cache.
   uint64_t staged_ios = 0;
   uint64_t checksum_ns = 0;       // time spent computing CRC32C, stores and loads
-  // A sick volume (docs/config.md, "When the volume is sick"): root_up is 1
+  // A sick volume (docs/sick-volumes.md): root_up is 1
   // while the root answers (several roots: 1 only when all do), roots_down
   // how many do not; deadline_misses counts requests that got no answer
   // within io_timeout_ms; requests_stuck those abandoned to the kernel and

@@ -5,7 +5,7 @@
 // SHA-256 or XXH3-128), the chain starts at NONE_HASH, and extra_keys carries
 // the LoRA name, multimodal items, the cache salt and prompt-embeds digests.
 // Every rule is in layout-spec/FORMAT.md (section "Block keys and hashing");
-// the golden cases in shared/compat pin the bytes.
+// the golden cases in tests/data/compat pin the bytes.
 //
 // Thread safety: every type here is a value type; const methods may be called
 // from many threads at once.

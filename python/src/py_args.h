@@ -1,10 +1,10 @@
 // Arguments of the calls that take row buffers or slot arrays, bound and
-// converted here rather than by pybind11 (issue 27 F15, F17):
+// converted here rather than by pybind11:
 //
 //  * pybind11's TypeError for any mismatch quotes repr() of every argument:
 //    for a 128 MiB bytearray, 537M characters, 16 s and 1.7 GB. BindArgs and
 //    the converters name the argument and its type, never its value.
-//  * array_t<int64_t, forcecast> turned 1.99 into 1, "2" into 2, a scalar
+//  * array_t<int64_t, forcecast> turns 1.99 into 1, "2" into 2, a scalar
 //    into one slot and a 2-D list into a flat one. SlotsArg accepts only
 //    1-D integer sequences and arrays.
 //

@@ -4,7 +4,7 @@
 // else; shutdown() stops all I/O into the region before releasing it, so the
 // engine can unmap it afterwards.
 //
-// Threads (issue 27 F1): the C++ tier lives as long as this object, so a call
+// Threads: the C++ tier lives as long as this object, so a call
 // racing shutdown() never meets a freed tier: it completes, or raises
 // KvtierError(unavailable). Every call into the tier releases the GIL first,
 // since the tier's mutex may be held by a thread that waits for the GIL (a
@@ -68,7 +68,8 @@ class PyEngineTier {
   }
 
   // [(job_id, is_load, success, ok_key_indices, bytes, transfer_time_s), ...];
-  // after shutdown too, until every result was taken (F12).
+  // after shutdown too, until every result was taken: a job that
+  // finished is never lost because shutdown came before the poll.
   pb::list Poll() {
     std::vector<EngineJobResult> done;
     WithoutGil([&] { return tier_->PollFinished(&done); });

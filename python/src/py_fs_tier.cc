@@ -56,11 +56,11 @@ PyJobResult ToPy(const JobResult& r) {
   return out;
 }
 
-// Row buffers of jobs not yet polled, by address (issue 27 F5, F6): a load
-// writes its rows, a store reads them. Two reads into one buffer checked one
-// key's CRC over the other key's bytes and deleted a valid block as corrupt;
-// a load into a buffer that a store reads writes the loaded bytes under the
-// store's key. Every row is row_bytes (L) long (FsTier refuses others), so
+// Row buffers of jobs not yet polled, by address: a load writes its rows, a
+// store reads them. Two loads into one buffer would check one key's CRC over
+// the other key's bytes and delete a valid block as corrupt; a load into a
+// buffer that a store reads would write the loaded bytes under the store's
+// key. So an overlapping claim is refused. Every row is row_bytes (L) long (FsTier refuses others), so
 // the claims that overlap [b, b + L) are those starting in (b - L, b + L).
 class RowClaims {
  public:
@@ -154,7 +154,7 @@ class WakeState {
 
 // kvtier.FsTier: jobs over caller buffers; see include/kvtier/fs_tier.h.
 //
-// Threads (issue 27 F1, F11): mu_ guards the tier pointer, the held buffers
+// Threads: mu_ guards the tier pointer, the held buffers
 // and the claims; it is taken only with the GIL released (the tier may log to
 // a Python sink, which takes the GIL, from a thread that holds a kvtier lock).
 // close() stops admissions first, then waits for the jobs and for wait_idle

@@ -90,8 +90,8 @@ pb::list BlockHashes(const std::vector<int64_t>& tokens, const std::string& algo
   return out;
 }
 
-// Block hashes are bytes, as vLLM's BlockHash: a str used to be taken as its
-// UTF-8 encoding, which is a different hash from any vLLM computes.
+// Block hashes are bytes, as vLLM's BlockHash. A str is refused: taken as its
+// UTF-8 encoding it would be a different hash from any vLLM computes.
 BlockHash HashFromObject(pb::handle value, size_t i) {
   char* data = nullptr;
   Py_ssize_t n = 0;

@@ -2,7 +2,7 @@
 // scheduler, hands its requests to the backend, feeds completions back and
 // reports finished jobs. Callers only touch the inbox and the finished list.
 //
-// A sick volume (issue 24): a request the kernel still holds past its
+// A sick volume (docs/sick-volumes.md): a request the kernel still holds past its
 // deadline (+ kAbandonGraceMs, for the backend's cancel to land where it
 // can) is abandoned: its key fails with kTimedOut at once, while the op, its
 // slot and the memory the kernel may write stay quarantined in the

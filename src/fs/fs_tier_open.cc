@@ -394,7 +394,7 @@ Result<std::unique_ptr<FsTier>> OpenFsTierWithBackend(const FsTierOpenOptions& o
     shared->bounce = std::make_unique<BouncePool>(o.row_bytes, o.tier.n_read_threads + o.tier.n_write_threads);
   }
   // Unaligned rows keep O_DIRECT through staging rows (block_ops.h); rows
-  // of a size O_DIRECT cannot transfer whole stay buffered, as before.
+  // of a size O_DIRECT cannot transfer whole use buffered I/O.
   if (shared->o_direct && o.row_bytes % 4096 == 0) {
     shared->stage = std::make_unique<BouncePool>(o.row_bytes, o.tier.n_read_threads + o.tier.n_write_threads);
   }

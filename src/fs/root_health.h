@@ -1,4 +1,4 @@
-// RootHealth: whether a root answers (issue 24). Pure state, no syscalls:
+// RootHealth: whether a root answers (docs/sick-volumes.md). Pure state, no syscalls:
 // the engine feeds it what its requests did and asks it what to do.
 //
 //  * up -> down after `misses_to_down` deadline misses in a row (a request

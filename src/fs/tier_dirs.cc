@@ -18,7 +18,8 @@ Result<UniqueFd> OpenRootDir(const std::string& root_dir) {
 Result<UniqueFd> MakeTierDir(int parent_fd, const std::string& name, const std::string& display, bool durable) {
   const bool created = mkdirat(parent_fd, name.c_str(), 0777) == 0;
   if (!created && errno != EEXIST) return ErrnoToStatus(errno, "mkdir " + display);
-  // Best effort, as before: the directory itself exists either way.
+  // Best effort: the directory itself exists either way, and a failed
+  // fsync of its parent only weakens durability, which callers cannot fix.
   if (created && durable) fsync(parent_fd);
   UniqueFd fd;
   const int err = OpenDirAt(parent_fd, name, &fd);

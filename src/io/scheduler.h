@@ -19,7 +19,7 @@
 //  * Retryable results (-EINTR, -EAGAIN, and -ESTALE from a path lookup on a
 //    network filesystem) re-issue the same request; the op state machines
 //    handle short transfers and everything else.
-//  * Abandonment (issue 24): a request still in the kernel abandon_after_ns
+//  * Abandonment (docs/sick-volumes.md): a request still in the kernel abandon_after_ns
 //    after it was issued is abandoned, not waited for. The backend has
 //    already cancelled it at its deadline, but a wait that only a fatal
 //    signal ends (a hung FUSE daemon, a hard NFS mount) ignores cancels. The

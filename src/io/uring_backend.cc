@@ -3,7 +3,8 @@
 // waits no longer than the nearest one and cancels (ASYNC_CANCEL) a request
 // still in flight when it passes. A linked timeout per request cost one more
 // SQE, an armed timer and its completion for every syscall, about 7 % of a
-// store's CPU and 10-20 % of a load's (issue 15), to bound the rare hung one.
+// store's CPU and 10-20 % of a load's (measured with bench/fio_compare.sh),
+// to bound the rare hung one.
 // Opcodes the running kernel does not support (found by probing) run inline
 // with plain syscalls, so an older kernel loses speed, not function. Opens
 // with RESOLVE_* flags are OPENAT2 SQEs: the kernel applies them during its

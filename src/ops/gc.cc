@@ -3,7 +3,7 @@
 // Only layout files are deleted, each only if it is still the file scanned,
 // and a namespace gc cannot fully read (its leases above all) is kept.
 //
-// Bounded memory (issue 25): the first walk keeps statistics per namespace,
+// Bounded memory, whatever the volume holds: the first walk keeps statistics per namespace,
 // a histogram of use times (gc_histogram.h) and the oldest blocks that fit a
 // fixed budget (gc_candidates.h). When nothing must go first and the bound
 // asks no more than those oldest blocks hold, they go in exact LRU order and
@@ -51,7 +51,7 @@ class GcRun {
   bool WouldReclaim(const NsScan& ns) const { return Orphaned(ns); }
 
  private:
-  // F9: a selected file that cannot be removed is listed with its errno (the
+  // A selected file that cannot be removed is listed with its errno (the
   // bound is not enforced); one replaced meanwhile (ESTALE) is another
   // writer's new file, not ours to judge. Lists stop at list_max (counts
   // go on). Whether the file is gone now. Thread-safe.

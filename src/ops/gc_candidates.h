@@ -1,5 +1,5 @@
 // CandidateBuffer: the least recently used blocks gc's first walk saw, as
-// many as a fixed memory budget holds (issue 25). When what the capacity
+// many as a fixed memory budget holds, whatever the volume holds. When what the capacity
 // bound asks fits in them, gc removes them in exact LRU order without a
 // second walk; otherwise it falls back to the histogram (gc_histogram.h).
 //

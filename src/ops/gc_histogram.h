@@ -1,6 +1,6 @@
 // UseHistogram: the blocks' bytes by how long ago they were used, in a fixed
 // number of buckets, so gc finds the least-recently-used cut-off for any
-// number of blocks in constant memory (issue 25). Buckets are one second wide
+// number of blocks in constant memory. Buckets are one second wide
 // for ages under 128 s and 1/64 of their age wide beyond (log-linear, as
 // HdrHistogram): 128 + 57 * 64 buckets cover every age up to 2^63 s.
 #pragma once

@@ -1,4 +1,4 @@
-// Deadlines per file-system call for the operators' tools (issue 24 item 6).
+// Deadlines per file-system call for the operators' tools (`--io-timeout`).
 //
 // A thread that calls into a hung mount (a network or FUSE file system whose
 // server stopped answering) waits in the kernel, and no signal but SIGKILL

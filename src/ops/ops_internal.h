@@ -29,7 +29,8 @@ struct ConfigInfo {
 
 // Whether `then` (unix seconds) lies at least / at most `s` seconds before
 // `now`, without overflow whatever the timestamps; s >= kDurationNeverS is
-// never reached (F7: such values once wrapped negative and inverted gc).
+// never reached (a naive now - s would wrap negative for such values and
+// turn "older than" into "newer than", inverting gc).
 inline bool AgeAtLeast(int64_t now, int64_t then, uint64_t s) {
   if (s >= kDurationNeverS || then > now) return false;
   return static_cast<uint64_t>(now) - static_cast<uint64_t>(then) >= s;  // modular: exact below 2^64

@@ -54,7 +54,7 @@ int EnterDir(int parent, const std::string& name, const std::string& rel, NsScan
 using Batch = std::vector<DirEntry>;
 
 // Lists a directory entered with EnterDir, kListChunkEntries entries at a
-// time into on_batch (whatever the directory holds, issue 25), after
+// time into on_batch (bounded memory whatever the directory holds), after
 // recording those that could not be stat'ed; one that listed nothing at all
 // is empty. False after recording an error (the batches before it were
 // handed on). Each batch is a call of its own for the hang watch, and an

@@ -52,7 +52,8 @@ struct DirEntry {
 int ListDir(int dirfd, std::vector<DirEntry>* out);
 
 // The entries ListDirChunks holds at once in the scans of du, fsck and gc:
-// ~1024 names and stats (~200 KiB), whatever a directory holds (issue 25).
+// ~1024 names and stats (~200 KiB), whatever a directory holds, so
+// memory never grows with a directory's size.
 inline constexpr size_t kListChunkEntries = 1024;
 // Lists `dirfd` as ListDir does, in batches of at most `chunk` entries (>= 1)
 // handed to on_chunk, which may consume them (the vector is cleared after

@@ -3,7 +3,7 @@
 // real binary: --json output parses with a strict parser and its "<key>_hex"
 // members give back the exact bytes; text output quotes such names in bash's
 // $'...' form (which bash turns back into the same bytes) and holds no raw
-// control byte or invalid UTF-8, while plain layout names print as before;
+// control byte or invalid UTF-8, while plain layout names print unquoted;
 // and gc --json, which deletes before it reports, exits normally. Such names
 // are never layout names (FORMAT.md L89, L96): a namespace directory with one
 // is a stray at the root and is not walked, a temp-like file is a bad name,
@@ -44,7 +44,7 @@ class CliNamesTest : public ::testing::Test {
     Dir(kOddNs);
     File(kPlainNs + "_r0/abc/de_g0/" + kBlock, 16);
     File(kOddNs + "_r0/abc/de_g0/" + kBlock, 16);
-    File(kPlainNs + "/README", 1);  // a plain stray: printed as before
+    File(kPlainNs + "/README", 1);  // a plain stray: printed unquoted
     for (const std::string& rel : {stray_, shard_, tmp_, probe_, root_stray_}) {
       if (rel.ends_with("_g0")) {
         Dir(rel);
@@ -186,7 +186,7 @@ TEST_F(CliNamesTest, TextQuotesOddNamesAndKeepsPlainOnes) {
   EXPECT_EQ(gc.out.find(internal::QuoteName(tmp_)), std::string::npos) << gc.out;
   EXPECT_EQ(quoted[4], "$'stray\\xff\\x80\\n\\x1b[31m'");
   EXPECT_EQ(BashWords(quoted), OddNames());
-  // Plain names as before: unquoted, the du name column 52 wide.
+  // Plain names: unquoted, the du name column 52 wide.
   EXPECT_NE(fsck.out.find("stray_file (L90) " + kPlainNs + "/README\n"), std::string::npos) << fsck.out;
   EXPECT_NE(du.out.find("\n" + kPlainNs + std::string(52 - kPlainNs.size(), ' ') + " "), std::string::npos) << du.out;
 }

@@ -1,5 +1,5 @@
 // Proves that the commands which write an fs namespace name it after the
-// model's KV-cache groups, as vLLM does (issue 12, item 4), and that
+// model's KV-cache groups, as vLLM's FileMapper does, and that
 // `kvtier hash --namespace-config` follows the file's chunking.
 //
 // Method: run the real CLI on temporary roots. `bench fs` without flags must

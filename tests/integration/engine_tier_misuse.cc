@@ -1,5 +1,4 @@
-// Proves EngineTier against issue 27's misuse and races (F1, F5, F6, F10,
-// F11, F12, F13, F16): every method racing Shutdown completes or is
+// Proves EngineTier against misuse and races: every method racing Shutdown completes or is
 // kUnavailable and each accepted job still gets exactly one result (run
 // under TSan by scripts/test, as part of engine_tier_test); Shutdown stops
 // admitting jobs first, so a busy submitter cannot keep it waiting; results
@@ -28,9 +27,9 @@ bool EndsWith(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
 
-// F10: keys take 1..32 bytes of hash; vLLM names h[0:3]/h[3:5]_g<g>/h.bin
-// with Python's clamping slices. The path code threw, and the lookup batch
-// holding the key stayed queued: every later flush failed.
+// Keys take 1..32 bytes of hash; vLLM names h[0:3]/h[3:5]_g<g>/h.bin with
+// Python's clamping slices. Path code that threw on a short hash would leave
+// the lookup batch holding the key queued, and every later flush would fail.
 TEST_F(EngineTierTest, ShortBlockHashesGetVllmPathsAndNeverStickInTheBatch) {
   SCOPED_TRACE(SeedTrace());
   const std::vector<OffloadKey> keys = {ShortKey({0x01}), ShortKey({0x01, 0x02}), ShortKey({0xab, 0xcd, 0xef})};
@@ -52,8 +51,8 @@ TEST_F(EngineTierTest, ShortBlockHashesGetVllmPathsAndNeverStickInTheBatch) {
   EXPECT_FALSE(tier_->HasPendingWork());
 }
 
-// F5: two reads landing in one row made the CRC of one key be checked over
-// the other's bytes, and a valid block was deleted as corrupt.
+// Two reads landing in one row would check the CRC of one key over the
+// other's bytes and delete a valid block as corrupt.
 TEST_F(EngineTierTest, ALoadNamingOneSlotTwiceIsRefused) {
   const std::vector<OffloadKey> keys = Keys(800, 2);
   const Status s = tier_->SubmitLoad(1, keys, std::vector<int64_t>{3, 3});
@@ -66,7 +65,7 @@ TEST_F(EngineTierTest, ALoadNamingOneSlotTwiceIsRefused) {
   EXPECT_TRUE(rest.empty()) << "the refused load left a result";
 }
 
-// F6 and its siblings: a load may not write a row that an unpolled store
+// A load may not write a row that an unpolled store
 // reads (the store would write the loaded bytes under its own key) or that
 // an unpolled load writes; a store may not read a row a load is writing.
 TEST_F(EngineTierTest, SlotsOfJobsNotYetPolledAreRefusedToConflictingJobs) {
@@ -92,7 +91,7 @@ TEST_F(EngineTierTest, SlotsOfJobsNotYetPolledAreRefusedToConflictingJobs) {
   EXPECT_TRUE(WaitFor(8).success);
 }
 
-// F16: an id reused between a job's completion and its poll gave two
+// An id reused between a job's completion and its poll would give two
 // results with one id in one poll.
 TEST_F(EngineTierTest, AJobIdStaysTakenUntilItsResultIsPolled) {
   FillRandom(0);
@@ -107,12 +106,12 @@ TEST_F(EngineTierTest, AJobIdStaysTakenUntilItsResultIsPolled) {
   EXPECT_TRUE(WaitFor(5).success);
 }
 
-// F12: what Shutdown drained is still polled afterwards, and the counters
+// What Shutdown drained is still polled afterwards, and the counters
 // and HasPendingWork still answer.
 TEST_F(EngineTierTest, ResultsNotYetPolledSurviveShutdown) {
   for (int64_t s = 0; s < 3; ++s) FillRandom(s);
   for (int64_t id = 1; id <= 3; ++id) ASSERT_OK(tier_->SubmitStore(id, Keys(830 + id, 1), std::vector<int64_t>{id - 1}));
-  EXPECT_EQ(tier_->Lookup(Key(839), "r"), LookupVerdict::kRetry);  // never flushed
+  EXPECT_EQ(tier_->Lookup(Key(839, kKeyShape), "r"), LookupVerdict::kRetry);  // never flushed
   tier_->Shutdown();
   EXPECT_TRUE(tier_->HasPendingWork());
   std::vector<EngineJobResult> results;
@@ -121,12 +120,12 @@ TEST_F(EngineTierTest, ResultsNotYetPolledSurviveShutdown) {
   EXPECT_FALSE(tier_->HasPendingWork());  // the unflushed batch went with the tier
   EXPECT_EQ(tier_->Metrics().rows_stored, 3u);
   EXPECT_EQ(tier_->PrometheusText("fs0").status().code(), StatusCode::kUnavailable);
-  EXPECT_EQ(tier_->BlockPath(Key(1)).status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(tier_->BlockPath(Key(1, kKeyShape)).status().code(), StatusCode::kUnavailable);
   EXPECT_FALSE(tier_->backend_name().empty());
 }
 
-// F11: Shutdown waited for "no job in flight" while still admitting jobs,
-// so a thread that kept submitting kept it waiting (for ever, as RSS grew).
+// A Shutdown that waited for "no job in flight" while still admitting jobs
+// would wait for ever (RSS growing) behind a thread that keeps submitting.
 // The submitter stores one key again and again (each after the first is a
 // cheap "exists" check), as fast as it can, until it is refused.
 TEST_F(EngineTierTest, ShutdownStopsAdmissionsSoABusySubmitterCannotHoldItUp) {
@@ -197,8 +196,8 @@ void Race(EngineTier* tier, int t, int n, std::atomic<int>* rounds, Racer* r) {
   r->bad.push_back("never saw the shutdown before the deadline");
 }
 
-// F1: metrics()/stats() racing shutdown dereferenced a destroyed fs tier,
-// Drain waited inside a tier being destroyed. Each accepted job still gets
+// metrics()/stats() racing shutdown must never dereference a destroyed fs
+// tier, nor Drain wait inside a tier being destroyed. Each accepted job still gets
 // exactly one result, polled before or after the shutdown.
 TEST_F(EngineTierTest, EveryMethodRacingShutdownCompletesOrIsUnavailable) {
   for (int64_t s = 0; s < kRows; ++s) FillRandom(s);
@@ -233,9 +232,9 @@ TEST_F(EngineTierTest, EveryMethodRacingShutdownCompletesOrIsUnavailable) {
   EXPECT_FALSE(tier_->HasPendingWork());
 }
 
-// F13: each Lookup scanned the key's list of requests and FinishRequest
-// erased from it, so 16,000 requests sharing 16 keys took seconds per step.
-// At 10^5 requests x 4 shared keys the old code does ~10^10 string
+// Lookup interest must not be a per-key list that each Lookup scans and
+// FinishRequest erases from: 16,000 requests sharing 16 keys would take
+// seconds per step, and 10^5 requests x 4 shared keys ~10^10 string
 // comparisons per pass (minutes); per-key sets make it ~10^6 hash operations.
 // No clock here: bench/engine_lookup_bench prints the per-lookup cost.
 TEST_F(EngineTierTest, LookupInterestOf100kRequestsSharingKeysIsCheap) {

@@ -25,7 +25,7 @@ using namespace engine_tier_test;  // NOLINT(google-build-using-namespace): the 
 
 TEST_F(EngineTierTest, LookupRetriesUntilTheFlushedBatchLandsThenHitsOrMisses) {
   SCOPED_TRACE(SeedTrace());
-  const OffloadKey stored = Key(1), absent = Key(2);
+  const OffloadKey stored = Key(1, kKeyShape), absent = Key(2, kKeyShape);
   FillRandom(0);
   ASSERT_TRUE(Store(10, {stored}, {0}).success);
 
@@ -47,7 +47,7 @@ TEST_F(EngineTierTest, LookupRetriesUntilTheFlushedBatchLandsThenHitsOrMisses) {
 
 TEST_F(EngineTierTest, VerdictsLiveWhileARequestThatAskedLives) {
   SCOPED_TRACE(SeedTrace());
-  const OffloadKey stored = Key(1), absent = Key(2);
+  const OffloadKey stored = Key(1, kKeyShape), absent = Key(2, kKeyShape);
   FillRandom(0);
   ASSERT_TRUE(Store(10, {stored}, {0}).success);
   EXPECT_EQ(tier_->Lookup(stored, "r1"), LookupVerdict::kRetry);
@@ -73,7 +73,7 @@ TEST_F(EngineTierTest, VerdictsLiveWhileARequestThatAskedLives) {
 
 TEST_F(EngineTierTest, StoreTurnsACachedMissIntoAHit) {
   SCOPED_TRACE(SeedTrace());
-  const OffloadKey key = Key(5);
+  const OffloadKey key = Key(5, kKeyShape);
   EXPECT_EQ(tier_->Lookup(key, "r"), LookupVerdict::kRetry);
   ASSERT_OK(tier_->FlushLookups());
   ASSERT_EQ(WaitVerdict(key, "r"), LookupVerdict::kMiss);

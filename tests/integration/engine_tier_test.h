@@ -32,23 +32,15 @@ inline constexpr uint64_t kRow = 8192;
 inline constexpr int64_t kRows = 64;
 inline constexpr auto kDeadline = std::chrono::seconds(20);
 
-inline NamespaceSpec Spec() {
-  NamespaceSpec spec;
-  spec.model_name = "kvtier-test/engine";
-  spec.kv_cache_groups.push_back({16, {"l0", "l1"}});
-  return spec;
-}
-
-inline OffloadKey Key(uint64_t i) {
-  std::vector<uint8_t> bytes(32);
-  for (int b = 0; b < 8; ++b) bytes[b] = static_cast<uint8_t>(i >> (8 * b));
-  bytes[31] = 0xe7;
-  return {BlockHash::FromBytes(bytes).value(), 0};
-}
+inline constexpr char kModel[] = "kvtier-test/engine";
+using testing::Key;
+using testing::Spec;
+// The key bytes the engine tests use.
+inline constexpr testing::KeyShape kKeyShape = testing::KeyShape::Last(0xe7);
 
 inline std::vector<OffloadKey> Keys(uint64_t first, size_t n) {
   std::vector<OffloadKey> keys;
-  for (size_t i = 0; i < n; ++i) keys.push_back(Key(first + i));
+  for (size_t i = 0; i < n; ++i) keys.push_back(Key(first + i, kKeyShape));
   return keys;
 }
 
@@ -79,7 +71,7 @@ class EngineTierTest : public ::testing::Test {
   EngineTierOptions Options(std::span<uint8_t> region) const {
     EngineTierOptions o;
     o.fs.tier.root_dir = root_.path().string();
-    o.fs.ns = Spec();
+    o.fs.ns = Spec(kModel, {"l0", "l1"});
     o.fs.row_bytes = kRow;
     o.fs.tier.n_read_threads = 4;
     o.fs.tier.n_write_threads = 4;

@@ -164,7 +164,7 @@ bool ExitsWithin(pid_t pid, int timeout_ms) {
   return true;
 }
 
-// The shutdown facts kvtier's design rests on (issue 24): a process that
+// The shutdown facts kvtier's sick-volume design rests on: a process that
 // exits holding an fd on a FUSE mount whose server does not answer FLUSH
 // never finishes exiting (close sends FLUSH and waits for it, and SIGKILL
 // does not end that wait); an io_uring read still in flight does not hold up

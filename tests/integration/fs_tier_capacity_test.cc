@@ -37,23 +37,15 @@ namespace {
 namespace fs = std::filesystem;
 constexpr uint64_t kRow = 16384;
 
-NamespaceSpec Spec() {
-  NamespaceSpec spec;
-  spec.model_name = "capacity/model";
-  spec.kv_cache_groups.push_back({16, {"l0"}});
-  return spec;
-}
-
-OffloadKey Key(uint64_t i) {
-  std::vector<uint8_t> bytes(32);
-  for (int b = 0; b < 8; ++b) bytes[b] = static_cast<uint8_t>(i >> (8 * b));
-  bytes[31] = 0x5c;
-  return {BlockHash::FromBytes(bytes).value(), 0};
-}
+constexpr char kModel[] = "capacity/model";
+using testing::Key;
+using testing::Spec;
+// The key bytes this file's tests use.
+constexpr testing::KeyShape kKeyShape = testing::KeyShape::Last(0x5c);
 
 std::vector<OffloadKey> Keys(std::initializer_list<uint64_t> ids) {
   std::vector<OffloadKey> keys;
-  for (uint64_t i : ids) keys.push_back(Key(i));
+  for (uint64_t i : ids) keys.push_back(Key(i, kKeyShape));
   return keys;
 }
 
@@ -129,7 +121,7 @@ class FsTierCapacityTest : public ::testing::Test {
   FsTierOpenOptions Options(std::optional<uint64_t> max_rows, const std::string& root_dir = "") const {
     FsTierOpenOptions o;
     o.tier.root_dir = root_dir.empty() ? root_.path().string() : root_dir;
-    o.ns = Spec();
+    o.ns = Spec(kModel);
     o.row_bytes = kRow;
     o.tier.n_read_threads = 4;
     o.tier.n_write_threads = 4;
@@ -219,10 +211,10 @@ TEST_F(FsTierCapacityTest, EvictsLeastRecentlyUsedAndHitsMakeBlocksRecent) {
   ASSERT_EQ(Load(tier.get(), Keys({0})).OkPrefix(), 1u);    // 0 is now more recent than 1, 2, 3
   ASSERT_EQ(Lookup(tier.get(), Keys({1})).OkPrefix(), 1u);  // and 1 too
   ASSERT_EQ(Store(tier.get(), Keys({4})).OkPrefix(), 1u);   // evicts 2
-  EXPECT_FALSE(Exists(tier.get(), Key(2)));
+  EXPECT_FALSE(Exists(tier.get(), Key(2, kKeyShape)));
   ASSERT_EQ(Store(tier.get(), Keys({5})).OkPrefix(), 1u);  // evicts 3
-  EXPECT_FALSE(Exists(tier.get(), Key(3)));
-  for (uint64_t i : {0, 1, 4, 5}) EXPECT_TRUE(Exists(tier.get(), Key(i))) << i;
+  EXPECT_FALSE(Exists(tier.get(), Key(3, kKeyShape)));
+  for (uint64_t i : {0, 1, 4, 5}) EXPECT_TRUE(Exists(tier.get(), Key(i, kKeyShape))) << i;
   EXPECT_EQ(tier->Metrics().capacity_evicted_blocks, 2u);
 }
 
@@ -232,7 +224,7 @@ TEST_F(FsTierCapacityTest, RestartSeedsRecencyFromMtimes) {
     auto unbounded = Open(std::nullopt);
     ASSERT_TRUE(unbounded);
     ASSERT_EQ(Store(unbounded.get(), Keys({0, 1, 2, 3, 4, 5})).OkPrefix(), 6u);
-    for (uint64_t i = 0; i < 6; ++i) paths.push_back(unbounded->BlockPath(Key(i)));
+    for (uint64_t i = 0; i < 6; ++i) paths.push_back(unbounded->BlockPath(Key(i, kKeyShape)));
   }
   // Oldest first: 3, 0, 5, 1, 2, 4 (store order says nothing any more).
   const int age_s[] = {500, 300, 200, 600, 100, 400};
@@ -245,9 +237,9 @@ TEST_F(FsTierCapacityTest, RestartSeedsRecencyFromMtimes) {
   EXPECT_EQ(tier->Metrics().namespace_blocks, 6u);
   EXPECT_EQ(tier->Metrics().namespace_bytes, 6 * kRow);
   ASSERT_EQ(Store(tier.get(), Keys({6, 7})).OkPrefix(), 2u);
-  EXPECT_FALSE(Exists(tier.get(), Key(3)));
-  EXPECT_FALSE(Exists(tier.get(), Key(0)));
-  for (uint64_t i : {1, 2, 4, 5, 6, 7}) EXPECT_TRUE(Exists(tier.get(), Key(i))) << i;
+  EXPECT_FALSE(Exists(tier.get(), Key(3, kKeyShape)));
+  EXPECT_FALSE(Exists(tier.get(), Key(0, kKeyShape)));
+  for (uint64_t i : {1, 2, 4, 5, 6, 7}) EXPECT_TRUE(Exists(tier.get(), Key(i, kKeyShape))) << i;
 }
 
 TEST_F(FsTierCapacityTest, OversizedBatchFailsWholeWithNothingWritten) {
@@ -261,8 +253,8 @@ TEST_F(FsTierCapacityTest, OversizedBatchFailsWholeWithNothingWritten) {
     EXPECT_EQ(k.status.code(), StatusCode::kRejected);
     EXPECT_NE(k.status.message().find("larger than max_bytes"), std::string::npos) << k.status.ToString();
   }
-  for (uint64_t i : {10, 11, 12}) EXPECT_FALSE(Exists(tier.get(), Key(i)));
-  EXPECT_TRUE(Exists(tier.get(), Key(0)));  // nothing evicted for a refused batch
+  for (uint64_t i : {10, 11, 12}) EXPECT_FALSE(Exists(tier.get(), Key(i, kKeyShape)));
+  EXPECT_TRUE(Exists(tier.get(), Key(0, kKeyShape)));  // nothing evicted for a refused batch
   for (const auto& e : fs::recursive_directory_iterator(root_.path())) EXPECT_NE(e.path().extension(), ".tmp");
   const FsTierMetrics m = tier->Metrics();
   EXPECT_EQ(m.capacity_refused_rows, 3u);
@@ -285,8 +277,8 @@ TEST_F(FsTierCapacityTest, BlockBeingReadIsNotEvicted) {
   ASSERT_TRUE(Eventually([&] { return gate->held() == 1; }));
   // 0 is the least recent but mid-read: 1 goes instead.
   ASSERT_EQ(Store(tier.get(), Keys({2})).OkPrefix(), 1u);
-  EXPECT_TRUE(Exists(tier.get(), Key(0)));
-  EXPECT_FALSE(Exists(tier.get(), Key(1)));
+  EXPECT_TRUE(Exists(tier.get(), Key(0, kKeyShape)));
+  EXPECT_FALSE(Exists(tier.get(), Key(1, kKeyShape)));
   gate->Release();
   ASSERT_EQ(testing::WaitForJob(tier.get(), load).OkPrefix(), 1u);
   EXPECT_EQ(back, row0);
@@ -307,7 +299,7 @@ TEST_F(FsTierCapacityTest, BatchThatOnlyFitsByEvictingBlocksBeingReadFails) {
   ASSERT_EQ(r.keys.size(), 1u);
   EXPECT_EQ(r.keys[0].outcome, KeyOutcome::kDropped);
   EXPECT_NE(r.keys[0].status.message().find("being read or written"), std::string::npos) << r.keys[0].status.ToString();
-  EXPECT_FALSE(Exists(tier.get(), Key(2)));
+  EXPECT_FALSE(Exists(tier.get(), Key(2, kKeyShape)));
   gate->Release();
   EXPECT_EQ(testing::WaitForJob(tier.get(), load).OkPrefix(), 2u);
   EXPECT_EQ(Store(tier.get(), Keys({2})).OkPrefix(), 1u);  // nothing read now: it fits
@@ -365,7 +357,7 @@ TEST_F(FsTierCapacityTest, PathShardingSplitsTheBudgetPerRoot) {
   EXPECT_EQ(tier->Metrics().capacity_bytes_max, 8 * kRow);
   // The root is the hash as a big-endian integer mod 2 (L99): the last byte's parity.
   for (uint64_t i = 0; i < 24; ++i) {
-    OffloadKey key = Key(i);
+    OffloadKey key = Key(i, kKeyShape);
     std::vector<uint8_t> bytes(key.hash.bytes().begin(), key.hash.bytes().end());
     bytes[31] = static_cast<uint8_t>(i);
     key.hash = BlockHash::FromBytes(bytes).value();

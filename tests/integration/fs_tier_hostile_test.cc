@@ -33,19 +33,11 @@ namespace fs = std::filesystem;
 constexpr uint64_t kRow = 16384;
 constexpr int kJobWaitMs = 10000;  // far above any honest completion here: only a hang reaches it
 
-NamespaceSpec Spec() {
-  NamespaceSpec spec;
-  spec.model_name = "hostile/model";
-  spec.kv_cache_groups.push_back({16, {"l0"}});
-  return spec;
-}
-
-OffloadKey Key(uint64_t i) {
-  std::vector<uint8_t> bytes(32);
-  for (int b = 0; b < 8; ++b) bytes[b] = static_cast<uint8_t>(i >> (8 * b));
-  bytes[31] = 0x5c;
-  return {BlockHash::FromBytes(bytes).value(), 0};
-}
+constexpr char kModel[] = "hostile/model";
+using testing::Key;
+using testing::Spec;
+// The key bytes this file's tests use.
+constexpr testing::KeyShape kKeyShape = testing::KeyShape::Last(0x5c);
 
 // Opens and closes the write end of a FIFO without blocking: a reader stuck
 // in open() on it (old code) gets released, so the tier can close.
@@ -73,7 +65,7 @@ class FsTierHostileTest : public ::testing::TestWithParam<IoBackendKind> {
   Result<std::unique_ptr<FsTier>> Open() {
     FsTierOpenOptions o;
     o.tier.root_dir = root_.path().string();
-    o.ns = Spec();
+    o.ns = Spec(kModel);
     o.row_bytes = kRow;
     o.tier.n_read_threads = 2;
     o.tier.n_write_threads = 2;
@@ -109,7 +101,7 @@ class FsTierHostileTest : public ::testing::TestWithParam<IoBackendKind> {
 };
 
 TEST_P(FsTierHostileTest, FifoAtBlockPathIsAMissAndHangsNothing) {
-  const OffloadKey key = Key(1);
+  const OffloadKey key = Key(1, kKeyShape);
   const fs::path fifo = PathOf(key);
   fs::create_directories(fifo.parent_path());
   ASSERT_EQ(mkfifo(fifo.c_str(), 0644), 0) << strerror(errno);
@@ -126,7 +118,7 @@ TEST_P(FsTierHostileTest, FifoAtBlockPathIsAMissAndHangsNothing) {
 }
 
 TEST_P(FsTierHostileTest, SymlinkAtBlockPathIsNeverReturned) {
-  const OffloadKey key = Key(2);
+  const OffloadKey key = Key(2, kKeyShape);
   const std::vector<uint8_t> secret = RandomRow();
   const fs::path target = outside_.path() / "secret";
   testing::WriteFileOrDie(target, std::string(secret.begin(), secret.end()));  // same size, no xattr (L68)
@@ -145,7 +137,7 @@ TEST_P(FsTierHostileTest, SymlinkAtBlockPathIsNeverReturned) {
 // <hhh> is a symlink to a directory outside the root that holds a short file
 // at the block's place: a load that followed it would "repair" (unlink) it.
 TEST_P(FsTierHostileTest, SymlinkedShardDirectoryIsNeitherReadNorWritten) {
-  const OffloadKey key = Key(3);
+  const OffloadKey key = Key(3, kKeyShape);
   const fs::path block = PathOf(key);
   const fs::path hhh = block.parent_path().parent_path();
   fs::create_directories(hhh.parent_path());
@@ -167,7 +159,7 @@ TEST_P(FsTierHostileTest, SymlinkedShardDirectoryIsNeitherReadNorWritten) {
 }
 
 TEST_P(FsTierHostileTest, DirectoryAtBlockPathIsAMissUntilRemoved) {
-  const OffloadKey key = Key(4);
+  const OffloadKey key = Key(4, kKeyShape);
   const fs::path block = PathOf(key);
   fs::create_directories(block);
   EXPECT_EQ(Lookup(key).outcome, KeyOutcome::kMiss);

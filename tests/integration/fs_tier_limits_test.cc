@@ -1,9 +1,9 @@
 // Proves that FsTier::Open enforces the I/O slot limit itself, for callers of
-// the C++ API who bypass the config parser (issue 27, F2, F3), that the
+// the C++ API who bypass the config parser, that the
 // syscall backend reports a refused thread as a Status instead of
-// std::terminate (F3), and that the O_DIRECT probe blames the filesystem only
-// for EINVAL (F20). Method: open tiers with slot counts at, above and far
-// above kFsTierIoSlotsMax (the far case, which used to spin forever, runs in
+// std::terminate, and that the O_DIRECT probe blames the filesystem only
+// for EINVAL. Method: open tiers with slot counts at, above and far
+// above kFsTierIoSlotsMax (the far case, which would spin forever if unchecked, runs in
 // a forked child under an alarm); start a syscall pool under a tight
 // RLIMIT_AS in a forked child; run the probe in a directory removed under
 // its fd (ENOENT, which says nothing about O_DIRECT) with a log sink.
@@ -50,7 +50,8 @@ TEST(FsTierLimits, SlotsAboveTheLimitAreRefusedAtOpen) {
   }
 }
 
-// 2^29 + 2^29 slots: the ring size loop used to overflow and spin forever.
+// 2^29 + 2^29 slots: an unchecked sum would overflow the ring size loop and
+// spin forever.
 TEST(FsTierLimits, SlotSumThatOverflowsIsRefusedNotSpun) {
   testing::TempDir dir;
   const FsTierOpenOptions o = Options(dir.path(), 1 << 29, 1 << 29, IoBackendKind::kAuto);

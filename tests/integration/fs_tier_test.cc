@@ -43,19 +43,11 @@ struct AlignedBuffer {
   uint8_t* data;
 };
 
-NamespaceSpec Spec() {
-  NamespaceSpec spec;
-  spec.model_name = "test/model";
-  spec.kv_cache_groups.push_back({16, {"l0", "l1"}});
-  return spec;
-}
-
-OffloadKey Key(uint64_t i) {
-  std::vector<uint8_t> bytes(32);
-  for (int b = 0; b < 8; ++b) bytes[b] = static_cast<uint8_t>(i >> (8 * b));
-  bytes[31] = 0xaa;
-  return {BlockHash::FromBytes(bytes).value(), 0};
-}
+constexpr char kModel[] = "test/model";
+using testing::Key;
+using testing::Spec;
+// The key bytes this file's tests use.
+constexpr testing::KeyShape kKeyShape = testing::KeyShape::Last(0xaa);
 
 class FsTierTest : public ::testing::TestWithParam<IoBackendKind> {
  protected:
@@ -63,7 +55,7 @@ class FsTierTest : public ::testing::TestWithParam<IoBackendKind> {
     rng_.seed(testing::TestSeed());
     FsTierOpenOptions o;
     o.tier.root_dir = root_.path().string();
-    o.ns = Spec();
+    o.ns = Spec(kModel, {"l0", "l1"});
     o.row_bytes = kRow;
     o.tier.n_read_threads = 4;
     o.tier.n_write_threads = 4;
@@ -100,7 +92,7 @@ class FsTierTest : public ::testing::TestWithParam<IoBackendKind> {
 
 std::vector<OffloadKey> Keys(size_t n, uint64_t base = 0) {
   std::vector<OffloadKey> keys;
-  for (size_t i = 0; i < n; ++i) keys.push_back(Key(base + i));
+  for (size_t i = 0; i < n; ++i) keys.push_back(Key(base + i, kKeyShape));
   return keys;
 }
 
@@ -230,7 +222,7 @@ class FsTierStagedTest : public ::testing::TestWithParam<std::tuple<IoBackendKin
   void SetUp() override {
     FsTierOpenOptions o;
     o.tier.root_dir = root_.path().string();
-    o.ns = Spec();
+    o.ns = Spec(kModel, {"l0", "l1"});
     o.row_bytes = kRow;
     o.tier.io_backend = std::get<0>(GetParam());
     o.tier.bounce_loads = std::get<1>(GetParam()) ? BounceLoads::kOn : BounceLoads::kOff;
@@ -331,7 +323,7 @@ TEST(FsTierRegistered, RowsInRegisteredMemoryUseFixedBuffers) {
   for (size_t i = 0; i < kRows * kRow; ++i) region[i] = static_cast<uint8_t>(rng());
   FsTierOpenOptions o;
   o.tier.root_dir = root.path().string();
-  o.ns = Spec();
+  o.ns = Spec(kModel, {"l0", "l1"});
   o.row_bytes = kRow;
   o.tier.io_backend = IoBackendKind::kUring;
   o.registered_memory = {std::span<uint8_t>(region, kRows * 2 * kRow)};
@@ -366,13 +358,13 @@ TEST(FsTierDurability, FileAndFullModesStoreAndLoad) {
     testing::TempDir root;
     FsTierOpenOptions o;
     o.tier.root_dir = root.path().string();
-    o.ns = Spec();
+    o.ns = Spec(kModel, {"l0", "l1"});
     o.row_bytes = kRow;
     o.tier.durability = d;
     ASSERT_OK_AND_ASSIGN(auto tier, FsTier::Open(o));
     AlignedRow row, back;
     std::memset(row.data, 0x5c, kRow);
-    std::vector<OffloadKey> keys = {Key(1)};
+    std::vector<OffloadKey> keys = {Key(1, kKeyShape)};
     std::vector<std::span<const uint8_t>> out = {{row.data, kRow}};
     std::vector<std::span<uint8_t>> in = {back.span()};
     ASSERT_OK_AND_ASSIGN(uint64_t store, tier->SubmitStore(keys, out));
@@ -390,7 +382,7 @@ TEST(FsTierDurability, FileAndFullModesStoreAndLoad) {
 
 TEST(FsTierOpen, BadOptionsAndUnwritableRootsAreClearErrors) {
   FsTierOpenOptions o;
-  o.ns = Spec();
+  o.ns = Spec(kModel, {"l0", "l1"});
   o.row_bytes = kRow;
   EXPECT_EQ(FsTier::Open(o).status().code(), StatusCode::kInvalidArgument);  // no root
   testing::TempDir root;

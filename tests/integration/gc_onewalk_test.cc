@@ -1,4 +1,4 @@
-// Proves gc's one-walk capacity path (issue 25, src/ops/gc_candidates.h):
+// Proves gc's one-walk capacity path (src/ops/gc_candidates.h):
 // - on seeded random trees (distinct use times) a trim the candidate buffer
 //   covers takes one walk and removes exactly the exact-LRU set, the dry run
 //   reporting that same set and removing nothing; with a list of roots too;

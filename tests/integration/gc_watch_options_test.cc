@@ -1,4 +1,4 @@
-// Proves the two GcOptions the watch mode drives gc with (issue 25 item 2):
+// Proves the two GcOptions the watch mode drives gc with:
 // reclaim_bytes removes least recently used blocks until that many bytes are
 // gone, on each root of a list separately, labelled "min_free" beyond what
 // max_bytes asks ("capacity"); a count that does not match the roots is

@@ -567,23 +567,16 @@ std::string CheckRow(const uint8_t* row, uint64_t seed, uint64_t key, uint64_t* 
   return what.str();
 }
 
-OffloadKey Key(uint64_t i) {
-  std::vector<uint8_t> bytes(32, 0x5a);
-  for (int b = 0; b < 8; ++b) bytes[b] = static_cast<uint8_t>(i >> (8 * b));
-  return {BlockHash::FromBytes(bytes).value(), 0};
-}
-
-NamespaceSpec Spec() {
-  NamespaceSpec spec;
-  spec.model_name = "shared/gluster-model";
-  spec.kv_cache_groups.push_back({16, {"l0", "l1"}});
-  return spec;
-}
+constexpr char kModel[] = "shared/gluster-model";
+using testing::Key;
+using testing::Spec;
+// The key bytes this file's tests use.
+constexpr testing::KeyShape kKeyShape = testing::KeyShape::Fill(0x5a);
 
 std::unique_ptr<FsTier> OpenTier(const fs::path& root, std::string* error, int threads = 4) {
   FsTierOpenOptions o;
   o.tier.root_dir = root.string();
-  o.ns = Spec();
+  o.ns = Spec(kModel, {"l0", "l1"});
   o.row_bytes = kRow;
   o.tier.n_read_threads = threads;
   o.tier.n_write_threads = threads;
@@ -638,7 +631,7 @@ TEST_F(GlusterShared, StoredThroughOneMountLoadsByteExactThroughTheOther) {
 
   constexpr size_t kN = 64;
   std::vector<OffloadKey> keys;
-  for (size_t i = 0; i < kN; ++i) keys.push_back(Key(i));
+  for (size_t i = 0; i < kN; ++i) keys.push_back(Key(i, kKeyShape));
   AlignedRows rows(kN), back(kN);
   for (size_t i = 0; i < kN; ++i) FillRow(rows.row(i), seed, 1, i);
 
@@ -750,7 +743,7 @@ TEST_F(GlusterShared, ConcurrentOverlappingStoresNeverTearALoad) {
       AlignedRows rows(mine.size());
       std::vector<OffloadKey> keys;
       for (size_t j = 0; j < mine.size(); ++j) {
-        keys.push_back(Key(r * kK + mine[j]));
+        keys.push_back(Key(r * kK + mine[j], kKeyShape));
         FillRow(rows.row(j), seed, static_cast<uint64_t>(w + 1), r * kK + mine[j]);
       }
       const auto spans = rows.Const();
@@ -790,7 +783,7 @@ TEST_F(GlusterShared, ConcurrentOverlappingStoresNeverTearALoad) {
   // Loads round r's keys through mount m; returns each key's outcome.
   auto load_pass = [&](int m, uint64_t r, LoadTally* tally) {
     std::vector<OffloadKey> keys;
-    for (uint64_t i = 0; i < kK; ++i) keys.push_back(Key(r * kK + i));
+    for (uint64_t i = 0; i < kK; ++i) keys.push_back(Key(r * kK + i, kKeyShape));
     AlignedRows rows(kK);
     JobResult res = WaitJobs(readers[m].get(), {readers[m]->SubmitLoad(keys, rows.Mut()).value()})[0];
     ++tally->passes;

@@ -1,4 +1,4 @@
-// Proves the fs tier's `inline_metadata` option (issue 15, CPU per GB):
+// Proves the fs tier's `inline_metadata` option (it saves CPU per GB stored):
 // with it, the io_uring backend runs mkdirat, renameat, unlinkat and
 // fsetxattr during Submit on the submitting thread (their effects are on
 // disk before any Reap) with the same results as through the ring; "auto"

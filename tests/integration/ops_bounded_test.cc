@@ -1,4 +1,4 @@
-// Proves the operators' tools stay bounded on volumes of any size (issue 25):
+// Proves the operators' tools stay bounded on volumes of any size:
 // - memory: the peak RSS of `kvtier du`, `fsck` and `gc --max-bytes` (a child
 //   process, its ru_maxrss from wait4) grows by less than 8 MiB from 2*10^4 to
 //   10^5 block files (the old gc grew ~1.1 KB per file: ~88 MiB here), so it
@@ -13,7 +13,7 @@
 // - sparse files: eight 1 TiB files (holes) in a namespace, even when they are
 //   all it holds, are size_mismatch findings never read by fsck --verify-data;
 //   du and gc count their allocated bytes (none), and all three finish;
-// - a hostile tree (issue 25): one flat <hh>_g<g> directory of 2*10^5 files
+// - a hostile tree: one flat <hh>_g<g> directory of 2*10^5 files
 //   (blocks, badly named files, stale temp files) costs du, fsck and gc
 //   no more peak RSS than one of 2.5*10^4 (less than 8 MiB more; the walk
 //   that read directories whole and listed every finding took 72, 344 and

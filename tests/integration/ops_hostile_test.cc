@@ -1,4 +1,4 @@
-// Proves du / fsck / gc stay safe on a root that others can write (issue 13):
+// Proves du / fsck / gc stay safe on a root that others can write:
 // a symlinked .kvtier cannot lead fsck --repair's quarantine out of the root;
 // gc keeps a namespace whose leases it cannot read (as another user, and when
 // the lease directory is not a directory) and du / gc exit 8 on unreadable
@@ -30,11 +30,9 @@ namespace {
 namespace fs = std::filesystem;
 constexpr uint64_t kRow = 8192;
 
-OffloadKey Key(uint64_t i) {
-  std::vector<uint8_t> b(32, 0x5a);
-  for (int k = 0; k < 8; ++k) b[k] = static_cast<uint8_t>(i >> (8 * k));
-  return {BlockHash::FromBytes(b).value(), 0};
-}
+using testing::Key;
+// The key bytes this file's tests use.
+constexpr testing::KeyShape kKeyShape = testing::KeyShape::Fill(0x5a);
 
 class OpsHostileTest : public ::testing::Test {
  protected:
@@ -54,7 +52,7 @@ class OpsHostileTest : public ::testing::Test {
     std::vector<OffloadKey> keys;
     std::vector<std::vector<uint8_t>> rows(n, std::vector<uint8_t>(kRow, 0x33));
     std::vector<std::span<const uint8_t>> spans(rows.begin(), rows.end());
-    for (size_t i = 0; i < n; ++i) keys.push_back(Key(i));
+    for (size_t i = 0; i < n; ++i) keys.push_back(Key(i, kKeyShape));
     EXPECT_TRUE(tier->SubmitStore(keys, spans).ok());
     EXPECT_TRUE(tier->WaitIdle(10000).ok());
     std::vector<std::string> paths;

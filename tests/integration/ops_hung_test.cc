@@ -1,5 +1,5 @@
-// Proves that the operators' tools never hang on a hung mount (issue 24 item
-// 6): on a FUSE mount (tests/support/faultfs) whose calls are held,
+// Proves that the operators' tools never hang on a hung mount: on a FUSE
+// mount (tests/support/faultfs) whose calls are held,
 // `kvtier du`, `fsck`, `gc` and `hash --root`, run as real processes, exit 8
 // within --io-timeout plus a generous margin, naming the path that hung; once
 // the mount is released a second run completes the job (a gc stopped half-way

@@ -1,11 +1,11 @@
-// Proves that du, fsck and gc handle an SGLang namespace (the lead's
-// sglang-format decisions: vLLM's tree grammar, SGLang's fields in
+// Proves that du, fsck and gc handle an SGLang namespace (FORMAT.md
+// L103-L104: vLLM's tree grammar, SGLang's fields in
 // config.json with "inference_engine": "sglang") beside a vLLM namespace
 // written by the real fs tier. Method: the SGLang tree is built by hand from
 // the format's rules (canonical compact JSON -> digest12, indent-2 sorted
 // config.json, pages at <NS>_r<rank>/<hhh>/<hh>_g0/<key>.bin of exactly
 // page_bytes, CRC32C in user.vllm.kv_crc32c), independently of any SGLang
-// writer, and checked against sg-core's SglangNamespace (same directory,
+// writer, and checked against the library's SglangNamespace (same directory,
 // config.json bytes and page paths). On a good tree: fsck --verify-data (with its digest check) has no
 // finding, and du reports the engine of each namespace with SGLang's
 // page_size, mem_layout, dtype and tp_size (library and CLI). A torn page
@@ -43,7 +43,7 @@ constexpr uint64_t kVllmRow = 8192;
 constexpr int64_t kPageSize = 4, kLayers = 2, kKBytes = 8, kVBytes = 8;
 constexpr uint64_t kPageBytes = kPageSize * kLayers * (kKBytes + kVBytes);  // 128
 
-// The SGLang fields of sglang-format.md §2 (MHA, TP 2).
+// The SGLang fields of FORMAT.md L104 (MHA, TP 2).
 nlohmann::json SglangFields(const std::string& model) {
   return {{"inference_engine", "sglang"}, {"format", "sglang-page/1"}, {"model_name", model},
           {"page_size", kPageSize},       {"mem_layout", "page_first"}, {"dtype", "bfloat16"},
@@ -53,12 +53,8 @@ nlohmann::json SglangFields(const std::string& model) {
 }
 
 // The same namespace as SglangFields, as SGLang's backend describes it (TP rank 0 of 2).
-SglangPageSpec Spec(const std::string& model) {
-  SglangPageSpec s;
-  s.model_name = model, s.page_size = kPageSize, s.mem_layout = "page_first", s.dtype = "bfloat16";
-  s.k_bytes_per_token = kKBytes, s.v_bytes_per_token = kVBytes, s.layer_num = kLayers, s.tp_size = 2;
-  return s;
-}
+constexpr testing::SglangShape kShape{kPageSize, kLayers, kKBytes, kVBytes, 2};
+using testing::SglangSpec;
 
 class OpsSglangTest : public ::testing::Test {
  protected:
@@ -76,7 +72,7 @@ class OpsSglangTest : public ::testing::Test {
     fs::create_directories(P(dir));
     const std::string config = internal::PyJsonDumpsIndent2(fields).value();
     testing::WriteFileOrDie(P(dir + "/config.json"), config);
-    const SglangNamespace ns = SglangNamespace::Create(Spec(model)).value();  // the writer's view agrees
+    const SglangNamespace ns = SglangNamespace::Create(SglangSpec(model, kShape)).value();  // the writer's view agrees
     EXPECT_EQ(ns.dir_name(), dir);
     EXPECT_EQ(ns.config_json(), config);
     EXPECT_EQ(ns.page_bytes(), kPageBytes);
@@ -92,7 +88,7 @@ class OpsSglangTest : public ::testing::Test {
     for (const std::string& key : keys) {
       const std::string rel = format::BlockDirName(ns, rank) + "/" + format::BlockRelPath(key, 0);
       if (rank == 0) {
-        EXPECT_EQ(rel, SglangNamespace::Create(Spec(model_)).value().PageRelPath(key));
+        EXPECT_EQ(rel, SglangNamespace::Create(SglangSpec(model_, kShape)).value().PageRelPath(key));
       }
       std::string bytes(kPageBytes, static_cast<char>(key[0]));
       fs::create_directories(P(rel).parent_path());
@@ -306,7 +302,7 @@ TEST_F(OpsSglangTest, GcMaxBytesRemovesTheLeastRecentlyUsedPagesAcrossEngines) {
 TEST_F(OpsSglangTest, PagesWrittenBySglangStoreAreCleanAndItsLeaseHoldsGcOff) {
   SglangStoreOptions o;
   o.tier.root_dir = root_.path().string();
-  o.spec = Spec("org/served");
+  o.spec = SglangSpec("org/served", kShape);
   auto store = SglangStore::Open(o);
   ASSERT_TRUE(store.ok()) << store.status().ToString();
   std::vector<int64_t> tokens;

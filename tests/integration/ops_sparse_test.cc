@@ -1,5 +1,5 @@
 // Proves fsck --verify-data's work is bounded by the data a block holds, not
-// its apparent size (issue 25 item 8, FORMAT.md L109): a namespace whose
+// its apparent size (FORMAT.md L109): a namespace whose
 // every block is a 256 MiB sparse file (so 256 MiB is its "most common size"
 // and every block is read) is verified with the right verdicts (a correct
 // CRC attribute matches, whether the file holds no data, one extent in the

@@ -33,18 +33,8 @@ namespace {
 namespace fs = std::filesystem;
 constexpr uint64_t kRow = 8192;
 
-NamespaceSpec Spec(const std::string& model) {
-  NamespaceSpec spec;
-  spec.model_name = model;
-  spec.kv_cache_groups.push_back({16, {"l0"}});
-  return spec;
-}
-
-OffloadKey Key(uint64_t i, uint8_t tag = 0x77) {
-  std::vector<uint8_t> b(32, tag);
-  for (int k = 0; k < 8; ++k) b[k] = static_cast<uint8_t>(i >> (8 * k));
-  return {BlockHash::FromBytes(b).value(), 0};
-}
+using testing::Key;
+using testing::Spec;
 
 class OpsTest : public ::testing::Test {
  protected:
@@ -63,7 +53,7 @@ class OpsTest : public ::testing::Test {
     std::vector<std::vector<uint8_t>> rows(n, std::vector<uint8_t>(kRow));
     std::vector<std::span<const uint8_t>> spans;
     for (size_t i = 0; i < n; ++i) {
-      keys.push_back(Key(i, tag));
+      keys.push_back(Key(i, testing::KeyShape::Fill(tag)));
       std::memset(rows[i].data(), static_cast<int>(i + 1), kRow);
       spans.emplace_back(rows[i]);
     }
@@ -340,7 +330,7 @@ TEST_F(OpsTest, GcAndRepairWhileAWriterStoresLoseNothingAcknowledged) {
   std::thread writer([&] {
     std::vector<uint8_t> row(kRow, 0x3c);
     for (uint64_t i = 0; !stop; ++i) {
-      std::vector<OffloadKey> keys = {Key(i, 0x5e)};
+      std::vector<OffloadKey> keys = {Key(i, testing::KeyShape::Fill(0x5e))};
       std::vector<std::span<const uint8_t>> rows = {row};
       uint64_t id = tier->SubmitStore(keys, rows).value();
       std::vector<JobResult> done;

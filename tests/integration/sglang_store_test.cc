@@ -48,20 +48,12 @@ using Clock = std::chrono::steady_clock;
 constexpr int64_t kPageSize = 4, kLayers = 2, kKBytes = 512, kVBytes = 512;
 constexpr uint64_t kPage = kPageSize * kLayers * (kKBytes + kVBytes);
 
-SglangPageSpec Spec(std::string model = "org/model") {
-  SglangPageSpec s;
-  s.model_name = std::move(model);
-  s.page_size = kPageSize;
-  s.mem_layout = "page_first";
-  s.dtype = "bfloat16";
-  s.k_bytes_per_token = kKBytes;
-  s.v_bytes_per_token = kVBytes;
-  s.layer_num = kLayers;
-  return s;
-}
+constexpr char kModel[] = "org/model";
+constexpr testing::SglangShape kShape{kPageSize, kLayers, kKBytes, kVBytes, 1};
+using testing::SglangSpec;
 
 // 64-hex page keys, as SGLang's.
-std::string Key(uint64_t i) {
+std::string PageKey(uint64_t i) {
   char buf[65];
   std::snprintf(buf, sizeof buf, "%016llx%016llx%016llx%016llx", static_cast<unsigned long long>(i), 0x5eedULL,
                 static_cast<unsigned long long>(i * 7919),
@@ -133,7 +125,7 @@ struct KeySet {
   }
   static KeySet Range(uint64_t first, size_t n) {
     std::vector<std::string> k;
-    for (size_t i = 0; i < n; ++i) k.push_back(Key(first + i));
+    for (size_t i = 0; i < n; ++i) k.push_back(PageKey(first + i));
     return KeySet(std::move(k));
   }
   std::vector<std::string> keys;
@@ -160,7 +152,7 @@ class SglangStoreTest : public ::testing::TestWithParam<Param> {
  protected:
   void SetUp() override { rng_.seed(testing::TestSeed()); }
 
-  SglangStoreOptions Options(std::string root_dir, SglangPageSpec spec = Spec()) const {
+  SglangStoreOptions Options(std::string root_dir, SglangPageSpec spec = SglangSpec(kModel, kShape)) const {
     SglangStoreOptions o;
     o.tier.root_dir = std::move(root_dir);
     o.tier.n_read_threads = 4;
@@ -234,7 +226,7 @@ TEST_P(SglangStoreTest, PiecesRoundTripAndTheFileIsTheirConcatenation) {
 TEST_P(SglangStoreTest, PageAlignedPerLayerPiecesRoundTrip) {
   // 8 tokens x 4 layers: each K_l and V_l piece is 4096 bytes, so aligned
   // pieces take O_DIRECT's vectored path (2*L pieces, one request).
-  SglangPageSpec spec = Spec();
+  SglangPageSpec spec = SglangSpec(kModel, kShape);
   spec.page_size = 8;
   spec.layer_num = 4;
   spec.mem_layout = "layer_first";
@@ -366,7 +358,7 @@ TEST_P(SglangStoreTest, KeysThatAreNot64LowerHexAreNamedByTheirSha256) {
   const std::string upper(64, 'A');
   const KeySet keys(std::vector<std::string>{"abc", "", upper, "tokens:1,2,3 \xc3\xa9"});
   EXPECT_EQ(SglangPageName("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
-  EXPECT_EQ(SglangPageName(Key(1)), Key(1));
+  EXPECT_EQ(SglangPageName(PageKey(1)), PageKey(1));
   EXPECT_NE(SglangPageName(upper), upper);
   EXPECT_EQ(store->ns().PageRelPath("abc"),
             store->ns().block_dir_name() + "/ba7/81_g0/ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad.bin");
@@ -425,7 +417,7 @@ TEST_P(SglangStoreTest, SeveralRootsSpreadServeAndClearPages) {
 
 TEST_P(SglangStoreTest, ClearRemovesOnlyThisNamespacesPagesAndTempFiles) {
   OPEN_OR_SKIP(store);
-  OPEN_OR_SKIP(other, Options(root_.path().string(), Spec("another/model")));
+  OPEN_OR_SKIP(other, Options(root_.path().string(), SglangSpec("another/model", kShape)));
   const KeySet keys = KeySet::Range(600, 5);
   std::vector<PagePieces> pages = MakePages(5, 2, false);
   for (auto& p : pages) p.Fill(rng_);
@@ -565,7 +557,7 @@ INSTANTIATE_TEST_SUITE_P(Backends, SglangStoreTest,
 // The namespace alone: no files.
 
 TEST(SglangNamespace, ConfigJsonAndCanonicalJsonArePythonsBytes) {
-  SglangPageSpec s = Spec();
+  SglangPageSpec s = SglangSpec(kModel, kShape);
   s.page_size = 64;
   s.k_bytes_per_token = s.v_bytes_per_token = 256;
   s.tp_size = 2;
@@ -597,7 +589,7 @@ std::string DigestOf(const SglangPageSpec& s) {
 }
 
 TEST(SglangNamespace, EachFieldThatChangesAPageChangesTheDigest) {
-  const SglangPageSpec base = Spec();
+  const SglangPageSpec base = SglangSpec(kModel, kShape);
   std::vector<std::pair<std::string, SglangPageSpec>> variants;
   auto vary = [&](std::string name, auto change) {
     SglangPageSpec s = base;
@@ -628,7 +620,7 @@ TEST(SglangNamespace, EachFieldThatChangesAPageChangesTheDigest) {
 }
 
 TEST(SglangNamespace, RanksAndMlaShareTpRankZeroDirectory) {
-  SglangPageSpec s = Spec();
+  SglangPageSpec s = SglangSpec(kModel, kShape);
   s.tp_size = 4, s.tp_rank = 3, s.pp_size = 2, s.pp_rank = 1, s.cp_size = 2, s.cp_rank = 1;
   ASSERT_OK_AND_ASSIGN(SglangNamespace mha, SglangNamespace::Create(s));
   EXPECT_EQ(mha.rank(), (1 * 2 + 1) * 4 + 3);
@@ -647,7 +639,7 @@ TEST(SglangNamespace, RanksAndMlaShareTpRankZeroDirectory) {
 }
 
 TEST(SglangNamespace, ConfigJsonParsesBackToASpecOfTheSameDigest) {
-  SglangPageSpec s = Spec();
+  SglangPageSpec s = SglangSpec(kModel, kShape);
   s.model_path = "/models/x";
   s.tp_size = 2;
   ASSERT_OK_AND_ASSIGN(SglangNamespace ns, SglangNamespace::Create(s));
@@ -675,7 +667,7 @@ TEST(SglangNamespace, ConfigJsonParsesBackToASpecOfTheSameDigest) {
 
 TEST(SglangNamespace, BadSpecsAreRefusedNamingTheField) {
   auto refused = [](std::string field, auto change) {
-    SglangPageSpec s = Spec();
+    SglangPageSpec s = SglangSpec(kModel, kShape);
     change(s);
     auto ns = SglangNamespace::Create(s);
     ASSERT_FALSE(ns.ok()) << field;
@@ -698,7 +690,7 @@ TEST(SglangNamespace, BadSpecsAreRefusedNamingTheField) {
   refused("page_size", [](auto& s) { s.page_size = int64_t{1} << 40; });
   SglangStoreOptions o;
   o.tier.root_dir = "/nonexistent-kvtier-test";
-  o.spec = Spec();
+  o.spec = SglangSpec(kModel, kShape);
   o.spec.page_size = 0;
   auto store = SglangStore::Open(o);
   ASSERT_FALSE(store.ok());
@@ -722,7 +714,7 @@ TEST_P(SglangHungMountTest, CallsReturnFalseWithinTheDeadlineAndCloseReturns) {
   o.tier.io_timeout_ms = kTimeoutMs;
   o.tier.n_read_threads = o.tier.n_write_threads = 2;
   o.tier.io_backend = GetParam();
-  o.spec = Spec();  // bounce_loads auto: on for FUSE, so loads are abandoned at their deadline
+  o.spec = SglangSpec(kModel, kShape);  // bounce_loads auto: on for FUSE, so loads are abandoned at their deadline
   auto opened = SglangStore::Open(o);
   if (!opened.ok() && opened.status().code() == StatusCode::kUnavailable) GTEST_SKIP() << opened.status().ToString();
   ASSERT_TRUE(opened.ok()) << opened.status().ToString();

@@ -1,5 +1,5 @@
-// Proves issue 24 on a real FUSE mount (kvtier_faultfs), once per backend
-// (io_uring and the syscall pool):
+// Proves the sick-volume behaviour (docs/sick-volumes.md) on a real FUSE
+// mount (kvtier_faultfs), once per backend (io_uring and the syscall pool):
 //  * with every call on the mount hung, loads, lookups and stores of the fs
 //    tier and of EngineTier all get their results within io_timeout_ms plus
 //    the abandonment grace (lookups decided as misses, loads failed, stores
@@ -12,7 +12,7 @@
 //    reported until the kernel has let the read go), and a write answered
 //    late never publishes a block nor leaves a temp file;
 //  * a slow mount (200 ms a call) keeps serving with no error, and each errno
-//    gets its documented outcome (README, "When the volume is sick");
+//    gets its documented outcome (docs/sick-volumes.md);
 //  * with several roots, one hung root fails only its share of the keys.
 // Liveness bounds are generous (a hang is what they catch, not speed).
 #include <gtest/gtest.h>
@@ -41,23 +41,16 @@ constexpr uint32_t kTimeoutMs = 400;
 // Io timeout + the engine's grace and poll, with room for a loaded CI machine.
 constexpr int kLivenessMs = static_cast<int>(kTimeoutMs) + 5000;
 
-NamespaceSpec Spec() {
-  NamespaceSpec spec;
-  spec.model_name = "kvtier-test/sick";
-  spec.kv_cache_groups.push_back({16, {"l0", "l1"}});
-  return spec;
-}
-
-OffloadKey Key(uint64_t i) {
-  std::vector<uint8_t> bytes(32);
-  for (int b = 0; b < 8; ++b) bytes[b] = static_cast<uint8_t>(i >> (8 * b));
-  bytes[31] = static_cast<uint8_t>(0x5c + i);  // the last byte spreads keys over several roots (L99)
-  return {BlockHash::FromBytes(bytes).value(), 0};
-}
+constexpr char kModel[] = "kvtier-test/sick";
+using testing::Key;
+using testing::Spec;
+// The key bytes this file's tests use: the last byte spreads keys over
+// several roots (L99).
+constexpr testing::KeyShape kKeyShape = testing::KeyShape::Last(0x5c, true);
 
 std::vector<OffloadKey> Keys(uint64_t first, size_t n) {
   std::vector<OffloadKey> keys;
-  for (size_t i = 0; i < n; ++i) keys.push_back(Key(first + i));
+  for (size_t i = 0; i < n; ++i) keys.push_back(Key(first + i, kKeyShape));
   return keys;
 }
 
@@ -94,7 +87,7 @@ class SickVolumeTest : public ::testing::TestWithParam<IoBackendKind> {
     o.tier.n_read_threads = 2;
     o.tier.n_write_threads = 2;
     o.tier.io_backend = GetParam();
-    o.ns = Spec();
+    o.ns = Spec(kModel, {"l0", "l1"});
     o.row_bytes = kRow;
     return o;
   }
@@ -366,7 +359,7 @@ TEST_P(SickVolumeTest, OneHungRootFailsOnlyItsShareOfTheKeys) {
   ASSERT_EQ(loaded.keys.size(), kKeys);
   size_t ok = 0, failed = 0;
   for (size_t i = 0; i < kKeys; ++i) {
-    const bool on_healthy = tier_->BlockPath(Key(i)).rfind(healthy.path().string(), 0) == 0;
+    const bool on_healthy = tier_->BlockPath(Key(i, kKeyShape)).rfind(healthy.path().string(), 0) == 0;
     if (on_healthy) {
       EXPECT_EQ(loaded.keys[i].outcome, KeyOutcome::kOk) << i << ": " << loaded.keys[i].status.ToString();
       EXPECT_EQ(std::memcmp(back.Row(i).data(), rows.Row(i).data(), kRow), 0);
@@ -404,13 +397,13 @@ TEST_P(SickVolumeTest, EngineTierDecidesLookupsAndShutsDownOnAHungMount) {
   const auto t0 = Clock::now();
   const bool decided = Eventually(
       [&] {
-        const LookupVerdict v = engine->Lookup(Key(50), "req");
+        const LookupVerdict v = engine->Lookup(Key(50, kKeyShape), "req");
         engine->FlushLookups().IgnoreError();
         return v != LookupVerdict::kRetry;
       },
       kLivenessMs);
   EXPECT_TRUE(decided) << "a lookup on the hung mount was never decided";
-  EXPECT_EQ(engine->Lookup(Key(50), "req"), LookupVerdict::kMiss);
+  EXPECT_EQ(engine->Lookup(Key(50, kKeyShape), "req"), LookupVerdict::kMiss);
   ASSERT_OK(engine->SubmitLoad(2, stored, slots));
   EXPECT_TRUE(Eventually([&] { return engine->PollFinished(&results) > 0; }, kLivenessMs));
   ASSERT_EQ(results.size(), 1u);

@@ -7,7 +7,7 @@
 // rows promoted from fs are not written back; a request finished while its
 // store and its lookups run lets them finish, keeps no pin and no verdict;
 // bad configs name the key; on a hung FUSE mount lookups are decided as
-// misses, loads fail and the store closes, all in bounded time (issue 24).
+// misses, loads fail and the store closes, all in bounded time (docs/sick-volumes.md).
 // Content is seeded (the seed is printed) and compared byte for byte.
 #include "kvtier/tiered_store.h"
 

@@ -1,12 +1,12 @@
-"""Issue 27, F18, F19, F21: what the Python API accepts as config values, namespace groups and
+"""What the Python API accepts as config values, namespace groups and
 hash inputs, and that every refusal is a ``kvtier.KvtierError`` naming the argument or key.
 
-F18: a tier config's values may be ``pathlib.Path``, numpy scalars or a ``root_dir`` that is not
+A tier config's values may be ``pathlib.Path``, numpy scalars or a ``root_dir`` that is not
 UTF-8 (bytes, or a str from ``os.fsdecode``), as vLLM's own tier allows; NaN and infinity, non-str
-dict keys and other types are refused naming the key (they used to raise a bare ``TypeError`` or
-a JSON syntax error). F19: a badly shaped ``Namespace(kv_cache_groups=...)`` is refused naming the
-group (it used to raise ``KeyError`` or an opaque ``RuntimeError``). F21: block hashes are bytes
-and vLLM's str arguments are str: ``chunk_keys`` refused nothing and hashed a str's UTF-8 bytes.
+dict keys and other types are refused naming the key (not a bare ``TypeError`` or a JSON syntax
+error). A badly shaped ``Namespace(kv_cache_groups=...)`` is refused naming the group (not
+``KeyError`` or an opaque ``RuntimeError``). Block hashes are bytes and vLLM's str arguments are
+str: ``chunk_keys`` refuses a str hash rather than hash its UTF-8 bytes.
 Method: open real tiers in a temporary directory and call the functions with each input.
 """
 
@@ -40,7 +40,7 @@ def refused(fn, *names):
     return e.value.message
 
 
-# ---- F18: config values ---------------------------------------------------------------------
+# ---- config values -------------------------------------------------------------------------
 
 
 def test_pathlib_root_dir_and_numpy_scalars_are_accepted(tmp_path):
@@ -100,7 +100,7 @@ def test_io_slot_limit_is_enforced_from_python(tmp_path):
             "n_read_threads")
 
 
-# ---- F19: Namespace(kv_cache_groups=...) -----------------------------------------------------
+# ---- Namespace(kv_cache_groups=...) -----------------------------------------------------
 
 
 def test_well_formed_groups_are_accepted():
@@ -126,7 +126,7 @@ def test_badly_shaped_groups_name_the_group(groups, names):
     refused(lambda: kvtier.Namespace("m", kv_cache_groups=groups), *names)
 
 
-# ---- F21: bytes hashes, str arguments --------------------------------------------------------
+# ---- bytes hashes, str arguments --------------------------------------------------------
 
 
 def test_chunk_keys_takes_bytes_hashes():

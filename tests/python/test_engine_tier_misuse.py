@@ -1,14 +1,14 @@
-"""Issue 27: kvtier.EngineTier and kvtier.FsTier used wrongly, from several threads, and at scale.
+"""kvtier.EngineTier and kvtier.FsTier used wrongly, from several threads, and at scale.
 
 Proves: every method called while another thread runs EngineTier.shutdown() or FsTier.close()
-completes or raises KvtierError('unavailable'), and each accepted job still gets exactly one result
-(F1); shutdown()/close() stop admitting jobs first, so a thread that keeps submitting cannot hold
-them up (F11) -- these races run in a child interpreter with a time limit, so a crash or a deadlock
+completes or raises KvtierError('unavailable'), and each accepted job still gets exactly one
+result; shutdown()/close() stop admitting jobs first, so a thread that keeps submitting cannot hold
+them up -- these races run in a child interpreter with a time limit, so a crash or a deadlock
 fails the test instead of the test run; results not yet polled survive shutdown()/close() and
-has_pending_work() answers after it (F12); a load naming one slot or buffer twice, or a slot or
-buffer that a job not yet polled uses, is refused (F5, F6); a job id stays taken until its result is
-polled (F16); 1-byte block hashes get vLLM's path and never stick in the lookup batch (F10); slots
-are 1-D integers only (F15); a wrong argument names the argument without quoting a row buffer (F17).
+has_pending_work() answers after it; a load naming one slot or buffer twice, or a slot or
+buffer that a job not yet polled uses, is refused; a job id stays taken until its result is
+polled; 1-byte block hashes get vLLM's path and never stick in the lookup batch; slots
+are 1-D integers only; a wrong argument names the argument without quoting a row buffer.
 """
 
 import os
@@ -65,7 +65,7 @@ def poll_all(tier, n, timeout_s=20):
     return got
 
 
-# ---- F1, F11: races, in a child interpreter -----------------------------------------------------
+# ---- races, in a child interpreter --------------------------------------------------------------
 
 PRELUDE = """
 import sys, threading, time
@@ -233,10 +233,10 @@ def test_shutdown_and_close_stop_admissions_before_waiting(tmp_path, kind):
     run_child(BUSY_SUBMITTER, tmp_path, kind)
 
 
-# ---- F12: results survive shutdown ------------------------------------------------------------------
+# ---- results survive shutdown -----------------------------------------------------------------------
 
 def test_results_not_yet_polled_survive_engine_shutdown(engine):
-    keys = keys_for(4, "f12")
+    keys = keys_for(4, "survive")
     for i in range(3):
         engine.submit_store(i + 1, keys[i:i + 1], [i])
     assert engine.lookup(keys[3], "r") == 2  # never flushed
@@ -253,7 +253,7 @@ def test_results_not_yet_polled_survive_engine_shutdown(engine):
 
 
 def test_results_not_yet_polled_survive_fs_tier_close(tier):
-    keys = keys_for(2, "f12fs")
+    keys = keys_for(2, "survive-fs")
     store = tier.submit_store(keys[:1], [bytearray(ROW)])
     lookup = tier.submit_lookup(keys)
     tier.wait_idle()
@@ -263,10 +263,10 @@ def test_results_not_yet_polled_survive_fs_tier_close(tier):
     refused(lambda: tier.submit_lookup(keys), "unavailable")
 
 
-# ---- F5, F6, F16: rows and ids in use ----------------------------------------------------------------
+# ---- rows and ids in use -----------------------------------------------------------------------------
 
 def test_a_load_naming_one_slot_twice_is_refused(engine):
-    keys = keys_for(2, "f5")
+    keys = keys_for(2, "one-slot-twice")
     assert "slot 3" in refused(lambda: engine.submit_load(1, keys, [3, 3]))
     engine.submit_store(2, keys, [3, 3])  # two reads of one row are fine
     engine.drain(20000)
@@ -274,7 +274,7 @@ def test_a_load_naming_one_slot_twice_is_refused(engine):
 
 
 def test_engine_slots_of_jobs_not_yet_polled_are_refused_to_conflicting_jobs(engine):
-    keys = keys_for(6, "f6")
+    keys = keys_for(6, "conflicts")
     engine.submit_store(1, keys[0:1], [2])
     engine.submit_load(2, keys[1:2], [4])
     refused(lambda: engine.submit_load(3, keys[2:3], [2]))   # would overwrite what the store writes
@@ -289,7 +289,7 @@ def test_engine_slots_of_jobs_not_yet_polled_are_refused_to_conflicting_jobs(eng
 
 
 def test_a_job_id_stays_taken_until_its_result_is_polled(engine):
-    keys = keys_for(2, "f16")
+    keys = keys_for(2, "id-taken")
     engine.submit_store(5, keys[:1], [0])
     engine.drain(20000)
     refused(lambda: engine.submit_store(5, keys[1:], [1]))
@@ -300,7 +300,7 @@ def test_a_job_id_stays_taken_until_its_result_is_polled(engine):
 
 
 def test_fs_tier_refuses_a_buffer_twice_in_a_load_and_buffers_in_use(tier):
-    keys = keys_for(2, "f5fs")
+    keys = keys_for(2, "one-buffer-twice")
     buf = bytearray(ROW)
     assert "twice" in refused(lambda: tier.submit_load(keys, [buf, buf]))
     region = memoryview(bytearray(2 * ROW))
@@ -317,7 +317,7 @@ def test_fs_tier_refuses_a_buffer_twice_in_a_load_and_buffers_in_use(tier):
     assert done.job_id == both and done.outcomes == ["ok", "miss"] and bytes(region[0:ROW]) == bytes(src)
 
 
-# ---- F10: short block hashes -------------------------------------------------------------------------
+# ---- short block hashes ------------------------------------------------------------------------------
 
 def test_one_byte_block_hashes_get_vllms_path_and_never_stick(engine, tier, ns):
     one, two = kvtier.make_key(b"\x01"), kvtier.make_key(b"\x01\x02")
@@ -336,28 +336,28 @@ def test_one_byte_block_hashes_get_vllms_path_and_never_stick(engine, tier, ns):
     assert engine.lookup(one, "r") == 1
 
 
-# ---- F15: slots ---------------------------------------------------------------------------------------
+# ---- slots --------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("slots", [1.99, [1.99], ["2"], "2", 3, [[1]], np.array([[1]]), np.array([1.5]),
                                    [True], None, b"\x01", {1: 1}], ids=repr)
 def test_slots_must_be_one_dimensional_integers(engine, slots):
-    assert "slots" in refused(lambda: engine.submit_store(1, keys_for(1, "f15"), slots))
+    assert "slots" in refused(lambda: engine.submit_store(1, keys_for(1, "slots"), slots))
     assert not engine.has_pending_work()
 
 
 @pytest.mark.parametrize("slots", [[1], (1,), range(1, 2), [np.int64(1)], np.array([1]),
                                    np.array([1], dtype=np.int32), np.array([1], dtype=np.uint8)], ids=repr)
 def test_integer_slots_of_any_kind_are_accepted(engine, slots):
-    engine.submit_store(1, keys_for(1, "f15ok"), slots)
+    engine.submit_store(1, keys_for(1, "slots-ok"), slots)
     engine.drain(20000)
     assert [r[:3] for r in engine.poll_finished()] == [(1, False, True)]
 
 
-# ---- F17: errors never quote a row buffer ------------------------------------------------------------
+# ---- errors never quote a row buffer -----------------------------------------------------------------
 
 def test_wrong_arguments_are_named_not_quoted(tmp_path, ns, tier):
     big = bytearray(1 << 20)  # its repr would be 4 MB
-    keys = keys_for(1, "f17")
+    keys = keys_for(1, "no-quote")
     cases = [
         (lambda: kvtier.EngineTier(ns, big, "8192", {"root_dir": str(tmp_path)}), "row_bytes"),
         (lambda: kvtier.EngineTier("ns", big, ROW, {"root_dir": str(tmp_path)}), "namespace"),

@@ -1,4 +1,4 @@
-"""Proves `kvtier gc --watch` (issue 25 items 2, 3 and 5's gc half) with real CLI processes.
+"""Proves `kvtier gc --watch` (free-space floor, collector lease, metrics) with real CLI processes.
 
 Method: block trees are written directly in the layout (FORMAT.md L2-L8), every block with its own
 use time so that least-recently-used order is unambiguous. Each test starts `kvtier gc --watch`
@@ -128,7 +128,7 @@ def test_sigterm_exits_zero_and_releases_the_lease(kvtier_bin, tmp_path):
     assert not (root / ".kvtier" / "gc.lease").exists()
     assert w.m()["kvtier_gc_lease_held"] == 0
     assert w.m()['kvtier_gc_reclaimed_files_total{reason="capacity"}'] == 20
-    # A pass trimming within the candidate buffer walks once (issue 25: no second walk).
+    # A pass trimming within the candidate buffer walks once (no second walk).
     assert re.search(r"pass 1 \(interval\): removed 20 files.*, 1 walks", w.log_path.read_text()), w.log_path.read_text()
     # fsck does not count the volume's own directory as a stray.
     fsck = subprocess.run([kvtier_bin, "fsck", str(root), "--json"], capture_output=True, text=True)

@@ -1,8 +1,8 @@
 """kvtier over several roots (``path_sharding: "by_block_hash"``, vLLM PR #53133, FORMAT.md L99-L100)
 against vLLM's own fs tier (../shared/vllm, verbatim at 7cfb97e33791).
 
-The PR branch's ShardedFileMapper is not in shared/, so its placement is emulated with vLLM's real
-code: the root of a key is ``int.from_bytes(get_offload_block_hash(key), "big") % len(roots)``
+The PR branch's ShardedFileMapper is not in vLLM at 7cfb97e33791, so its placement is emulated
+with vLLM's real code: the root of a key is ``int.from_bytes(get_offload_block_hash(key), "big") % len(roots)``
 (vLLM's own key helper, Python's own arithmetic), and vLLM's single-root "fs" tier writes each
 root's blocks, once per root. Proves: kvtier, given the same list through vLLM's tier factory,
 loads every block of that tree byte-exact; what kvtier stores over a list lands, per key, at the

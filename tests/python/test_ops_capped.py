@@ -1,4 +1,4 @@
-"""Proves that kvtier.fsck counts every finding while listing at most 10**4 of a kind per namespace (issue 25).
+"""Proves that kvtier.fsck counts every finding while listing at most 10**4 of a kind per namespace.
 
 Method: a namespace whose one shard directory holds 10,050 badly named files and 3 stale temp
 files. fsck lists 10**4 bad names and counts the other 50 in ``findings_unlisted``;

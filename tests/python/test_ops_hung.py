@@ -1,4 +1,4 @@
-"""Proves that kvtier.du / fsck / gc never hang the caller on a hung mount (issue 24 item 6).
+"""Proves that kvtier.du / fsck / gc never hang the caller on a hung mount.
 
 Method: a small root is written to a backing directory and mounted through FUSE; every call on the
 mount is then held (tests/support/faultfs.py's ``hang("all")`` where that fixture exists, else

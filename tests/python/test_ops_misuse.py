@@ -1,11 +1,11 @@
-"""Proves that kvtier.du / fsck / gc refuse or survive the misuse issue 27 found (F4, F7, F8, F9).
+"""Proves that kvtier.du / fsck / gc refuse or survive a careless caller's arguments.
 
 Method: each test builds a small root with a real FsTier, then calls the operators' tools with the
-argument a careless caller might pass: ``jobs`` out of the CLI's range (F4), durations of 2**63 and
-more that used to wrap negative and invert gc's decisions (F7), a root or ``keep`` name with an
-embedded NUL that used to be cut short and act on another directory (F8), and blocks gc selects but
-cannot delete (made immutable with ``chattr +i``, so even root gets EPERM) that used to be dropped
-from the report with exit code 0 (F9). Refusals must be KvtierError(invalid_argument) naming the
+argument a careless caller might pass: ``jobs`` out of the CLI's range, durations of 2**63 and
+more (which must mean "never", not wrap negative and invert gc's decisions), a root or ``keep``
+name with an embedded NUL (which must be refused, not cut short to act on another directory), and
+blocks gc selects but cannot delete (made immutable with ``chattr +i``, so even root gets EPERM),
+which must be reported with a failing exit code, not dropped from the report. Refusals must be KvtierError(invalid_argument) naming the
 argument; nothing may be deleted that the caller did not ask for.
 """
 
@@ -58,7 +58,7 @@ def refused(call, name):
     assert name in e.value.message, e.value.message
 
 
-# ---- F4: jobs ---------------------------------------------------------------------------------
+# ---- jobs ---------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("jobs", [0, -1, 257, 100000, 2**40])
 @pytest.mark.parametrize("tool", ["du", "fsck", "gc"])
@@ -74,7 +74,7 @@ def test_jobs_at_the_cli_cap_is_accepted(tmp_path, tier):
     assert kvtier.fsck(str(tmp_path), jobs=1, verify_data=True).exit_code == 0
 
 
-# ---- F7: durations of 2**63 and more mean "never" ------------------------------------------------
+# ---- durations of 2**63 and more mean "never" ------------------------------------------------
 
 def test_huge_lease_ttl_keeps_an_open_namespace(tmp_path, tier):
     paths = store(tier, 2)
@@ -126,7 +126,7 @@ def test_negative_fsck_numbers_are_refused(tmp_path, tier):
     refused(lambda: kvtier.du(str(tmp_path), tmp_grace_s=-5), "tmp_grace_s")
 
 
-# ---- F8: NUL in a root or a keep name ------------------------------------------------------------
+# ---- NUL in a root or a keep name ------------------------------------------------------------
 
 @pytest.mark.parametrize("tool", ["du", "fsck", "gc"])
 def test_root_with_nul_is_refused(tmp_path, tier, tool):
@@ -147,7 +147,7 @@ def test_keep_names_that_cannot_match_are_refused(tmp_path, tier):
     assert kvtier.gc(str(tmp_path), max_bytes=0, keep=[ns_name]).reclaimed == []
 
 
-# ---- F9: removals that fail are reported, and the exit code says so -------------------------------
+# ---- removals that fail are reported, and the exit code says so -------------------------------
 
 def set_immutable(path, on):
     return subprocess.run(["chattr", "+i" if on else "-i", str(path)], capture_output=True).returncode == 0
@@ -156,7 +156,7 @@ def set_immutable(path, on):
 @pytest.fixture
 def immutable_block(tmp_path, tier):
     if shutil.which("chattr") is None or os.geteuid() != 0:
-        pytest.skip("F9 needs chattr and root to make a block undeletable")
+        pytest.skip("needs chattr and root to make a block undeletable")
     paths = store(tier, 3)
     if not set_immutable(paths[0], True):
         pytest.skip(f"chattr +i is not supported on {tmp_path}")

@@ -1,4 +1,4 @@
-"""kvtier.sglang beyond SGLang's selftest (issue 23 items 1-3, 5): what the selftest does not cover.
+"""kvtier.sglang beyond SGLang's selftest: what the selftest does not cover.
 
 Proves, with SGLang's own HiCacheStorage/config classes and mock host pool (../shared/sglang):
 the zero-copy pieces of every host layout concatenate to exactly SGLang's flat page (MHA

@@ -1,4 +1,4 @@
-"""kvtier.sglang passes SGLang's conformance selftest on the zero-copy path (issue 23 item 5).
+"""kvtier.sglang passes SGLang's conformance selftest on the zero-copy path.
 
 Runs ../shared/sglang/selftest_backend.py (SGLang's real StorageBackendFactory, a mock host pool
 that is SGLang's statement for statement, the controller's call pattern) against

@@ -1,4 +1,4 @@
-"""kvtier.sglang passes SGLang's conformance selftest on the generic tensor path (issue 23 item 5).
+"""kvtier.sglang passes SGLang's conformance selftest on the generic tensor path.
 
 As test_sglang_selftest.py, with ``--path generic`` (batch_get / batch_set with SGLang's flat page
 tensors, what a deployment without ``interface_v1`` uses): every counted check (c01-c16) must

@@ -1,4 +1,4 @@
-"""kvtier.sglang on a hung mount (issue 23 item 2): SGLang's calls answer a miss within the deadline.
+"""kvtier.sglang on a hung mount: SGLang's calls answer a miss within the deadline.
 
 On a kvtier_faultfs mount where every operation but FLUSH hangs inside the server (as a dead NFS
 or FUSE server would), with io_timeout_ms 500, the calls SGLang's prefetch, prefetch I/O and

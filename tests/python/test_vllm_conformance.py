@@ -170,9 +170,9 @@ def test_unknown_key_refused(h, tmp_path):
     assert e.value.code == "invalid_argument" and "n_read_thread" in e.value.message
 
 
-# Issue 27 F14: a bad locality is kvtier's KvtierError naming the key (it was a bare ValueError
-# from vLLM's Locality enum), and a tier key named backpressure_detector (vLLM 7cfb97e's factory
-# passes every tier key as an argument) is an unknown key: it was bound to the argument and ignored.
+# A bad locality is kvtier's KvtierError naming the key (not a bare ValueError from vLLM's
+# Locality enum), and a tier key named backpressure_detector (vLLM 7cfb97e's factory passes every
+# tier key as an argument) is an unknown key, not bound to the argument and silently ignored.
 def test_bad_locality_is_refused_by_name(h, tmp_path):
     with pytest.raises(kvtier.KvtierError) as e:
         h.Engine([h.kvtier_tier(tmp_path, locality="local")])
@@ -185,7 +185,7 @@ def test_backpressure_detector_tier_key_is_refused(h, tmp_path):
     assert "'backpressure_detector': unknown key" in e.value.message, e.value.message
 
 
-# Issue 27 F3: too many I/O slots are refused at parse time through vLLM's factory too.
+# Too many I/O slots are refused at parse time through vLLM's factory too.
 def test_io_slot_limit_through_vllm(h, tmp_path):
     with pytest.raises(kvtier.KvtierError) as e:
         h.Engine([h.kvtier_tier(tmp_path, n_read_threads=100000)])

@@ -1,4 +1,4 @@
-"""KvtierFsTier on a hung mount under vLLM's real tiering manager (issue 24 item 2, ../shared/vllm).
+"""KvtierFsTier on a hung mount under vLLM's real tiering manager (vLLM from ../shared/vllm).
 
 Proves, on a kvtier_faultfs mount whose server is stopped (SIGSTOP: every call waits in the
 kernel, as on a dead NFS or FUSE server) and again with every operation but FLUSH hung inside a
@@ -15,7 +15,7 @@ itself (its probe) once the mount answers.
 
 FLUSH is left answered: a process holding an fd on a FUSE mount whose server never answers FLUSH
 cannot finish exiting, even on SIGKILL (the kernel sends FLUSH as a forced request), so no tier
-could pass with it hung (README, "When the volume is sick"). Likewise a call that a running
+could pass with it hung (docs/sick-volumes.md). Likewise a call that a running
 server has taken and never answers can end only when the server answers, so the exit is checked
 with the server stopped, where the kernel still holds every call and a dying process can take
 them back. Each test is bounded (60 s per
@@ -40,7 +40,7 @@ IO_TIMEOUT_S = 0.5
 BUDGET_S = 60  # per child: a stuck child is killed then, and the test fails
 CALL_S = 0.25  # the longest single manager call allowed (a loaded 2-core machine)
 DECIDED_S = IO_TIMEOUT_S + 1.5  # a deadline miss + abandon (0.1 s) + steps on a busy machine
-SHUTDOWN_S = IO_TIMEOUT_S + 1.5  # README: io_timeout + 0.15 s, plus at most 1 s for the lease
+SHUTDOWN_S = IO_TIMEOUT_S + 1.5  # docs/sick-volumes.md: io_timeout + 0.15 s, plus at most 1 s for the lease
 
 
 @pytest.fixture

@@ -46,7 +46,7 @@ HERE = Path(__file__).resolve().parent
 SUPPORT = HERE.parent / "support"
 MARK = "SICK "
 # Every faultfs op but flush: a process holding a FUSE fd whose FLUSH is never answered cannot
-# finish exiting (even SIGKILL waits), which no tier can avoid; see README "When the volume is sick".
+# finish exiting (even SIGKILL waits), which no tier can avoid; see docs/sick-volumes.md.
 HANG_OPS = ("lookup", "open", "read", "write", "xattr", "rename", "unlink", "mkdir", "readdir", "statfs",
             "utimens", "truncate", "chmod", "symlink", "readlink")
 SLOW_MS = 200
@@ -127,7 +127,7 @@ def control(socket_path):
 def wait_stopped(pid, timeout_s=5.0):
     """Waits until every thread of `pid` is stopped. kill() only queues SIGSTOP: a server thread
     could still take one more call before it stops, and a call the server has taken but not
-    answered is no longer the kernel's to give back (README, "When the volume is sick")."""
+    answered is no longer the kernel's to give back (docs/sick-volumes.md)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         states = []

@@ -176,4 +176,31 @@ std::vector<std::span<uint8_t>> AlignedRows::Mut() const {
   return out;
 }
 
+OffloadKey Key(uint64_t i, const KeyShape& shape) {
+  std::vector<uint8_t> bytes(32, shape.fill);
+  for (int b = 0; b < 8; ++b) bytes[b] = static_cast<uint8_t>(i >> (8 * b));
+  if (shape.last) bytes[31] = static_cast<uint8_t>(*shape.last + (shape.last_plus_i ? i : 0));
+  return {BlockHash::FromBytes(bytes).value(), 0};
+}
+
+NamespaceSpec Spec(const std::string& model, std::vector<std::string> layers) {
+  NamespaceSpec spec;
+  spec.model_name = model;
+  spec.kv_cache_groups.push_back({16, std::move(layers)});
+  return spec;
+}
+
+SglangPageSpec SglangSpec(const std::string& model, const SglangShape& shape) {
+  SglangPageSpec s;
+  s.model_name = model;
+  s.page_size = shape.page_size;
+  s.mem_layout = "page_first";
+  s.dtype = "bfloat16";
+  s.k_bytes_per_token = shape.k_bytes_per_token;
+  s.v_bytes_per_token = shape.v_bytes_per_token;
+  s.layer_num = shape.layers;
+  s.tp_size = shape.tp_size;
+  return s;
+}
+
 }  // namespace kvtier::testing

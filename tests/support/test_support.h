@@ -1,11 +1,13 @@
 // Shared helpers for kvtier tests: Status matchers, a scoped temporary
-// directory, the seeded-randomness convention and a subprocess runner.
+// directory, the seeded-randomness convention, a subprocess runner, and the
+// keys and namespaces tests store under (Key, Spec, SglangSpec).
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -13,7 +15,9 @@
 #include <nlohmann/json.hpp>
 
 #include "kvtier/fs_tier.h"
+#include "kvtier/layout.h"
 #include "kvtier/result.h"
+#include "kvtier/sglang.h"
 #include "kvtier/status.h"
 
 #define EXPECT_OK(expr)                                  \
@@ -102,5 +106,48 @@ struct CommandResult {
 
 // Runs argv (argv[0] is a path) with no shell, capturing stdout and stderr.
 CommandResult RunCommand(const std::vector<std::string>& argv, const std::string& stdin_data = "");
+
+// ---- Keys and namespaces the tests share ----
+
+// What Key(i) puts in a block hash besides i itself.
+struct KeyShape {
+  // Bytes 8-31 all `fill`.
+  static constexpr KeyShape Fill(uint8_t fill) {
+    KeyShape s;
+    s.fill = fill;
+    return s;
+  }
+  // Bytes 8-30 zero, byte 31 `last` (plus i, mod 256, with `plus_i`).
+  static constexpr KeyShape Last(uint8_t last, bool plus_i = false) {
+    KeyShape s;
+    s.last = last;
+    s.last_plus_i = plus_i;
+    return s;
+  }
+
+  uint8_t fill = 0;             // bytes 8-31
+  std::optional<uint8_t> last;  // byte 31, when not `fill`
+  bool last_plus_i = false;     // byte 31 is last + i (mod 256)
+};
+// A 32-byte block hash, group 0, whose bytes 0-7 hold i, little-endian, so
+// consecutive keys differ in the bytes that name their shard directories.
+// Byte 31 is the low byte of the big-endian value that picks a block's root
+// among several (FORMAT.md L99): tests of several roots set it per key.
+OffloadKey Key(uint64_t i, const KeyShape& shape = {});
+
+// A vLLM namespace of `model`: one full-attention group of 16-token blocks
+// over `layers`, every other field NamespaceSpec's default.
+NamespaceSpec Spec(const std::string& model, std::vector<std::string> layers = {"l0"});
+
+// An SGLang MHA namespace of `model` (page_first, bfloat16, TP rank 0) with
+// these per-rank sizes.
+struct SglangShape {
+  int64_t page_size = 0;  // tokens per page
+  int64_t layers = 0;
+  int64_t k_bytes_per_token = 0;
+  int64_t v_bytes_per_token = 0;
+  int64_t tp_size = 1;
+};
+SglangPageSpec SglangSpec(const std::string& model, const SglangShape& shape);
 
 }  // namespace kvtier::testing

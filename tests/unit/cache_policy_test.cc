@@ -33,7 +33,7 @@ using Ids = std::vector<uint64_t>;
 
 // A 16-byte key (XXH3-sized) whose first 8 bytes are `id`; the second half
 // differs too, so no test depends on which bytes the hasher reads.
-OffloadKey Key(uint64_t id, uint32_t group = 0) {
+OffloadKey MixedKey(uint64_t id, uint32_t group = 0) {
   uint8_t bytes[16];
   const uint64_t other = ~id * 0x9e3779b97f4a7c15ull;
   std::memcpy(bytes, &id, 8);
@@ -55,7 +55,7 @@ Ids IdsOf(const std::vector<OffloadKey>& keys) {
 
 std::vector<OffloadKey> Keys(const Ids& ids) {
   std::vector<OffloadKey> keys;
-  for (uint64_t id : ids) keys.push_back(Key(id));
+  for (uint64_t id : ids) keys.push_back(MixedKey(id));
   return keys;
 }
 
@@ -76,23 +76,23 @@ std::optional<Ids> Evict(CachePolicy& policy, size_t n, const Ids& protect = {})
 // The CPU tier's moves, through the pointer Get() returns and the hooks.
 void InsertReady(CachePolicy& policy, const Ids& ids) {
   for (uint64_t id : ids) {
-    policy.Insert(Key(id), RowStatus{-1, static_cast<uint32_t>(id)});
-    policy.Get(Key(id))->ref_cnt = 0;
-    policy.MarkEvictable(Key(id));
+    policy.Insert(MixedKey(id), RowStatus{-1, static_cast<uint32_t>(id)});
+    policy.Get(MixedKey(id))->ref_cnt = 0;
+    policy.MarkEvictable(MixedKey(id));
   }
 }
 void InsertPending(CachePolicy& policy, const Ids& ids) {
-  for (uint64_t id : ids) policy.Insert(Key(id), RowStatus{-1, static_cast<uint32_t>(id)});
+  for (uint64_t id : ids) policy.Insert(MixedKey(id), RowStatus{-1, static_cast<uint32_t>(id)});
 }
 void Hold(CachePolicy& policy, uint64_t id) {
-  RowStatus* status = policy.Get(Key(id));
+  RowStatus* status = policy.Get(MixedKey(id));
   ASSERT_NE(status, nullptr);
-  if (status->ref_cnt++ == 0) policy.MarkNonEvictable(Key(id));
+  if (status->ref_cnt++ == 0) policy.MarkNonEvictable(MixedKey(id));
 }
 void Release(CachePolicy& policy, uint64_t id) {
-  RowStatus* status = policy.Get(Key(id));
+  RowStatus* status = policy.Get(MixedKey(id));
   ASSERT_NE(status, nullptr);
-  if (--status->ref_cnt == 0) policy.MarkEvictable(Key(id));
+  if (--status->ref_cnt == 0) policy.MarkEvictable(MixedKey(id));
 }
 void Touch(CachePolicy& policy, const Ids& ids) {
   const std::vector<OffloadKey> keys = Keys(ids);
@@ -114,14 +114,14 @@ ArcDebugState ArcState(const CachePolicy& policy) {
 
 TEST(OffloadKeyHasher, EqualKeysEqualHashesAndEveryFieldCounts) {
   const OffloadKeyHasher hash;
-  EXPECT_EQ(hash(Key(7)), hash(Key(7)));
-  EXPECT_NE(hash(Key(7)), hash(Key(7, 1)));  // group_idx
+  EXPECT_EQ(hash(MixedKey(7)), hash(MixedKey(7)));
+  EXPECT_NE(hash(MixedKey(7)), hash(MixedKey(7, 1)));  // group_idx
   const uint8_t one[1] = {1};
   const uint8_t one_zero[2] = {1, 0};
   EXPECT_NE(hash(OffloadKey{*BlockHash::FromBytes(one), 0}),
             hash(OffloadKey{*BlockHash::FromBytes(one_zero), 0}));  // length
   std::unordered_set<size_t> seen;
-  for (uint64_t id = 0; id < 10000; ++id) seen.insert(hash(Key(id)) % (1u << 20));
+  for (uint64_t id = 0; id < 10000; ++id) seen.insert(hash(MixedKey(id)) % (1u << 20));
   EXPECT_GT(seen.size(), 9800u);  // ~48 collisions expected in 2^20 buckets
 }
 
@@ -165,10 +165,10 @@ TEST(EntryTable, MatchesAMapUnderChurnAndKeepsAddresses) {
     const uint64_t id = rng() % (step < 100000 ? 300 : 30000);
     auto it = model.find(id);
     if (rng() % 3 == 0) {
-      auto [entry, inserted] = table.FindOrInsert(Key(id));
+      auto [entry, inserted] = table.FindOrInsert(MixedKey(id));
       ASSERT_EQ(inserted, it == model.end());
       if (inserted) {
-        ASSERT_EQ(entry->key, Key(id));
+        ASSERT_EQ(entry->key, MixedKey(id));
         ASSERT_EQ(entry->status.ref_cnt, -1);  // a fresh entry, even if recycled
         entry->status.row = static_cast<uint32_t>(id);
         model[id] = entry;
@@ -179,7 +179,7 @@ TEST(EntryTable, MatchesAMapUnderChurnAndKeepsAddresses) {
       table.Erase(it->second);
       model.erase(it);
     } else {
-      PolicyEntry* found = table.Find(Key(id));
+      PolicyEntry* found = table.Find(MixedKey(id));
       ASSERT_EQ(found, it == model.end() ? nullptr : it->second) << "step " << step;
       if (found != nullptr) {
         ASSERT_EQ(found->status.row, id);
@@ -187,11 +187,11 @@ TEST(EntryTable, MatchesAMapUnderChurnAndKeepsAddresses) {
     }
     ASSERT_EQ(table.size(), model.size());
   }
-  for (const auto& [id, entry] : model) ASSERT_EQ(table.Find(Key(id)), entry);
+  for (const auto& [id, entry] : model) ASSERT_EQ(table.Find(MixedKey(id)), entry);
   ASSERT_FALSE(model.empty());
   table.Reset(0);
   EXPECT_EQ(table.size(), 0u);
-  EXPECT_EQ(table.Find(Key(model.begin()->first)), nullptr);
+  EXPECT_EQ(table.Find(MixedKey(model.begin()->first)), nullptr);
 }
 
 // -------------------------------------------------------------------- LRU
@@ -199,12 +199,12 @@ TEST(EntryTable, MatchesAMapUnderChurnAndKeepsAddresses) {
 TEST(LruPolicy, EvictsInInsertOrder) {
   auto lru = Lru();
   InsertReady(*lru, {1, 2, 3, 4, 5});
-  lru->Insert(Key(6), RowStatus{0, 6});  // inserted ready: evictable at once
+  lru->Insert(MixedKey(6), RowStatus{0, 6});  // inserted ready: evictable at once
   EXPECT_EQ(lru->size(), 6u);
   EXPECT_EQ(Evict(*lru, 2), (Ids{1, 2}));
   EXPECT_EQ(Evict(*lru, 4), (Ids{3, 4, 5, 6}));
   EXPECT_EQ(lru->size(), 0u);
-  EXPECT_EQ(lru->Get(Key(1)), nullptr);
+  EXPECT_EQ(lru->Get(MixedKey(1)), nullptr);
 }
 
 TEST(LruPolicy, TouchProcessesKeysInReverseSoTheFirstIsMostRecent) {
@@ -224,7 +224,7 @@ TEST(LruPolicy, SkipsNotReadyHeldAndProtectedRows) {
   EXPECT_EQ(Evict(*lru, 2), std::nullopt);  // only 6 is evictable
   Release(*lru, 2);
   EXPECT_EQ(Evict(*lru, 2), (Ids{2, 6}));
-  EXPECT_NE(lru->Get(Key(1)), nullptr);
+  EXPECT_NE(lru->Get(MixedKey(1)), nullptr);
 }
 
 TEST(LruPolicy, ReleasedRowKeepsItsPlaceInTheOrder) {
@@ -261,15 +261,15 @@ TEST(LruPolicy, EvictZeroReturnsEmpty) {
 TEST(LruPolicy, RemoveAndClear) {
   auto lru = Lru();
   InsertReady(*lru, {1, 2, 3});
-  lru->Remove(Key(2));
-  lru->Remove(Key(42));  // absent: ignored
-  EXPECT_EQ(lru->Get(Key(2)), nullptr);
+  lru->Remove(MixedKey(2));
+  lru->Remove(MixedKey(42));  // absent: ignored
+  EXPECT_EQ(lru->Get(MixedKey(2)), nullptr);
   EXPECT_EQ(lru->size(), 2u);
   EXPECT_EQ(Evict(*lru, 2), (Ids{1, 3}));
   InsertReady(*lru, {4, 5});
   lru->Clear();
   EXPECT_EQ(lru->size(), 0u);
-  EXPECT_EQ(lru->Get(Key(4)), nullptr);
+  EXPECT_EQ(lru->Get(MixedKey(4)), nullptr);
   EXPECT_EQ(Evict(*lru, 1), std::nullopt);
   InsertReady(*lru, {6});
   EXPECT_EQ(Evict(*lru, 1), (Ids{6}));
@@ -279,18 +279,18 @@ TEST(LruPolicy, GetPointerSurvivesGrowthAndOtherRemovals) {
   for (auto policy : {EvictionPolicy::kLru, EvictionPolicy::kArc}) {
     auto p = MakeCachePolicy(policy, 4);
     InsertPending(*p, {1});
-    RowStatus* status = p->Get(Key(1));
+    RowStatus* status = p->Get(MixedKey(1));
     ASSERT_NE(status, nullptr);
     Ids many;
     for (uint64_t id = 100; id < 20000; ++id) many.push_back(id);
     InsertReady(*p, many);                      // rehashes, compactions
     ASSERT_TRUE(Evict(*p, 10000).has_value());  // ghosts come and go (ARC)
-    for (uint64_t id = 15000; id < 20000; ++id) p->Remove(Key(id));
-    EXPECT_EQ(p->Get(Key(1)), status);
+    for (uint64_t id = 15000; id < 20000; ++id) p->Remove(MixedKey(id));
+    EXPECT_EQ(p->Get(MixedKey(1)), status);
     status->ref_cnt = 0;
-    p->MarkEvictable(Key(1));
-    EXPECT_EQ(p->Get(Key(1))->ref_cnt, 0);
-    EXPECT_EQ(p->Get(Key(1))->row, 1u);
+    p->MarkEvictable(MixedKey(1));
+    EXPECT_EQ(p->Get(MixedKey(1))->ref_cnt, 0);
+    EXPECT_EQ(p->Get(MixedKey(1))->row, 1u);
   }
 }
 
@@ -322,7 +322,7 @@ TEST(ArcPolicy, TouchPromotesReadyT1RowsToT2) {
   s = ArcState(*arc);
   EXPECT_EQ(IdsOf(s.b1), (Ids{2, 3}));
   EXPECT_EQ(IdsOf(s.b2), (Ids{1, 4}));
-  EXPECT_EQ(arc->Get(Key(1)), nullptr);  // ghosts are not rows
+  EXPECT_EQ(arc->Get(MixedKey(1)), nullptr);  // ghosts are not rows
 }
 
 TEST(ArcPolicy, TouchOfNotReadyRowMovesItToT1sMruEnd) {
@@ -334,8 +334,8 @@ TEST(ArcPolicy, TouchOfNotReadyRowMovesItToT1sMruEnd) {
   EXPECT_EQ(IdsOf(s.t1), (Ids{2, 3, 1}));
   EXPECT_TRUE(s.t2.empty());
   // Ready now: the next touch promotes it; T2 rows move to its MRU end.
-  arc->Get(Key(1))->ref_cnt = 0;
-  arc->MarkEvictable(Key(1));
+  arc->Get(MixedKey(1))->ref_cnt = 0;
+  arc->MarkEvictable(MixedKey(1));
   Touch(*arc, {1});
   Touch(*arc, {2});
   Touch(*arc, {1});
@@ -444,7 +444,7 @@ TEST(ArcPolicy, InsertTakesTheKeyOutOfEitherGhostList) {
   EXPECT_EQ(IdsOf(s.t1), (Ids{11, 20}));
   EXPECT_EQ(IdsOf(s.b1), (Ids{10}));
   EXPECT_EQ(IdsOf(s.b2), (Ids{21}));
-  EXPECT_EQ(arc->Get(Key(20))->ref_cnt, -1);
+  EXPECT_EQ(arc->Get(MixedKey(20))->ref_cnt, -1);
 }
 
 TEST(ArcPolicy, FailedEvictionChangesNothing) {
@@ -473,9 +473,9 @@ TEST(ArcPolicy, RemoveDropsRowsButNotGhosts) {
   MakeGhosts(*arc, {100}, {});
   InsertReady(*arc, {1, 2});
   Touch(*arc, {2});
-  arc->Remove(Key(1));
-  arc->Remove(Key(2));
-  arc->Remove(Key(100));
+  arc->Remove(MixedKey(1));
+  arc->Remove(MixedKey(2));
+  arc->Remove(MixedKey(100));
   const ArcDebugState s = ArcState(*arc);
   EXPECT_TRUE(s.t1.empty());
   EXPECT_TRUE(s.t2.empty());
@@ -495,7 +495,7 @@ TEST(ArcPolicy, ClearForgetsEverythingIncludingTheTarget) {
   EXPECT_TRUE(s.t1.empty() && s.t2.empty() && s.b1.empty() && s.b2.empty());
   EXPECT_EQ(s.target_t1_size, 0.0);
   EXPECT_EQ(arc->size(), 0u);
-  EXPECT_EQ(arc->Get(Key(1)), nullptr);
+  EXPECT_EQ(arc->Get(MixedKey(1)), nullptr);
   Touch(*arc, {101});  // no longer a ghost
   EXPECT_EQ(ArcState(*arc).target_t1_size, 0.0);
   EXPECT_EQ(Evict(*arc, 0), Ids{});
@@ -698,7 +698,7 @@ class RandomDriver {
         policy_(MakeCachePolicy(kind, config.capacity)),
         model_(config.capacity) {
     for (uint64_t id = 0; id < config.universe; ++id)
-      keys_.push_back(Key(id, static_cast<uint32_t>(id % 3)));
+      keys_.push_back(MixedKey(id, static_cast<uint32_t>(id % 3)));
   }
 
   const RandomStats& stats() const { return stats_; }

@@ -1,9 +1,9 @@
-// Proves that the config parser enforces the limits it documents (issue 27,
-// F2, F3, F18, F20): n_read_threads + n_write_threads is capped at
+// Proves that the config parser enforces the limits it documents:
+// n_read_threads + n_write_threads is capped at
 // kFsTierIoSlotsMax (8192: four io_uring entries per slot within the
 // kernel's 32768, or one syscall thread per slot) at parse time, through both
-// ParseOffloadConfig and ParseFsTierConfig, naming the key, where a larger sum
-// used to pass and then spin or crash in FsTier::Open; that an unknown-key
+// ParseOffloadConfig and ParseFsTierConfig, naming the key (a larger sum would
+// spin or crash in FsTier::Open); that an unknown-key
 // message offers only keys that can be valid there (never an out-of-tree
 // class key, nor `type` where vLLM's factory consumes it); and that a
 // root_dir that is not UTF-8 can be configured as raw bytes beside the JSON
@@ -41,7 +41,7 @@ Result<OffloadConfig> ParseTier(std::string_view tier_keys) {
   return ::testing::AssertionSuccess();
 }
 
-// ---- F2, F3: the I/O slot limit ----------------------------------------------------
+// ---- the I/O slot limit --------------------------------------------------------------
 
 TEST(ConfigLimits, IoSlotLimitIsTheRingLimitOverFour) {
   EXPECT_EQ(kFsTierIoSlotsMax * 4, 32768);  // IORING_MAX_ENTRIES
@@ -70,7 +70,7 @@ TEST(ConfigLimits, SlotSumBeyondAnIntIsRefusedNotWrapped) {
                          "secondary_tiers[0].n_read_threads", "at most 8192"));
 }
 
-// ---- F20: unknown-key messages offer only keys that can be valid --------------------
+// ---- unknown-key messages offer only keys that can be valid --------------------
 
 TEST(ConfigLimits, UnknownTierKeyUnderVllmOffersNeitherTypeNorModulePath) {
   const Status s = ParseFsTierConfig(R"({"root_dir": "/kv", "io_threads": 4})").status();
@@ -91,7 +91,7 @@ TEST(ConfigLimits, UnknownKeysNeverOfferAnOutOfTreeClassKey) {
   EXPECT_EQ(top.message().find("module_path"), std::string::npos) << top.message();
 }
 
-// ---- F18: a root_dir that is not UTF-8 -------------------------------------------------
+// ---- a root_dir that is not UTF-8 -------------------------------------------------
 
 TEST(ConfigLimits, RawRootDirBytesNeedNotBeUtf8) {
   const std::string raw = "/tmp/kv-\xff\xfe";

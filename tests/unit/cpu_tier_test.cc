@@ -9,13 +9,12 @@
 
 #include <set>
 
+#include "support/test_support.h"
+
 namespace kvtier::internal {
 namespace {
 
-OffloadKey Key(uint8_t n) {
-  const uint8_t bytes[] = {n, 1, 2, 3};
-  return OffloadKey{BlockHash::FromBytes(bytes).value(), 0};
-}
+using testing::Key;
 
 std::vector<OffloadKey> Keys(uint8_t from, uint8_t to) {
   std::vector<OffloadKey> keys;

@@ -1,5 +1,5 @@
 // Proves byte compatibility of the block hasher with vLLM on the golden
-// vectors of shared/compat/vllm_hash_vectors.json (computed by vLLM's code):
+// vectors of tests/data/compat/vllm_hash_vectors.json (computed by vLLM's code):
 // for every vector set and every block, the serialized input (pickle 5 or
 // canonical CBOR) is reproduced byte for byte, and NONE_HASH, the chained
 // hash, the offload key and the relative file path match. It also checks the

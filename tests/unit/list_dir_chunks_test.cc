@@ -1,5 +1,5 @@
 // Proves the streaming directory lister behind du, fsck and gc
-// (ListDirChunks in src/util/dir_fd.h, issue 25):
+// (ListDirChunks in src/util/dir_fd.h):
 // - every entry of a 5000-entry directory is handed on exactly once, in
 //   batches never larger than the chunk and never empty, with its lstat;
 // - a callback that removes the entries it was handed (as gc's visitors do

@@ -22,10 +22,7 @@ namespace {
 
 constexpr uint64_t kChunkTokens = 32;
 
-OffloadKey Key(uint8_t n) {
-  const uint8_t bytes[] = {n, 7, 7, 7};
-  return OffloadKey{BlockHash::FromBytes(bytes).value(), 0};
-}
+using testing::Key;
 
 std::vector<OffloadKey> Keys(uint8_t from, uint8_t to) {
   std::vector<OffloadKey> keys;
@@ -33,7 +30,7 @@ std::vector<OffloadKey> Keys(uint8_t from, uint8_t to) {
   return keys;
 }
 
-RequestSpec Spec(std::vector<OffloadKey> keys, uint64_t pin_tokens = 0) {
+RequestSpec Request(std::vector<OffloadKey> keys, uint64_t pin_tokens = 0) {
   RequestSpec spec;
   spec.chunk_keys = std::move(keys);
   spec.pin_tokens = pin_tokens;
@@ -46,9 +43,9 @@ RequestTable Table(size_t tiers = 2, bool prompt_only = true) {
 
 TEST(RequestTableTest, IdsAreCheckedWithTheDocumentedCodes) {
   RequestTable table = Table();
-  EXPECT_EQ(table.Start(0, Spec(Keys(0, 2))).code(), StatusCode::kInvalidArgument);
-  ASSERT_TRUE(table.Start(5, Spec(Keys(0, 2))).ok());
-  EXPECT_EQ(table.Start(5, Spec(Keys(0, 3))).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(table.Start(0, Request(Keys(0, 2))).code(), StatusCode::kInvalidArgument);
+  ASSERT_TRUE(table.Start(5, Request(Keys(0, 2))).ok());
+  EXPECT_EQ(table.Start(5, Request(Keys(0, 3))).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(table.Find(5).value()->chunk_keys().size(), 2u)
       << "a refused Start must not replace the request";
   EXPECT_EQ(table.Find(6).status().code(), StatusCode::kNotFound);
@@ -58,12 +55,12 @@ TEST(RequestTableTest, IdsAreCheckedWithTheDocumentedCodes) {
   ASSERT_TRUE(table.Finish(5).ok());
   EXPECT_EQ(table.Finish(5).status().code(), StatusCode::kNotFound) << "finishing twice";
   EXPECT_EQ(table.size(), 0u);
-  EXPECT_TRUE(table.Start(5, Spec(Keys(0, 1))).ok()) << "an id may be reused once finished";
+  EXPECT_TRUE(table.Start(5, Request(Keys(0, 1))).ok()) << "an id may be reused once finished";
 }
 
 TEST(RequestTableTest, OffloadableRangeFollowsPromptAndMaxOffloadTokens) {
   RequestTable table = Table(0, /*prompt_only=*/true);
-  RequestSpec spec = Spec(Keys(0, 4));
+  RequestSpec spec = Request(Keys(0, 4));
   spec.prompt_tokens = 2 * kChunkTokens + 1;  // chunk 2 ends beyond the prompt
   ASSERT_TRUE(table.Start(1, spec).ok());
   const RequestState& a = *table.Find(1).value();
@@ -89,7 +86,7 @@ TEST(RequestTableTest, OffloadableRangeFollowsPromptAndMaxOffloadTokens) {
 
 TEST(RequestTableTest, ChunkRangesAreCheckedAtTheirEdges) {
   RequestTable table = Table();
-  ASSERT_TRUE(table.Start(1, Spec(Keys(0, 3))).ok());
+  ASSERT_TRUE(table.Start(1, Request(Keys(0, 3))).ok());
   const RequestState& req = *table.Find(1).value();
   EXPECT_TRUE(table.CheckChunkRange(req, 0, 6, 2).ok());
   EXPECT_TRUE(table.CheckChunkRange(req, 2, 2, 2).ok());
@@ -103,8 +100,8 @@ TEST(RequestTableTest, ChunkRangesAreCheckedAtTheirEdges) {
 
 TEST(RequestTableTest, EachTierIsAskedOnceUntilHitsAreForgotten) {
   RequestTable table = Table(2);
-  ASSERT_TRUE(table.Start(1, Spec(Keys(0, 2))).ok());
-  ASSERT_TRUE(table.Start(2, Spec(Keys(0, 2))).ok());
+  ASSERT_TRUE(table.Start(1, Request(Keys(0, 2))).ok());
+  ASSERT_TRUE(table.Start(2, Request(Keys(0, 2))).ok());
   RequestState& req = *table.Find(1).value();
   std::vector<std::vector<OffloadKey>> to_lookup(2);
   std::span<const TierVerdict> v = table.AskTiers(req, Key(0), &to_lookup);
@@ -133,12 +130,12 @@ TEST(RequestTableTest, EachTierIsAskedOnceUntilHitsAreForgotten) {
 
 TEST(RequestTableTest, VerdictsForAFinishedRequestAreDropped) {
   RequestTable table = Table(1);
-  ASSERT_TRUE(table.Start(1, Spec(Keys(0, 1))).ok());
+  ASSERT_TRUE(table.Start(1, Request(Keys(0, 1))).ok());
   std::vector<std::vector<OffloadKey>> to_lookup(1);
   table.AskTiers(*table.Find(1).value(), Key(0), &to_lookup);
   ASSERT_TRUE(table.Finish(1).ok());
   EXPECT_FALSE(table.SetVerdict(1, Key(0), 0, TierVerdict::kHit));
-  ASSERT_TRUE(table.Start(1, Spec(Keys(0, 1))).ok());
+  ASSERT_TRUE(table.Start(1, Request(Keys(0, 1))).ok());
   to_lookup.assign(1, {});
   std::span<const TierVerdict> v = table.AskTiers(*table.Find(1).value(), Key(0), &to_lookup);
   EXPECT_EQ(v[0], TierVerdict::kInFlight) << "a restarted id starts without the old verdicts";
@@ -147,7 +144,7 @@ TEST(RequestTableTest, VerdictsForAFinishedRequestAreDropped) {
 
 TEST(RequestTableTest, NoSecondaryTiersMeansNoVerdicts) {
   RequestTable table = Table(0);
-  ASSERT_TRUE(table.Start(1, Spec(Keys(0, 1))).ok());
+  ASSERT_TRUE(table.Start(1, Request(Keys(0, 1))).ok());
   std::vector<std::vector<OffloadKey>> to_lookup;
   EXPECT_TRUE(table.AskTiers(*table.Find(1).value(), Key(0), &to_lookup).empty());
   EXPECT_FALSE(table.SetVerdict(1, Key(0), 0, TierVerdict::kHit));
@@ -155,7 +152,7 @@ TEST(RequestTableTest, NoSecondaryTiersMeansNoVerdicts) {
 
 TEST(RequestTableTest, ChunksAreCountedOnceAppendedOnesToo) {
   RequestTable table = Table();
-  ASSERT_TRUE(table.Start(1, Spec(Keys(0, 2))).ok());
+  ASSERT_TRUE(table.Start(1, Request(Keys(0, 2))).ok());
   RequestState& req = *table.Find(1).value();
   EXPECT_TRUE(table.FirstCount(req, 1));
   EXPECT_FALSE(table.FirstCount(req, 1));
@@ -168,20 +165,20 @@ TEST(RequestTableTest, ChunksAreCountedOnceAppendedOnesToo) {
 
 TEST(RequestTableTest, PromotionSourceLivesWithTheRequest) {
   RequestTable table = Table();
-  ASSERT_TRUE(table.Start(1, Spec(Keys(0, 1))).ok());
+  ASSERT_TRUE(table.Start(1, Request(Keys(0, 1))).ok());
   EXPECT_EQ(table.PromotedFrom(*table.Find(1).value(), Key(0)), 0);
   table.NotePromotion(*table.Find(1).value(), Key(0), 2);
   EXPECT_EQ(table.PromotedFrom(*table.Find(1).value(), Key(0)), 2);
   ASSERT_TRUE(table.Finish(1).ok());
-  ASSERT_TRUE(table.Start(1, Spec(Keys(0, 1))).ok());
+  ASSERT_TRUE(table.Start(1, Request(Keys(0, 1))).ok());
   EXPECT_EQ(table.PromotedFrom(*table.Find(1).value(), Key(0)), 0);
 }
 
 TEST(RequestTableTest, PinsAreSharedCappedAndReleasedByTheLastRequest) {
   RequestTable table = Table();
   table.set_pin_rows_max(2);
-  ASSERT_TRUE(table.Start(1, Spec(Keys(0, 3), 2 * kChunkTokens)).ok());
-  ASSERT_TRUE(table.Start(2, Spec(Keys(0, 3), 3 * kChunkTokens)).ok());
+  ASSERT_TRUE(table.Start(1, Request(Keys(0, 3), 2 * kChunkTokens)).ok());
+  ASSERT_TRUE(table.Start(2, Request(Keys(0, 3), 3 * kChunkTokens)).ok());
   RequestState& a = *table.Find(1).value();
   RequestState& b = *table.Find(2).value();
   EXPECT_EQ(table.Pin(a, 0, Key(0)), PinResult::kFirst);
@@ -200,7 +197,7 @@ TEST(RequestTableTest, PinsAreSharedCappedAndReleasedByTheLastRequest) {
 
 TEST(RequestTableTest, PinningIsOffByDefault) {
   RequestTable table = Table();
-  ASSERT_TRUE(table.Start(1, Spec(Keys(0, 1), kChunkTokens)).ok());
+  ASSERT_TRUE(table.Start(1, Request(Keys(0, 1), kChunkTokens)).ok());
   EXPECT_EQ(table.Pin(*table.Find(1).value(), 0, Key(0)), PinResult::kRefused);
   EXPECT_EQ(table.Finish(1).value(), std::vector<OffloadKey>{});
 }
@@ -228,7 +225,7 @@ TEST(RequestTableTest, RandomPinsMatchAModel) {
     const uint64_t id = 1 + rng() % 8;
     const uint8_t k = static_cast<uint8_t>(rng() % 10);
     if (!model.contains(id)) {
-      ASSERT_TRUE(table.Start(id, Spec(Keys(0, 10), 10 * kChunkTokens)).ok());
+      ASSERT_TRUE(table.Start(id, Request(Keys(0, 10), 10 * kChunkTokens)).ok());
       model[id];
     } else if (rng() % 4 == 0) {
       std::vector<OffloadKey> released = table.Finish(id).value();

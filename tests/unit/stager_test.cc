@@ -539,7 +539,7 @@ TEST_F(RoundTrip, ManyTicketsFromSeveralThreads) {
   for (size_t r = 0; r < stored.size() / kBpc; ++r) {
     ASSERT_NO_FATAL_FAILURE(ExpectRowHolds(Row(r), {&loaded[r * kBpc], kBpc}));
   }
-  size_t k = 0;  // loaded pages equal the stored ones (checked above through the rows); the rest is as before
+  size_t k = 0;  // loaded pages match the stored ones (rows checked above); others keep their bytes
   for (auto& tensors : buffers_) {
     for (size_t t = 0; t < tensors.size(); ++t, ++k) {
       const KvTensorSpec& s = Spec(&tensors - buffers_.data(), t);

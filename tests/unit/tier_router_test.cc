@@ -24,10 +24,7 @@ namespace {
 constexpr uint64_t kRowBytes = 8192;
 constexpr uint32_t kRows = 8;
 
-OffloadKey Key(uint8_t n) {
-  const uint8_t bytes[] = {n, 9, 9, 9};
-  return OffloadKey{BlockHash::FromBytes(bytes).value(), 0};
-}
+using testing::Key;
 
 TEST(TierRouterTest, FirstTierThatDoesNotMissAnswers) {
   using enum TierVerdict;

@@ -1,5 +1,6 @@
 // `kvtier bench fs`: throughput, latency and CPU cost of the filesystem tier
-// (issue 3's benchmark). The flags live in tools/cmd_bench.cc.
+// against fio and bench/vllm_baseline (bench/fio_compare.sh). The flags live
+// in tools/cmd_bench.cc.
 //
 // What it does, in order:
 //  1. Opens an FsTier on --root in its own namespace (model

@@ -1,4 +1,4 @@
-// `kvtier gc --watch`: gc as a long-running sidecar (issue 25 items 2, 3, 5).
+// `kvtier gc --watch`: gc as a long-running sidecar (docs/ops.md).
 //
 // Every interval, and sooner when a root's free space falls below its floor
 // (statvfs, sampled every check period), the holder of the volume's collector

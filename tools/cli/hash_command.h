@@ -35,7 +35,7 @@ struct HashQuery {
 // config_json (the last three only with a namespace), plus algo and seed.
 Result<nlohmann::json> RunHashQuery(const HashQuery& query);
 
-// Parses a case of shared/compat/vllm_cases.json (format kvtier-compat-cases/1).
+// Parses a case of tests/data/compat/vllm_cases.json (format kvtier-compat-cases/1).
 Result<HashQuery> HashQueryFromCase(std::string_view case_json_text);
 
 // The compat contract: exactly the members of a case's "expected".

@@ -1,6 +1,6 @@
 // kvtier_faultfs: a FUSE passthrough of a backing directory whose calls can
 // be made to hang, wait, fail or transfer short at run time, so that tests
-// can give kvtier a sick volume on demand (issue 24).
+// can give kvtier a sick volume on demand (docs/sick-volumes.md).
 //
 //   kvtier_faultfs --backing DIR --control SOCKET MOUNTPOINT
 //
