@@ -7,8 +7,8 @@ not a tensor, float, two-dimensional, too short or too long; indices outside the
 or huge: test_sglang_pool_bounds.py) on an attached backend and on one never attached, and must
 answer its failure value without raising: [] for a batch whose keys cannot be counted, else one
 False (v1) or None (generic) per key; False for batch_set, set and exists; 0 for batch_exists;
-None for get, clear, get_stats and close. keys=None used to raise a TypeError from the calls' own
-except clause. A bad pool or config at attach raises only kvtier.KvtierError. Skips with one line
+None for get, clear, get_stats and close. keys=None must not raise a TypeError from the calls'
+own except clause. A bad pool or config at attach raises only kvtier.KvtierError. Skips with one line
 where ../shared/sglang or torch is absent.
 """
 

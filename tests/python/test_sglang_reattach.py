@@ -1,9 +1,9 @@
 """kvtier.sglang attaches again: a second register_mem_pool_host on one backend works, and a failed
 one leaves the backend detached, answering misses, until an attach succeeds.
 
-The native parser used to take root_dir out of the very dict the backend keeps, so the second
-attach (after the working store was closed) failed with "root_dir missing"; the Python FsTier
-emptied a caller's config the same way. Proves: pages stored through the first attach load
+A parser that took root_dir out of the very dict the backend keeps would fail the second attach
+(after the working store was closed) with "root_dir missing", and empty a config given to the
+Python FsTier the same way. Proves: pages stored through the first attach load
 through the second, into another pool; the backend's config and a config given to kvtier.FsTier
 are unchanged by opening; a re-attach with a pool kvtier does not store raises KvtierError, after
 which every call answers its miss (0, all False, None) and clear() and close() raise nothing;
