@@ -27,21 +27,27 @@ struct BenchFsFlags {
   bool json = false;
 };
 
-int RunBenchFsCommand(const BenchFsFlags& f) {
-  BenchFsOptions o = f.options;
+// The named choices, which CLI11 has checked.
+void ApplyChoiceFlags(const BenchFsFlags& f, BenchFsOptions* options) {
+  BenchFsOptions& o = *options;
   static const std::map<std::string, IoBackendKind> kBackends = {
       {"auto", IoBackendKind::kAuto},
       {"uring", IoBackendKind::kUring},
       {"syscall", IoBackendKind::kSyscall}};
-  o.backend = kBackends.at(f.backend);  // CLI11 has checked the name
+  o.backend = kBackends.at(f.backend);
   o.o_direct = !f.no_direct;
   o.checksum_blocks = !f.no_checksum;
   static const std::map<std::string, InlineMetadata> kInline = {
       {"auto", InlineMetadata::kAuto}, {"on", InlineMetadata::kOn}, {"off", InlineMetadata::kOff}};
-  o.inline_metadata = kInline.at(f.inline_metadata);  // checked by CLI11 too
+  o.inline_metadata = kInline.at(f.inline_metadata);
   static const std::map<std::string, BounceLoads> kBounce = {
       {"auto", BounceLoads::kAuto}, {"on", BounceLoads::kOn}, {"off", BounceLoads::kOff}};
   o.bounce_loads = kBounce.at(f.bounce_loads);
+}
+
+int RunBenchFsCommand(const BenchFsFlags& f) {
+  BenchFsOptions o = f.options;
+  ApplyChoiceFlags(f, &o);
   // The tier keeps its deadline in 32 bits of milliseconds (49.7 days).
   Result<uint64_t> io_timeout_ms = ParseDurationMs(f.io_timeout, UINT32_MAX);
   if (!io_timeout_ms.ok()) {

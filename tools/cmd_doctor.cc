@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "cli/doctor_command.h"
+#include "cli/duration.h"
 #include "cli/ops_command.h"
 #include "commands.h"
 #include "util/name_escape.h"

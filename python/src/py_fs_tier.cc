@@ -360,7 +360,7 @@ std::unordered_map<uint64_t, HeldRows> PyFsTier::Stop() {
   return std::exchange(held_, {});
 }
 
-void BindFsTier(pb::module_& m) {
+void BindJobResult(pb::module_& m) {
   pb::class_<PyJobResult>(m, "JobResult", "One finished FsTier job: per-key outcomes in submission order.")
       .def_readonly("job_id", &PyJobResult::job_id)
       .def_readonly("kind", &PyJobResult::kind)
@@ -371,6 +371,10 @@ void BindFsTier(pb::module_& m) {
         return "<kvtier.JobResult " + r.kind + " #" + std::to_string(r.job_id) + ", " +
                std::to_string(r.ok_prefix) + "/" + std::to_string(r.outcomes.size()) + " ok>";
       });
+}
+
+void BindFsTier(pb::module_& m) {
+  BindJobResult(m);
   pb::class_<PyFsTier>(m, "FsTier", "A filesystem tier of vLLM-compatible block files (io_uring engine).")
       .def(pb::init<const Namespace&, uint64_t, const pb::object&>(), pb::arg("namespace"), pb::arg("row_bytes"),
            pb::arg("config"))

@@ -364,6 +364,17 @@ Result<UniqueFd> PrepareDirs(const FsTierOpenOptions& o, const Namespace& ns, Ti
   return ns_fd;
 }
 
+// A block with a checksum trailer takes row_bytes + 4096 of max_bytes
+// (FORMAT.md L136): a budget that fits a row but not that would refuse
+// every store, so it fails the open, as a budget under one row does.
+Status CheckTrailerBudget(const FsTierOptions& t, const TierShared& shared) {
+  if (!t.capacity_bytes_max.has_value() || *t.capacity_bytes_max >= shared.file_bytes()) return Status::Ok();
+  return InvalidArgument("fs tier under " + t.root_dir + ": max_bytes " + std::to_string(*t.capacity_bytes_max) +
+                         " is less than one block here (" + std::to_string(shared.file_bytes()) +
+                         " bytes: row_bytes plus the 4096-byte checksum trailer of a volume without user "
+                         "xattrs): no block could ever be stored");
+}
+
 // The caller of a watched open got kTimedOut: the rest makes nothing (no
 // memory registration, no lease) and the open fails.
 Status CheckWanted(const std::string& ns_dir) {
@@ -385,6 +396,7 @@ Result<std::unique_ptr<FsTier>> OpenFsTierWithBackend(const FsTierOpenOptions& o
   const bool local = volume.local;
   KVTIER_RETURN_IF_ERROR(CheckWanted(ns_dir));
   shared->row_bytes = o.row_bytes;
+  KVTIER_RETURN_IF_ERROR(CheckTrailerBudget(o.tier, *shared));
   shared->durability = o.tier.durability;
   shared->io_timeout_ms = o.tier.io_timeout_ms;
   shared->touch_atime = local;

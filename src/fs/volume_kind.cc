@@ -108,9 +108,20 @@ Result<VolumeKind> ClassifyMagic(const std::string& dir) {
 
 }  // namespace
 
+bool NetworkMountType(const std::string& type) {
+  static constexpr const char* kTypes[] = {"wekafs", "nfs", "nfs4", "lustre", "ceph", "glusterfs",
+                                           "gpfs", "cifs", "smb3", "9p", "beegfs", "orangefs"};
+  for (const char* t : kTypes) {
+    if (type == t) return true;
+  }
+  return type.rfind("fuse", 0) == 0;  // fuse, fuse.bindfs, fuseblk, fuse.juicefs, ...
+}
+
 Result<VolumeKind> ClassifyVolume(const std::string& dir) {
   Result<VolumeKind> kind = ClassifyMagic(dir);
-  if (kind.ok()) FindMount(dir, &*kind);
+  if (!kind.ok()) return kind;
+  FindMount(dir, &*kind);
+  if (!kind->local && !kind->network_or_fuse && NetworkMountType(kind->mount_type)) kind->network_or_fuse = true;
   return kind;
 }
 

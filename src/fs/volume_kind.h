@@ -24,6 +24,11 @@ struct VolumeKind {
   bool network_or_fuse = false;
 };
 
+// Mount types of network filesystems whose statfs magic is not in the
+// table (WekaFS's is unpublished) or that a kernel reports under another
+// magic, and every FUSE type: ClassifyVolume counts such a mount as network.
+bool NetworkMountType(const std::string& type);
+
 // statfs(dir) plus the mount table. Fails (naming `dir`) only when statfs does.
 Result<VolumeKind> ClassifyVolume(const std::string& dir);
 

@@ -2,6 +2,7 @@
 #include "io/scheduler.h"
 
 #include <cerrno>
+#include <cstring>
 
 namespace kvtier::internal {
 
@@ -98,8 +99,11 @@ void IoScheduler::Complete(const IoCompletion& c) {
   // ESTALE on a path lookup: a network filesystem's cached handle for some
   // directory on the path went stale (another client replaced it); a fresh
   // lookup succeeds, as the kernel's own single retry shows. An fd's ESTALE
-  // is final and goes to the op.
-  const bool stale_path = c.res == -ESTALE && run.pending.path != nullptr;
+  // is final and goes to the op, and so is one of a single name in a
+  // directory fd (a held shard directory, FORMAT.md L146): there the stale
+  // handle is the fd's own, which no new lookup refreshes; the op reopens it.
+  const bool stale_path = c.res == -ESTALE && run.pending.path != nullptr &&
+                          std::strchr(run.pending.path, '/') != nullptr;
   const bool retryable = c.res == -EINTR || c.res == -EAGAIN || stale_path;
   if (retryable && !run.late && run.retries < limits_.retries_max) {
     ++run.retries;

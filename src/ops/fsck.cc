@@ -271,17 +271,22 @@ class FsckRun {
   }
 
   // What the last page of the block `b` says (one open and one pread,
-  // without changing what gc sees); kAbsent if it is no longer `b`.
-  format::TrailerState TrailerOf(const ScannedFile& b, int dir_fd) {
+  // without changing what gc sees); kAbsent if it is no longer `b`, with
+  // `unread` (if given) set when nothing could be read: a block that
+  // vanished, changed or failed to read proves nothing about trailers.
+  format::TrailerState TrailerOf(const ScannedFile& b, int dir_fd, bool* unread = nullptr) {
     IoScope io(b.rel);
     UniqueFd fd;
     struct stat st;
     format::TrailerRecord record;
-    if (io.cancelled() || OpenRegularAt(dir_fd, SplitRel(b.rel).second, /*no_atime=*/true, &fd, &st) != 0 ||
-        st.st_ino != b.ino || st.st_dev != b.dev) {
-      return format::TrailerState::kAbsent;
+    bool failed = true;
+    format::TrailerState state = format::TrailerState::kAbsent;
+    if (!io.cancelled() && OpenRegularAt(dir_fd, SplitRel(b.rel).second, /*no_atime=*/true, &fd, &st) == 0 &&
+        st.st_ino == b.ino && st.st_dev == b.dev) {
+      state = ReadTrailerRecord(fd.get(), static_cast<uint64_t>(st.st_size), &record, &failed);
     }
-    return ReadTrailerRecord(fd.get(), static_cast<uint64_t>(st.st_size), &record);
+    if (unread != nullptr) *unread = failed;
+    return state;
   }
   // Whether a namespace's most common size is that of trailer blocks:
   // settled by the first of up to kModeSamples of its blocks of that size
@@ -299,11 +304,12 @@ class FsckRun {
       if (m.trailer || m.sampled + m.reading >= kModeSamples) return;
       ++m.reading;
     }
-    const bool trailer = TrailerOf(b, dir_fd) == format::TrailerState::kValid;
+    bool unread = false;
+    const bool trailer = TrailerOf(b, dir_fd, &unread) == format::TrailerState::kValid;
     std::lock_guard lock(trailer_mu_);
     ModeTrailer& m = mode_trailer_[ns];
     --m.reading;
-    ++m.sampled;
+    if (!unread) ++m.sampled;  // only a block read counts (L136: none read, none removed)
     m.trailer = m.trailer || trailer;
   }
   bool Defer(const std::string& ns, const ScannedFile& b) {

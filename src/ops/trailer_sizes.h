@@ -20,7 +20,8 @@ inline bool ShortBlock(uint64_t size, uint64_t common) {
 
 // L133: the record in the last kTrailerRecordBytes of the open file `fd`
 // of `size` bytes (one pread). kAbsent for a file too small to hold a
-// trailer or a read that fails.
-format::TrailerState ReadTrailerRecord(int fd, uint64_t size, format::TrailerRecord* out);
+// trailer or a read that fails; `read_failed` (if given) tells the two apart.
+format::TrailerState ReadTrailerRecord(int fd, uint64_t size, format::TrailerRecord* out,
+                                       bool* read_failed = nullptr);
 
 }  // namespace kvtier::internal

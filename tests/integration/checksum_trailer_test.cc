@@ -217,6 +217,52 @@ TEST_F(NoXattrTest, FsckVerifyDataCatchesATrailerBlockAndToolsSizeItRight) {
   for (const std::string& p : plain_paths) EXPECT_TRUE(fs::exists(p));
 }
 
+// L136: when none of the sampled blocks of the most common size (trailer
+// blocks here) can be read, fsck --repair cannot tell whether the blocks one
+// trailer smaller are plain rows, and removes none of them (a read that
+// fails proves nothing about trailers).
+TEST_F(NoXattrTest, FsckRemovesNoPlainRowWhenNoSampledBlockCouldBeRead) {
+  FsTier* tier = Open(Options(root_));
+  ASSERT_NE(tier, nullptr);
+  const auto keys = Keys(5, 0x36);
+  testing::AlignedRows rows(5, kRow, seed_);
+  ASSERT_EQ(testing::WaitForJob(tier, tier->SubmitStore(keys, rows.Const()).value()).OkPrefix(), 5u);
+  std::vector<std::string> plain_paths;
+  for (const OffloadKey& plain : Keys(2, 0x37)) {
+    plain_paths.push_back(tier->BlockPath(plain));
+    fs::create_directories(fs::path(plain_paths.back()).parent_path());
+    std::ofstream(plain_paths.back(), std::ios::binary).write(reinterpret_cast<const char*>(rows.Row(0).data()), kRow);
+  }
+  for (const OffloadKey& key : keys) {
+    ASSERT_OK(faultfs_->Fail("read", EIO, fs::path(tier->BlockPath(key)).filename().string()));
+  }
+  tier_.reset();
+
+  FsckOptions check;
+  check.root = root_.string();
+  check.repair = true;
+  ASSERT_OK_AND_ASSIGN(FsckReport report, Fsck(check));
+  for (const std::string& p : plain_paths) EXPECT_TRUE(fs::exists(p)) << p << " removed on unread samples";
+  size_t reported = 0;
+  for (const auto& f : report.findings) {
+    if (f.kind != FindingKind::kSizeMismatch) continue;
+    ++reported;
+    EXPECT_EQ(f.action, RepairAction::kNone) << f.path;
+  }
+  EXPECT_EQ(reported, plain_paths.size());
+}
+
+// A budget that fits a row but not a row and its trailer would refuse every
+// store: the open fails instead, naming the trailer.
+TEST_F(NoXattrTest, MaxBytesUnderOneTrailerBlockFailsTheOpen) {
+  FsTierOpenOptions o = Options(root_);
+  o.tier.capacity_bytes_max = kRow + 100;
+  auto tier = FsTier::Open(o);
+  ASSERT_FALSE(tier.ok());
+  EXPECT_EQ(tier.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(tier.status().ToString().find("trailer"), std::string::npos) << tier.status().ToString();
+}
+
 // max_bytes (vLLM PR #54327) bounds what the files hold: a budget that four
 // rows fit but four trailer blocks do not keeps three.
 TEST_F(NoXattrTest, MaxBytesCountsTheTrailers) {

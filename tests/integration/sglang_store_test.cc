@@ -765,7 +765,7 @@ TEST_P(SglangHungMountTest, ClearAndOpenAnswerTimedOutAndCloseReturns) {
   o.tier.root_dir = mount->mountpoint();
   o.tier.io_timeout_ms = kTimeoutMs;
   o.tier.io_backend = GetParam();
-  o.spec = Spec();
+  o.spec = SglangSpec(kModel, kShape);
   auto opened = SglangStore::Open(o);
   if (!opened.ok() && opened.status().code() == StatusCode::kUnavailable) GTEST_SKIP() << opened.status().ToString();
   ASSERT_TRUE(opened.ok()) << opened.status().ToString();

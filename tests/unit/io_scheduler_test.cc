@@ -221,6 +221,32 @@ TEST(IoScheduler, StalePathLookupsAreRetriedButStaleFdsAreNot) {
   EXPECT_EQ(path_raw->results, std::vector<int64_t>{0});
 }
 
+// A single name in a directory fd (a held shard directory): the stale handle
+// is the fd's own, so ESTALE goes straight to the op, which reopens it,
+// instead of being retried with the same dead fd.
+TEST(IoScheduler, StaleSingleNamesInADirectoryFdReachTheOp) {
+  class NameOp : public CountingOp {
+   public:
+    using CountingOp::CountingOp;
+    bool NextRequest(IoRequest* req) override {
+      if (!CountingOp::NextRequest(req)) return false;
+      req->dirfd = 7;
+      req->path = "0123abcd.bin";
+      return true;
+    }
+  };
+  std::vector<int> started;
+  IoScheduler s({1, 1, 8});
+  auto op = std::make_unique<NameOp>(5, 1, &started);
+  CountingOp* raw = op.get();
+  s.Enqueue(std::move(op), IoClass::kRead);
+  std::vector<IoRequest> reqs;
+  s.Emit(&reqs, 0);
+  ASSERT_EQ(reqs.size(), 1u);
+  s.Complete({reqs[0].tag, -ESTALE});
+  EXPECT_EQ(raw->results, std::vector<int64_t>{-ESTALE});
+}
+
 TEST(IoScheduler, ShuffledCompletionsReachTheirOps) {
   const uint64_t seed = testing::TestSeed();
   std::mt19937_64 rng(seed);

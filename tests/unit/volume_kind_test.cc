@@ -37,6 +37,15 @@ TEST(VolumeKind, AMissingPathIsAnErrorNamingIt) {
   EXPECT_NE(kind.status().ToString().find("/nonexistent/kvtier-volume-kind"), std::string::npos);
 }
 
+TEST(VolumeKind, NetworkMountTypesWithoutAKnownMagic) {
+  for (const char* type : {"wekafs", "nfs4", "fuse.juicefs", "fuseblk", "fuse", "ceph"}) {
+    EXPECT_TRUE(internal::NetworkMountType(type)) << type;
+  }
+  for (const char* type : {"ext4", "xfs", "tmpfs", "overlay", "proc", ""}) {
+    EXPECT_FALSE(internal::NetworkMountType(type)) << type;
+  }
+}
+
 TEST(VolumeKind, TheChecksumPlaceFollowsUserXattrs) {
   EXPECT_EQ(internal::PickChecksumPlace(true), internal::ChecksumPlace::kXattr);
   EXPECT_EQ(internal::PickChecksumPlace(false), internal::ChecksumPlace::kTrailer);

@@ -197,6 +197,30 @@ Result<PhaseReport> PhaseFromJson(const nlohmann::json& j) {
   return p;
 }
 
+// The lines on prefix tokens seen before (by an earlier request, or before a restart).
+static std::string RepeatLines(const PhaseReport& p, const nlohmann::json& j) {
+  std::string out;
+  if (p.repeated_tokens > 0) {
+    const double rep = static_cast<double>(p.repeated_tokens);
+    out += "  repeated prefix tokens (seen by an earlier request) " + std::to_string(p.repeated_tokens) +
+           ": GPU cache " + Fmt("%5.1f %%", 100.0 * static_cast<double>(p.repeated_gpu) / rep) + ", kvtier " +
+           Fmt("%5.1f %%", 100.0 * static_cast<double>(p.repeated_kvtier) / rep) + ", recomputed " +
+           Fmt("%5.1f %%", 100.0 * static_cast<double>(p.repeated_recomputed) / rep);
+    if (p.repeated_kvtier + p.repeated_recomputed > 0) {
+      out += "; of those not on the GPU, " + Fmt("%.1f %%", 100.0 * j["repeated_kvtier_share"].get<double>()) +
+             " served by kvtier";
+    }
+    out += "\n";
+  }
+  if (p.first_touch_tokens > 0) {
+    out += "  warm restart: " + std::to_string(p.first_touch_tokens) +
+           " tokens from before the restart needed again: " +
+           Fmt("%.1f %%", 100.0 * j["first_touch_fs_share"].get<double>()) + " loaded from the fs tier(s), " +
+           std::to_string(p.first_touch_recomputed) + " recomputed\n";
+  }
+  return out;
+}
+
 std::string FormatReplayTable(const std::vector<PhaseReport>& phases, const std::string& trace_name,
                               uint32_t instances) {
   const int device = phases.empty() ? -1 : phases.front().device;
@@ -215,24 +239,7 @@ std::string FormatReplayTable(const std::vector<PhaseReport>& phases, const std:
            ", loaded from kvtier " + Fmt("%5.1f %%", 100.0 * static_cast<double>(p.tokens_kvtier) / prompt) +
            ", recomputed " + Fmt("%5.1f %%", 100.0 * static_cast<double>(p.tokens_recomputed) / prompt) + "\n";
     const nlohmann::json j = PhaseToJson(p, false);
-    if (p.repeated_tokens > 0) {
-      const double rep = static_cast<double>(p.repeated_tokens);
-      out += "  repeated prefix tokens (seen by an earlier request) " + std::to_string(p.repeated_tokens) +
-             ": GPU cache " + Fmt("%5.1f %%", 100.0 * static_cast<double>(p.repeated_gpu) / rep) + ", kvtier " +
-             Fmt("%5.1f %%", 100.0 * static_cast<double>(p.repeated_kvtier) / rep) + ", recomputed " +
-             Fmt("%5.1f %%", 100.0 * static_cast<double>(p.repeated_recomputed) / rep);
-      if (p.repeated_kvtier + p.repeated_recomputed > 0) {
-        out += "; of those not on the GPU, " + Fmt("%.1f %%", 100.0 * j["repeated_kvtier_share"].get<double>()) +
-               " served by kvtier";
-      }
-      out += "\n";
-    }
-    if (p.first_touch_tokens > 0) {
-      out += "  warm restart: " + std::to_string(p.first_touch_tokens) +
-             " tokens from before the restart needed again: " +
-             Fmt("%.1f %%", 100.0 * j["first_touch_fs_share"].get<double>()) + " loaded from the fs tier(s), " +
-             std::to_string(p.first_touch_recomputed) + " recomputed\n";
-    }
+    out += RepeatLines(p, j);
     out += TierLine(p);
     out += "  load: " + Fmt("%.2f GB/s", j["load_gbps"].get<double>()) + ", per request p50 " +
            Fmt("%.2f ms", j["load_p50_ms"].get<double>()) + ", p99 " + Fmt("%.2f ms", j["load_p99_ms"].get<double>()) +
