@@ -219,7 +219,9 @@ int MountAndLoop(const std::string& mountpoint, Backing* backing, FaultRules* ru
 
 int Run(const Args& args) {
   static Backing backing;
-  static FaultRules rules;
+  // Never destroyed: the detached control and signal threads may still use
+  // it while the process exits.
+  static FaultRules& rules = *new FaultRules;
   backing.path = RealPath(args.backing);
   backing.dir_fd = open(args.backing.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   const std::string mountpoint = RealPath(args.mountpoint);
