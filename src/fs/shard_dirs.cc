@@ -1,6 +1,17 @@
 #include "fs/shard_dirs.h"
 
+#include <atomic>
+
 namespace kvtier::internal {
+namespace {
+
+std::atomic<size_t> g_cached{0};  // entries in every instance's lru_
+
+}  // namespace
+
+ShardDirs::~ShardDirs() { g_cached.fetch_sub(lru_.size()); }
+
+size_t ShardDirs::ProcessEntries() { return g_cached.load(); }
 
 ShardDirs::Ref ShardDirs::Find(const std::string& key, uint64_t now_ns) {
   std::lock_guard lock(mu_);
@@ -22,7 +33,13 @@ ShardDirs::Ref ShardDirs::Put(const std::string& key, int fd, uint64_t now_ns) {
   std::lock_guard lock(mu_);
   if (auto it = index_.find(key); it != index_.end()) EraseLocked(it->second);
   if (entries_max_ == 0) return dir;
-  while (lru_.size() >= entries_max_) EraseLocked(std::prev(lru_.end()));
+  while (!lru_.empty() && (lru_.size() >= entries_max_ || g_cached.load() >= kProcessEntriesMax)) {
+    EraseLocked(std::prev(lru_.end()));
+  }
+  if (g_cached.fetch_add(1) >= kProcessEntriesMax) {  // other instances hold the process's budget
+    g_cached.fetch_sub(1);
+    return dir;
+  }
   lru_.emplace_front(key, dir);
   index_.emplace(key, lru_.begin());
   return dir;
@@ -43,6 +60,7 @@ size_t ShardDirs::size() const {
 void ShardDirs::EraseLocked(Lru::iterator it) {
   index_.erase(it->first);
   lru_.erase(it);
+  g_cached.fetch_sub(1);
 }
 
 }  // namespace kvtier::internal

@@ -35,13 +35,22 @@ class ShardDirs {
   };
   using Ref = std::shared_ptr<const Dir>;
 
-  // Defaults: a few hundred fds per root (processes often run with a soft
-  // limit of 1024), and 2 s, the window FORMAT.md L146 allows.
+  // Defaults: a few hundred fds per root, and 2 s, the window FORMAT.md
+  // L146 allows. Processes often run with a soft limit of 1024 fds, so all
+  // instances of a process (several roots, several tiers) cache at most
+  // kProcessEntriesMax together: past it a Put first evicts its own least
+  // recently used, and with none to evict returns the entry uncached.
   static constexpr size_t kEntriesMax = 256;
+  static constexpr size_t kProcessEntriesMax = 512;
   static constexpr uint64_t kTtlNs = 2'000'000'000;
 
   explicit ShardDirs(size_t entries_max = kEntriesMax, uint64_t ttl_ns = kTtlNs)
       : entries_max_(entries_max), ttl_ns_(ttl_ns) {}
+  ~ShardDirs();
+  ShardDirs(const ShardDirs&) = delete;
+  ShardDirs& operator=(const ShardDirs&) = delete;
+  // Entries cached by every instance of this process.
+  static size_t ProcessEntries();
 
   // The entry of `key` (the directory's path relative to root_dir) if it is
   // younger than the time to live, else nullptr (an expired one is dropped).

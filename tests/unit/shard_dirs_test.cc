@@ -3,14 +3,18 @@
 // evicted first; an entry past its time to live is never returned; Drop only
 // removes the entry a failed request used, not a newer one; and an fd is
 // closed once neither the cache nor an op holds its entry (at eviction, at
-// the cache's end), never while an op still holds it.
+// the cache's end), never while an op still holds it; and all instances of a
+// process (several roots and tiers) cache at most kProcessEntriesMax fds.
 #include "fs/shard_dirs.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <memory>
 #include <optional>
+#include <string>
+#include <vector>
 
 namespace kvtier::internal {
 namespace {
@@ -29,6 +33,23 @@ TEST(ShardDirsTest, EvictsTheLeastRecentlyUsedBeyondItsBound) {
   EXPECT_NE(dirs.Find("a", 3), nullptr);
   EXPECT_NE(dirs.Find("c", 3), nullptr);
   EXPECT_TRUE(IsOpen(a));
+}
+
+TEST(ShardDirsTest, EveryInstanceTogetherStaysWithinTheProcessBudget) {
+  const size_t before = ShardDirs::ProcessEntries();
+  constexpr size_t kRoots = 4;
+  std::vector<std::unique_ptr<ShardDirs>> roots;
+  for (size_t r = 0; r < kRoots; ++r) roots.push_back(std::make_unique<ShardDirs>(ShardDirs::kEntriesMax, 1000));
+  for (size_t i = 0; i < ShardDirs::kEntriesMax; ++i) {
+    for (auto& dirs : roots) {
+      ShardDirs::Ref ref = dirs->Put(std::to_string(i), OpenDir(), 0);
+      ASSERT_NE(ref, nullptr);  // an op always gets its directory, cached or not
+      ASSERT_LE(ShardDirs::ProcessEntries(), ShardDirs::kProcessEntriesMax) << "root cache of " << dirs->size();
+    }
+  }
+  for (auto& dirs : roots) EXPECT_GT(dirs->size(), 0u) << "every root keeps a share";
+  roots.clear();
+  EXPECT_EQ(ShardDirs::ProcessEntries(), before);
 }
 
 TEST(ShardDirsTest, AnEntryPastItsTimeToLiveIsNeverReturned) {
