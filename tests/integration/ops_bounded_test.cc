@@ -34,6 +34,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
@@ -493,6 +494,15 @@ TEST(OpsBoundedTest, WritersRacingShardDirectoryRemovalNeverLoseAStore) {
     for (const Reclaimed& x : r.reclaimed) reclaimed.insert(x.path);
     dirs_removed += r.dirs_removed;
   }
+  // Stores acknowledged after the last pass, into the directories it pruned:
+  // with max_bytes 1 a pass removes every block it saw, so without them the
+  // last pass may have reclaimed every store and nothing would be left to load.
+  const auto after_gc = [&] {
+    std::lock_guard lock(mu);
+    return acked.size();
+  };
+  const size_t at_last_pass = after_gc();
+  for (int i = 0; i < 10000 && after_gc() < at_last_pass + 4; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   stop = true;
   for (auto& t : writers) t.join();
   EXPECT_GT(dirs_removed, 0u) << "the race was never run";
