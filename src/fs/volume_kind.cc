@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "kvtier/status.h"
+#include "util/mountinfo.h"
 
 namespace kvtier::internal {
 namespace {
@@ -47,20 +48,6 @@ std::string Hex(uint64_t v) {
   return buf;
 }
 
-// mountinfo escapes ' ', '\t', '\n' and '\\' in paths as \ooo.
-std::string Unescape(const std::string& s) {
-  std::string out;
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '\\' && i + 3 < s.size()) {
-      out += static_cast<char>(std::stoi(s.substr(i + 1, 3), nullptr, 8));
-      i += 3;
-    } else {
-      out += s[i];
-    }
-  }
-  return out;
-}
-
 bool Under(const std::string& path, const std::string& point) {
   if (point == "/") return true;
   return path.compare(0, point.size(), point) == 0 && (path.size() == point.size() || path[point.size()] == '/');
@@ -81,7 +68,7 @@ void FindMount(const std::string& dir, VolumeKind* kind) {
     while (fields >> word && word != "-") {}
     std::string type;
     fields >> type;
-    point = Unescape(point);
+    point = UnescapeMountField(point);
     if (Under(path, point) && point.size() >= kind->mount_point.size()) {
       kind->mount_point = point;
       kind->mount_type = type;

@@ -112,17 +112,6 @@ std::set<std::string> Paths(const nlohmann::json& list, const std::string& key) 
   return out;
 }
 
-// Empty when `text` is safe to print on a terminal: valid UTF-8 and no
-// control byte but the newlines that end lines.
-std::string Unsafe(const std::string& text) {
-  if (!internal::IsValidUtf8(text)) return "invalid UTF-8";
-  for (size_t i = 0; i < text.size(); ++i) {
-    const auto b = static_cast<uint8_t>(text[i]);
-    if ((b < 0x20 && b != '\n') || b == 0x7f) return "control byte " + std::to_string(b) + " at " + std::to_string(i);
-  }
-  return "";
-}
-
 // What bash makes of each quoted word: the round trip the quoting promises.
 std::vector<std::string> BashWords(const std::vector<std::string>& quoted) {
   std::string script = "printf '%s\\0'";
@@ -174,7 +163,7 @@ TEST_F(CliNamesTest, TextQuotesOddNamesAndKeepsPlainOnes) {
   ASSERT_EQ(du.exit_code, 0) << du.err;
   ASSERT_EQ(fsck.exit_code, 4) << fsck.err;
   ASSERT_EQ(gc.exit_code, 0) << gc.err;
-  for (const auto* r : {&du, &fsck, &gc}) EXPECT_EQ(Unsafe(r->out), "") << r->out;
+  for (const auto* r : {&du, &fsck, &gc}) EXPECT_EQ(testing::UnsafeToPrint(r->out), "") << r->out;
   std::vector<std::string> quoted;
   for (const std::string& name : OddNames()) quoted.push_back(internal::QuoteName(name));
   for (const std::string& q : quoted) {
@@ -211,8 +200,8 @@ TEST(NameEscape, RandomBytesRoundTrip) {
     ASSERT_FALSE(back.is_discarded()) << "seed " << seed;
     EXPECT_EQ(Bytes(back, "path"), s) << "seed " << seed;
     const std::string q = internal::QuoteName(s);
-    EXPECT_EQ(Unsafe(q), "") << "seed " << seed << " " << q;
-    EXPECT_EQ(Unsafe(internal::EscapeUnprintable(s)), "") << "seed " << seed;
+    EXPECT_EQ(testing::UnsafeToPrint(q), "") << "seed " << seed << " " << q;
+    EXPECT_EQ(testing::UnsafeToPrint(internal::EscapeUnprintable(s)), "") << "seed " << seed;
     EXPECT_EQ(q == s, !internal::NameNeedsQuoting(s));
     if (!s.empty()) {
       names.push_back(s);

@@ -42,17 +42,6 @@ CommandResult Kvtier(std::vector<std::string> args) {
   return testing::RunCommand(argv);
 }
 
-// Empty when `text` is safe to print on a terminal: valid UTF-8 and no
-// control byte but the newlines that end lines.
-std::string Unsafe(const std::string& text) {
-  if (!internal::IsValidUtf8(text)) return "invalid UTF-8";
-  for (size_t i = 0; i < text.size(); ++i) {
-    const auto b = static_cast<uint8_t>(text[i]);
-    if ((b < 0x20 && b != '\n') || b == 0x7f) return "control byte " + std::to_string(b) + " at " + std::to_string(i);
-  }
-  return "";
-}
-
 std::vector<std::string> Lines(const std::string& text) {
   std::vector<std::string> out;
   for (size_t at = 0, end; (end = text.find('\n', at)) != std::string::npos; at = end + 1) {
@@ -99,7 +88,7 @@ TEST(CliPrintedText, SglangHashQuotesAModelWithControlCharacters) {
   ASSERT_EQ(json.exit_code, 0) << json.err;
   const nlohmann::json pages = ParseStrict(json)["pages"];
   ASSERT_EQ(pages.size(), 2u) << json.out;
-  EXPECT_EQ(Unsafe(text.out), "") << text.out;
+  EXPECT_EQ(testing::UnsafeToPrint(text.out), "") << text.out;
   const std::vector<std::string> lines = Lines(text.out);
   ASSERT_EQ(lines.size(), pages.size()) << "one line per page:\n" << text.out;
   for (size_t i = 0; i < pages.size(); ++i) {
@@ -116,7 +105,7 @@ TEST(CliPrintedText, VllmHashQuotesTheNamespaceAndEveryPath) {
   ASSERT_EQ(text.exit_code, 0) << text.err;
   ASSERT_EQ(json.exit_code, 0) << json.err;
   const nlohmann::json report = ParseStrict(json);
-  EXPECT_EQ(Unsafe(text.out), "") << text.out;
+  EXPECT_EQ(testing::UnsafeToPrint(text.out), "") << text.out;
   const std::string ns = Bytes(report, "namespace_dir");
   EXPECT_NE(text.out.find("\nnamespace      " + QuoteName(ns) + "\n"), std::string::npos) << text.out;
   ASSERT_EQ(report["chunks"].size(), 2u);
@@ -150,7 +139,7 @@ TEST(CliPrintedText, ReplayAndBenchQuoteTheirPaths) {
   const CommandResult replay = Kvtier({"replay", "--trace", trace.string(), "--config", config.string(), "--root",
                                        (dir.path() / "kv").string(), "--device", "-1"});
   ASSERT_EQ(replay.exit_code, 0) << replay.err;
-  EXPECT_EQ(Unsafe(replay.out), "") << replay.out;
+  EXPECT_EQ(testing::UnsafeToPrint(replay.out), "") << replay.out;
   EXPECT_EQ(replay.out.rfind("kvtier replay: " + QuoteName(trace.string()) + ", 1 instance(s)", 0), 0u) << replay.out;
 
   const fs::path bench_root = dir.path() / ("b" + kOddModel);
@@ -158,7 +147,7 @@ TEST(CliPrintedText, ReplayAndBenchQuoteTheirPaths) {
   const CommandResult bench =
       Kvtier({"bench", "fs", "--root", bench_root.string(), "--row-bytes", "4096", "--rows", "1"});
   ASSERT_EQ(bench.exit_code, 0) << bench.err;
-  EXPECT_EQ(Unsafe(bench.out), "") << bench.out;
+  EXPECT_EQ(testing::UnsafeToPrint(bench.out), "") << bench.out;
   EXPECT_NE(bench.out.find(" under " + QuoteName(bench_root.string()) + "\n"), std::string::npos) << bench.out;
 }
 
@@ -179,7 +168,7 @@ TEST(CliPrintedText, ErrorMessagesAreOneLineEach) {
   for (const std::vector<std::string>& args : runs) {
     const CommandResult r = Kvtier(args);
     EXPECT_EQ(r.exit_code, 2) << args.front() << ": " << r.err;
-    EXPECT_EQ(Unsafe(r.err), "") << r.err;
+    EXPECT_EQ(testing::UnsafeToPrint(r.err), "") << r.err;
     const std::vector<std::string> lines = Lines(r.err);
     ASSERT_FALSE(lines.empty()) << args.front();
     for (const std::string& line : lines) {
@@ -198,7 +187,7 @@ TEST(CliPrintedText, WatchLogLinesAreOneLineEach) {
   testing::WriteFileOrDie(root / "notes.txt", "not a root");  // so the watch refuses it at once
   const CommandResult r = Kvtier({"gc", root.string(), "--watch"});
   EXPECT_EQ(r.exit_code, 2) << r.err;
-  EXPECT_EQ(Unsafe(r.err), "") << r.err;
+  EXPECT_EQ(testing::UnsafeToPrint(r.err), "") << r.err;
   EXPECT_EQ(Lines(r.err).size(), 1u) << r.err;
   EXPECT_NE(r.err.find("/wa\\nb\\x1b[31m does not look like"), std::string::npos) << r.err;
 }

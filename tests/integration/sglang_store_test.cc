@@ -700,25 +700,45 @@ TEST(SglangNamespace, BadSpecsAreRefusedNamingTheField) {
 
 // A hung mount (FUSE, every call held): calls answer false within the
 // deadline and Close returns.
-class SglangHungMountTest : public ::testing::TestWithParam<IoBackendKind> {};
+class SglangHungMountTest : public ::testing::TestWithParam<IoBackendKind> {
+ protected:
+  static constexpr uint32_t kTimeoutMs = 400;
+  static constexpr int kLivenessMs = static_cast<int>(kTimeoutMs) + 5000;  // generous: a hang is what it catches
+
+  void SetUp() override {
+    if (const std::string why = testing::FaultFs::Unavailable(); !why.empty()) GTEST_SKIP() << why;
+    ASSERT_OK_AND_ASSIGN(mount_, testing::FaultFs::Mount((dir_.path() / "backing").string(),
+                                                         (dir_.path() / "mnt").string()));
+    o_.tier.root_dir = mount_->mountpoint();
+    o_.tier.io_timeout_ms = kTimeoutMs;
+    o_.tier.n_read_threads = o_.tier.n_write_threads = 2;
+    o_.tier.io_backend = GetParam();
+    o_.spec = SglangSpec(kModel, kShape);  // bounce_loads auto: on for FUSE, so loads are abandoned at their deadline
+    auto opened = SglangStore::Open(o_);
+    if (!opened.ok() && opened.status().code() == StatusCode::kUnavailable) GTEST_SKIP() << opened.status().ToString();
+    ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+    store_ = std::move(opened).value();
+  }
+  void TearDown() override {
+    store_.reset();
+    mount_.reset();
+  }
+  // Close returns within the liveness bound even with the mount hung.
+  void ExpectCloseReturns() {
+    const auto t0 = Clock::now();
+    store_->Close();
+    EXPECT_LT(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count(), kLivenessMs);
+  }
+
+  testing::TempDir dir_;
+  std::unique_ptr<testing::FaultFs> mount_;
+  SglangStoreOptions o_;
+  std::unique_ptr<SglangStore> store_;
+};
 
 TEST_P(SglangHungMountTest, CallsReturnFalseWithinTheDeadlineAndCloseReturns) {
-  if (const std::string why = testing::FaultFs::Unavailable(); !why.empty()) GTEST_SKIP() << why;
-  testing::TempDir dir;
-  ASSERT_OK_AND_ASSIGN(auto mount,
-                       testing::FaultFs::Mount((dir.path() / "backing").string(), (dir.path() / "mnt").string()));
-  constexpr uint32_t kTimeoutMs = 400;
-  constexpr int kLivenessMs = static_cast<int>(kTimeoutMs) + 5000;  // generous: a hang is what it catches
-  SglangStoreOptions o;
-  o.tier.root_dir = mount->mountpoint();
-  o.tier.io_timeout_ms = kTimeoutMs;
-  o.tier.n_read_threads = o.tier.n_write_threads = 2;
-  o.tier.io_backend = GetParam();
-  o.spec = SglangSpec(kModel, kShape);  // bounce_loads auto: on for FUSE, so loads are abandoned at their deadline
-  auto opened = SglangStore::Open(o);
-  if (!opened.ok() && opened.status().code() == StatusCode::kUnavailable) GTEST_SKIP() << opened.status().ToString();
-  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
-  std::unique_ptr<SglangStore> store = std::move(opened).value();
+  SglangStore* store = store_.get();
+  testing::FaultFs* mount = mount_.get();
   const KeySet keys = KeySet::Range(0, 4);
   std::vector<PagePieces> pages = MakePages(4, 2, false);
   std::mt19937_64 rng(testing::TestSeed());
@@ -743,11 +763,7 @@ TEST_P(SglangHungMountTest, CallsReturnFalseWithinTheDeadlineAndCloseReturns) {
   EXPECT_EQ(prefix, 0u);
   EXPECT_EQ(CountTrue(stored), 0u);
   for (const auto& p : back) EXPECT_EQ(p.Concat(), std::string(kPage, '\x33')) << "a late read landed in the pieces";
-  const auto t0 = Clock::now();
-  store->Close();
-  EXPECT_LT(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count(), kLivenessMs);
-  store.reset();
-  mount.reset();
+  ExpectCloseReturns();
 }
 
 // Clear walks the namespace and Open makes directories, config.json and a
@@ -755,41 +771,23 @@ TEST_P(SglangHungMountTest, CallsReturnFalseWithinTheDeadlineAndCloseReturns) {
 // the deadline (each on a thread of its own, abandoned), and Close is not
 // held by the abandoned walk.
 TEST_P(SglangHungMountTest, ClearAndOpenAnswerTimedOutAndCloseReturns) {
-  if (const std::string why = testing::FaultFs::Unavailable(); !why.empty()) GTEST_SKIP() << why;
-  testing::TempDir dir;
-  ASSERT_OK_AND_ASSIGN(auto mount,
-                       testing::FaultFs::Mount((dir.path() / "backing").string(), (dir.path() / "mnt").string()));
-  constexpr uint32_t kTimeoutMs = 400;
-  constexpr int kLivenessMs = static_cast<int>(kTimeoutMs) + 5000;  // generous: a hang is what it catches
-  SglangStoreOptions o;
-  o.tier.root_dir = mount->mountpoint();
-  o.tier.io_timeout_ms = kTimeoutMs;
-  o.tier.io_backend = GetParam();
-  o.spec = SglangSpec(kModel, kShape);
-  auto opened = SglangStore::Open(o);
-  if (!opened.ok() && opened.status().code() == StatusCode::kUnavailable) GTEST_SKIP() << opened.status().ToString();
-  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
-  std::unique_ptr<SglangStore> store = std::move(opened).value();
+  SglangStore* store = store_.get();
   std::vector<PagePieces> pages = MakePages(2, 2, false);
   ASSERT_EQ(CountTrue(store->Store(KeySet::Range(0, 2).views, ConstOf(pages))), 2u);
-  ASSERT_OK(mount->Hang("all"));
+  ASSERT_OK(mount_->Hang("all"));
   auto cleared = std::async(std::launch::async, [&] { return store->Clear(); });
   ASSERT_EQ(cleared.wait_for(std::chrono::milliseconds(3 * kLivenessMs)), std::future_status::ready)
       << "Clear on a hung mount did not return";
   const Result<uint64_t> n = cleared.get();
   EXPECT_EQ(n.status().code(), StatusCode::kTimedOut) << n.status().ToString();
-  SglangStoreOptions other = o;
+  SglangStoreOptions other = o_;
   other.spec.model_name = "kvtier-test/other";
   auto second = std::async(std::launch::async, [&] { return SglangStore::Open(other).status(); });
   ASSERT_EQ(second.wait_for(std::chrono::milliseconds(3 * kLivenessMs)), std::future_status::ready)
       << "Open on a hung mount did not return";
   const Status s = second.get();
   EXPECT_EQ(s.code(), StatusCode::kTimedOut) << s.ToString();
-  const auto t0 = Clock::now();
-  store->Close();
-  EXPECT_LT(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count(), kLivenessMs);
-  store.reset();
-  mount.reset();
+  ExpectCloseReturns();
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, SglangHungMountTest, ::testing::Values(IoBackendKind::kUring, IoBackendKind::kSyscall),

@@ -125,3 +125,24 @@ def run_selftest(path, tmp_path_factory, tmp_path):
     not_passed = {c: status.get(c, "missing") for c in SELFTEST_CHECKS if status.get(c) != "PASS"}
     assert not not_passed and summary and summary.group(1) == summary.group(2) == str(len(SELFTEST_CHECKS)) \
         and proc.returncode == 0, f"--path {path}: checks not passing {not_passed}, exit {proc.returncode}\n{out}"
+
+
+# Every operation group of kvtier_faultfs a hang rule can name (tests/support/faultfs.py).
+HANG_OPS = ("lookup", "open", "read", "write", "xattr", "rename", "unlink", "mkdir", "readdir", "statfs",
+            "utimens", "truncate", "chmod", "symlink", "readlink")
+
+
+def faultfs_mount(tmp_path, tmp_path_factory):
+    """A pytest fixture body: the SGLang harness tree, then a kvtier_faultfs mount over
+    tmp_path/backing at tmp_path/mnt (skips where FUSE is unavailable). Use as
+    ``mount = pytest.fixture(name="mount")(sg.faultfs_mount)``."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "support"))
+    import pytest
+    from faultfs import FaultFs
+
+    harness_tree(tmp_path_factory)
+    why = FaultFs.unavailable()
+    if why:
+        pytest.skip(why)
+    with FaultFs(tmp_path / "backing", tmp_path / "mnt") as fs:
+        yield fs

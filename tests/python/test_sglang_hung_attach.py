@@ -12,7 +12,6 @@ mount is released, a backend on the same root works, so the abandoned start-ups 
 nothing broken behind. Skips with one line where ../shared/sglang, torch or FUSE is unavailable.
 """
 
-import sys
 import threading
 import time
 from pathlib import Path
@@ -21,8 +20,6 @@ import pytest
 
 import sglang_support as sg
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "support"))
-from faultfs import FaultFs  # noqa: E402
 
 if sg.skip_reason():
     pytest.skip(sg.skip_reason(), allow_module_level=True)
@@ -30,19 +27,10 @@ IO_TIMEOUT_MS = 500
 DECIDED_S = IO_TIMEOUT_MS / 1000 + 1.5
 # close() on a hung mount also waits up to 1 s for its lease file's removal (fs/lease.h).
 CLOSE_S = DECIDED_S + 1.0
-HANG_OPS = ("lookup", "open", "read", "write", "xattr", "rename", "unlink", "mkdir", "readdir", "statfs",
-            "utimens", "truncate", "chmod", "symlink", "readlink")
 PS = 16
 
 
-@pytest.fixture
-def mount(tmp_path, tmp_path_factory):
-    sg.harness_tree(tmp_path_factory)
-    why = FaultFs.unavailable()
-    if why:
-        pytest.skip(why)
-    with FaultFs(tmp_path / "backing", tmp_path / "mnt") as fs:
-        yield fs
+mount = pytest.fixture(name="mount")(sg.faultfs_mount)
 
 
 class Bounded:
@@ -68,7 +56,7 @@ class Bounded:
 
 
 def hang_all(mount):
-    for op in HANG_OPS:
+    for op in sg.HANG_OPS:
         mount.hang(op)
 
 

@@ -11,35 +11,22 @@ the pages stored before, byte-exact. Skips with one line where ../shared/sglang,
 is unavailable.
 """
 
-import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
 import sglang_support as sg
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "support"))
-from faultfs import FaultFs  # noqa: E402
 
 if sg.skip_reason():
     pytest.skip(sg.skip_reason(), allow_module_level=True)
 IO_TIMEOUT_MS = 500
 DECIDED_S = IO_TIMEOUT_MS / 1000 + 1.5
-HANG_OPS = ("lookup", "open", "read", "write", "xattr", "rename", "unlink", "mkdir", "readdir", "statfs",
-            "utimens", "truncate", "chmod", "symlink", "readlink")
 PS = 16
 
 
-@pytest.fixture
-def mount(tmp_path, tmp_path_factory):
-    sg.harness_tree(tmp_path_factory)
-    why = FaultFs.unavailable()
-    if why:
-        pytest.skip(why)
-    with FaultFs(tmp_path / "backing", tmp_path / "mnt") as fs:
-        yield fs
+mount = pytest.fixture(name="mount")(sg.faultfs_mount)
 
 
 def bounded(fn, *args):
@@ -68,7 +55,7 @@ def test_hung_mount_answers_misses_within_the_deadline(mount):
     sg.fill(p, ks, w)
     assert b.batch_set_v1(ks, w) == [True] * 8
     try:
-        for op in HANG_OPS:
+        for op in sg.HANG_OPS:
             mount.hang(op)
         calls = {
             "batch_exists": (b.batch_exists, (new,), 0),

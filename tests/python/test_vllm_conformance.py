@@ -146,20 +146,7 @@ def test_corrupt_block_keeps_the_prefix(h, tmp_path):
     ps = prompts(h, 3, SALT + "-corrupt")
     eng = h.Engine([h.kvtier_tier(tmp_path)])
     try:
-        eng.store_prompts(ps)  # 12 chunks through 8 rows: prompt 0 now lives only on disk
-        tier = eng.tiers[0]
-        bad = tier._tier.block_path(ps[0][2])
-        with open(bad, "r+b") as f:
-            f.seek(10)
-            f.write(b"\x00\xff")
-        n, data = eng.fetch(ps[0])
-        assert n == 2, f"expected the 2 chunks before the corrupt one, got {n}"
-        assert data == [h.content(k) for k in ps[0][:2]]
-        assert not os.path.exists(bad), "the corrupt block file is removed"
-        eng.idle()
-        stats = eng.m.get_stats()
-        corrupt = stats.data["data"].get("kvtier:fs_rows_corrupt", {})
-        assert sum(corrupt.values()) == 1, stats.data
+        h.check_corrupt_block_keeps_the_prefix(eng, ps)
     finally:
         eng.shutdown()
 

@@ -9,6 +9,7 @@ chunk is a pure function of its key, so any process can check any row.
 
 import hashlib
 import mmap
+import os
 import time
 import uuid
 from itertools import islice
@@ -184,3 +185,24 @@ class Engine:
     def shutdown(self):
         self.view = None
         self.m.shutdown()
+
+
+def check_corrupt_block_keeps_the_prefix(eng, prompts):
+    """Stores `prompts` (12 chunks through 8 CPU rows: prompt 0 then lives only on disk), corrupts
+    prompt 0's third block on disk and asserts that a fetch returns the two chunks before it, the
+    corrupt file is removed and counted once (kvtier:fs_rows_corrupt). Returns the tier."""
+    eng.store_prompts(prompts)
+    tier = eng.tiers[0]
+    bad = tier._tier.block_path(prompts[0][2])
+    with open(bad, "r+b") as f:
+        f.seek(10)
+        f.write(b"\x00\xff")
+    n, data = eng.fetch(prompts[0])
+    assert n == 2, f"expected the 2 chunks before the corrupt one, got {n}"
+    assert data == [content(k) for k in prompts[0][:2]]
+    assert not os.path.exists(bad), "the corrupt block file is removed"
+    eng.idle()
+    stats = eng.m.get_stats()
+    corrupt = stats.data["data"].get("kvtier:fs_rows_corrupt", {})
+    assert sum(corrupt.values()) == 1, stats.data
+    return tier

@@ -13,6 +13,8 @@
 #include <sstream>
 #include <thread>
 
+#include "util/utf8.h"
+
 extern char** environ;
 
 namespace kvtier::testing {
@@ -201,6 +203,15 @@ SglangPageSpec SglangSpec(const std::string& model, const SglangShape& shape) {
   s.layer_num = shape.layers;
   s.tp_size = shape.tp_size;
   return s;
+}
+
+std::string UnsafeToPrint(const std::string& text) {
+  if (!internal::IsValidUtf8(text)) return "invalid UTF-8";
+  for (size_t i = 0; i < text.size(); ++i) {
+    const auto b = static_cast<uint8_t>(text[i]);
+    if ((b < 0x20 && b != '\n') || b == 0x7f) return "control byte " + std::to_string(b) + " at " + std::to_string(i);
+  }
+  return "";
 }
 
 }  // namespace kvtier::testing

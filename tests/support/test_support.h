@@ -107,6 +107,10 @@ struct CommandResult {
 // Runs argv (argv[0] is a path) with no shell, capturing stdout and stderr.
 CommandResult RunCommand(const std::vector<std::string>& argv, const std::string& stdin_data = "");
 
+// Empty when `text` is safe to print on a terminal: valid UTF-8 and no
+// control byte but the newlines that end lines; else what is wrong, where.
+std::string UnsafeToPrint(const std::string& text);
+
 // ---- Keys and namespaces the tests share ----
 
 // What Key(i) puts in a block hash besides i itself.

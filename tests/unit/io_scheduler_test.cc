@@ -185,6 +185,23 @@ TEST(IoScheduler, RetryableErrorsReissueTheSameRequest) {
   EXPECT_TRUE(s.idle());
 }
 
+// A one-request CountingOp whose request names `path` in `dirfd`.
+class NamedOp : public CountingOp {
+ public:
+  NamedOp(int id, std::vector<int>* started, int dirfd, const char* path)
+      : CountingOp(id, 1, started), dirfd_(dirfd), path_(path) {}
+  bool NextRequest(IoRequest* req) override {
+    if (!CountingOp::NextRequest(req)) return false;
+    req->dirfd = dirfd_;
+    req->path = path_;
+    return true;
+  }
+
+ private:
+  int dirfd_;
+  const char* path_;
+};
+
 TEST(IoScheduler, StalePathLookupsAreRetriedButStaleFdsAreNot) {
   std::vector<int> started;
   IoScheduler s({1, 1, 8});
@@ -198,17 +215,8 @@ TEST(IoScheduler, StalePathLookupsAreRetriedButStaleFdsAreNot) {
   s.Complete({reqs[0].tag, -ESTALE});
   ASSERT_EQ(raw->results, std::vector<int64_t>{-ESTALE});
 
-  class PathOp : public CountingOp {
-   public:
-    using CountingOp::CountingOp;
-    bool NextRequest(IoRequest* req) override {
-      if (!CountingOp::NextRequest(req)) return false;
-      req->path = "/shared/volume/x";
-      return true;
-    }
-  };
   IoScheduler p({1, 1, 8});
-  auto path_op = std::make_unique<PathOp>(4, 1, &started);
+  auto path_op = std::make_unique<NamedOp>(4, &started, AT_FDCWD, "/shared/volume/x");
   CountingOp* path_raw = path_op.get();
   p.Enqueue(std::move(path_op), IoClass::kRead);
   std::vector<IoRequest> preqs;
@@ -225,19 +233,9 @@ TEST(IoScheduler, StalePathLookupsAreRetriedButStaleFdsAreNot) {
 // is the fd's own, so ESTALE goes straight to the op, which reopens it,
 // instead of being retried with the same dead fd.
 TEST(IoScheduler, StaleSingleNamesInADirectoryFdReachTheOp) {
-  class NameOp : public CountingOp {
-   public:
-    using CountingOp::CountingOp;
-    bool NextRequest(IoRequest* req) override {
-      if (!CountingOp::NextRequest(req)) return false;
-      req->dirfd = 7;
-      req->path = "0123abcd.bin";
-      return true;
-    }
-  };
   std::vector<int> started;
   IoScheduler s({1, 1, 8});
-  auto op = std::make_unique<NameOp>(5, 1, &started);
+  auto op = std::make_unique<NamedOp>(5, &started, 7, "0123abcd.bin");
   CountingOp* raw = op.get();
   s.Enqueue(std::move(op), IoClass::kRead);
   std::vector<IoRequest> reqs;

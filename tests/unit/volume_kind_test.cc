@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "fs/volume_kind.h"
+#include "util/mountinfo.h"
 #include "support/test_support.h"
 
 namespace kvtier {
@@ -44,6 +45,13 @@ TEST(VolumeKind, NetworkMountTypesWithoutAKnownMagic) {
   for (const char* type : {"ext4", "xfs", "tmpfs", "overlay", "proc", ""}) {
     EXPECT_FALSE(internal::NetworkMountType(type)) << type;
   }
+}
+
+TEST(VolumeKind, MountinfoFieldsAreUnescapedOnlyWhereOctal) {
+  EXPECT_EQ(internal::UnescapeMountField("/mnt/a\\040b\\011c"), "/mnt/a b\tc");
+  EXPECT_EQ(internal::UnescapeMountField("/mnt/back\\134slash"), "/mnt/back\\slash");
+  EXPECT_EQ(internal::UnescapeMountField("/mnt/x\\9yz"), "/mnt/x\\9yz") << "not three octal digits: kept";
+  EXPECT_EQ(internal::UnescapeMountField("/mnt/end\\04"), "/mnt/end\\04") << "cut short: kept";
 }
 
 TEST(VolumeKind, TheChecksumPlaceFollowsUserXattrs) {

@@ -10,24 +10,12 @@
 #include <fstream>
 #include <sstream>
 
+#include "util/mountinfo.h"
+
 namespace kvtier::faultfs {
 namespace {
 
 constexpr const char* kFuseCtl = "/sys/fs/fuse/connections";
-
-// mountinfo escapes ' ', '\t', '\n' and '\\' as \ooo octal.
-std::string Unescape(const std::string& field) {
-  std::string out;
-  for (size_t i = 0; i < field.size(); ++i) {
-    if (field[i] == '\\' && i + 3 < field.size()) {
-      out += static_cast<char>(std::stoi(field.substr(i + 1, 3), nullptr, 8));
-      i += 3;
-    } else {
-      out += field[i];
-    }
-  }
-  return out;
-}
 
 }  // namespace
 
@@ -44,7 +32,7 @@ long FuseConnectionOf(const std::string& mountpoint) {
     }
     std::string fstype;
     fields >> fstype;
-    if (Unescape(point) != mountpoint || fstype.rfind("fuse", 0) != 0) continue;
+    if (internal::UnescapeMountField(point) != mountpoint || fstype.rfind("fuse", 0) != 0) continue;
     // For an anonymous device (major 0) the kernel's dev_t is the minor.
     const size_t colon = dev.find(':');
     if (colon != std::string::npos && dev.substr(0, colon) == "0") {
