@@ -446,13 +446,24 @@ OffloadKey SameShardKey(uint64_t i) {
   return {BlockHash::FromBytes(b).value(), 0};
 }
 
+// Waits (up to 10 s) until `n` more stores are acknowledged: stores after
+// gc's last pass, into the directories it pruned. With max_bytes 1 a pass
+// removes every block it saw, so the last pass may leave nothing to load.
+void WaitForMoreAcks(std::mutex& mu, const std::vector<OffloadKey>& acked, size_t n) {
+  const auto count = [&] {
+    std::lock_guard lock(mu);
+    return acked.size();
+  };
+  const size_t target = count() + n;
+  for (int i = 0; i < 10000 && count() < target; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+}
+
 TEST(OpsBoundedTest, WritersRacingShardDirectoryRemovalNeverLoseAStore) {
   testing::TempDir root;
   constexpr uint64_t kRow = 4096;
   FsTierOpenOptions to;
   to.tier.root_dir = root.path().string();
-  to.ns.model_name = "org/race";
-  to.ns.kv_cache_groups.push_back({16, {"l0"}});
+  to.ns = testing::Spec("org/race");
   to.row_bytes = kRow;
   to.tier.n_read_threads = to.tier.n_write_threads = 2;
   // Two tiers: two hosts writing the same namespace (each polls its own jobs).
@@ -494,15 +505,7 @@ TEST(OpsBoundedTest, WritersRacingShardDirectoryRemovalNeverLoseAStore) {
     for (const Reclaimed& x : r.reclaimed) reclaimed.insert(x.path);
     dirs_removed += r.dirs_removed;
   }
-  // Stores acknowledged after the last pass, into the directories it pruned:
-  // with max_bytes 1 a pass removes every block it saw, so without them the
-  // last pass may have reclaimed every store and nothing would be left to load.
-  const auto after_gc = [&] {
-    std::lock_guard lock(mu);
-    return acked.size();
-  };
-  const size_t at_last_pass = after_gc();
-  for (int i = 0; i < 10000 && after_gc() < at_last_pass + 4; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  WaitForMoreAcks(mu, acked, 4);
   stop = true;
   for (auto& t : writers) t.join();
   EXPECT_GT(dirs_removed, 0u) << "the race was never run";
