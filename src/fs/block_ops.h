@@ -178,7 +178,7 @@ struct TierShared {
   std::unique_ptr<BouncePool> stage;
   std::atomic<uint64_t> staged_ios{0};  // rows moved with O_DIRECT through a staging or bounce row
   // Whether the atime refresh after a load may run as a plain syscall on the
-  // engine thread (futimens has no io_uring opcode): only where metadata
+  // I/O thread (futimens has no io_uring opcode): only where metadata
   // calls never wait for a network (LocalFilesystem). Elsewhere loads skip
   // it, and relatime's daily update is gc's notion of use.
   bool touch_atime = true;
@@ -288,7 +288,7 @@ inline bool NotRegular(const struct statx& stx) { return !S_ISREG(stx.stx_mode);
 // kTimedOut, naming the syscall and path that did not answer.
 KeyResult AbandonedResult(const char* syscall, const std::string& path, uint32_t io_timeout_ms);
 
-// Clears O_DIRECT on `fd` (F_SETFL never waits: the engine thread calls it)
+// Clears O_DIRECT on `fd` (F_SETFL never waits: the I/O thread calls it)
 // so that a transfer cut short at an unaligned offset resumes buffered;
 // returns false, the fd's new O_DIRECT state (true only if fcntl failed).
 bool DropDirect(int fd);

@@ -1,4 +1,4 @@
-// Internal pieces of the fs tier shared by its start-up and its engine.
+// Internal pieces of the fs tier shared by its start-up and its I/O loop.
 #pragma once
 
 #include <memory>
@@ -9,6 +9,7 @@
 #include "fs/lease.h"
 #include "fs/volume_kind.h"
 #include "io/backend.h"
+#include "io/clock.h"
 #include "kvtier/fs_tier.h"
 
 namespace kvtier::internal {
@@ -28,9 +29,11 @@ bool ProbeODirect(int ns_fd, const std::string& ns_dir, uint64_t suffix, bool wa
 
 Result<std::unique_ptr<FsTier>> OpenFsTier(const FsTierOpenOptions& options);
 // The same with a given backend (tests inject faults this way); nullptr
-// chooses one from options.tier.io_backend.
+// chooses one from options.tier.io_backend. `clock` times the I/O loop's
+// sick-volume policy (io/clock.h); tests pass a clock they move by hand.
 Result<std::unique_ptr<FsTier>> OpenFsTierWithBackend(const FsTierOpenOptions& options,
-                                                       std::unique_ptr<IoBackend> backend);
+                                                       std::unique_ptr<IoBackend> backend,
+                                                       const Clock& clock = MonotonicClock());
 
 // A tier over several roots (path_sharding, FORMAT.md L99): `roots` is the
 // split root_dir; one single-root tier per root behind a router.
@@ -68,9 +71,10 @@ Status CheckRows(size_t keys, const Rows& rows, uint64_t row_bytes) {
   return Status::Ok();
 }
 
-// Starts the engine thread over a prepared namespace and backend.
+// Starts the I/O thread over a prepared namespace and backend; `clock`
+// must outlive the tier.
 std::unique_ptr<FsTier> MakeFsTierImpl(const FsTierOpenOptions& options, Namespace ns,
-                                       std::unique_ptr<TierShared> shared,
-                                       std::unique_ptr<IoBackend> backend, std::unique_ptr<Lease> lease);
+                                       std::unique_ptr<TierShared> shared, std::unique_ptr<IoBackend> backend,
+                                       std::unique_ptr<Lease> lease, const Clock& clock);
 
 }  // namespace kvtier::internal

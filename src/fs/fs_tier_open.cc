@@ -1,7 +1,7 @@
 // FsTier start-up: directories, config.json (written once, atomically), and
 // the O_DIRECT and (with checksum_blocks) xattr probes, the latter deciding
 // where block checksums go (FORMAT.md L130), all with plain
-// syscalls before the engine runs.
+// syscalls before the I/O loop runs.
 // root_dir is the operator's and is created like `mkdir -p`; below it, on a
 // volume others may write, everything goes through directory fds that
 // follow no symlink (tier_dirs.h): a symlinked <NS>, <NS>_r<rank> or .kvtier
@@ -285,7 +285,7 @@ IoBackendKind ChooseBackend(const FsTierOpenOptions& o, const VolumeKind& volume
 Result<std::unique_ptr<IoBackend>> MakeBackend(const FsTierOpenOptions& o, const VolumeKind& volume) {
   const bool local = volume.local;
   const int slots = o.tier.n_read_threads + o.tier.n_write_threads;
-  // One thread more than the slots: the engine's probe of a root that is
+  // One thread more than the slots: the I/O loop's probe of a root that is
   // down must find one even while every op's request is stuck in the kernel
   // (the ring has room for it in any case).
   const int threads = slots + 1;
@@ -385,8 +385,8 @@ Status CheckWanted(const std::string& ns_dir) {
 
 }  // namespace
 
-Result<std::unique_ptr<FsTier>> OpenFsTierWithBackend(const FsTierOpenOptions& o,
-                                                       std::unique_ptr<IoBackend> backend) {
+Result<std::unique_ptr<FsTier>> OpenFsTierWithBackend(const FsTierOpenOptions& o, std::unique_ptr<IoBackend> backend,
+                                                       const Clock& clock) {
   KVTIER_RETURN_IF_ERROR(ValidateOptions(o));
   KVTIER_ASSIGN_OR_RETURN(Namespace ns, TierNamespace(o));
   const std::string ns_dir = JoinRoot(o.tier.root_dir, ns.dir_name());
@@ -424,7 +424,7 @@ Result<std::unique_ptr<FsTier>> OpenFsTierWithBackend(const FsTierOpenOptions& o
   IoScope at_lease(ns_dir + "/" + std::string(format::kMetaDirName));
   KVTIER_RETURN_IF_ERROR(CheckWanted(ns_dir));
   KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<Lease> lease, Lease::Acquire(ns_fd.get(), ns_dir, shared->tmp_base));
-  return MakeFsTierImpl(o, std::move(ns), std::move(shared), std::move(backend), std::move(lease));
+  return MakeFsTierImpl(o, std::move(ns), std::move(shared), std::move(backend), std::move(lease), clock);
 }
 
 }  // namespace kvtier::internal

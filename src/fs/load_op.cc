@@ -200,7 +200,7 @@ class LoadOp final : public FsBlockOp {
     // regular file io_uring takes it as "never wait" where the filesystem has
     // no non-blocking reads (FUSE, for one) and fails the read with EAGAIN
     // instead of handing it to a worker: drop it. F_SETFL never waits, so
-    // the engine thread calls it directly; should it fail, reads still work
+    // the I/O thread calls it directly; should it fail, reads still work
     // everywhere else.
     fcntl(fd_, F_SETFL, direct_ ? O_DIRECT : 0);
     if (stx_.stx_size < row_.size()) {

@@ -1,9 +1,9 @@
 // An fs tier over several roots (path_sharding "by_block_hash", FORMAT.md
-// L99): one single-root tier per root, each with its own engine, ring and
+// L99): one single-root tier per root, each with its own I/O loop, ring and
 // read/write queues, behind a router that splits every job by the keys'
 // roots and merges the parts back into one JobResult in submission order.
 //
-// Why one engine per root: a drive that slows down (or hangs until its I/O
+// Why one I/O loop per root: a drive that slows down (or hangs until its I/O
 // deadline) then holds only its own keys' slots and queue; the others keep
 // their full queue depth, and a store queue that fills on one drive drops
 // only that drive's stores. The limits of the options (n_read_threads,

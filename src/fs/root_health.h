@@ -1,16 +1,17 @@
-// RootHealth: whether a root answers (docs/sick-volumes.md). Pure state, no syscalls:
-// the engine feeds it what its requests did and asks it what to do.
+// RootHealth: whether a root answers (docs/sick-volumes.md; its thresholds:
+// sick_volume_policy.h). Pure state, no syscalls and no clock of its own:
+// the I/O loop feeds it what its requests did and asks it what to do.
 //
 //  * up -> down after `misses_to_down` deadline misses in a row (a request
 //    abandoned at its deadline, or one the backend cancelled there) with no
 //    answer in between: a slow mount that answers every call keeps serving.
-//  * while down, the engine fails new work at once (lookups miss, loads fail,
+//  * while down, the loop fails new work at once (lookups miss, loads fail,
 //    stores are dropped) and sends one probe at a time, at most every
 //    probe_interval_ns; a probe that answers turns the root up again. A
 //    probe stuck in the kernel is never duplicated: when the mount recovers,
 //    it is that probe's late answer that brings the root back.
 //
-// Thread safety: the engine thread changes it; up() may be read anywhere.
+// Thread safety: the I/O thread changes it; up() may be read anywhere.
 #pragma once
 
 #include <atomic>

@@ -231,7 +231,7 @@ class StoreOp final : public FsBlockOp {
     }
     if (res == 0) return Finish(0, "", KeyOutcome::kSkippedExists);  // L54: another writer has it
     if (res != -ENOENT) return Finish(res, "statx " + Shown(dest_));
-    // The checksum (and the staging copy) are made here, on the engine
+    // The checksum (and the staging copy) are made here, on the I/O
     // thread, and only for rows that will be written: submitting stays cheap
     // for the caller.
     if (staged_) Stage();
@@ -397,7 +397,7 @@ class StoreOp final : public FsBlockOp {
 
   // A failure with the temp file possibly present: close, unlink, report.
   // The close goes through the backend like any request: on a network
-  // filesystem close() waits for the server (FUSE flush), and the engine
+  // filesystem close() waits for the server (FUSE flush), and the I/O
   // thread must never wait on a mount.
   void Fail(int64_t res, const std::string& what) {
     Finish(res, what);

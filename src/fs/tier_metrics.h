@@ -1,4 +1,4 @@
-// Counters of one fs tier, updated by its engine thread and read by anyone,
+// Counters of one fs tier, updated by its I/O thread and read by anyone,
 // their Prometheus text exposition and their merge over several roots, both
 // generated from kFsTierMetricFields (kvtier/fs_tier_metrics.h).
 #pragma once

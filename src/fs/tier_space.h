@@ -21,7 +21,7 @@
 // an index (max_bytes with startup_scan "off") lists what this tier stored,
 // loaded or found since Open.
 //
-// The engine calls the hooks below from its submitters and its thread; they
+// The I/O loop calls the hooks below from its submitters and its thread; they
 // take the index's lock only when there is an index. Closing waits for the
 // two threads briefly (kCloseWaitMs), then leaves them to finish on their own
 // (they own what they touch), so a hung mount never holds the close.
@@ -88,7 +88,7 @@ class TierSpace {
 };
 
 // An unlink of an evicted block, `rel_path` relative to root_dir; a file
-// already gone counts as done. Its result is not a key's (the engine skips it).
+// already gone counts as done. Its result is not a key's (the I/O loop skips it).
 std::unique_ptr<FsBlockOp> MakeEvictOp(TierShared* shared, std::string rel_path);
 
 }  // namespace kvtier::internal

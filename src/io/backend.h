@@ -1,7 +1,7 @@
 // IoBackend: executes IoRequests and reports IoCompletions. Backends hold no
 // policy: ordering, priorities and retries live in the scheduler.
 //
-// Thread safety: Submit and Reap are called from the engine thread only;
+// Thread safety: Submit and Reap are called from the I/O thread only;
 // Wake may be called from any thread, to end a blocking Reap early.
 #pragma once
 
@@ -58,13 +58,13 @@ struct UringOptions {
   // kStatx of an open fd and kFgetxattr: on a local filesystem the inode is
   // in memory and a worker hand-off costs more than the call; on a network
   // filesystem (FUSE, NFS) either may wait for the server, which must never
-  // stall the engine thread.
+  // stall the I/O thread.
   bool inline_fd_metadata = true;
   // Every request goes to the kernel's workers (IOSQE_ASYNC) instead of
   // being tried on the submitting thread first. On FUSE an O_DIRECT write
   // issued from the submitter waits there for the server, and a file's
   // first poll check sends a synchronous FUSE_POLL: on a network filesystem
-  // io_uring_submit itself could hang the engine thread.
+  // io_uring_submit itself could hang the I/O thread.
   bool force_async = false;
   // The most kernel workers the ring may run at once, for bounded work
   // (reads and writes of regular files) and for unbounded work (opens,

@@ -32,7 +32,7 @@
 //    abandon_after_ns is failed the same way, so nothing queues forever
 //    behind slots the kernel holds.
 //
-// Thread safety: none; the engine thread owns it. Tests drive it directly.
+// Thread safety: none; the fs tier's I/O thread owns it. Tests drive it directly.
 #pragma once
 
 #include <algorithm>
@@ -118,9 +118,9 @@ class IoScheduler {
 
   bool idle() const { return running_.empty() && read_queue_.empty() && write_queue_.empty(); }
   // Nothing queued or about to be issued, and every op in flight has had
-  // its result taken and waits on a request the kernel holds: what a closing
-  // tier may leave behind.
-  bool only_quarantined() const {
+  // its result taken and waits on a stuck request (one the kernel holds):
+  // what a closing tier may leave behind.
+  bool only_stuck() const {
     return read_queue_.empty() && write_queue_.empty() && reissue_.empty() && abandoned_running_ == running_.size() &&
            stuck_ == running_.size();
   }

@@ -285,7 +285,7 @@ class UringBackend final : public IoBackend {
 
  private:
   // With force_async every request must be one the ring runs in its workers:
-  // an opcode this kernel lacks would run inline, on the engine thread, and
+  // an opcode this kernel lacks would run inline, on the I/O thread, and
   // on a network filesystem hang it with the server (the fs tier then runs
   // the syscall pool instead). kTouchAtime is never issued there.
   Status CheckAllAsync() const {
@@ -294,7 +294,7 @@ class UringBackend final : public IoBackend {
       if (!supported_[op]) {
         return Status(StatusCode::kUnavailable, "this kernel's io_uring lacks opcode " +
                                                     std::to_string(UringOpcode(static_cast<IoOp>(op))) +
-                                                    ", which would run on the engine thread");
+                                                    ", which would run on the I/O thread");
       }
     }
     if (!have_openat2_) return Status(StatusCode::kUnavailable, "this kernel's io_uring lacks OPENAT2");
@@ -412,7 +412,7 @@ class UringBackend final : public IoBackend {
   bool submit_error_logged_ = false;
   std::deque<IoCompletion> inline_done_;
   std::vector<FixedRegion> fixed_;
-  // Written by the engine thread, read by Metrics() from any thread.
+  // Written by the I/O thread, read by Metrics() from any thread.
   std::atomic<uint64_t> fixed_ios_{0};
 };
 

@@ -6,7 +6,7 @@
 // threads (SGLang's prefetch, prefetch I/O and backup threads) each get
 // their own job back. No I/O call times out on its own: a call waits until
 // its job finishes, and the tier bounds that (io_timeout_ms, then the
-// abandonment of fs_tier_engine.cc). Giving up earlier would be unsafe: a
+// abandonment of fs_tier_io_loop.cc). Giving up earlier would be unsafe: a
 // load's op may still copy into the caller's pieces, and a store's may
 // still read them, until its job is returned. Clear touches no caller
 // memory, so its walk runs on a thread of its own under a watch

@@ -1,17 +1,18 @@
-// The fs tier's engine: one thread that moves submitted jobs into the
+// The fs tier's I/O loop: one thread that moves submitted jobs into the
 // scheduler, hands its requests to the backend, feeds completions back and
 // reports finished jobs. Callers only touch the inbox and the finished list.
 //
-// A sick volume (docs/sick-volumes.md): a request the kernel still holds past its
-// deadline (+ kAbandonGraceMs, for the backend's cancel to land where it
-// can) is abandoned: its key fails with kTimedOut at once, while the op, its
-// slot and the memory the kernel may write stay quarantined in the
-// scheduler until the kernel returns it. RootHealth turns the root down
-// after repeated misses (work then fails at once, one probe at a time
-// checks the root) and up when a probe answers. Closing the tier waits for
-// everything but quarantined requests, so it returns within io_timeout_ms
-// plus the grace and a poll interval (docs/config.md); whatever the kernel
-// still holds then is left to the process exit, never freed under it.
+// A sick volume (docs/sick-volumes.md; constants in sick_volume_policy.h): a
+// request the kernel still holds past its deadline + kAbandonGraceMs (time
+// for the backend's cancel to land) is abandoned: its key fails with
+// kTimedOut at once, while the request is stuck: its op, slot and the memory
+// the kernel may write stay in the scheduler until the kernel returns it.
+// RootHealth turns the root down after repeated misses (work then fails at
+// once, one probe at a time checks the root) and up when a probe answers.
+// Closing waits for everything but stuck requests, so it returns within
+// io_timeout_ms plus the grace and a poll (docs/config.md); what the kernel
+// still holds then is left to the process exit, never freed under it. All
+// of it runs on the injected Clock (io/clock.h): tests need no sleep.
 #include <atomic>
 #include <condition_variable>
 #include <deque>
@@ -23,6 +24,7 @@
 #include "format/layout_names.h"
 #include "fs/fs_tier_internal.h"
 #include "fs/root_health.h"
+#include "fs/sick_volume_policy.h"
 #include "fs/tier_metrics.h"
 #include "fs/tier_space.h"
 #include "util/keep_forever.h"
@@ -31,16 +33,7 @@
 namespace kvtier::internal {
 namespace {
 
-// How long past its deadline a request may take to come back cancelled
-// before it is abandoned instead.
-constexpr uint64_t kAbandonGraceMs = 100;
-// Deadline misses in a row that turn a root down, and how often it is probed then.
-constexpr int kMissesToDown = 3;
-constexpr uint64_t kProbeIntervalNs = 1'000'000'000;
-// The engine's poll while work is in flight (abandonment and probes are timed by it).
-constexpr int kPollMs = 50;
-// Tags of probe requests (the scheduler's count up from 1, the backends
-// reserve the top few).
+// Probe tags: above the scheduler's (from 1 up), below the few backends reserve.
 constexpr uint64_t kProbeTagBase = uint64_t{1} << 62;
 
 struct Job {
@@ -61,12 +54,12 @@ struct Submission {
 class FsTierImpl final : public FsTier {
  public:
   FsTierImpl(const FsTierOpenOptions& o, Namespace ns, std::unique_ptr<TierShared> shared,
-             std::unique_ptr<IoBackend> backend, std::unique_ptr<Lease> lease)
-      : options_(o), ns_(std::move(ns)), shared_(std::move(shared)), backend_(std::move(backend)),
+             std::unique_ptr<IoBackend> backend, std::unique_ptr<Lease> lease, const Clock& clock)
+      : options_(o), clock_(clock), ns_(std::move(ns)), shared_(std::move(shared)), backend_(std::move(backend)),
         lease_(std::move(lease)),
         scheduler_limits_(Limits(o)), scheduler_(scheduler_limits_), detector_(o.tier.backpressure), health_(kMissesToDown, kProbeIntervalNs),
         space_(TierSpace::Start(o.tier, shared_->local_root, shared_->root.get(), ns_.block_dir_name(), shared_->file_bytes())) {
-    engine_ = std::thread([this] { Run(); });
+    io_thread_ = std::thread([this] { Run(); });
   }
   ~FsTierImpl() override {
     {
@@ -76,19 +69,19 @@ class FsTierImpl final : public FsTier {
     backend_->Wake();
     {
       std::unique_lock lock(mu_);
-      idle_cv_.wait(lock, [&] { return engine_done_; });
+      idle_cv_.wait(lock, [&] { return loop_done_; });
     }
     if (!leak_backend_) {
-      engine_.join();
+      io_thread_.join();
       return;
     }
     // The kernel still holds requests of the backend's ring or threads:
-    // leave it (its threads, fds and ring) to the process exit. The engine
+    // leave it (its threads, fds and ring) to the process exit. The I/O
     // thread is not joined either: a thread that set up an io_uring waits,
     // as it exits, for the ring's kernel workers, which are the ones stuck.
     KeepForever(std::move(backend_));
     KeepForever(std::move(shared_));  // the root fd: requests still queued in the kernel resolve paths from it
-    engine_.detach();
+    io_thread_.detach();
   }
 
   Result<uint64_t> SubmitStore(std::span<const OffloadKey> keys,
@@ -224,7 +217,7 @@ class FsTierImpl final : public FsTier {
 
   uint64_t Enqueue(Submission sub) {
     const uint64_t id = sub.job->id;
-    const uint64_t now = MonotonicNowNs();
+    const uint64_t now = clock_.NowNs();
     sub.enqueued_ns = now;
     for (size_t i = 0; i < sub.ops.size(); ++i) {
       sub.ops[i]->owner = sub.job.get();
@@ -239,7 +232,7 @@ class FsTierImpl final : public FsTier {
       else inbox_.push_back(std::move(sub));
     }
     if (empty) NotifyFinished();
-    // One wake-up per sleep: while the engine works, it drains the inbox
+    // One wake-up per sleep: while the loop works, it drains the inbox
     // anyway, and a write per job cost several context switches per row.
     if (sleeping_.exchange(false)) backend_->Wake();
     return id;
@@ -310,7 +303,7 @@ class FsTierImpl final : public FsTier {
   }
 
   void ReportKey(Job* job, FsBlockOp* op) {
-    const uint64_t latency_ns = MonotonicNowNs() - op->start_ns;
+    const uint64_t latency_ns = clock_.NowNs() - op->start_ns;
     metrics_.Record(job->kind, op->result.outcome, op->bytes, latency_ns);
     if (job->kind == JobKind::kStore && op->result.outcome == KeyOutcome::kOk) {
       detector_.Add(op->bytes, latency_ns);
@@ -338,23 +331,23 @@ class FsTierImpl final : public FsTier {
   }
 
   // Stopping: every job has its result, and what is left in flight (if
-  // anything) is quarantined in the kernel.
+  // anything) is stuck in the kernel.
   // A probe is waited for until it counts as stuck (then the kernel keeps it).
   bool Stopped() const {
     const uint64_t abandon_ns = scheduler_limits_.abandon_after_ns;
     const bool probe_settled = !health_.probe_in_flight() ||
-                               (abandon_ns > 0 && MonotonicNowNs() >= probe_sent_ns_ + abandon_ns);
-    return probe_settled && (scheduler_.idle() || (scheduler_.only_quarantined() && jobs_.empty()));
+                               (abandon_ns > 0 && clock_.NowNs() >= probe_sent_ns_ + abandon_ns);
+    return probe_settled && (scheduler_.idle() || (scheduler_.only_stuck() && jobs_.empty()));
   }
 
-  // Announces that the engine is about to block in Reap and returns how
+  // Announces that the loop is about to block in Reap and returns how
   // long it may: 0 when work arrived meanwhile. A submitter that sees the
   // flag wakes it; one that comes before the inbox check is seen by it.
   int SleepTimeoutMs(bool idle) {
     sleeping_.store(true);
     std::lock_guard lock(mu_);
     if (!inbox_.empty()) return 0;
-    return idle && health_.up() ? -1 : kPollMs;
+    return idle && health_.up() ? -1 : kLoopPollMs;
   }
 
   void Run() {
@@ -363,7 +356,7 @@ class FsTierImpl final : public FsTier {
     while (DrainInbox()) {
       requests.clear();
       if (!health_.up()) FailQueued();
-      scheduler_.Emit(&requests, MonotonicNowNs());
+      scheduler_.Emit(&requests, clock_.NowNs());
       MaybeProbe(&requests);
       // A backend completes every request it was given, failures included
       // (as -errno), so nothing is failed here: doing so could report a
@@ -377,9 +370,9 @@ class FsTierImpl final : public FsTier {
       for (size_t i = 0; i < n; ++i) OnCompletion(completions[i]);
       ExpireAndCollect();
     }
-    LeaveQuarantined();
+    LeaveStuck();
     std::lock_guard lock(mu_);
-    engine_done_ = true;  // nothing of this object is touched after this
+    loop_done_ = true;  // nothing of this object is touched after this
     idle_cv_.notify_all();
   }
 
@@ -399,7 +392,7 @@ class FsTierImpl final : public FsTier {
   // Abandons what outlived its deadline, reports those results, then the
   // finished ops'.
   void ExpireAndCollect() {
-    const size_t missed = scheduler_.Expire(MonotonicNowNs());
+    const size_t missed = scheduler_.Expire(clock_.NowNs());
     std::vector<BlockOp*> abandoned;
     scheduler_.TakeAbandoned(&abandoned);
     for (BlockOp* op : abandoned) Report(static_cast<FsBlockOp*>(op));
@@ -410,7 +403,7 @@ class FsTierImpl final : public FsTier {
   }
 
   void NoteMisses(size_t n) {
-    if (!health_.Missed(n, MonotonicNowNs())) return;
+    if (!health_.Missed(n, clock_.NowNs())) return;
     LogWarning("fs tier: root_dir " + options_.tier.root_dir + " is down: " + std::to_string(kMissesToDown) +
                " requests in a row got no answer within io_timeout_ms (" + std::to_string(options_.tier.io_timeout_ms) +
                " ms); until a probe answers, lookups miss, loads fail and stores are dropped");
@@ -429,7 +422,7 @@ class FsTierImpl final : public FsTier {
   }
 
   void MaybeProbe(std::vector<IoRequest>* requests) {
-    const uint64_t now = MonotonicNowNs();
+    const uint64_t now = clock_.NowNs();
     if (!health_.ProbeDue(now)) return;
     IoRequest probe;
     // A forced statx of root_dir itself: FUSE and NFS ask the server rather
@@ -444,15 +437,15 @@ class FsTierImpl final : public FsTier {
 
   void OnProbe(int64_t res) {
     const bool answered = res == 0;
-    if (!health_.ProbeDone(answered, MonotonicNowNs())) return;
-    const double down_s = static_cast<double>(MonotonicNowNs() - health_.down_since_ns()) * 1e-9;
+    if (!health_.ProbeDone(answered, clock_.NowNs())) return;
+    const double down_s = static_cast<double>(clock_.NowNs() - health_.down_since_ns()) * 1e-9;
     LogWarning("fs tier: root_dir " + options_.tier.root_dir + " answers again after " +
                std::to_string(static_cast<int>(down_s)) + " s down; resuming");
   }
 
   // After the loop: requests the kernel still holds keep their memory (the
   // ops, and the backend that owns the ring or the threads) for good.
-  void LeaveQuarantined() {
+  void LeaveStuck() {
     if (scheduler_.idle() && !health_.probe_in_flight()) return;
     std::vector<std::unique_ptr<BlockOp>> held;
     scheduler_.TakeAll(&held);
@@ -464,65 +457,44 @@ class FsTierImpl final : public FsTier {
   }
 
   const FsTierOpenOptions options_;
+  const Clock& clock_;  // the policy's time (io/clock.h)
   const Namespace ns_;
   std::unique_ptr<TierShared> shared_;
   std::unique_ptr<IoBackend> backend_;
   std::unique_ptr<Lease> lease_;  // heartbeat for gc (L74)
   const SchedulerLimits scheduler_limits_;
-  IoScheduler scheduler_;                                   // engine thread only
-  std::unordered_map<uint64_t, std::unique_ptr<Job>> jobs_;  // engine thread only
-  StoreLatencyDetector detector_;  // Add() on the engine thread; pressured() anywhere
-  RootHealth health_;              // changed on the engine thread; up() anywhere
+  IoScheduler scheduler_;                                   // I/O thread only
+  std::unordered_map<uint64_t, std::unique_ptr<Job>> jobs_;  // I/O thread only
+  StoreLatencyDetector detector_;  // Add() on the I/O thread; pressured() anywhere
+  RootHealth health_;              // changed on the I/O thread; up() anywhere
   std::unique_ptr<TierSpace> space_;  // max_bytes and the space gauges
   const std::string root_down_why_ = "root_dir " + options_.tier.root_dir + " is down (no answer within io_timeout_ms)";
-  // The probe's answer (engine thread); on the heap, so that a probe still
+  // The probe's answer (I/O thread); on the heap, so that a probe still
   // in the kernel when the tier closes can keep it.
   std::unique_ptr<struct statx> probe_stx_ = std::make_unique<struct statx>();
   uint64_t probe_seq_ = 0;
   uint64_t probe_sent_ns_ = 0;
-  bool leak_backend_ = false;      // set by the engine thread before it exits
+  bool leak_backend_ = false;      // set by the I/O thread before it exits
   TierMetricsCounters metrics_;
   std::atomic<uint64_t> next_job_id_{1};
-  std::atomic<bool> sleeping_{false};  // the engine is in (or about to enter) a blocking Reap
+  std::atomic<bool> sleeping_{false};  // the loop is in (or about to enter) a blocking Reap
   std::mutex mu_;
   std::condition_variable idle_cv_;
   std::deque<Submission> inbox_;
   std::vector<JobResult> finished_;
   size_t open_jobs_ = 0;
   bool stop_ = false;
-  bool engine_done_ = false;  // Run() has returned its last use of the object
-  std::thread engine_;
+  bool loop_done_ = false;   // Run() has returned its last use of the object
+  std::thread io_thread_;
 };
 
 }  // namespace
 
 std::unique_ptr<FsTier> MakeFsTierImpl(const FsTierOpenOptions& options, Namespace ns,
                                        std::unique_ptr<TierShared> shared, std::unique_ptr<IoBackend> backend,
-                                       std::unique_ptr<Lease> lease) {
+                                       std::unique_ptr<Lease> lease, const Clock& clock) {
   return std::make_unique<FsTierImpl>(options, std::move(ns), std::move(shared), std::move(backend),
-                                      std::move(lease));
+                                      std::move(lease), clock);
 }
 
 }  // namespace kvtier::internal
-
-namespace kvtier {
-
-std::string_view KeyOutcomeName(KeyOutcome outcome) {
-  switch (outcome) {
-    case KeyOutcome::kOk: return "ok";
-    case KeyOutcome::kSkippedExists: return "skipped_exists";
-    case KeyOutcome::kMiss: return "miss";
-    case KeyOutcome::kCorrupt: return "corrupt";
-    case KeyOutcome::kDropped: return "dropped";
-    case KeyOutcome::kError: return "error";
-  }
-  return "unknown";
-}
-
-size_t JobResult::OkPrefix() const {
-  size_t n = 0;
-  while (n < keys.size() && keys[n].outcome == KeyOutcome::kOk) ++n;
-  return n;
-}
-
-}  // namespace kvtier
