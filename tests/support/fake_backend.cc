@@ -48,6 +48,10 @@ int64_t FakeBackend::Execute(internal::IoRequest req) {
 Status FakeBackend::Submit(std::span<const internal::IoRequest> requests) {
   std::lock_guard lock(mu_);
   for (const auto& r : requests) {
+    if (hold_ && hold_(r)) {
+      held_.push_back(r);
+      continue;
+    }
     internal::IoCompletion c{r.tag, Execute(r)};
     if (OneIn(plan_.slow_one_in)) {
       ++faults_;
@@ -57,10 +61,12 @@ Status FakeBackend::Submit(std::span<const internal::IoRequest> requests) {
     }
   }
   if (plan_.shuffle) std::shuffle(done_.begin(), done_.end(), rng_);
+  cv_.notify_all();
   return Status::Ok();
 }
 
 size_t FakeBackend::Reap(std::span<internal::IoCompletion> out, int timeout_ms) {
+  if (manual_) return ReapManually(out, timeout_ms);
   for (int waited = 0;; ++waited) {
     {
       std::lock_guard lock(mu_);
@@ -72,23 +78,84 @@ size_t FakeBackend::Reap(std::span<internal::IoCompletion> out, int timeout_ms) 
         done_.push_back(it->second);
         it = slow_.erase(it);
       }
-      if (!done_.empty() || woken_ || (timeout_ms >= 0 && waited >= timeout_ms)) {
-        woken_ = false;
-        size_t n = 0;
-        while (n < out.size() && !done_.empty()) {
-          out[n++] = done_.front();
-          done_.pop_front();
-        }
-        return n;
-      }
+      if (!done_.empty() || woken_ || (timeout_ms >= 0 && waited >= timeout_ms)) return TakeDone(out);
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
 }
 
+size_t FakeBackend::ReapManually(std::span<internal::IoCompletion> out, int timeout_ms) {
+  std::unique_lock lock(mu_);
+  if (done_.empty() && !woken_ && timeout_ms != 0) {
+    ++waits_;
+    cv_.notify_all();
+    cv_.wait(lock, [&] { return !done_.empty() || woken_; });
+  }
+  return TakeDone(out);
+}
+
+size_t FakeBackend::TakeDone(std::span<internal::IoCompletion> out) {
+  woken_ = false;
+  const size_t n = std::min(out.size(), done_.size());
+  std::copy_n(done_.begin(), n, out.begin());
+  done_.erase(done_.begin(), done_.begin() + static_cast<std::ptrdiff_t>(n));
+  return n;
+}
+
 void FakeBackend::Wake() {
   std::lock_guard lock(mu_);
   woken_ = true;
+  ++wakes_;
+  cv_.notify_all();
+}
+
+uint64_t FakeBackend::wakes() const {
+  std::lock_guard lock(mu_);
+  return wakes_;
+}
+
+void FakeBackend::AwaitWakes(uint64_t n) {
+  std::unique_lock lock(mu_);
+  cv_.wait(lock, [&] { return wakes_ >= n; });
+}
+
+void FakeBackend::HoldWhere(RequestFilter which) {
+  std::lock_guard lock(mu_);
+  hold_ = std::move(which);
+}
+
+std::vector<internal::IoRequest> FakeBackend::held() const {
+  std::lock_guard lock(mu_);
+  return held_;
+}
+
+size_t FakeBackend::Release(const RequestFilter& which, std::optional<int64_t> res) {
+  std::lock_guard lock(mu_);
+  size_t n = 0;
+  for (auto it = held_.begin(); it != held_.end();) {
+    if (which && !which(*it)) {
+      ++it;
+      continue;
+    }
+    done_.push_back({it->tag, res ? *res : Execute(*it)});
+    it = held_.erase(it);
+    ++n;
+  }
+  cv_.notify_all();
+  return n;
+}
+
+void FakeBackend::StepManually() {
+  std::lock_guard lock(mu_);
+  manual_ = true;
+}
+
+void FakeBackend::Settle(const std::atomic<bool>* done) {
+  std::unique_lock lock(mu_);
+  const uint64_t waits = waits_;
+  woken_ = true;
+  cv_.notify_all();
+  cv_.wait(lock, [&] { return waits_ > waits || (done != nullptr && *done); });
 }
 
 std::vector<internal::IoRequest> FakeBackend::log() const {

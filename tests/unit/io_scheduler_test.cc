@@ -300,7 +300,7 @@ TEST(IoSchedulerAbandon, AStuckRequestIsAbandonedButKeepsItsSlotUntilTheKernelRe
   EXPECT_EQ(s.Expire(101 * kMs), 2u);
   EXPECT_TRUE(ops[0]->abandoned && ops[1]->abandoned);
   EXPECT_EQ(s.stuck(), 2u);
-  EXPECT_TRUE(s.only_quarantined());
+  EXPECT_TRUE(s.only_stuck());
   std::vector<BlockOp*> abandoned;
   s.TakeAbandoned(&abandoned);
   ASSERT_EQ(abandoned.size(), 2u);
@@ -374,7 +374,7 @@ TEST(IoSchedulerAbandon, ARequestIntoMemoryTheOpDoesNotOwnIsCountedStuckButNever
   std::vector<BlockOp*> abandoned;
   s.TakeAbandoned(&abandoned);
   EXPECT_TRUE(abandoned.empty()) << "no result while the kernel may write the caller's memory";
-  EXPECT_FALSE(s.only_quarantined()) << "a closing tier waits for it";
+  EXPECT_FALSE(s.only_stuck()) << "a closing tier waits for it";
   s.Complete({reqs[0].tag, 0});
   std::vector<std::unique_ptr<BlockOp>> finished;
   s.TakeFinished(&finished);
