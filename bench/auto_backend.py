@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""Which engine io_backend "auto" should run on a FUSE mount: store, lookup and load times of one fs tier.
+"""Which backend io_backend "auto" should run on a FUSE mount: store, lookup and load times of one fs tier.
 
 Mounts kvtier_faultfs over a backing directory, adds --delay-ms to every call (0 and 2 by
 default: a passthrough FUSE daemon at network latency, with no kernel caching), and for each of
-the engines io_uring ("uring"), the syscall pool ("syscall") and "auto" opens a kvtier.FsTier
+the backends io_uring ("uring"), the syscall pool ("syscall") and "auto" opens a kvtier.FsTier
 (default config otherwise: 16 + 16 I/O slots, checksums on) and times, for --blocks rows of
 --row-bytes: storing every row (jobs of --keys-per-job keys, all submitted at once, the shard
 directories already present), deciding every key's lookup, and loading every row (checked

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # What the sick-volume safety (docs/sick-volumes.md) costs on a local disk, side by side in interleaved
 # rounds: a baseline kvtier binary (BASE: e.g. one built from the commit
-# before the abandonment engine), this build with bounce_loads "auto" (off on
+# before stuck requests were abandoned), this build with bounce_loads "auto" (off on
 # a local filesystem: only the abandonment bookkeeping is left) and with
 # bounce rows forced on (what a network-filesystem user pays per loaded row).
 # Prints each run and the median ratios against the baseline.

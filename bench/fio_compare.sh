@@ -8,7 +8,7 @@
 #       (access, mkdir -p, open O_EXCL, write, close, rename / open, read, close);
 #   (b') vllm_baseline --crc: the same plus the integrity work kvtier always
 #       does (CRC32C into the xattr on store, checked on load), so that one
-#       ratio compares the two engines doing the same work;
+#       ratio compares the two I/O paths doing the same work;
 #   (c) kvtier bench fs --mixed: the io_uring fs tier, queue depth QD;
 #   (c') kvtier bench fs --no-checksum: the same tier with checksum_blocks
 #       off, the same work as (b);

@@ -20,7 +20,7 @@
 #                 existence checks of every stored block in jobs of 64 keys,
 #                 statx through the ring on warm dentries. No tool measures
 #                 lookups on their own; this is the figure that stands for them.
-#   fs engine     bench/fio_compare.sh DIR ROWS 1048576 32: kvtier's io_uring fs
+#   fs tier       bench/fio_compare.sh DIR ROWS 1048576 32: kvtier's io_uring fs
 #                 tier vs fio (io_uring, O_DIRECT) and vs the thread-pool
 #                 baseline doing vLLM's syscalls: GB/s, GB per CPU-second, load
 #                 p99 under a store stream / unloaded ("skipped: fio not
@@ -182,7 +182,7 @@ run_tool "lookups (kvtier bench fs, $LOOKUP_ROWS x $LOOKUP_ROW)" bench_fs.json \
 # $TMPDIR: point that into the work directory, then copy it to $OUT/fio_compare/.
 mkdir -p "$WORKDIR/fio-raw"
 TMPDIR=$WORKDIR/fio-raw KEEP_RAW=1 KVTIER_BUILD_DIR=$REPO/build \
-  run_tool "fs engine vs fio and the baseline (bench/fio_compare.sh, $FIO_ROWS x $FIO_ROW_BYTES B, QD $FIO_QD)" \
+  run_tool "fs tier vs fio and the baseline (bench/fio_compare.sh, $FIO_ROWS x $FIO_ROW_BYTES B, QD $FIO_QD)" \
   fio_compare.txt bash bench/fio_compare.sh "$WORKDIR/fio" "$FIO_ROWS" "$FIO_ROW_BYTES" "$FIO_QD"
 for raw in "$WORKDIR"/fio-raw/kvtier-fio-compare-json.*; do
   if [[ -d $raw ]]; then
@@ -330,12 +330,12 @@ def lookups(j):
     add("  CPU per key", lk["cpu_s"] * 1e6 / lk["keys"] if lk["keys"] else None, "us")
 guarded("bench_fs.json", lookups)
 
-# 4. fs engine vs fio and the baseline -------------------------------------------------
-section("fs engine: kvtier vs fio and vs the vLLM-syscall thread pool", "fio_compare.txt (+ fio_compare/*.json)")
+# 4. fs tier vs fio and the baseline ---------------------------------------------------
+section("fs tier: kvtier vs fio and vs the vLLM-syscall thread pool", "fio_compare.txt (+ fio_compare/*.json)")
 NUM = r"(-?[\d.]+|nan|inf)"
 def f(x):
     return float(x)
-def fs_engine(t):
+def fs_tier(t):
     tools = {}
     for line in t.splitlines():
         m = re.match(r"^(fio |vLLM baseline|kvtier )(.*?)\s+" + r"\s+".join([NUM] * 6) + r"\s*$", line)
@@ -382,7 +382,7 @@ def fs_engine(t):
     if m:
         add("kvtier rows verified / corrupt", [int(m.group(4)), int(m.group(6))], "rows", None,
             "of %s stored (baseline: %s / %s)" % (m.group(5), m.group(1), m.group(3)))
-guarded("fio_compare.txt", fs_engine)
+guarded("fio_compare.txt", fs_tier)
 
 # 5. CLI scan vs find ---------------------------------------------------------------------
 section("CLI scan vs find (warm tree of %d block files)" % scan_files, "scan_vs_find.txt (+ scan_du.json, scan_fsck.json)")

@@ -5,11 +5,11 @@
 // O_DIRECT, write the row, close, rename it to its block name), four ways:
 //   threads: DEPTH plain threads doing the syscalls (the vllm_baseline shape);
 //   steps:   one io_uring, DEPTH stores in flight, one SQE per step, the next
-//            step prepared when the previous one completes (kvtier's engine
+//            step prepared when the previous one completes (kvtier's I/O loop
 //            today; the rename runs on the ring's thread, as inline_metadata);
 //   handoff: one dispatching thread hands each whole store to a pool of
 //            DEPTH threads and collects its completion (a design where the
-//            engine thread hands store ops, not syscalls, to workers);
+//            I/O thread hands store ops, not syscalls, to workers);
 //   chain:   one io_uring, DEPTH stores in flight, open -> write -> close as
 //            one linked chain through a registered file slot (direct
 //            descriptors: no fd in the process table), the open and write

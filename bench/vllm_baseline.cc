@@ -13,7 +13,7 @@
 // proposes): CRC32C of the row into the xattr user.vllm.kv_crc32c before the
 // close / fgetxattr after the open, the row's CRC32C checked after the read
 // (a mismatch unlinks the file). The ratio against this baseline compares
-// the two engines doing the same work.
+// the two I/O paths doing the same work.
 // The temp suffix is drawn once per thread, as vLLM does; O_DIRECT is used
 // after vLLM's start-up probe. Files use kvtier's (= vLLM's) hash-sharded
 // layout under --root, in their own namespace, with the same keys and row

@@ -1,5 +1,5 @@
 // FsTier: a filesystem tier of vLLM-compatible block files, driven by an
-// io_uring engine (or, where the kernel refuses a ring, a syscall thread pool).
+// io_uring I/O loop (or, where the kernel refuses a ring, a syscall thread pool).
 //
 // Jobs are asynchronous batches: SubmitStore / SubmitLoad / SubmitLookup
 // return a job id at once (they never wait for I/O); PollFinished hands back
@@ -19,7 +19,7 @@
 // are multiples of 4096 (and the probe at Open allowed it); others go
 // through the page cache.
 //
-// Several roots (path_sharding kByBlockHash, FORMAT.md L99): one engine per
+// Several roots (path_sharding kByBlockHash, FORMAT.md L99): one I/O loop per
 // root, each with its own queues and the options' limits; a job's keys are
 // split by root and its results merged back into one JobResult, in
 // submission order.
@@ -120,7 +120,7 @@ class KVTIER_API FsTier {
   // probes O_DIRECT (a refusal is logged: buffered I/O) and, with
   // tier.checksum_blocks, user xattrs (L102: where the CRC goes, L130), registers registered_memory
   // with io_uring (a refusal is logged), takes a heartbeat lease for gc
-  // (L74), and starts the engine thread, the thread that samples statvfs
+  // (L74), and starts the I/O thread, the thread that samples statvfs
   // and, with startup_scan (by default: with max_bytes), the one that scans
   // the block directory once (neither is waited for here, nor by the close
   // on a hung mount). Its filesystem calls do not grow with the blocks the
@@ -156,7 +156,7 @@ class KVTIER_API FsTier {
   // Errors of one root carry "root_dir[i]" in their message.
   static Result<std::unique_ptr<FsTier>> Open(const FsTierOpenOptions& options);
   // Finishes every submitted job (queued ones included: their I/O runs,
-  // and on_job_finished is called for them), then stops the engine and
+  // and on_job_finished is called for them), then stops the I/O thread and
   // removes the lease. Results not yet polled are discarded. No other
   // method may run, or be called, during or after it.
   virtual ~FsTier() = default;

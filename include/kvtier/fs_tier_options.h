@@ -15,7 +15,7 @@
 namespace kvtier {
 
 // The most I/O slots one fs tier (one root of a path_sharding list) may have:
-// n_read_threads + n_write_threads <= 8192. The io_uring engine sizes its ring
+// n_read_threads + n_write_threads <= 8192. The io_uring backend sizes its ring
 // at four submission entries per slot, and the kernel refuses a ring above
 // IORING_MAX_ENTRIES (32768); the syscall fallback runs one OS thread per
 // slot. The config parser and FsTier::Open refuse a larger sum with
@@ -93,7 +93,7 @@ struct FsTierOptions {
   // otherwise); default true.
   bool o_direct = true;
   // `inline_metadata`: "auto" (on where root_dir is a local filesystem),
-  // "on" or "off": whether the io_uring engine runs mkdirat, renameat,
+  // "on" or "off": whether the io_uring backend runs mkdirat, renameat,
   // unlinkat and fsetxattr on its own thread instead of io_uring's workers
   // (options.h says why); default "auto". The syscall backend ignores it.
   InlineMetadata inline_metadata = InlineMetadata::kAuto;

@@ -38,7 +38,7 @@ using LogSink = std::function<void(LogLevel level, std::string_view message)>;
 // calling thread before SetLogSink returns.
 //
 // What a sink may do: it is called from whichever thread logs (a caller's
-// thread inside a kvtier call, or one of kvtier's engine, worker or
+// thread inside a kvtier call, or one of kvtier's I/O, worker or
 // progress threads), possibly from several threads at once, so it must be
 // thread-safe. It should return quickly and must not block on anything that
 // waits for kvtier (a kvtier thread is paused while it runs). It should not

@@ -50,16 +50,16 @@ enum class GpuCopy {
   kStaged,  // "staged": through the device staging buffer
 };
 
-// `inline_metadata` of an fs tier (kvtier's own): where the io_uring engine
+// `inline_metadata` of an fs tier (kvtier's own): where the io_uring backend
 // runs a store's directory and xattr syscalls (mkdirat, renameat, unlinkat,
 // fsetxattr). io_uring hands each of them to a kernel worker thread, at a
 // wake-up and two context switches apiece; on a local filesystem the syscall
-// itself is cheaper than that, so the engine thread makes it directly. On a
+// itself is cheaper than that, so the I/O thread makes it directly. On a
 // network filesystem one can wait a round trip or a hung server, which must
-// not stall the engine's other I/O, so there they stay in the kernel's workers.
+// not stall the I/O thread's other work, so there they stay in the kernel's workers.
 enum class InlineMetadata {
   kAuto,  // "auto": on where root_dir is a local filesystem (ext4, XFS, btrfs, tmpfs, F2FS), off elsewhere
-  kOn,    // "on": always on the engine thread
+  kOn,    // "on": always on the I/O thread
   kOff,   // "off": always in io_uring's workers
 };
 

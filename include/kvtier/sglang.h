@@ -12,7 +12,7 @@
 // keys) and hex(SHA-256(key)) otherwise (L106).
 //
 // SglangStore is the synchronous batch API an engine's threads call: each
-// call submits one job to an FsTier (the io_uring engine) and waits for it.
+// call submits one job to an FsTier (the io_uring I/O loop) and waits for it.
 // A page is moved as several pieces (SGLang's host pool keeps a page's K and
 // V at different addresses), straight between the file and the pieces, with
 // the CRC32C of their concatenation (L60, L102). Every failure is a per-key
@@ -202,7 +202,7 @@ class KVTIER_API SglangStore {
   std::string PagePath(std::string_view key) const;
 
   // Waits for calls in flight, drains the tier's queued I/O, removes the
-  // lease and stops the engine. Idempotent; later calls return false / 0 /
+  // lease and stops the I/O thread. Idempotent; later calls return false / 0 /
   // kUnavailable.
   void Close();
 

@@ -125,7 +125,7 @@ class JobResult:
     ok_prefix: int  # leading keys that are "ok" (for loads: the prefix that can be used)
 
 class FsTier:
-    """A filesystem tier of vLLM-compatible block files driven by kvtier's io_uring engine.
+    """A filesystem tier of vLLM-compatible block files driven by kvtier's io_uring I/O loop.
 
     ``config`` is one fs tier's keys as a dict or JSON text (``root_dir`` required; vLLM's keys
     and kvtier's own, docs/config.md; ``n_read_threads + n_write_threads`` at most 8192). Dict
@@ -160,7 +160,7 @@ class FsTier:
         """Waits (GIL released) until no job runs; KvtierError(timed_out) after ``timeout_ms``."""
     def close(self) -> None:
         """Stops admitting jobs (later submits raise KvtierError(unavailable)), waits for running
-        ones, stops the engine and releases every held buffer. Results not yet polled stay
+        ones, stops the I/O thread and releases every held buffer. Results not yet polled stay
         pollable."""
     def metrics(self) -> dict[str, int | float]:
         """The tier's counters; after :meth:`close`, their last values."""

@@ -18,7 +18,7 @@ The page files are kvtier's (layout-spec/FORMAT.md, the SGLang rules): one file 
 SGLang's own flat page bytes, sharded like vLLM's blocks, written by temp file and rename with
 the CRC32C in an xattr (or, on volumes without user xattrs, a trailer after the page:
 docs/checksums.md), in a namespace directory of its own beside vLLM's. All I/O is kvtier's C++
-``SglangStore`` (the io_uring engine), called with the GIL released; with ``interface_v1`` the
+``SglangStore`` (the io_uring I/O loop), called with the GIL released; with ``interface_v1`` the
 pages move straight between the files and the pool's K and V buffers.
 
 SGLang calls a backend from three daemon threads whose loops catch nothing: one exception ends

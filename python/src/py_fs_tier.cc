@@ -375,7 +375,7 @@ void BindJobResult(pb::module_& m) {
 
 void BindFsTier(pb::module_& m) {
   BindJobResult(m);
-  pb::class_<PyFsTier>(m, "FsTier", "A filesystem tier of vLLM-compatible block files (io_uring engine).")
+  pb::class_<PyFsTier>(m, "FsTier", "A filesystem tier of vLLM-compatible block files (io_uring I/O loop).")
       .def(pb::init<const Namespace&, uint64_t, const pb::object&>(), pb::arg("namespace"), pb::arg("row_bytes"),
            pb::arg("config"))
       .def("submit_store", [](PyFsTier& t, const pb::args& a, const pb::kwargs& k) { return t.Submit(a, k, false); },
@@ -389,7 +389,7 @@ void BindFsTier(pb::module_& m) {
       .def("wait_idle", &PyFsTier::WaitIdle, pb::arg("timeout_ms") = 30000,
            "Waits (GIL released) until no job runs; KvtierError(timed_out) after timeout_ms.")
       .def("close", &PyFsTier::Close,
-           "Stops admitting jobs, waits for running ones, stops the engine, releases buffers.")
+           "Stops admitting jobs, waits for running ones, stops the I/O thread, releases buffers.")
       .def("metrics", [](PyFsTier& t) { return FsMetricsDict(t.Metrics()); })
       .def("prometheus_text", [](PyFsTier& t, const std::string& name) {
              return Unwrap(t.WithTier([&](FsTier& f) { return f.PrometheusText(name); }));

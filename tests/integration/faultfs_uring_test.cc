@@ -1,4 +1,4 @@
-// Proves that the io_uring requests kvtier's engine issues reach
+// Proves that the io_uring requests kvtier's I/O loop issues reach
 // kvtier_faultfs and obey its faults: a read hung by the daemon stays in
 // flight (no completion) until Release(), then completes with the data,
 // both on an O_DIRECT fd and on a plain one (the kernel takes different

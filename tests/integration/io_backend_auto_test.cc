@@ -1,4 +1,4 @@
-// Proves that io_backend "auto" is the engine PickBackend names for the
+// Proves that io_backend "auto" is the backend PickBackend names for the
 // root's volume, as the open tier reports it (FsTier::backend_name): the
 // syscall pool on a FUSE mount (kvtier_faultfs), io_uring on a local temp
 // dir; that the explicit values still win on FUSE; that a tier over a
@@ -7,7 +7,7 @@
 // tier has slots (the kernel's default bound on the ring's workers, 4 per
 // CPU, held it to 8 on 2 CPUs: the test gives the tier more slots than that
 // bound and counts the opens the mount holds hung at once). No timing is
-// asserted: which engine is faster is measured by bench/auto_backend.py.
+// asserted: which backend is faster is measured by bench/auto_backend.py.
 #include <gtest/gtest.h>
 
 #include <algorithm>

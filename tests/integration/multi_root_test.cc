@@ -47,7 +47,7 @@ class MultiRootTest : public ::testing::Test {
     o.row_bytes = kRow;
     o.tier.n_read_threads = 4;
     o.tier.n_write_threads = 4;
-    o.tier.io_backend = IoBackendKind::kSyscall;  // works everywhere; the engine per root is the same code
+    o.tier.io_backend = IoBackendKind::kSyscall;  // works everywhere; the I/O loop per root is the same code
     return o;
   }
 

@@ -38,7 +38,7 @@ using testing::FaultFs;
 
 constexpr uint64_t kRow = 16384;
 constexpr uint32_t kTimeoutMs = 400;
-// Io timeout + the engine's grace and poll, with room for a loaded CI machine.
+// Io timeout + the I/O loop's grace and poll, with room for a loaded CI machine.
 constexpr int kLivenessMs = static_cast<int>(kTimeoutMs) + 5000;
 
 constexpr char kModel[] = "kvtier-test/sick";

@@ -109,7 +109,7 @@ struct DirectionFigures {
   // the phase are missing, so the parts may sum to less than the total).
   double caller_thread_cpu_s = 0;  // the thread that submits and polls
   double io_wq_cpu_s = 0;          // io_uring's iou-wrk-* workers
-  double other_threads_cpu_s = 0;  // everything else (engine, pool threads)
+  double other_threads_cpu_s = 0;  // everything else (I/O, pool threads)
   uint64_t context_switches = 0;   // voluntary + involuntary, whole process
   double checksum_s = 0;  // of cpu_s, time spent computing CRC32C (integrity: one pass over each row)
   double p50_us = 0, p99_us = 0;

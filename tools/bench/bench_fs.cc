@@ -650,7 +650,7 @@ nlohmann::json DetailsJson(const BenchFsResult& r) {
       std::to_string(r.poll_us) +
       " us); tier_hist_*: the tier's power-of-two histogram, interpolated";
   d["cpu"] =
-      "getrusage(RUSAGE_SELF) user+sys over the phase (tier engine and io_uring workers included), "
+      "getrusage(RUSAGE_SELF) user+sys over the phase (the tier's I/O thread and io_uring workers included), "
       "minus the "
       "benchmark's fill/verify (harness_cpu_s) and its sleeps between polls (poll_wait_cpu_s)";
   d["units"] = "GB = 1e9 bytes";

@@ -25,7 +25,7 @@
 // poll_us). With batch > 1 every key gets its job's latency. The tier's own
 // histogram (power-of-two buckets, Metrics()) is reported alongside.
 // CPU is getrusage(RUSAGE_SELF) user+sys over the phase, which includes the
-// tier's engine and io_uring worker threads, minus the benchmark's own
+// tier's I/O and io_uring worker threads, minus the benchmark's own
 // fill/verify passes and its sleeps between polls (both timed with the
 // calling thread's CPU clock and reported separately, with a per-thread
 // breakdown and the context switches, under "details").
