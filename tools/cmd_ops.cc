@@ -172,12 +172,13 @@ std::atomic<bool> g_watch_stop{false};
 // The watch's options from its flags, checked with or without --watch (a
 // one-shot gc takes the collector lease too); false (after printing) on a
 // bad value.
-bool FillWatch(const WatchFlags& w, const GcOptions& gc, bool json, GcWatchOptions* o) {
+bool FillWatch(const WatchFlags& w, const GcOptions& gc, bool json, GcWatchOptions* out) {
+  CollectorOptions* o = &out->collector;
   o->gc = gc;
   o->gc.progress = nullptr;
   o->metrics_file = w.metrics_file;
-  o->metrics_port = w.metrics_port;
-  o->metrics_address = w.metrics_address;
+  out->metrics_port = w.metrics_port;
+  out->metrics_address = w.metrics_address;
   auto fail = [](const char* flag, const Status& s) {
     PrintError("gc", std::string(flag) + ": " + s.message());
     return false;
@@ -192,10 +193,10 @@ bool FillWatch(const WatchFlags& w, const GcOptions& gc, bool json, GcWatchOptio
     if (!Take(ParseDurationMs(*durations[i].first), "gc", names[i], durations[i].second)) return false;
     if (*durations[i].second == 0) return fail(names[i], InvalidArgument("must be more than 0"));
   }
-  for (auto [text, out, flag] : {std::tuple{&w.min_free, &o->min_free, "--min-free"},
+  for (auto [text, opt, flag] : {std::tuple{&w.min_free, &o->min_free, "--min-free"},
                                  std::tuple{&w.min_free_target, &o->min_free_target, "--min-free-target"}}) {
     if (text->empty()) continue;
-    if (!Take(ParseFreeSpace(*text), "gc", flag, out)) return false;
+    if (!Take(ParseFreeSpace(*text), "gc", flag, opt)) return false;
   }
   if (o->min_free_target && !o->min_free) return fail("--min-free-target", InvalidArgument("needs --min-free"));
   return true;
@@ -209,9 +210,9 @@ void InstallStopHandler() {
   sigaction(SIGINT, &sa, nullptr);
 }
 
-int RunWatchCommand(const GcWatchOptions& o) {
+int RunWatchCommand(GcWatchOptions o) {
   InstallStopHandler();
-  return RunGcWatch(o, g_watch_stop);
+  return RunGcWatch(std::move(o), g_watch_stop);
 }
 
 void RegisterGc(CLI::App* app, CliContext* ctx) {
@@ -270,32 +271,27 @@ void RegisterGc(CLI::App* app, CliContext* ctx) {
     }
     GcWatchOptions w;
     if (!FillWatch(*watch, o, f->json, &w)) return void(ctx->exit_code = 2);
-    if (watch->watch) return void(ctx->exit_code = RunWatchCommand(w));
+    if (watch->watch) return void(ctx->exit_code = RunWatchCommand(std::move(w)));
     if (!watch->min_free.empty() || !watch->metrics_file.empty() || watch->metrics_port) {
       PrintError("gc", "--min-free, --metrics-file and --metrics-port need --watch");
       return void(ctx->exit_code = 2);
     }
     // L124: a one-shot capacity trim is one collector's job at a time.
-    std::shared_ptr<OneShotLease> lease;
-    if (o.max_bytes && !o.dry_run && !*ignore_lease) {
-      lease = OneShotLease::Start(o, w.collector_ttl_ms);
-      o.capacity_gate = [lease] { return lease->Gate(); };
+    CollectOnceOptions once;
+    static_cast<GcOptions&>(once) = o;
+    once.collector_ttl_ms = w.collector.collector_ttl_ms;
+    once.ignore_lease = *ignore_lease;
+    if (CollectOnceTakesLease(once)) {
       // SIGTERM/SIGINT: finish the removal in progress, remove no more, and
       // give the lease up (L122) rather than leave it to go stale.
       InstallStopHandler();
-      o.stop = [lease] { return g_watch_stop || lease->Lost(); };
+      once.stop = [] { return g_watch_stop.load(); };
     }
-    // Given up on every way out, exceptions included (Finish is idempotent).
-    const std::unique_ptr<OneShotLease, void (*)(OneShotLease*)> finish(lease.get(), [](OneShotLease* l) {
-      if (l != nullptr) l->Finish();
-    });
-    Result<GcReport> r = Gc(o);
-    if (lease) lease->Finish();
+    Result<GcReport> r = CollectOnce(once);
     const int rc = Emit<GcReport>(r, "gc", f->json, o.progress != nullptr, &GcJson, &GcText);
-    ctx->exit_code = rc != 0 ? rc : r->ExitCode();  // 4: removals failed; 8: parts could not be read
-    // 4 too where the bound went unenforced for want of a lease (EACCES,
-    // EROFS, a hung mount), not because another collector enforces it.
-    if (rc == 0 && lease && lease->Failed()) ctx->exit_code |= 4;
+    // 4: removals failed, or the bound went unenforced for want of a lease;
+    // 8: parts could not be read.
+    ctx->exit_code = rc != 0 ? rc : r->ExitCode();
   }, ctx));
 }
 
