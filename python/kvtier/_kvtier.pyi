@@ -363,7 +363,9 @@ class GcReport:
     capacity_cutoff: int  # with max_bytes: blocks used at or before this (unix s) were eligible; 0: bound not over
     capacity_tolerance_s: int  # the width of the cut-off's histogram bucket: LRU order is exact beyond it
     far_future_blocks: int  # blocks dated more than 300 s after this host's clock, taken first (FORMAT.md L155)
-    exit_code: int  # 0 complete, 4 removals failed, 8 parts could not be read, 12 both
+    capacity_skipped: str  # why the capacity bound was not enforced ("" when it was): the collector lease
+    capacity_lease_failed: bool  # the lease could not be taken (not held by another): nobody enforced the bound
+    exit_code: int  # 0 complete, 4 removals failed (or capacity_lease_failed), 8 parts could not be read, 12 both
 
 class FailedRemoval:
     path: str
@@ -389,8 +391,15 @@ def fsck(root: str, *, repair: bool = False, verify_data: bool = False, row_byte
 def gc(root: str, *, older_than_s: int | None = None, max_bytes: int | None = None,
        low_water_bytes: int | None = None, keep: Sequence[str] = (), dry_run: bool = False,
        lease_ttl_s: int = 60, jobs: int = 4, force: bool = False, tmp_grace_s: int = 3600,
-       io_timeout_s: float | None = 30.0) -> GcReport:
-    """Reclaims idle namespaces, capacity, stale temp and corrupt files (``kvtier gc``)."""
+       io_timeout_s: float | None = 30.0, collector_ttl_s: float = 30.0,
+       ignore_lease: bool = False) -> GcReport:
+    """Reclaims idle namespaces, capacity, stale temp and corrupt files (``kvtier gc``). With
+    ``max_bytes`` (not a dry run, not ``ignore_lease``) it is one of the volume's collectors, as
+    ``kvtier gc --max-bytes`` is (FORMAT.md L124): it takes ``<root>/.kvtier/gc.lease`` for its run
+    (``collector_ttl_s``: the TTL every collector of the volume uses) and gives it up before
+    returning. Beside a live collector (``kvtier gc --watch``, another gc) it removes nothing for
+    capacity and ``capacity_skipped`` says why; when it cannot take the lease at all,
+    ``capacity_lease_failed`` is set too and ``exit_code`` has 4."""
 
 def fs_metric_fields() -> tuple[dict[str, str | float | None], ...]:
     """The fields of :meth:`FsTier.metrics` in declaration order, one dict each: ``name`` (the

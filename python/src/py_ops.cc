@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "kvtier/collector.h"
 #include "kvtier/config.h"
 #include "kvtier/ops.h"
 #include "py_common.h"
@@ -111,10 +112,23 @@ FsckReport PyFsck(const std::string& root, bool repair, bool verify_data, pb::ob
   return RunTool(&Fsck, o);
 }
 
+// collector_ttl_s: seconds > 0 (the collector lease's TTL, FORMAT.md L122).
+uint64_t CollectorTtlArg(double seconds) {
+  if (!(seconds > 0) || !std::isfinite(seconds) || seconds > 1e9) {
+    ThrowStatus(InvalidArgument("collector_ttl_s: expected seconds > 0, got " + std::to_string(seconds)));
+  }
+  return static_cast<uint64_t>(std::ceil(seconds * 1000));
+}
+
+// A capacity bound makes it one of the volume's collectors (CollectOnce,
+// FORMAT.md L124), as `kvtier gc --max-bytes` is.
 GcReport PyGc(const std::string& root, pb::object older_than_s, pb::object max_bytes, pb::object low_water_bytes,
               const std::vector<std::string>& keep, bool dry_run, pb::object lease_ttl_s, pb::object jobs,
-              bool force, pb::object tmp_grace_s, std::optional<double> io_timeout_s) {
-  GcOptions o;
+              bool force, pb::object tmp_grace_s, std::optional<double> io_timeout_s, double collector_ttl_s,
+              bool ignore_lease) {
+  CollectOnceOptions o;
+  o.collector_ttl_ms = CollectorTtlArg(collector_ttl_s);
+  o.ignore_lease = ignore_lease;
   SetScan(o, {root, jobs, force, tmp_grace_s, io_timeout_s});
   o.older_than_s = OptionalArg(older_than_s, "older_than_s", /*huge_is_never=*/true);
   o.max_bytes = OptionalArg(max_bytes, "max_bytes", /*huge_is_never=*/false);
@@ -122,7 +136,7 @@ GcReport PyGc(const std::string& root, pb::object older_than_s, pb::object max_b
   o.keep = keep;
   o.dry_run = dry_run;
   o.lease_ttl_s = NonNegativeArg(lease_ttl_s, "lease_ttl_s", /*huge_is_never=*/true);
-  return RunTool(&Gc, o);
+  return RunTool(&CollectOnce, o);
 }
 
 std::string ConfigCheck(const std::string& text, uint32_t gpu_block_size) {
@@ -196,6 +210,7 @@ void BindReports(pb::module_& m) {
       .def_readonly("far_future_blocks", &GcReport::far_future_blocks)
       .def_readonly("walks", &GcReport::walks).def_readonly("candidates_held", &GcReport::candidates_held)
       .def_readonly("capacity_skipped", &GcReport::capacity_skipped)
+      .def_readonly("capacity_lease_failed", &GcReport::capacity_lease_failed)
       .def_property_readonly("exit_code", &GcReport::ExitCode);
 }
 
@@ -216,7 +231,9 @@ void BindOps(pb::module_& m) {
         pb::arg("keep") = std::vector<std::string>{}, pb::arg("dry_run") = false, pb::arg("lease_ttl_s") = 60,
         pb::arg("jobs") = 4, pb::arg("force") = false, pb::arg("tmp_grace_s") = 3600,
         pb::arg("io_timeout_s") = io_timeout_s,
-        "Reclaims idle namespaces, capacity, stale temp and corrupt files (kvtier gc).");
+        pb::arg("collector_ttl_s") = static_cast<double>(kDefaultCollectorTtlMs) / 1000, pb::arg("ignore_lease") = false,
+        "Reclaims idle namespaces, capacity, stale temp and corrupt files (kvtier gc); a capacity bound "
+        "takes the volume's collector lease for the run.");
   m.def("config_check", &ConfigCheck, pb::arg("config_json"), pb::kw_only(), pb::arg("gpu_block_size") = 16,
         "Validates kv_connector_extra_config JSON; returns the effective config as JSON.");
 }
