@@ -15,6 +15,9 @@ tree and the report.
   ``exit_code`` has 4: nobody enforced the bound.
 * A bad ``collector_ttl_s`` and a root holding a NUL are refused (KvtierError invalid_argument)
   before the lease is touched: no ``.kvtier`` is made.
+* ``kvtier.Collector`` (the watch collector, embedded) takes the lease, trims to its bound in
+  passes, reports them in ``status()`` and ``metrics_text()``, makes ``kvtier.gc`` defer to it, and
+  gives the lease up at ``stop()``; bad arguments and a directory that is not a root are refused.
 """
 
 import pytest
@@ -68,3 +71,34 @@ def test_bad_arguments_touch_no_lease(tmp_path):
         kvtier.gc(str(root) + "\0/elsewhere", max_bytes=0)
     assert e.value.code == "invalid_argument"
     assert not (root / ".kvtier").exists() and len(blocks(root)) == 4
+
+
+def test_an_embedded_collector_holds_the_lease_and_trims(tmp_path):
+    root = tmp_path / "root"
+    make_blocks(root, 30, "a")
+    with kvtier.Collector(str(root), max_bytes=20 * ROW, interval_s=0.3, check_interval_s=0.05,
+                          collector_ttl_s=TTL_S) as c:
+        wait_for("a pass", lambda: c.status()["passes"] >= 1 and len(blocks(root)) == 20)
+        s = c.status()
+        assert s["running"] and s["holding"] and s["files_reclaimed"] == 10, s
+        assert 'kvtier_gc_reclaimed_files_total{reason="capacity"} 10' in c.metrics_text()
+        r = kvtier.gc(str(root), max_bytes=5 * ROW, collector_ttl_s=TTL_S)
+        assert r.files_reclaimed == 0 and "another collector" in r.capacity_skipped, r.capacity_skipped
+    assert not c.status()["running"] and not c.status()["holding"]
+    assert not (root / ".kvtier" / "gc.lease").exists(), "given up at stop"
+    assert len(blocks(root)) == 20
+
+
+def test_collector_arguments_are_checked(tmp_path):
+    root = tmp_path / "root"
+    make_blocks(root, 2, "a")
+    for kwargs, name in [({"interval_s": 0}, "interval_s"), ({"min_free": "120%"}, "min_free"),
+                         ({"min_free": "x"}, "min_free"), ({"min_free_target": "5%"}, "min_free_target"),
+                         ({"collector_ttl_s": -1}, "collector_ttl_s")]:
+        with pytest.raises(kvtier.KvtierError) as e:
+            kvtier.Collector(str(root), **kwargs)
+        assert e.value.code == "invalid_argument" and name in str(e.value), (kwargs, str(e.value))
+    (tmp_path / "notes.txt").write_text("mine")
+    with pytest.raises(kvtier.KvtierError, match="does not look like"):
+        kvtier.Collector(str(tmp_path))
+    assert not (root / ".kvtier").exists() and not (tmp_path / ".kvtier").exists()
