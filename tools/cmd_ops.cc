@@ -215,60 +215,85 @@ int RunWatchCommand(GcWatchOptions o) {
   return RunGcWatch(std::move(o), g_watch_stop);
 }
 
-void RegisterGc(CLI::App* app, CliContext* ctx) {
-  auto f = std::make_shared<CommonFlags>();
-  auto dry_run = std::make_shared<bool>(false);
-  // Optional, so that an empty value is refused rather than taken for none.
-  using OptionalText = std::optional<std::string>;
-  auto older = std::make_shared<OptionalText>(), max_bytes = std::make_shared<OptionalText>(),
-       low_water = std::make_shared<OptionalText>();
-  auto candidates = std::make_shared<std::string>("32M");
-  auto keep = std::make_shared<std::vector<std::string>>();
-  auto list_max = std::make_shared<uint64_t>(kDefaultGcListMax);
-  auto ignore_lease = std::make_shared<bool>(false);
+// The one-shot flags of `kvtier gc`; optional texts, so that an empty value
+// is refused rather than taken for none.
+struct GcFlags {
+  bool dry_run = false, ignore_lease = false;
+  std::optional<std::string> older, max_bytes, low_water;
+  std::string candidates = "32M";
+  std::vector<std::string> keep;
+  uint64_t list_max = kDefaultGcListMax;
+};
 
-  auto watch = std::make_shared<WatchFlags>();
-  CLI::App* gc = app->add_subcommand("gc", "Reclaim orphaned namespaces, stale temp files, corrupt blocks, capacity");
-  AddCommon(gc, f.get());
-  gc->add_flag("--dry-run", *dry_run, "Print what would be removed; change nothing");
-  gc->add_option("--older-than", *older, "Reclaim namespaces with no live lease and no use for this long (e.g. 7d)");
-  gc->add_option("--max-bytes", *max_bytes, "Delete least-recently-used blocks until under this (e.g. 500G)");
-  gc->add_option("--low-water", *low_water, "With --max-bytes: delete down to this");
-  gc->add_option("--keep", *keep, "A namespace directory never to touch (repeatable)");
+void AddGcFlags(CLI::App* gc, CommonFlags* f, GcFlags* g) {
+  gc->add_flag("--dry-run", g->dry_run, "Print what would be removed; change nothing");
+  gc->add_option("--older-than", g->older, "Reclaim namespaces with no live lease and no use for this long (e.g. 7d)");
+  gc->add_option("--max-bytes", g->max_bytes, "Delete least-recently-used blocks until under this (e.g. 500G)");
+  gc->add_option("--low-water", g->low_water, "With --max-bytes: delete down to this");
+  gc->add_option("--keep", g->keep, "A namespace directory never to touch (repeatable)");
   gc->add_option("--tmp-grace", f->tmp_grace, "Temp and probe files younger than this are in flight")->capture_default_str();
-  gc->add_option("--list-max", *list_max, "List at most this many removed (and failed) files; the counts cover all")
+  gc->add_option("--list-max", g->list_max, "List at most this many removed (and failed) files; the counts cover all")
       ->capture_default_str();
-  gc->add_option("--candidates-max", *candidates,
+  gc->add_option("--candidates-max", g->candidates,
                  "Memory for the least recently used blocks the first walk keeps; a capacity trim they cover "
                  "needs no second walk (0: always walk again)")
       ->capture_default_str();
-  gc->add_flag("--ignore-lease", *ignore_lease,
+  gc->add_flag("--ignore-lease", g->ignore_lease,
                "One-shot --max-bytes: trim even while another collector (gc --watch) holds the volume's lease; "
                "without it such a gc takes the lease for its run, or skips the trim (exit 0, said so)");
+}
 
+// False (after printing) on a bad value.
+bool FillGc(const GcFlags& g, GcOptions* o) {
+  o->dry_run = g.dry_run;
+  o->list_max = g.list_max;
+  for (std::string k : g.keep) {
+    while (k.size() > 1 && k.back() == '/') k.pop_back();
+    o->keep.push_back(k.substr(k.rfind('/') + 1));  // a path or a bare directory name
+  }
+  auto parse = [&](const std::optional<std::string>& text, auto parser, auto* out, const char* flag) {
+    return !text || Take(parser(*text), "gc", flag, out);
+  };
+  if (!parse(g.older, ParseDurationS, &o->older_than_s, "--older-than") ||
+      !parse(g.max_bytes, ParseSizeBytes, &o->max_bytes, "--max-bytes") ||
+      !parse(g.low_water, ParseSizeBytes, &o->low_water_bytes, "--low-water") ||
+      !parse(std::optional<std::string>(g.candidates), ParseSizeBytes, &o->candidates_bytes_max, "--candidates-max")) {
+    return false;
+  }
+  if (o->low_water_bytes && !o->max_bytes) PrintError("gc", "--low-water needs --max-bytes");
+  return !o->low_water_bytes || o->max_bytes;
+}
+
+// A one-shot gc; with a capacity bound one of the volume's collectors (L124).
+int RunOnceCommand(const GcOptions& o, bool ignore_lease, uint64_t collector_ttl_ms, bool json) {
+  CollectOnceOptions once;
+  static_cast<GcOptions&>(once) = o;
+  once.collector_ttl_ms = collector_ttl_ms;
+  once.ignore_lease = ignore_lease;
+  if (CollectOnceTakesLease(once)) {
+    // SIGTERM/SIGINT: finish the removal in progress, remove no more, and
+    // give the lease up (L122) rather than leave it to go stale.
+    InstallStopHandler();
+    once.stop = [] { return g_watch_stop.load(); };
+  }
+  Result<GcReport> r = CollectOnce(once);
+  const int rc = Emit<GcReport>(r, "gc", json, o.progress != nullptr, &GcJson, &GcText);
+  // 4: removals failed, or the bound went unenforced for want of a lease;
+  // 8: parts could not be read.
+  return rc != 0 ? rc : r->ExitCode();
+}
+
+void RegisterGc(CLI::App* app, CliContext* ctx) {
+  auto f = std::make_shared<CommonFlags>();
+  auto g = std::make_shared<GcFlags>();
+  auto watch = std::make_shared<WatchFlags>();
+  CLI::App* gc = app->add_subcommand("gc", "Reclaim orphaned namespaces, stale temp files, corrupt blocks, capacity");
+  AddCommon(gc, f.get());
+  AddGcFlags(gc, f.get(), g.get());
   AddWatchFlags(gc, watch.get());
   gc->callback(Guarded([=] {
     GcOptions o;
-    if (!Fill(*f, "gc", &o)) return void(ctx->exit_code = 2);
-    o.dry_run = *dry_run;
-    o.list_max = *list_max;
-    for (std::string k : *keep) {
-      while (k.size() > 1 && k.back() == '/') k.pop_back();
-      o.keep.push_back(k.substr(k.rfind('/') + 1));  // a path or a bare directory name
-    }
-    auto parse = [&](const std::optional<std::string>& text, auto parser, auto* out, const char* flag) {
-      return !text || Take(parser(*text), "gc", flag, out);
-    };
-    if (!parse(*older, ParseDurationS, &o.older_than_s, "--older-than") ||
-        !parse(*max_bytes, ParseSizeBytes, &o.max_bytes, "--max-bytes") ||
-        !parse(*low_water, ParseSizeBytes, &o.low_water_bytes, "--low-water") ||
-        !parse(OptionalText(*candidates), ParseSizeBytes, &o.candidates_bytes_max, "--candidates-max")) {
-      return void(ctx->exit_code = 2);
-    }
-    if (o.low_water_bytes && !o.max_bytes) {
-      PrintError("gc", "--low-water needs --max-bytes");
-      return void(ctx->exit_code = 2);
-    }
+    if (!Fill(*f, "gc", &o) || !FillGc(*g, &o)) return void(ctx->exit_code = 2);
     GcWatchOptions w;
     if (!FillWatch(*watch, o, f->json, &w)) return void(ctx->exit_code = 2);
     if (watch->watch) return void(ctx->exit_code = RunWatchCommand(std::move(w)));
@@ -276,22 +301,7 @@ void RegisterGc(CLI::App* app, CliContext* ctx) {
       PrintError("gc", "--min-free, --metrics-file and --metrics-port need --watch");
       return void(ctx->exit_code = 2);
     }
-    // L124: a one-shot capacity trim is one collector's job at a time.
-    CollectOnceOptions once;
-    static_cast<GcOptions&>(once) = o;
-    once.collector_ttl_ms = w.collector.collector_ttl_ms;
-    once.ignore_lease = *ignore_lease;
-    if (CollectOnceTakesLease(once)) {
-      // SIGTERM/SIGINT: finish the removal in progress, remove no more, and
-      // give the lease up (L122) rather than leave it to go stale.
-      InstallStopHandler();
-      once.stop = [] { return g_watch_stop.load(); };
-    }
-    Result<GcReport> r = CollectOnce(once);
-    const int rc = Emit<GcReport>(r, "gc", f->json, o.progress != nullptr, &GcJson, &GcText);
-    // 4: removals failed, or the bound went unenforced for want of a lease;
-    // 8: parts could not be read.
-    ctx->exit_code = rc != 0 ? rc : r->ExitCode();
+    ctx->exit_code = RunOnceCommand(o, g->ignore_lease, w.collector.collector_ttl_ms, f->json);
   }, ctx));
 }
 

@@ -299,8 +299,7 @@ void BindReports(pb::module_& m) {
       .def_readonly("capacity_tolerance_s", &GcReport::capacity_tolerance_s)
       .def_readonly("far_future_blocks", &GcReport::far_future_blocks)
       .def_readonly("walks", &GcReport::walks).def_readonly("candidates_held", &GcReport::candidates_held)
-      .def_readonly("capacity_skipped", &GcReport::capacity_skipped)
-      .def_readonly("capacity_lease_failed", &GcReport::capacity_lease_failed)
+      .def_readonly("capacity_skipped", &GcReport::capacity_skipped).def_readonly("capacity_lease_failed", &GcReport::capacity_lease_failed)
       .def_property_readonly("exit_code", &GcReport::ExitCode);
 }
 

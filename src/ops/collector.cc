@@ -263,6 +263,37 @@ Status WatchLoop(State& s, const std::function<bool()>& stop, CollectorMetrics* 
   return Status::Ok();
 }
 
+// The lease thread holds the state: after a hung call it may outlive the loop.
+std::shared_ptr<LeaseThread> StartLeaseThread(const std::shared_ptr<State>& state) {
+  auto ticker = std::make_shared<LeaseThread>();
+  std::thread([st = state, ticker] {
+    LeaseLoop(*st, *ticker);
+    std::lock_guard lock(ticker->mu);
+    ticker->exited = true;
+    ticker->cv.notify_all();
+  }).detach();
+  return ticker;
+}
+
+// The loop's end (its lease thread gone): gives the lease up, publishes, and
+// says whether something no collector will clear kept it from the lease.
+Status GiveUp(State& s, CollectorMetrics* m) {
+  const std::shared_ptr<CollectorLease> lease = s.slot.Get();
+  lease->Release();
+  m->holding = false;
+  Publish(s, *m);
+  s.running = false;
+  if (lease->blocked() || lease->root_replaced()) {
+    const std::string why = "it could not collect: " + (lease->root_replaced()
+                                                            ? std::string("the root path names no directory that looks like a root")
+                                                            : lease->problem());
+    Say(s, "stopped; " + why);
+    return Status(StatusCode::kUnavailable, why);
+  }
+  Say(s, "stopped");
+  return Status::Ok();
+}
+
 Status CheckCollectorOptions(const CollectorOptions& o) {
   KVTIER_RETURN_IF_ERROR(CheckScanOptions(o.gc));
   if (o.gc.dry_run) return InvalidArgument("gc.dry_run: a collector removes (not with a watch)");
@@ -324,13 +355,7 @@ Status Collector::Run(const std::atomic<bool>& stop) {
     std::lock_guard lock(s.mu);
     m = s.snapshot;
   }
-  auto ticker = std::make_shared<internal::LeaseThread>();
-  std::thread([st = state_, ticker] {
-    internal::LeaseLoop(*st, *ticker);
-    std::lock_guard lock(ticker->mu);
-    ticker->exited = true;
-    ticker->cv.notify_all();
-  }).detach();
+  const std::shared_ptr<internal::LeaseThread> ticker = internal::StartLeaseThread(state_);
   internal::Say(s, "watching " + s.o.gc.root + " (token " + s.slot.Get()->token() + ")");
   const Status end = internal::WatchLoop(s, stopped, &m);
   ticker->done = true;
@@ -342,21 +367,7 @@ Status Collector::Run(const std::atomic<bool>& stop) {
     std::unique_lock lock(ticker->mu);
     ticker->cv.wait(lock, [&] { return ticker->exited; });
   }
-  const std::shared_ptr<internal::CollectorLease> lease = s.slot.Get();
-  lease->Release();
-  m.holding = false;
-  internal::Publish(s, m);
-  s.running = false;
-  // Kept from the lease by something no collector will clear: the status says so.
-  if (lease->blocked() || lease->root_replaced()) {
-    const std::string why = "it could not collect: " + (lease->root_replaced()
-                                                            ? std::string("the root path names no directory that looks like a root")
-                                                            : lease->problem());
-    internal::Say(s, "stopped; " + why);
-    return Status(StatusCode::kUnavailable, why);
-  }
-  internal::Say(s, "stopped");
-  return Status::Ok();
+  return internal::GiveUp(s, &m);
 }
 
 Status Collector::Start() {
