@@ -163,18 +163,22 @@ std::optional<FreeSpace> FreeSpaceArg(const pb::handle& value, const char* name)
 class PyCollector {
  public:
   explicit PyCollector(CollectorOptions o) { c_ = Unwrap(WithoutGil([&] { return Collector::Open(std::move(o)); })); }
-  ~PyCollector() { Stop(); }
+  ~PyCollector() { (void)End(); }  // never raises: how the loop ended is stop()'s to say
   void Start() { ThrowIfError(c_->Start()); }
+  void Stop() { ThrowIfError(End()); }
+
+ private:
   // Stops and waits (without the GIL: the loop may log through a Python sink).
-  void Stop() {
-    if (stopped_) return;
+  kvtier::Status End() {
+    if (stopped_) return kvtier::Status::Ok();
     stopped_ = true;
-    const kvtier::Status end = WithoutGil([&] {
+    return WithoutGil([&] {
       c_->Stop();
       return c_->Wait();
     });
-    ThrowIfError(end);
   }
+
+ public:
   pb::dict StatusDict() const {
     const CollectorStatus s = c_->status();
     pb::dict d;
