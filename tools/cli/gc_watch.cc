@@ -52,8 +52,9 @@ int RunGcWatch(GcWatchOptions o, const std::atomic<bool>& stop) {
   };
   Result<std::unique_ptr<Collector>> collector = Collector::Open(std::move(o.collector));
   if (!collector.ok()) {
-    Log(collector.status().message());
-    return collector.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
+    const bool invalid = collector.status().code() == StatusCode::kInvalidArgument;
+    Log(invalid ? collector.status().message() : collector.status().ToString());  // the latter with its errno
+    return invalid ? 2 : 1;
   }
   if (o.metrics_port) {
     Result<std::unique_ptr<MetricsServer>> started = MetricsServer::Start(o.metrics_address, *o.metrics_port);
