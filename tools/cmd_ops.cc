@@ -172,12 +172,13 @@ std::atomic<bool> g_watch_stop{false};
 // The watch's options from its flags, checked with or without --watch (a
 // one-shot gc takes the collector lease too); false (after printing) on a
 // bad value.
-bool FillWatch(const WatchFlags& w, const GcOptions& gc, bool json, GcWatchOptions* o) {
+bool FillWatch(const WatchFlags& w, const GcOptions& gc, bool json, GcWatchOptions* out) {
+  CollectorOptions* o = &out->collector;
   o->gc = gc;
   o->gc.progress = nullptr;
   o->metrics_file = w.metrics_file;
-  o->metrics_port = w.metrics_port;
-  o->metrics_address = w.metrics_address;
+  out->metrics_port = w.metrics_port;
+  out->metrics_address = w.metrics_address;
   auto fail = [](const char* flag, const Status& s) {
     PrintError("gc", std::string(flag) + ": " + s.message());
     return false;
@@ -192,10 +193,10 @@ bool FillWatch(const WatchFlags& w, const GcOptions& gc, bool json, GcWatchOptio
     if (!Take(ParseDurationMs(*durations[i].first), "gc", names[i], durations[i].second)) return false;
     if (*durations[i].second == 0) return fail(names[i], InvalidArgument("must be more than 0"));
   }
-  for (auto [text, out, flag] : {std::tuple{&w.min_free, &o->min_free, "--min-free"},
+  for (auto [text, opt, flag] : {std::tuple{&w.min_free, &o->min_free, "--min-free"},
                                  std::tuple{&w.min_free_target, &o->min_free_target, "--min-free-target"}}) {
     if (text->empty()) continue;
-    if (!Take(ParseFreeSpace(*text), "gc", flag, out)) return false;
+    if (!Take(ParseFreeSpace(*text), "gc", flag, opt)) return false;
   }
   if (o->min_free_target && !o->min_free) return fail("--min-free-target", InvalidArgument("needs --min-free"));
   return true;
@@ -209,93 +210,98 @@ void InstallStopHandler() {
   sigaction(SIGINT, &sa, nullptr);
 }
 
-int RunWatchCommand(const GcWatchOptions& o) {
+int RunWatchCommand(GcWatchOptions o) {
   InstallStopHandler();
-  return RunGcWatch(o, g_watch_stop);
+  return RunGcWatch(std::move(o), g_watch_stop);
+}
+
+// The one-shot flags of `kvtier gc`; optional texts, so that an empty value
+// is refused rather than taken for none.
+struct GcFlags {
+  bool dry_run = false, ignore_lease = false;
+  std::optional<std::string> older, max_bytes, low_water;
+  std::string candidates = "32M";
+  std::vector<std::string> keep;
+  uint64_t list_max = kDefaultGcListMax;
+};
+
+void AddGcFlags(CLI::App* gc, CommonFlags* f, GcFlags* g) {
+  gc->add_flag("--dry-run", g->dry_run, "Print what would be removed; change nothing");
+  gc->add_option("--older-than", g->older, "Reclaim namespaces with no live lease and no use for this long (e.g. 7d)");
+  gc->add_option("--max-bytes", g->max_bytes, "Delete least-recently-used blocks until under this (e.g. 500G)");
+  gc->add_option("--low-water", g->low_water, "With --max-bytes: delete down to this");
+  gc->add_option("--keep", g->keep, "A namespace directory never to touch (repeatable)");
+  gc->add_option("--tmp-grace", f->tmp_grace, "Temp and probe files younger than this are in flight")->capture_default_str();
+  gc->add_option("--list-max", g->list_max, "List at most this many removed (and failed) files; the counts cover all")
+      ->capture_default_str();
+  gc->add_option("--candidates-max", g->candidates,
+                 "Memory for the least recently used blocks the first walk keeps; a capacity trim they cover "
+                 "needs no second walk (0: always walk again)")
+      ->capture_default_str();
+  gc->add_flag("--ignore-lease", g->ignore_lease,
+               "One-shot --max-bytes: trim even while another collector (gc --watch) holds the volume's lease; "
+               "without it such a gc takes the lease for its run, or skips the trim (exit 0, said so)");
+}
+
+// False (after printing) on a bad value.
+bool FillGc(const GcFlags& g, GcOptions* o) {
+  o->dry_run = g.dry_run;
+  o->list_max = g.list_max;
+  for (std::string k : g.keep) {
+    while (k.size() > 1 && k.back() == '/') k.pop_back();
+    o->keep.push_back(k.substr(k.rfind('/') + 1));  // a path or a bare directory name
+  }
+  auto parse = [&](const std::optional<std::string>& text, auto parser, auto* out, const char* flag) {
+    return !text || Take(parser(*text), "gc", flag, out);
+  };
+  if (!parse(g.older, ParseDurationS, &o->older_than_s, "--older-than") ||
+      !parse(g.max_bytes, ParseSizeBytes, &o->max_bytes, "--max-bytes") ||
+      !parse(g.low_water, ParseSizeBytes, &o->low_water_bytes, "--low-water") ||
+      !parse(std::optional<std::string>(g.candidates), ParseSizeBytes, &o->candidates_bytes_max, "--candidates-max")) {
+    return false;
+  }
+  if (o->low_water_bytes && !o->max_bytes) PrintError("gc", "--low-water needs --max-bytes");
+  return !o->low_water_bytes || o->max_bytes;
+}
+
+// A one-shot gc; with a capacity bound one of the volume's collectors (L124).
+int RunOnceCommand(const GcOptions& o, bool ignore_lease, uint64_t collector_ttl_ms, bool json) {
+  CollectOnceOptions once;
+  static_cast<GcOptions&>(once) = o;
+  once.collector_ttl_ms = collector_ttl_ms;
+  once.ignore_lease = ignore_lease;
+  if (CollectOnceTakesLease(once)) {
+    // SIGTERM/SIGINT: finish the removal in progress, remove no more, and
+    // give the lease up (L122) rather than leave it to go stale.
+    InstallStopHandler();
+    once.stop = [] { return g_watch_stop.load(); };
+  }
+  Result<GcReport> r = CollectOnce(once);
+  const int rc = Emit<GcReport>(r, "gc", json, o.progress != nullptr, &GcJson, &GcText);
+  // 4: removals failed, or the bound went unenforced for want of a lease;
+  // 8: parts could not be read.
+  return rc != 0 ? rc : r->ExitCode();
 }
 
 void RegisterGc(CLI::App* app, CliContext* ctx) {
   auto f = std::make_shared<CommonFlags>();
-  auto dry_run = std::make_shared<bool>(false);
-  // Optional, so that an empty value is refused rather than taken for none.
-  using OptionalText = std::optional<std::string>;
-  auto older = std::make_shared<OptionalText>(), max_bytes = std::make_shared<OptionalText>(),
-       low_water = std::make_shared<OptionalText>();
-  auto candidates = std::make_shared<std::string>("32M");
-  auto keep = std::make_shared<std::vector<std::string>>();
-  auto list_max = std::make_shared<uint64_t>(kDefaultGcListMax);
-  auto ignore_lease = std::make_shared<bool>(false);
-
+  auto g = std::make_shared<GcFlags>();
   auto watch = std::make_shared<WatchFlags>();
   CLI::App* gc = app->add_subcommand("gc", "Reclaim orphaned namespaces, stale temp files, corrupt blocks, capacity");
   AddCommon(gc, f.get());
-  gc->add_flag("--dry-run", *dry_run, "Print what would be removed; change nothing");
-  gc->add_option("--older-than", *older, "Reclaim namespaces with no live lease and no use for this long (e.g. 7d)");
-  gc->add_option("--max-bytes", *max_bytes, "Delete least-recently-used blocks until under this (e.g. 500G)");
-  gc->add_option("--low-water", *low_water, "With --max-bytes: delete down to this");
-  gc->add_option("--keep", *keep, "A namespace directory never to touch (repeatable)");
-  gc->add_option("--tmp-grace", f->tmp_grace, "Temp and probe files younger than this are in flight")->capture_default_str();
-  gc->add_option("--list-max", *list_max, "List at most this many removed (and failed) files; the counts cover all")
-      ->capture_default_str();
-  gc->add_option("--candidates-max", *candidates,
-                 "Memory for the least recently used blocks the first walk keeps; a capacity trim they cover "
-                 "needs no second walk (0: always walk again)")
-      ->capture_default_str();
-  gc->add_flag("--ignore-lease", *ignore_lease,
-               "One-shot --max-bytes: trim even while another collector (gc --watch) holds the volume's lease; "
-               "without it such a gc takes the lease for its run, or skips the trim (exit 0, said so)");
-
+  AddGcFlags(gc, f.get(), g.get());
   AddWatchFlags(gc, watch.get());
   gc->callback(Guarded([=] {
     GcOptions o;
-    if (!Fill(*f, "gc", &o)) return void(ctx->exit_code = 2);
-    o.dry_run = *dry_run;
-    o.list_max = *list_max;
-    for (std::string k : *keep) {
-      while (k.size() > 1 && k.back() == '/') k.pop_back();
-      o.keep.push_back(k.substr(k.rfind('/') + 1));  // a path or a bare directory name
-    }
-    auto parse = [&](const std::optional<std::string>& text, auto parser, auto* out, const char* flag) {
-      return !text || Take(parser(*text), "gc", flag, out);
-    };
-    if (!parse(*older, ParseDurationS, &o.older_than_s, "--older-than") ||
-        !parse(*max_bytes, ParseSizeBytes, &o.max_bytes, "--max-bytes") ||
-        !parse(*low_water, ParseSizeBytes, &o.low_water_bytes, "--low-water") ||
-        !parse(OptionalText(*candidates), ParseSizeBytes, &o.candidates_bytes_max, "--candidates-max")) {
-      return void(ctx->exit_code = 2);
-    }
-    if (o.low_water_bytes && !o.max_bytes) {
-      PrintError("gc", "--low-water needs --max-bytes");
-      return void(ctx->exit_code = 2);
-    }
+    if (!Fill(*f, "gc", &o) || !FillGc(*g, &o)) return void(ctx->exit_code = 2);
     GcWatchOptions w;
     if (!FillWatch(*watch, o, f->json, &w)) return void(ctx->exit_code = 2);
-    if (watch->watch) return void(ctx->exit_code = RunWatchCommand(w));
+    if (watch->watch) return void(ctx->exit_code = RunWatchCommand(std::move(w)));
     if (!watch->min_free.empty() || !watch->metrics_file.empty() || watch->metrics_port) {
       PrintError("gc", "--min-free, --metrics-file and --metrics-port need --watch");
       return void(ctx->exit_code = 2);
     }
-    // L124: a one-shot capacity trim is one collector's job at a time.
-    std::shared_ptr<OneShotLease> lease;
-    if (o.max_bytes && !o.dry_run && !*ignore_lease) {
-      lease = OneShotLease::Start(o, w.collector_ttl_ms);
-      o.capacity_gate = [lease] { return lease->Gate(); };
-      // SIGTERM/SIGINT: finish the removal in progress, remove no more, and
-      // give the lease up (L122) rather than leave it to go stale.
-      InstallStopHandler();
-      o.stop = [lease] { return g_watch_stop || lease->Lost(); };
-    }
-    // Given up on every way out, exceptions included (Finish is idempotent).
-    const std::unique_ptr<OneShotLease, void (*)(OneShotLease*)> finish(lease.get(), [](OneShotLease* l) {
-      if (l != nullptr) l->Finish();
-    });
-    Result<GcReport> r = Gc(o);
-    if (lease) lease->Finish();
-    const int rc = Emit<GcReport>(r, "gc", f->json, o.progress != nullptr, &GcJson, &GcText);
-    ctx->exit_code = rc != 0 ? rc : r->ExitCode();  // 4: removals failed; 8: parts could not be read
-    // 4 too where the bound went unenforced for want of a lease (EACCES,
-    // EROFS, a hung mount), not because another collector enforces it.
-    if (rc == 0 && lease && lease->Failed()) ctx->exit_code |= 4;
+    ctx->exit_code = RunOnceCommand(o, g->ignore_lease, w.collector.collector_ttl_ms, f->json);
   }, ctx));
 }
 

@@ -281,7 +281,7 @@ struct GcOptions : ScanOptions {
   // first removal for capacity (max_bytes, reclaim_bytes), only when the
   // bound asks for one; it may wait. "": go on; otherwise why not: nothing is
   // removed for capacity on that root, and GcReport::capacity_skipped says
-  // why (the one-shot CLI's collector lease, FORMAT.md L124). Empty: go on.
+  // why (CollectOnce's collector lease, FORMAT.md L124). Empty: go on.
   std::function<std::string()> capacity_gate;
 };
 
@@ -340,6 +340,10 @@ struct GcReport {
   // Why the capacity bound was not enforced ("": it was, or none was over):
   // GcOptions::capacity_gate said no (another collector holds the lease).
   std::string capacity_skipped;
+  // The skip was a failure to take the collector lease (it could not be
+  // made or read, or not within its deadline: CollectOnce), not another
+  // collector's holding it: nobody enforced the bound. ExitCode has 4.
+  bool capacity_lease_failed = false;
   std::vector<ScanProblem> unreadable;  // parts that could not be read
   uint64_t unreadable_unlisted = 0;     // more such parts, past 10^4 of a namespace: counted, not listed
   // Namespaces kept although --older-than would reclaim them by what could
@@ -349,7 +353,8 @@ struct GcReport {
   // listed in `failed`); a later run finishes the job.
   bool stopped = false;
   // e2fsck's bits: 0 complete; 4: some selected files could not be removed
-  // (`failed`); 8 ("operational error"): parts could not be read; 12: both.
+  // (`failed`), or capacity_lease_failed; 8 ("operational error"): parts
+  // could not be read; 12: both.
   KVTIER_API int ExitCode() const;
 };
 

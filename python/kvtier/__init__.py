@@ -19,6 +19,7 @@ Every error is a :class:`KvtierError` carrying kvtier's status (``code``, ``errn
 import logging
 
 from kvtier._kvtier import (
+    Collector,
     DuReport,
     EngineTier,
     Finding,
@@ -45,7 +46,7 @@ from kvtier._kvtier import (
 )
 
 __all__ = [
-    "DuReport", "EngineTier", "Finding", "FsckReport", "FsTier", "GcReport", "JobResult", "KvtierError",
+    "Collector", "DuReport", "EngineTier", "Finding", "FsckReport", "FsTier", "GcReport", "JobResult", "KvtierError",
     "Namespace", "NamespaceUsage", "Reclaimed", "block_hashes", "chunk_keys", "config_check", "du",
     "fs_metric_fields", "fsck", "gc", "make_key", "none_hash", "set_log_sink", "set_min_log_level",
     "sglang_page_keys", "use_python_logging",

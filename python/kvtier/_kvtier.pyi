@@ -363,7 +363,9 @@ class GcReport:
     capacity_cutoff: int  # with max_bytes: blocks used at or before this (unix s) were eligible; 0: bound not over
     capacity_tolerance_s: int  # the width of the cut-off's histogram bucket: LRU order is exact beyond it
     far_future_blocks: int  # blocks dated more than 300 s after this host's clock, taken first (FORMAT.md L155)
-    exit_code: int  # 0 complete, 4 removals failed, 8 parts could not be read, 12 both
+    capacity_skipped: str  # why the capacity bound was not enforced ("" when it was): the collector lease
+    capacity_lease_failed: bool  # the lease could not be taken (not held by another): nobody enforced the bound
+    exit_code: int  # 0 complete, 4 removals failed (or capacity_lease_failed), 8 parts could not be read, 12 both
 
 class FailedRemoval:
     path: str
@@ -389,8 +391,46 @@ def fsck(root: str, *, repair: bool = False, verify_data: bool = False, row_byte
 def gc(root: str, *, older_than_s: int | None = None, max_bytes: int | None = None,
        low_water_bytes: int | None = None, keep: Sequence[str] = (), dry_run: bool = False,
        lease_ttl_s: int = 60, jobs: int = 4, force: bool = False, tmp_grace_s: int = 3600,
-       io_timeout_s: float | None = 30.0) -> GcReport:
-    """Reclaims idle namespaces, capacity, stale temp and corrupt files (``kvtier gc``)."""
+       io_timeout_s: float | None = 30.0, collector_ttl_s: float = 30.0,
+       ignore_lease: bool = False) -> GcReport:
+    """Reclaims idle namespaces, capacity, stale temp and corrupt files (``kvtier gc``). With
+    ``max_bytes`` (not a dry run, not ``ignore_lease``) it is one of the volume's collectors, as
+    ``kvtier gc --max-bytes`` is (FORMAT.md L124): it takes ``<root>/.kvtier/gc.lease`` for its run
+    (``collector_ttl_s``: the TTL every collector of the volume uses) and gives it up before
+    returning. Beside a live collector (``kvtier gc --watch``, another gc) it removes nothing for
+    capacity and ``capacity_skipped`` says why; when it cannot take the lease at all,
+    ``capacity_lease_failed`` is set too and ``exit_code`` has 4."""
+
+class Collector:
+    """The volume's watch collector (``kvtier gc --watch``, docs/ops.md) on threads of its own, as
+    a context manager (``start()`` on enter, ``stop()`` on exit). Every ``interval_s``, and sooner
+    when a root's free space falls below ``min_free`` (bytes as an int, or a share such as
+    ``"10%"``; freed up to ``min_free_target``, default ``min_free`` + a quarter), the holder of the
+    volume's collector lease runs one gc pass with these bounds; other collectors of the volume only
+    watch the lease (FORMAT.md L120-L124). Its lines go to kvtier's log (:func:`set_log_sink`).
+    KvtierError(invalid_argument) for a bad argument or a directory that does not look like a root
+    (without ``force``)."""
+
+    def __init__(self, root: str, *, max_bytes: int | None = None, low_water_bytes: int | None = None,
+                 older_than_s: int | None = None, keep: Sequence[str] = (), min_free: int | str | None = None,
+                 min_free_target: int | str | None = None, interval_s: float = 60.0,
+                 check_interval_s: float = 2.0, collector_ttl_s: float = 30.0, metrics_file: str = "",
+                 jobs: int = 4, force: bool = False, tmp_grace_s: int = 3600,
+                 io_timeout_s: float | None = 30.0) -> None: ...
+    def start(self) -> None:
+        """Starts the loop (once; KvtierError(invalid_argument) again)."""
+    def stop(self) -> None:
+        """Stops the loop and gives the lease up; KvtierError(timed_out) when the loop had ended on a
+        hung mount, KvtierError(unavailable) when something other than a live collector kept it
+        from collecting (a non-lease it cannot move, FORMAT.md L153)."""
+    def status(self) -> dict[str, bool | int | float]:
+        """``running``, ``holding`` (the lease), ``passes``, ``passes_min_free``, ``pass_errors``,
+        ``passes_stopped``, ``files_reclaimed``, ``bytes_reclaimed``, ``failed_removals``,
+        ``lease_acquisitions``, ``last_pass_s``, ``last_pass_end_unix``."""
+    def metrics_text(self) -> str:
+        """The Prometheus text of ``kvtier gc --watch --metrics-file`` (docs/metrics.md)."""
+    def __enter__(self) -> Collector: ...
+    def __exit__(self, *args: object) -> None: ...
 
 def fs_metric_fields() -> tuple[dict[str, str | float | None], ...]:
     """The fields of :meth:`FsTier.metrics` in declaration order, one dict each: ``name`` (the

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "kvtier/collector.h"
 #include "kvtier/config.h"
 #include "kvtier/ops.h"
 #include "py_common.h"
@@ -111,10 +112,23 @@ FsckReport PyFsck(const std::string& root, bool repair, bool verify_data, pb::ob
   return RunTool(&Fsck, o);
 }
 
+// seconds > 0 as milliseconds, naming the argument otherwise.
+uint64_t PositiveMsArg(double seconds, const char* name) {
+  if (!(seconds > 0) || !std::isfinite(seconds) || seconds > 1e9) {
+    ThrowStatus(InvalidArgument(std::string(name) + ": expected seconds > 0, got " + std::to_string(seconds)));
+  }
+  return static_cast<uint64_t>(std::ceil(seconds * 1000));
+}
+
+// A capacity bound makes it one of the volume's collectors (CollectOnce,
+// FORMAT.md L124), as `kvtier gc --max-bytes` is.
 GcReport PyGc(const std::string& root, pb::object older_than_s, pb::object max_bytes, pb::object low_water_bytes,
               const std::vector<std::string>& keep, bool dry_run, pb::object lease_ttl_s, pb::object jobs,
-              bool force, pb::object tmp_grace_s, std::optional<double> io_timeout_s) {
-  GcOptions o;
+              bool force, pb::object tmp_grace_s, std::optional<double> io_timeout_s, double collector_ttl_s,
+              bool ignore_lease) {
+  CollectOnceOptions o;
+  o.collector_ttl_ms = PositiveMsArg(collector_ttl_s, "collector_ttl_s");
+  o.ignore_lease = ignore_lease;
   SetScan(o, {root, jobs, force, tmp_grace_s, io_timeout_s});
   o.older_than_s = OptionalArg(older_than_s, "older_than_s", /*huge_is_never=*/true);
   o.max_bytes = OptionalArg(max_bytes, "max_bytes", /*huge_is_never=*/false);
@@ -122,7 +136,101 @@ GcReport PyGc(const std::string& root, pb::object older_than_s, pb::object max_b
   o.keep = keep;
   o.dry_run = dry_run;
   o.lease_ttl_s = NonNegativeArg(lease_ttl_s, "lease_ttl_s", /*huge_is_never=*/true);
-  return RunTool(&Gc, o);
+  return RunTool(&CollectOnce, o);
+}
+
+// min_free / min_free_target: an int is bytes, a str "12.5%" a share of the
+// file system's size.
+std::optional<FreeSpace> FreeSpaceArg(const pb::handle& value, const char* name) {
+  if (value.is_none()) return std::nullopt;
+  FreeSpace out;
+  if (!pb::isinstance<pb::str>(value)) {
+    out.bytes = NonNegativeArg(value, name, /*huge_is_never=*/false);
+    return out;
+  }
+  const std::string text = value.cast<std::string>();
+  char* end = nullptr;
+  out.percent = text.size() > 1 && text.back() == '%' ? std::strtod(text.c_str(), &end) : -1;
+  if (end != text.c_str() + text.size() - 1 || !(out.percent >= 0 && out.percent <= 100)) {
+    ThrowStatus(InvalidArgument(std::string(name) + ": expected bytes (an int) or a percentage \"0%\"..\"100%\", got \"" +
+                                text + "\""));
+  }
+  return out;
+}
+
+// kvtier.Collector: the watch collector on threads of its own; its log goes
+// to kvtier's log (kvtier.set_log_sink).
+class PyCollector {
+ public:
+  explicit PyCollector(CollectorOptions o) { c_ = Unwrap(WithoutGil([&] { return Collector::Open(std::move(o)); })); }
+  ~PyCollector() { (void)End(); }  // never raises: how the loop ended is stop()'s to say
+  void Start() { ThrowIfError(c_->Start()); }
+  void Stop() { ThrowIfError(End()); }
+
+ private:
+  // Stops and waits (without the GIL: the loop may log through a Python sink).
+  kvtier::Status End() {
+    if (stopped_) return kvtier::Status::Ok();
+    stopped_ = true;
+    return WithoutGil([&] {
+      c_->Stop();
+      return c_->Wait();
+    });
+  }
+
+ public:
+  pb::dict StatusDict() const {
+    const CollectorStatus s = c_->status();
+    pb::dict d;
+    d["running"] = s.running, d["holding"] = s.holding, d["passes"] = s.passes;
+    d["passes_min_free"] = s.passes_min_free, d["pass_errors"] = s.pass_errors, d["passes_stopped"] = s.passes_stopped;
+    d["files_reclaimed"] = s.files_reclaimed, d["bytes_reclaimed"] = s.bytes_reclaimed;
+    d["failed_removals"] = s.failed_removals, d["lease_acquisitions"] = s.lease_acquisitions;
+    d["last_pass_s"] = s.last_pass_s, d["last_pass_end_unix"] = s.last_pass_end_unix;
+    return d;
+  }
+  std::string MetricsText() const { return c_->MetricsText(); }
+
+ private:
+  std::unique_ptr<Collector> c_;
+  bool stopped_ = false;
+};
+
+PyCollector* NewCollector(const std::string& root, pb::object max_bytes, pb::object low_water_bytes,
+                          pb::object older_than_s, const std::vector<std::string>& keep, pb::object min_free,
+                          pb::object min_free_target, double interval_s, double check_interval_s,
+                          double collector_ttl_s, const std::string& metrics_file, pb::object jobs, bool force,
+                          pb::object tmp_grace_s, std::optional<double> io_timeout_s) {
+  CollectorOptions o;
+  SetScan(o.gc, {root, jobs, force, tmp_grace_s, io_timeout_s});
+  o.gc.max_bytes = OptionalArg(max_bytes, "max_bytes", /*huge_is_never=*/false);
+  o.gc.low_water_bytes = OptionalArg(low_water_bytes, "low_water_bytes", /*huge_is_never=*/false);
+  o.gc.older_than_s = OptionalArg(older_than_s, "older_than_s", /*huge_is_never=*/true);
+  o.gc.keep = keep;
+  o.min_free = FreeSpaceArg(min_free, "min_free");
+  o.min_free_target = FreeSpaceArg(min_free_target, "min_free_target");
+  o.interval_ms = PositiveMsArg(interval_s, "interval_s");
+  o.check_ms = PositiveMsArg(check_interval_s, "check_interval_s");
+  o.collector_ttl_ms = PositiveMsArg(collector_ttl_s, "collector_ttl_s");
+  o.metrics_file = metrics_file;
+  return new PyCollector(std::move(o));
+}
+
+void BindCollector(pb::module_& m, double io_timeout_s) {
+  pb::class_<PyCollector>(m, "Collector", "The volume's watch collector (kvtier gc --watch) on threads of its own.")
+      .def(pb::init(&NewCollector), pb::arg("root"), pb::kw_only(), pb::arg("max_bytes") = pb::none(),
+           pb::arg("low_water_bytes") = pb::none(), pb::arg("older_than_s") = pb::none(),
+           pb::arg("keep") = std::vector<std::string>{}, pb::arg("min_free") = pb::none(),
+           pb::arg("min_free_target") = pb::none(), pb::arg("interval_s") = 60.0, pb::arg("check_interval_s") = 2.0,
+           pb::arg("collector_ttl_s") = static_cast<double>(kDefaultCollectorTtlMs) / 1000,
+           pb::arg("metrics_file") = "", pb::arg("jobs") = 4, pb::arg("force") = false, pb::arg("tmp_grace_s") = 3600,
+           pb::arg("io_timeout_s") = io_timeout_s)
+      .def("start", &PyCollector::Start)
+      .def("stop", &PyCollector::Stop)
+      .def("status", &PyCollector::StatusDict)
+      .def("metrics_text", &PyCollector::MetricsText)
+      .def("__enter__", [](PyCollector& c) -> PyCollector& { return c.Start(), c; }, pb::return_value_policy::reference)
+      .def("__exit__", [](PyCollector& c, const pb::args&) { c.Stop(); });
 }
 
 std::string ConfigCheck(const std::string& text, uint32_t gpu_block_size) {
@@ -195,7 +303,7 @@ void BindReports(pb::module_& m) {
       .def_readonly("capacity_tolerance_s", &GcReport::capacity_tolerance_s)
       .def_readonly("far_future_blocks", &GcReport::far_future_blocks)
       .def_readonly("walks", &GcReport::walks).def_readonly("candidates_held", &GcReport::candidates_held)
-      .def_readonly("capacity_skipped", &GcReport::capacity_skipped)
+      .def_readonly("capacity_skipped", &GcReport::capacity_skipped).def_readonly("capacity_lease_failed", &GcReport::capacity_lease_failed)
       .def_property_readonly("exit_code", &GcReport::ExitCode);
 }
 
@@ -204,6 +312,7 @@ void BindReports(pb::module_& m) {
 void BindOps(pb::module_& m) {
   BindReports(m);
   const double io_timeout_s = static_cast<double>(kDefaultIoTimeoutMs) / 1000;
+  BindCollector(m, io_timeout_s);
   m.def("du", &PyDu, pb::arg("root"), pb::kw_only(), pb::arg("jobs") = 4, pb::arg("force") = false,
         pb::arg("tmp_grace_s") = 3600, pb::arg("io_timeout_s") = io_timeout_s,
         "Usage per namespace (kvtier du); never follows symlinks.");
@@ -216,7 +325,9 @@ void BindOps(pb::module_& m) {
         pb::arg("keep") = std::vector<std::string>{}, pb::arg("dry_run") = false, pb::arg("lease_ttl_s") = 60,
         pb::arg("jobs") = 4, pb::arg("force") = false, pb::arg("tmp_grace_s") = 3600,
         pb::arg("io_timeout_s") = io_timeout_s,
-        "Reclaims idle namespaces, capacity, stale temp and corrupt files (kvtier gc).");
+        pb::arg("collector_ttl_s") = static_cast<double>(kDefaultCollectorTtlMs) / 1000, pb::arg("ignore_lease") = false,
+        "Reclaims idle namespaces, capacity, stale temp and corrupt files (kvtier gc); a capacity bound "
+        "takes the volume's collector lease for the run.");
   m.def("config_check", &ConfigCheck, pb::arg("config_json"), pb::kw_only(), pb::arg("gpu_block_size") = 16,
         "Validates kv_connector_extra_config JSON; returns the effective config as JSON.");
 }

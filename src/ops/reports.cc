@@ -138,7 +138,7 @@ std::string_view RepairActionName(RepairAction action) {
 
 int DuReport::ExitCode() const { return unreadable.empty() ? 0 : 8; }
 int GcReport::ExitCode() const {
-  return (failed.empty() && files_failed == 0 ? 0 : 4) | (unreadable.empty() ? 0 : 8);
+  return (failed.empty() && files_failed == 0 && !capacity_lease_failed ? 0 : 4) | (unreadable.empty() ? 0 : 8);
 }
 
 uint64_t FsckReport::FindingsTotal() const {

@@ -144,7 +144,8 @@ def test_keep_names_that_cannot_match_are_refused(tmp_path, tier):
     for bad in (ns_name + "\0x", str(tmp_path / ns_name), "", ".."):
         refused(lambda: kvtier.gc(str(tmp_path), max_bytes=0, keep=[bad]), "keep")
     assert blocks_left(tmp_path) == 2
-    assert kvtier.gc(str(tmp_path), max_bytes=0, keep=[ns_name]).reclaimed == []
+    # A capacity bound takes the collector lease: a short TTL keeps its settle short.
+    assert kvtier.gc(str(tmp_path), max_bytes=0, keep=[ns_name], collector_ttl_s=0.3).reclaimed == []
 
 
 # ---- removals that fail are reported, and the exit code says so -------------------------------
@@ -165,7 +166,7 @@ def immutable_block(tmp_path, tier):
 
 
 def test_gc_lists_failed_removals_and_exits_4(tmp_path, immutable_block):
-    gc = kvtier.gc(str(tmp_path), max_bytes=0)
+    gc = kvtier.gc(str(tmp_path), max_bytes=0, collector_ttl_s=0.3)  # the lease's settle kept short
     assert os.path.exists(immutable_block)
     assert [os.path.join(str(tmp_path), f.path) for f in gc.failed] == [immutable_block]
     assert gc.failed[0].errno == errno.EPERM and gc.failed[0].reason == "capacity"

@@ -1,15 +1,17 @@
-// The one-shot `kvtier gc`'s hold on the volume's collector lease
-// (gc_watch.h, FORMAT.md L124): a cron gc on several nodes, or one beside a
-// `gc --watch`, must not trim the same bound twice.
+// CollectOnce (kvtier/collector.h): a gc run that holds the volume's
+// collector lease for its capacity trim (FORMAT.md L124), and the lease's
+// one-shot holder, OneShotLease (ops/one_shot_lease.h).
 #include <fcntl.h>
 
 #include <chrono>
 #include <thread>
 
-#include "cli/gc_watch.h"
 #include "format/layout_names.h"
 #include "format/root_list.h"
+#include "kvtier/collector.h"
 #include "ops/collector_lease.h"
+#include "ops/one_shot_lease.h"
+#include "ops/ops_internal.h"
 #include "util/dir_fd.h"
 
 namespace kvtier::internal {
@@ -21,16 +23,23 @@ int64_t NowNs() {
 
 }  // namespace
 
-// As the watch (L120): .kvtier is made only where the root looks like one.
-bool LooksLikeRootDir(const std::string& root, bool force) {
+// L120: .kvtier is made only where the root looks like one.
+Result<bool> RootLooksLikeOne(const std::string& root, bool force) {
   UniqueFd fd;
   std::vector<DirEntry> entries;
-  if (OpenDirAt(AT_FDCWD, root, &fd) != 0 || ListDir(fd.get(), &entries) != 0) return false;
+  int err = OpenDirAt(AT_FDCWD, root, &fd);
+  if (err == 0) err = ListDir(fd.get(), &entries);
+  if (err != 0) return ErrnoToStatus(err, root);
   bool looks = force || entries.empty();
   for (const DirEntry& e : entries) {
     looks = looks || e.name == format::kMetaDirName || format::NamespaceDigest(e.name) || format::ParseBlockDirName(e.name);
   }
   return looks;
+}
+
+bool LooksLikeRootDir(const std::string& root, bool force) {
+  const Result<bool> looks = RootLooksLikeOne(root, force);
+  return looks.ok() && *looks;
 }
 
 std::shared_ptr<OneShotLease> OneShotLease::Start(const GcOptions& o, uint64_t ttl_ms) {
@@ -120,3 +129,32 @@ void OneShotLease::Finish() {
 }
 
 }  // namespace kvtier::internal
+
+namespace kvtier {
+
+bool CollectOnceTakesLease(const CollectOnceOptions& o) { return o.max_bytes && !o.dry_run && !o.ignore_lease; }
+
+Result<GcReport> CollectOnce(const CollectOnceOptions& options) {
+  if (!CollectOnceTakesLease(options)) return Gc(options);
+  // Refused before the lease is touched: a bad root makes no .kvtier anywhere.
+  KVTIER_RETURN_IF_ERROR(internal::CheckGcOptions(options));
+  if (options.collector_ttl_ms == 0) return InvalidArgument("collector_ttl_ms: must be more than 0");
+  const std::shared_ptr<internal::OneShotLease> lease = internal::OneShotLease::Start(options, options.collector_ttl_ms);
+  GcOptions o = options;
+  o.capacity_gate = [lease, gate = options.capacity_gate] {
+    std::string why = lease->Gate();
+    return why.empty() && gate ? gate() : why;
+  };
+  // Each removal: the caller's stop (a SIGTERM finishes the removal under
+  // way and gives the lease up, L122), and the lease still held (L122, L154).
+  o.stop = [lease, stop = options.stop] { return (stop && stop()) || lease->Lost(); };
+  // Given up on every way out, exceptions included (Finish is idempotent).
+  const std::unique_ptr<internal::OneShotLease, void (*)(internal::OneShotLease*)> finish(
+      lease.get(), [](internal::OneShotLease* l) { l->Finish(); });
+  Result<GcReport> r = Gc(o);
+  lease->Finish();
+  if (r.ok()) r->capacity_lease_failed = lease->Failed();
+  return r;
+}
+
+}  // namespace kvtier
