@@ -74,7 +74,7 @@ class ShardDirs {
   // (EEXIST is fine) adds none. Where <hhh> mostly exists (a restarted
   // instance on a full volume) a mkdir that finds it would take that lock
   // for nothing, so the choice follows what unknown <hhh> lately were.
-  // Hints only: a store that guessed wrong still ends right.
+  // Hints only: a store that guessed wrong still ends right (FORMAT.md L157).
   bool ParentKnown(const std::string& parent) const;
   // Whether a store into an unknown <hhh> makes it before opening.
   bool MakeParentFirst() const;
