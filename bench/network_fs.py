@@ -14,6 +14,9 @@ key; kvtier runs a job's keys at once. Per tier and latency, on a fresh root und
   store warm    --blocks more whose shard directories already exist (the steady state)
   lookup        every fresh key looked up until decided (RETRY answered by stepping)
   load          every fresh block loaded into other rows and checked byte-exact
+Then the floor of "store fresh" at that latency: its distinct <hhh> directories made in one new
+parent by 16 threads and nothing else (no client overlaps these: the kernel makes the entries of
+one directory one at a time), printed with the most any tier's fresh store could gain against it.
 For each: wall seconds, CPU seconds of this process (the tier's threads included; the FUSE
 daemon's own CPU is not), and filesystem calls per block as the daemon counted them (every kernel
 request: LOOKUP/GETATTR, OPEN/CREATE, READ, WRITE, xattr, RENAME, ...; FLUSH and RELEASE count as
@@ -44,6 +47,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -158,6 +162,42 @@ def run_tier(name, root, fs, region, opts, vllm):
     return out
 
 
+def mkdir_floor(parent, names, threads=16):
+    """Seconds to make `names` in one new directory `parent` from `threads` threads and nothing
+    else: the part of a fresh-tree store no client can overlap, since the kernel makes entries of
+    one parent one at a time (the parent's lock, held across a LOOKUP and the MKDIR)."""
+    parent.mkdir()
+    fd, todo, lock = os.open(parent, os.O_PATH | os.O_DIRECTORY), list(names), threading.Lock()
+
+    def worker():
+        while True:
+            with lock:
+                if not todo:
+                    return
+                name = todo.pop()
+            os.mkdir(name, dir_fd=fd)
+
+    started = time.perf_counter()
+    pool = [threading.Thread(target=worker) for _ in range(threads)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    os.close(fd)
+    return time.perf_counter() - started
+
+
+def fresh_floor(root, fs, opts):
+    """The mkdir floor of a fresh store: its distinct <hhh> directories (the first 3 hex digits of
+    the fresh keys' hashes, as keys_for makes them) made in one parent; figures as Meter's."""
+    parents = {hashlib.sha256(f"kvtier/{root.name}/fresh/{i}".encode()).hexdigest()[:3] for i in range(opts.blocks)}
+    with Meter(fs) as m:
+        mkdir_floor(root.parent / f"floor-{root.name}", sorted(parents))
+    out = m.figures(len(parents))
+    out["dirs"] = len(parents)
+    return out
+
+
 def populate(backing_root, block_dir, count, row_bytes):
     """`count` blocks (sparse files of row_bytes) in vLLM's layout, made on the backing directly."""
     base = Path(backing_root) / block_dir
@@ -258,6 +298,16 @@ def by_op(ops_results):
     return "\n".join(lines)
 
 
+def floor_lines(ops_results):
+    """The fresh-store floor per latency, and the most a store fresh ratio can be against it."""
+    lines = ["\nstore fresh floor (its distinct <hhh> made in one parent by 16 threads, nothing else):"]
+    for delay, res in ops_results.items():
+        f, v, kv = res["floor"], res["vllm"]["store fresh"]["seconds"], res["kvtier"]["store fresh"]["seconds"]
+        lines.append(f"  {delay:>4} ms  {f['dirs']} dirs {f['seconds']:.2f} s ({f['calls_per_block']:.1f} calls each); "
+                     f"vLLM/floor {v / f['seconds']:.1f}x, vLLM/kvtier {v / kv:.1f}x")
+    return "\n".join(lines)
+
+
 def main():
     opts = args()
     faultfs_bin = str(Path(opts.build).resolve() / "bin" / "kvtier_faultfs")
@@ -296,6 +346,7 @@ def main():
                     fs.delay("all", delay)
                 ops_results[f"{delay:g}"] = {name: run_tier(name, Path(fs.mountpoint) / f"{name}-{delay:g}ms", fs, region,
                                                             opts, vllm) for name in TIERS}
+                ops_results[f"{delay:g}"]["floor"] = fresh_floor(Path(fs.mountpoint) / f"kvtier-{delay:g}ms", fs, opts)
                 print(f"# {delay:g} ms done at {time.monotonic() - started:.0f} s", flush=True)
             sizes = [int(x) for x in opts.start_sizes.split(",")]
             start_results = start_phase(fs, work / "backing", opts, vllm, region, sizes)
@@ -308,6 +359,7 @@ def main():
           f"{time.monotonic() - started:.0f} s in all\n")
     print(table(ops_results, start_results, opts))
     print(by_op(ops_results))
+    print(floor_lines(ops_results))
     if opts.json:
         Path(opts.json).write_text(json.dumps({"options": vars(opts), "operations": ops_results,
                                                "start": start_results}, indent=2))

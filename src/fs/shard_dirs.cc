@@ -1,5 +1,6 @@
 #include "fs/shard_dirs.h"
 
+#include <algorithm>
 #include <atomic>
 
 namespace kvtier::internal {
@@ -54,6 +55,24 @@ void ShardDirs::Drop(const std::string& key, const Dir* which) {
 size_t ShardDirs::size() const {
   std::lock_guard lock(mu_);
   return lru_.size();
+}
+
+bool ShardDirs::ParentKnown(const std::string& parent) const {
+  std::lock_guard lock(mu_);
+  return parents_.count(parent) != 0;
+}
+
+bool ShardDirs::MakeParentFirst() const {
+  std::lock_guard lock(mu_);
+  return missing_score_ > 0;
+}
+
+void ShardDirs::SawParent(const std::string& parent, bool existed, bool probed) {
+  constexpr int kScoreMax = 8;  // a few outcomes turn the choice around
+  std::lock_guard lock(mu_);
+  if (probed) missing_score_ = std::clamp(missing_score_ + (existed ? -1 : 1), -kScoreMax, kScoreMax);
+  if (parents_.size() >= kParentsMax) parents_.clear();
+  parents_.insert(parent);
 }
 
 // The fd itself closes when the last op holding the entry lets go of it.

@@ -20,6 +20,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 
 #include "util/dir_fd.h"
@@ -63,6 +64,25 @@ class ShardDirs {
   void Drop(const std::string& key, const Dir* which);
   size_t size() const;
 
+  // What the tier has seen of first-level shard directories
+  // ("<ns>_r<rank>/<hhh>"), for how a store into a shard directory it does
+  // not hold begins. Making a directory takes its parent's lock exclusively
+  // (a lookup and a mkdir), and the kernel serializes those in one parent:
+  // in a fresh tree every new <hhh> queues on the namespace directory. An
+  // open-first store adds lookups of the missing <hhh> there, which take the
+  // same lock shared and so wait between the mkdirs; making <hhh> first
+  // (EEXIST is fine) adds none. Where <hhh> mostly exists (a restarted
+  // instance on a full volume) a mkdir that finds it would take that lock
+  // for nothing, so the choice follows what unknown <hhh> lately were.
+  // Hints only: a store that guessed wrong still ends right (FORMAT.md L157).
+  bool ParentKnown(const std::string& parent) const;
+  // Whether a store into an unknown <hhh> makes it before opening.
+  bool MakeParentFirst() const;
+  // `parent` exists now; `probed`: its store did not know it, and `existed`
+  // says whether it was there already (else the store made it).
+  void SawParent(const std::string& parent, bool existed, bool probed);
+  static constexpr size_t kParentsMax = 65536;  // 4096 per block directory
+
  private:
   using Lru = std::list<std::pair<std::string, Ref>>;  // most recently used first
   void EraseLocked(Lru::iterator it);
@@ -72,6 +92,8 @@ class ShardDirs {
   mutable std::mutex mu_;
   Lru lru_;
   std::unordered_map<std::string, Lru::iterator> index_;
+  std::unordered_set<std::string> parents_;  // first-level shard directories seen to exist
+  int missing_score_ = 0;  // + for each unknown <hhh> found missing, - found present (bounded)
 };
 
 }  // namespace kvtier::internal

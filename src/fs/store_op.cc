@@ -1,4 +1,5 @@
-// The store state machine: [open shard dir [-> mkdirs -> open it again]] ->
+// The store state machine: [open shard dir [-> mkdirs -> open it again],
+// or in a fresh tree mkdirs first -> open it] ->
 // statx(dest) -> open(tmp, O_EXCL) -> write (resumed when short) ->
 // [fdatasync] -> [fsetxattr(crc), with checksum_blocks in the xattr] ->
 // close -> rename -> [fsync dir]. With the checksum in a trailer (L131) the
@@ -66,7 +67,7 @@ class StoreOp final : public FsBlockOp {
     if (!begun_ && shared_->hold_shard_dirs) {  // the cached shard directory, if one is fresh now
       begun_ = true;
       dir_ = shared_->shard_dirs.Find(shard2_, MonotonicNowNs());
-      if (dir_ == nullptr) Go(kOpenShard);
+      if (dir_ == nullptr) BeginUnheld();
     }
     *req = IoRequest{};
     // A close has no deadline: an expired one would never run and leak the fd.
@@ -295,9 +296,27 @@ class StoreOp final : public FsBlockOp {
     Go(kOpenShard);
     return true;
   }
+  // A shard directory not held: open it, or where its <hhh> is unknown and
+  // unknown ones lately were missing (a fresh tree), make <hhh> first, in
+  // the block directory's fd, without a lookup of it before (shard_dirs.h).
+  void BeginUnheld() {
+    probed_ = !shared_->shard_dirs.ParentKnown(shard1_);
+    if (!probed_ || !shared_->shard_dirs.MakeParentFirst()) return Go(kOpenShard);
+    (void)MkdirRoundLeft();  // the first round: always granted, starts the clock
+    ++mkdir_rounds_;
+    mkdir_searching_ = true;
+    mkdir_level_ = 1;
+    Go(kMkdirParent);
+  }
+  // <hhh> exists now: `existed` says whether it did before this store.
+  void NoteParent(bool existed) {
+    if (shared_->hold_shard_dirs) shared_->shard_dirs.SawParent(shard1_, existed, probed_);
+    probed_ = false;
+  }
   void AfterOpenShard(int64_t res) {
     if (dir_fd_ >= 0) CloseDirFd();
     if (res >= 0) {
+      NoteParent(true);
       dir_ = shared_->shard_dirs.Put(shard2_, static_cast<int>(res), MonotonicNowNs());
       return Go(statted_ ? kOpen : kStatDest);
     }
@@ -344,6 +363,7 @@ class StoreOp final : public FsBlockOp {
     }
     if (MkdirAgain(res)) return;
     if (res < 0) return Finish(res, "open " + Shown(mkdir_level_ == 1 ? block_dir_ : shard1_));
+    if (mkdir_level_ == 2) NoteParent(true);
     dir_fd_ = static_cast<int>(res);
     Go(kMkdir);
   }
@@ -355,6 +375,7 @@ class StoreOp final : public FsBlockOp {
     if (dir_fd_ >= 0 && !keep) CloseDirFd();
     if (MkdirAgain(res)) return;
     if (res < 0 && res != -EEXIST) return Finish(res, "mkdir " + Shown(MkdirShown()));
+    if (mkdir_level_ == 1) NoteParent(res == -EEXIST);
     if (++mkdir_level_ == 3) {
       mkdirs_done_ = true;
       return Go(shared_->hold_shard_dirs ? kOpenShard : kOpen);
@@ -443,6 +464,7 @@ class StoreOp final : public FsBlockOp {
   bool mkdir_searching_ = false;  // this round has made no directory yet (AfterMkdirParent)
   bool begun_ = false;    // the first NextRequest looked for a cached shard directory
   bool statted_ = false;  // the destination was found absent (the checksum is made)
+  bool probed_ = false;   // began without knowing whether shard1_ exists (ShardDirs::SawParent)
 };
 
 }  // namespace

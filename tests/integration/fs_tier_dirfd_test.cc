@@ -16,7 +16,12 @@
 //  * a symlink planted as a shard directory, before or while the tier holds
 //    that directory, is never written through;
 //  * the held directories' fds stay within the cache's bound and are all
-//    closed when the tier closes.
+//    closed when the tier closes;
+//  * in a fresh tree, once a store has found a first-level directory
+//    ("<hhh>") missing, later stores into new ones make it without looking
+//    it up first (lookups taking the namespace directory's lock between the
+//    mkdirs the kernel serializes there), and blocks land whole at their
+//    paths; a new instance over that tree opens first, as it always did.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -65,6 +70,7 @@ OffloadKey Key(uint32_t shard, uint64_t i) {
 struct Delta {
   std::map<std::string, uint64_t> ops;
   uint64_t total = 0;
+  uint64_t Of(const std::string& op) const { return ops.count(op) != 0 ? ops.at(op) : 0; }
   std::string Text() const {
     std::ostringstream out;
     out << total << " (";
@@ -206,6 +212,32 @@ TEST_P(DirFdCallsTest, HeldShardDirectoryKeepsCallsPerBlockBounded) {
   Count("store, present shard", [&] { EXPECT_EQ(Outcome(Store(missing, rows)), KeyOutcome::kOk); });
   Count("store, existing block",
         [&] { EXPECT_EQ(Outcome(Store(fresh, rows)), KeyOutcome::kSkippedExists); });
+}
+
+// The bound: a store into a new <hhh> on this mount, made first (observed:
+// 13 lookups, the kernel's and libfuse's own after each mkdir and create
+// among them); looking up the shard directory's path first, then its
+// parent's, costs 4 more (two of them of the missing <hhh>), which it catches.
+constexpr uint64_t kFreshParentLookupsMax = 13;
+
+TEST_P(DirFdCallsTest, FreshTreeStoresMakeFirstLevelDirectoriesFirst) {
+  testing::AlignedRows rows(1, kRow, 11), back(1, kRow, 12);
+  // The first store into an unknown <hhh> finds it missing: a fresh tree.
+  Count("store, new <hhh> (first)", [&] { EXPECT_EQ(Outcome(Store(Key(0x10001, 1), rows)), KeyOutcome::kOk); });
+  for (uint32_t i = 1; i <= 3; ++i) {
+    const OffloadKey key = Key((0x100 + i) << 8 | 0x22, i);  // a <hhh> of its own
+    const Delta d = Count("store, new <hhh>", [&] { EXPECT_EQ(Outcome(Store(key, rows)), KeyOutcome::kOk); });
+    EXPECT_LE(d.Of("lookup"), kFreshParentLookupsMax) << d.Text();
+    EXPECT_EQ(d.Of("mkdir"), 2u) << d.Text();
+    ASSERT_EQ(Outcome(Load(key, back)), KeyOutcome::kOk);
+    EXPECT_EQ(std::memcmp(back.data, rows.data, kRow), 0);
+    EXPECT_TRUE(fs::is_regular_file(fs::path(mount_->mountpoint()) / Rel(key)));
+  }
+  // A new instance knows no <hhh>: it opens first (for the record).
+  Close();
+  Open(mount_->mountpoint(), GetParam());
+  Count("store, present <hhh>, new shard, new instance",
+        [&] { EXPECT_EQ(Outcome(Store(Key(0x10101, 2), rows)), KeyOutcome::kOk); });
 }
 
 size_t OpenFds() {

@@ -4,7 +4,11 @@
 // removes the entry a failed request used, not a newer one; and an fd is
 // closed once neither the cache nor an op holds its entry (at eviction, at
 // the cache's end), never while an op still holds it; and all instances of a
-// process (several roots and tiers) cache at most kProcessEntriesMax fds.
+// process (several roots and tiers) cache at most kProcessEntriesMax fds;
+// and that a store into an unknown first-level directory makes it first only
+// while unknown ones have lately been missing (a fresh tree), never after
+// they have lately been present (a restarted instance on a full volume),
+// and that the directories seen to exist are remembered, within a bound.
 #include "fs/shard_dirs.h"
 
 #include <fcntl.h>
@@ -94,6 +98,31 @@ TEST(ShardDirsTest, NoEntriesMeansNothingIsKept) {
   EXPECT_TRUE(IsOpen(dir->fd.get()));
   EXPECT_EQ(dirs.Find("a", 1), nullptr);
   EXPECT_EQ(dirs.size(), 0u);
+}
+
+TEST(ShardDirsTest, ParentsAreMadeFirstOnlyWhileUnknownOnesWereMissing) {
+  ShardDirs dirs(4, 1000);
+  EXPECT_FALSE(dirs.MakeParentFirst()) << "a new instance opens first: the tree may be full";
+  EXPECT_FALSE(dirs.ParentKnown("ns_r0/abc"));
+  dirs.SawParent("ns_r0/abc", /*existed=*/false, /*probed=*/true);
+  EXPECT_TRUE(dirs.ParentKnown("ns_r0/abc"));
+  EXPECT_TRUE(dirs.MakeParentFirst()) << "an unknown directory was missing: a fresh tree";
+  // Known ones say nothing about unknown ones.
+  for (int i = 0; i < 20; ++i) dirs.SawParent("ns_r0/abc", true, /*probed=*/false);
+  EXPECT_TRUE(dirs.MakeParentFirst());
+  // Unknown ones found present turn it around, after as many as were missing.
+  for (int i = 0; i < 20; ++i) dirs.SawParent("ns_r0/" + std::to_string(100 + i), false, true);
+  int present = 0;
+  while (dirs.MakeParentFirst() && present < 100) dirs.SawParent("ns_r0/p" + std::to_string(present++), true, true);
+  EXPECT_LE(present, 8) << "the choice is bounded in how long it remembers";
+  EXPECT_FALSE(dirs.MakeParentFirst());
+}
+
+TEST(ShardDirsTest, KnownParentsStayWithinTheirBound) {
+  ShardDirs dirs(4, 1000);
+  for (size_t i = 0; i <= ShardDirs::kParentsMax; ++i) dirs.SawParent(std::to_string(i), true, false);
+  EXPECT_TRUE(dirs.ParentKnown(std::to_string(ShardDirs::kParentsMax)));
+  EXPECT_FALSE(dirs.ParentKnown("0")) << "past the bound the set starts again";
 }
 
 }  // namespace
