@@ -65,7 +65,8 @@ using HeldRows = std::vector<HeldBuffer>;
 class PyFsTier {
  public:
   PyFsTier(const Namespace& ns, uint64_t row_bytes, const pb::object& config) : row_bytes_(row_bytes) {
-    shell_ = Unwrap(WithoutGil([&] { return TierShell::Open(OpenOptions(ns, row_bytes, config), "fs tier"); }));
+    const FsTierOpenOptions o = OpenOptions(ns, row_bytes, config);  // with the GIL: reads `config`
+    shell_ = Unwrap(WithoutGil([&] { return TierShell::Open(o, "fs tier"); }));
   }
   ~PyFsTier() { Close(); }
 
