@@ -128,9 +128,9 @@ class KVTIER_API TierShell {
   // See the admission paragraph above.
   void Close();
 
-  // Runs fn(tier) under the shell's lock (for short calls: BlockPath,
-  // PrometheusText); kUnavailable once Close began.
-  Status With(const std::function<void(FsTier&)>& fn);
+  // FsTier::PrometheusText and BlockPath; kUnavailable once Close began.
+  Result<std::string> PrometheusText(std::string_view tier_name) const;
+  Result<std::string> BlockPath(const OffloadKey& key) const;
   // The tier's counters; after Close, their last values.
   FsTierMetrics Metrics() const;
   // As Open settled them (valid for the shell's lifetime).

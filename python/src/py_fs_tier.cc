@@ -155,16 +155,6 @@ std::vector<PyJobResult> PyFsTier::Poll() {
   return out;
 }
 
-// fn(FsTier&) under the shell's lock, without the GIL; kUnavailable once close() began.
-template <class Fn>
-auto WithTier(PyFsTier& t, Fn&& fn) {
-  return WithoutGil([&]() -> Result<decltype(fn(std::declval<FsTier&>()))> {
-    decltype(fn(std::declval<FsTier&>())) out;
-    KVTIER_RETURN_IF_ERROR(t.shell().With([&](FsTier& f) { out = fn(f); }));
-    return out;
-  });
-}
-
 void BindJobResult(pb::module_& m) {
   pb::class_<PyJobResult>(m, "JobResult", "One finished FsTier job: per-key outcomes in submission order.")
       .def_readonly("job_id", &PyJobResult::job_id)
@@ -180,8 +170,8 @@ void BindJobResult(pb::module_& m) {
 
 void BindFsTier(pb::module_& m) {
   BindJobResult(m);
-  pb::class_<PyFsTier>(m, "FsTier", "A filesystem tier of vLLM-compatible block files (io_uring engine).")
-      .def(pb::init<const Namespace&, uint64_t, const pb::object&>(), pb::arg("namespace"), pb::arg("row_bytes"),
+  pb::class_<PyFsTier> cls(m, "FsTier", "A filesystem tier of vLLM-compatible block files (io_uring engine).");
+  cls.def(pb::init<const Namespace&, uint64_t, const pb::object&>(), pb::arg("namespace"), pb::arg("row_bytes"),
            pb::arg("config"))
       .def("submit_store", [](PyFsTier& t, const pb::args& a, const pb::kwargs& k) { return t.Submit(a, k, false); },
            "submit_store(keys, rows): stores one row buffer per key (held until the job is polled); returns the job id.")
@@ -195,20 +185,10 @@ void BindFsTier(pb::module_& m) {
            "Waits (GIL released) until no job runs; KvtierError(timed_out) after timeout_ms.")
       .def("close", &PyFsTier::Close,
            "Stops admitting jobs, waits for running ones, stops the engine, releases buffers.")
-      .def("metrics", [](PyFsTier& t) { return FsMetricsDict(WithoutGil([&] { return t.shell().Metrics(); })); })
-      .def("prometheus_text", [](PyFsTier& t, const std::string& name) {
-             return Unwrap(WithTier(t, [&](FsTier& f) { return f.PrometheusText(name); }));
-           }, pb::arg("tier_name") = "fs0")
-      .def("block_path", [](PyFsTier& t, const pb::object& key) {
-             const OffloadKey k = KeyFromObject(key);
-             return Unwrap(WithTier(t, [&](FsTier& f) { return f.BlockPath(k); }));
-           }, pb::arg("key"))
-      .def_property_readonly("backend", [](PyFsTier& t) { return std::string(t.shell().backend_name()); })
-      .def_property_readonly("o_direct", [](PyFsTier& t) { return t.shell().o_direct(); })
       .def_property_readonly("xattrs_supported", [](PyFsTier& t) { return t.shell().xattrs_supported(); })
-      .def_property_readonly("checksum_place", [](PyFsTier& t) { return std::string(t.shell().checksum_place()); })
       .def("__enter__", [](PyFsTier& t) -> PyFsTier& { return t; }, pb::return_value_policy::reference)
       .def("__exit__", [](PyFsTier& t, pb::args) { t.Close(); });
+  BindTierCommon(cls, +[](PyFsTier& t) -> TierShell& { return t.shell(); });
 }
 
 }  // namespace

@@ -138,16 +138,8 @@ class EngineTierImpl final : public EngineTier {
   }
 
   FsTierMetrics Metrics() override { return shell_->Metrics(); }
-  Result<std::string> PrometheusText(std::string_view tier_name) override {
-    std::string text;
-    KVTIER_RETURN_IF_ERROR(shell_->With([&](FsTier& t) { text = t.PrometheusText(tier_name); }));
-    return text;
-  }
-  Result<std::string> BlockPath(const OffloadKey& key) override {
-    std::string path;
-    KVTIER_RETURN_IF_ERROR(shell_->With([&](FsTier& t) { path = t.BlockPath(key); }));
-    return path;
-  }
+  Result<std::string> PrometheusText(std::string_view tier_name) override { return shell_->PrometheusText(tier_name); }
+  Result<std::string> BlockPath(const OffloadKey& key) override { return shell_->BlockPath(key); }
   std::string_view backend_name() const override { return shell_->backend_name(); }
   bool o_direct() const override { return shell_->o_direct(); }
   std::string_view checksum_place() const override { return shell_->checksum_place(); }

@@ -265,6 +265,10 @@ Status TierShell::WaitIdle(uint32_t timeout_ms) {
   }
   Status s = rep_->tier->WaitIdle(timeout_ms == kForever ? 1000 : timeout_ms);
   while (timeout_ms == kForever && s.code() == StatusCode::kTimedOut) s = rep_->tier->WaitIdle(1000);
+  if (s.ok()) {  // every job is pollable, though its on_job_finished may not have run yet
+    std::lock_guard lock(rep_->mu);
+    rep_->CollectLocked(true);
+  }
   rep_->Leave();
   return s;
 }
@@ -300,11 +304,16 @@ void TierShell::Close() {
   rep_->signal->Bump();  // WaitFor callers whose job was not collected: kNotFound
 }
 
-Status TierShell::With(const std::function<void(FsTier&)>& fn) {
+Result<std::string> TierShell::PrometheusText(std::string_view tier_name) const {
   std::lock_guard lock(rep_->mu);
   if (rep_->closing) return Closed();
-  fn(*rep_->tier);
-  return Status::Ok();
+  return rep_->tier->PrometheusText(tier_name);
+}
+
+Result<std::string> TierShell::BlockPath(const OffloadKey& key) const {
+  std::lock_guard lock(rep_->mu);
+  if (rep_->closing) return Closed();
+  return rep_->tier->BlockPath(key);
 }
 
 FsTierMetrics TierShell::Metrics() const {

@@ -231,7 +231,7 @@ TEST_F(TierShellTest, CloseRefusesAtOnceWaitsForUsesAndJobsAndKeepsTheirResults)
   while (!shell_->closing()) std::this_thread::yield();
   EXPECT_EQ(Store(4).status().code(), StatusCode::kUnavailable);
   EXPECT_FALSE(static_cast<bool>(TierShell::Use(*shell_)));
-  EXPECT_EQ(shell_->With([](FsTier&) {}).code(), StatusCode::kUnavailable);
+  EXPECT_EQ(shell_->BlockPath(testing::Key(0)).status().code(), StatusCode::kUnavailable);
   EXPECT_FALSE(closed.load());  // a use is in flight
   use.reset();
   gate_->Release();
