@@ -97,11 +97,12 @@ struct TierShell::Rep {
   mutable std::mutex mu;
   std::condition_variable changed;  // users fell, or Close finished
   std::unique_ptr<FsTier> tier;     // null once closed
-  bool closing = false;
+  std::atomic<bool> closing{false};  // set under mu; read without it by closing()
   bool closed = false;
   int users = 0;                           // Use scopes and waits inside the tier
   uint64_t outstanding = 0;                // jobs submitted, not yet polled from the tier
   std::vector<JobResult> finished;         // polled from the tier, not yet taken
+  std::atomic<size_t> n_finished{0};       // finished.size(), for Poll's lock-free "nothing new"
   std::unordered_set<uint64_t> abandoned;  // WaitFor gave up: dropped when they finish
   internal::MemoryClaims claims;
   FsTierMetrics last_metrics;  // Metrics() after Close
@@ -122,6 +123,7 @@ struct TierShell::Rep {
       }
       finished.push_back(std::move(r));
     }
+    n_finished = finished.size();
   }
   // Takes job `job` from `finished`, its claim ended. Under mu.
   std::optional<JobResult> TakeLocked(uint64_t job) {
@@ -129,6 +131,7 @@ struct TierShell::Rep {
     if (it == finished.end()) return std::nullopt;
     JobResult r = std::move(*it);
     finished.erase(it);
+    n_finished = finished.size();
     claims.Release(job);
     return r;
   }
@@ -175,10 +178,7 @@ TierShell::Use::~Use() {
   if (shell_ != nullptr) shell_->rep_->Leave();
 }
 
-bool TierShell::closing() const {
-  std::lock_guard lock(rep_->mu);
-  return rep_->closing;
-}
+bool TierShell::closing() const { return rep_->closing.load(); }
 
 Status TierShell::Closed() const { return Status(StatusCode::kUnavailable, rep_->name + ": closed"); }
 
@@ -200,11 +200,13 @@ Result<uint64_t> TierShell::Submit(MemoryUse use, std::span<const MemoryRange> m
 }
 
 size_t TierShell::Poll(std::vector<JobResult>* out) {
+  if (!rep_->signal->ready() && rep_->n_finished.load() == 0) return 0;  // the common case, lock-free
   std::lock_guard lock(rep_->mu);
   rep_->CollectLocked(false);
   const size_t n = rep_->finished.size();
   for (JobResult& r : rep_->finished) out->push_back(std::move(r));
   rep_->finished.clear();
+  rep_->n_finished = 0;
   return n;
 }
 
