@@ -123,8 +123,6 @@ class KVTIER_API TierShell {
   // kForever: no limit); once Close began, until Close has finished.
   // kTimedOut after timeout_ms.
   Status WaitIdle(uint32_t timeout_ms);
-  // True while a job has no result taken yet.
-  bool HasOutstanding() const;
   // See the admission paragraph above.
   void Close();
 

@@ -275,11 +275,6 @@ Status TierShell::WaitIdle(uint32_t timeout_ms) {
   return s;
 }
 
-bool TierShell::HasOutstanding() const {
-  std::lock_guard lock(rep_->mu);
-  return rep_->outstanding != 0 || !rep_->finished.empty();
-}
-
 void TierShell::Close() {
   std::unique_lock lock(rep_->mu);
   if (rep_->closing) {
