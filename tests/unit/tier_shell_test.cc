@@ -1,7 +1,7 @@
 // Proves the safety shell every front end uses (include/kvtier/tier_shell.h)
-// on a real FsTier whose I/O a gate holds until the test opens it (real
-// syscalls on real files, run only when let through), so "a job still
-// running" is a fact, not a race:
+// on a real FsTier whose I/O completions a gate holds until the test opens
+// it (support/gated_backend.h: real syscalls on real files), so "a job
+// still running" is a fact, not a race:
 //  * memory claims: a write overlapping a held write or read, or another row
 //    of its own job, is refused, reads share; a seeded random model agrees
 //    with a brute-force check (seed printed on failure); a refused row of a
@@ -18,8 +18,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <condition_variable>
-#include <deque>
 #include <future>
 #include <map>
 #include <optional>
@@ -29,6 +27,7 @@
 
 #include "front/memory_claims.h"
 #include "fs/fs_tier_internal.h"
+#include "support/gated_backend.h"
 #include "support/test_support.h"
 
 namespace kvtier {
@@ -36,55 +35,6 @@ namespace {
 
 using internal::MemoryClaims;
 constexpr uint64_t kRow = 4096;
-
-// Runs requests with real syscalls, except while held: then they wait
-// until Release().
-class GateBackend final : public internal::IoBackend {
- public:
-  std::string_view name() const override { return "gate"; }
-  Status Submit(std::span<const internal::IoRequest> requests) override {
-    std::lock_guard lock(mu_);
-    for (const auto& r : requests) {
-      if (held_) queued_.push_back(r);
-      else done_.push_back({r.tag, internal::ExecuteSync(r)});
-    }
-    cv_.notify_all();
-    return Status::Ok();
-  }
-  size_t Reap(std::span<internal::IoCompletion> out, int timeout_ms) override {
-    std::unique_lock lock(mu_);
-    const auto ready = [&] { return !done_.empty() || woken_; };
-    if (timeout_ms < 0) cv_.wait(lock, ready);
-    else cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), ready);
-    woken_ = false;
-    size_t n = 0;
-    for (; n < out.size() && !done_.empty(); ++n, done_.pop_front()) out[n] = done_.front();
-    return n;
-  }
-  void Wake() override {
-    std::lock_guard lock(mu_);
-    woken_ = true;
-    cv_.notify_all();
-  }
-  void Hold() {
-    std::lock_guard lock(mu_);
-    held_ = true;
-  }
-  void Release() {
-    std::lock_guard lock(mu_);
-    held_ = false;
-    for (const auto& r : queued_) done_.push_back({r.tag, internal::ExecuteSync(r)});
-    queued_.clear();
-    cv_.notify_all();
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool held_ = false, woken_ = false;
-  std::deque<internal::IoRequest> queued_;
-  std::deque<internal::IoCompletion> done_;
-};
 
 MemoryRange Range(uintptr_t begin, uintptr_t end, size_t row) { return {begin, end, row}; }
 
@@ -164,7 +114,7 @@ class TierShellTest : public ::testing::Test {
     o.ns = testing::Spec("shell/model");
     o.row_bytes = kRow;
     auto opener = [this](const FsTierOpenOptions& opts) {
-      auto gate = std::make_unique<GateBackend>();
+      auto gate = std::make_unique<testing::GatedBackend>();
       gate_ = gate.get();
       return internal::OpenFsTierWithBackend(opts, std::move(gate));
     };
@@ -195,7 +145,7 @@ class TierShellTest : public ::testing::Test {
 
   testing::TempDir root_;
   testing::AlignedRows rows_{8, kRow, 7};
-  GateBackend* gate_ = nullptr;
+  testing::GatedBackend* gate_ = nullptr;
   std::unique_ptr<TierShell> shell_;
 };
 
