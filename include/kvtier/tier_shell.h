@@ -120,8 +120,8 @@ class KVTIER_API TierShell {
   // job is outstanding, or timeout_ms passed.
   void WaitForAny(uint32_t timeout_ms);
   // Waits until no job of the tier runs (FsTier::WaitIdle: 0 only checks;
-  // kForever: no limit); once Close began, until Close has finished.
-  // kTimedOut after timeout_ms.
+  // kForever: no limit), then every result is ready for Poll; once Close
+  // began, until Close has finished. kTimedOut after timeout_ms.
   Status WaitIdle(uint32_t timeout_ms);
   // See the admission paragraph above.
   void Close();
