@@ -147,9 +147,11 @@ using SglangConstPagePieces = std::vector<std::span<const uint8_t>>;
 // prefetch I/O and backup threads), Close included; the destructor must not
 // race with other calls. No I/O call throws or returns an error: a failure
 // (missing, short, corrupt or unreadable page, full disk, deadline, a call
-// after Close, a page of the wrong size) is that key's false, logged once
-// per kind, and counted in Metrics() (by the fs tier's outcome; a page of
-// the wrong size or a call after Close never reaches the tier: not counted).
+// after Close, a page of the wrong size, a page whose memory another page
+// of the same load or a call in flight writes, or a load's page whose
+// memory a store in flight reads) is that key's false, logged once per
+// kind, and counted in Metrics() (by the fs tier's outcome; a page refused
+// before the tier, or a call after Close, is not counted).
 //
 // Deadlines: each call waits for its one job, at most io_timeout_ms (+ about
 // 100 ms) on a hung mount when io_timeout_ms > 0. With bounce rows on

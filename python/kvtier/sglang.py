@@ -56,21 +56,6 @@ __all__ = ["KvtierHiCacheStorage"]
 logger = logging.getLogger("kvtier.sglang")
 
 
-
-def _overlapping_pages(pages: list) -> set:
-    """Indices of the pages (lists of (address, bytes) pieces, or None) that share a byte with
-    another page of the batch, or whose own pieces overlap."""
-    spans = sorted((addr, addr + size, i) for i, page in enumerate(pages) if page is not None
-                   for addr, size in page)
-    bad: set = set()
-    end, owner = -1, -1
-    for start, stop, i in spans:
-        if start < end:
-            bad.update((i, owner))
-        if stop > end:
-            end, owner = stop, i
-    return bad
-
 class _Attached:
     """What one register_mem_pool_host attached: the store, the pool and the pool's memory. It is
     replaced whole, and each call reads it once, so a call never mixes two attaches' pools and
@@ -230,12 +215,8 @@ class KvtierHiCacheStorage(HiCacheStorage):
 
     @staticmethod
     def _load_some(att: _Attached, keys: list, pages: list) -> List[bool]:
-        """load() of the pages that are not None and share no byte with another page of the batch;
-        the others are False. Two loads into one byte would let one overwrite the other before its
-        checksum is checked (loads read straight into the pool where bounce_loads is off), and a
-        valid block would be taken for a corrupt one and removed."""
-        for i in _overlapping_pages(pages):
-            pages[i] = None
+        """load() of the pages that are not None; the others are False. The store answers False
+        for a page that shares memory with another page of the batch or with a call in flight."""
         at = [i for i, p in enumerate(pages) if p is not None]
         out = [False] * len(keys)
         if at:

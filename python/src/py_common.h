@@ -73,4 +73,24 @@ class HeldBuffer {
   pb::object owner_;  // the numpy view of a torch tensor, kept alive with the export
 };
 
+// Binds what every tier front end answers alike (the TierShell's facilities,
+// include/kvtier/tier_shell.h): metrics(), prometheus_text(), block_path()
+// and the backend, o_direct and checksum_place properties. tier(self) is the
+// object that answers them (a TierShell or an EngineTier); each call runs
+// without the GIL.
+template <class Py, class Tier>
+void BindTierCommon(pb::class_<Py>& cls, Tier& (*tier)(Py&)) {
+  cls.def("metrics", [tier](Py& t) { return FsMetricsDict(WithoutGil([&] { return tier(t).Metrics(); })); })
+      .def("prometheus_text", [tier](Py& t, const std::string& name) {
+        return Unwrap(WithoutGil([&] { return tier(t).PrometheusText(name); }));
+      }, pb::arg("tier_name") = "fs0")
+      .def("block_path", [tier](Py& t, const pb::object& key) {
+        const OffloadKey k = KeyFromObject(key);
+        return Unwrap(WithoutGil([&] { return tier(t).BlockPath(k); }));
+      }, pb::arg("key"))
+      .def_property_readonly("backend", [tier](Py& t) { return std::string(tier(t).backend_name()); })
+      .def_property_readonly("o_direct", [tier](Py& t) { return tier(t).o_direct(); })
+      .def_property_readonly("checksum_place", [tier](Py& t) { return std::string(tier(t).checksum_place()); });
+}
+
 }  // namespace kvtier::py

@@ -109,10 +109,10 @@ auto Call(PyEngineTier& t, Fn&& fn) {
 }  // namespace
 
 void BindEngineTier(pb::module_& m) {
-  pb::class_<PyEngineTier>(m, "EngineTier",
-                           "An fs tier driven by an engine's per-step secondary-tier contract over one row region.\n\n"
-                           "EngineTier(namespace, rows, row_bytes, config)")
-      .def(pb::init(&PyEngineTier::Create))
+  pb::class_<PyEngineTier> cls(m, "EngineTier",
+                               "An fs tier driven by an engine's per-step secondary-tier contract over one row region.\n\n"
+                               "EngineTier(namespace, rows, row_bytes, config)");
+  cls.def(pb::init(&PyEngineTier::Create))
       .def("lookup", &PyEngineTier::Lookup, pb::arg("key"), pb::arg("request_id"),
            "0 miss, 1 hit, 2 retry (checked in the next flush_lookups batch); never blocks.")
       .def("flush_lookups", [](PyEngineTier& t) { ThrowIfError(Call(t, [](EngineTier& e) { return e.FlushLookups(); })); })
@@ -131,18 +131,8 @@ void BindEngineTier(pb::module_& m) {
            }, pb::arg("timeout_ms") = 0, "Waits (GIL released) until every job has a result; 0: no limit.")
       .def("shutdown", &PyEngineTier::Shutdown,
            "Stops admitting jobs, drains, stops all I/O into the rows and releases their buffer.")
-      .def("stats", [](PyEngineTier& t) { return StatsDict(Call(t, [](EngineTier& e) { return e.Stats(); })); })
-      .def("metrics", [](PyEngineTier& t) { return FsMetricsDict(Call(t, [](EngineTier& e) { return e.Metrics(); })); })
-      .def("prometheus_text", [](PyEngineTier& t, const std::string& name) {
-        return Unwrap(Call(t, [&](EngineTier& e) { return e.PrometheusText(name); }));
-      }, pb::arg("tier_name") = "fs0")
-      .def("block_path", [](PyEngineTier& t, const pb::object& key) {
-        const OffloadKey k = KeyFromObject(key);
-        return Unwrap(Call(t, [&](EngineTier& e) { return e.BlockPath(k); }));
-      }, pb::arg("key"))
-      .def_property_readonly("backend", [](PyEngineTier& t) { return std::string(t.tier().backend_name()); })
-      .def_property_readonly("o_direct", [](PyEngineTier& t) { return t.tier().o_direct(); })
-      .def_property_readonly("checksum_place", [](PyEngineTier& t) { return std::string(t.tier().checksum_place()); });
+      .def("stats", [](PyEngineTier& t) { return StatsDict(Call(t, [](EngineTier& e) { return e.Stats(); })); });
+  BindTierCommon(cls, +[](PyEngineTier& t) -> EngineTier& { return t.tier(); });
 }
 
 }  // namespace kvtier::py

@@ -1,29 +1,18 @@
 // EngineTier (include/kvtier/engine_tier.h): the verdict cache, the job table
-// that maps the fs tier's job ids to the engine's, the slots in use, and
-// result assembly.
-//
-// Completions are collected lazily: the fs tier's on_job_finished callback
-// only raises a flag (and wakes a Drain), and the next call that needs results
-// polls, so a scheduler that calls Lookup() thousands of times a step pays for
-// one poll.
-//
-// Shutdown moves phase_ kOpen -> kClosing (nothing more is admitted, so a
-// submitter cannot keep it draining) -> kClosed (the fs tier destroyed). fs_
-// is touched only under mu_ and Drain waits on the completion signal rather
-// than inside the fs tier, so no thread can be using the fs tier when
-// Shutdown destroys it.
+// that maps the fs tier's job ids to the engine's, and result assembly, over
+// a TierShell (include/kvtier/tier_shell.h) that owns the admission, the
+// close, the rows in use and the collection of completions.
 #include "kvtier/engine_tier.h"
 
-#include <algorithm>
-#include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <exception>
 #include <mutex>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
+
+#include "kvtier/tier_shell.h"
 
 namespace kvtier {
 namespace {
@@ -45,8 +34,6 @@ std::vector<std::string> KeyIds(std::span<const OffloadKey> keys) {
   return ids;
 }
 
-Status ShutDown() { return Status(StatusCode::kUnavailable, "engine tier: shut down"); }
-
 struct KeyState {
   LookupVerdict verdict = LookupVerdict::kRetry;
   // Live requests that asked: a set, since thousands of requests may share
@@ -61,109 +48,18 @@ struct Job {
   Clock::time_point submitted;
 };
 
-// What a job holds until its result is polled: its engine id and its slots.
-struct Taken {
-  bool is_load = false;
-  std::vector<int64_t> slots;
-};
-
-// Raised by the fs tier's on_job_finished, from any thread; Drain waits on it.
-class Completions {
- public:
-  void Signal() {
-    pending_.store(true, std::memory_order_release);
-    {
-      std::lock_guard lock(mu_);
-      ++generation_;
-    }
-    cv_.notify_all();
-  }
-  // True (once) when a job finished since the last call.
-  bool Take() { return pending_.exchange(false, std::memory_order_acq_rel); }
-  uint64_t generation() {
-    std::lock_guard lock(mu_);
-    return generation_;
-  }
-  // Waits until a job finishes after generation `seen` was read, or `timeout`.
-  void WaitPast(uint64_t seen, Clock::duration timeout) {
-    std::unique_lock lock(mu_);
-    cv_.wait_for(lock, timeout, [&] { return generation_ != seen; });
-  }
-
- private:
-  std::atomic<bool> pending_{false};
-  std::mutex mu_;
-  std::condition_variable cv_;
-  uint64_t generation_ = 0;
-};
-
-// The slots of jobs whose results were not polled yet: a load writes its
-// slots, a store reads them. Two reads landing in one row, or a store reading
-// a row that a load overwrites, would put one key's bytes under another key.
-class SlotsInUse {
- public:
-  // Why job `job_id` may not use `slots`; "" when it may.
-  std::string Conflict(int64_t job_id, std::span<const int64_t> slots, bool is_load) const;
-  void Take(std::span<const int64_t> slots, bool is_load);
-  void Give(std::span<const int64_t> slots, bool is_load);
-
- private:
-  std::unordered_set<int64_t> loading_;
-  std::unordered_map<int64_t, uint32_t> storing_;  // slot -> stores that read it
-};
-
-std::string SlotsInUse::Conflict(int64_t job_id, std::span<const int64_t> slots, bool is_load) const {
-  const std::string job = "engine tier: job " + std::to_string(job_id) + ": slot ";
-  std::unordered_set<int64_t> seen;
-  for (int64_t slot : slots) {
-    if (loading_.contains(slot)) return job + std::to_string(slot) + " is being loaded by a job not yet polled";
-    if (!is_load) continue;
-    if (storing_.contains(slot)) return job + std::to_string(slot) + " is read by a store not yet polled";
-    if (!seen.insert(slot).second) return job + std::to_string(slot) + " appears twice in one load";
-  }
-  return {};
-}
-
-void SlotsInUse::Take(std::span<const int64_t> slots, bool is_load) {
-  for (int64_t slot : slots) {
-    if (is_load) {
-      loading_.insert(slot);
-    } else {
-      ++storing_[slot];
-    }
-  }
-}
-
-void SlotsInUse::Give(std::span<const int64_t> slots, bool is_load) {
-  for (int64_t slot : slots) {
-    if (is_load) {
-      loading_.erase(slot);
-      continue;
-    }
-    auto it = storing_.find(slot);
-    if (it != storing_.end() && --it->second == 0) storing_.erase(it);
-  }
-}
-
 bool KeyStored(KeyOutcome o) { return o == KeyOutcome::kOk || o == KeyOutcome::kSkippedExists; }
 
 class EngineTierImpl final : public EngineTier {
  public:
-  EngineTierImpl(std::unique_ptr<FsTier> fs, std::span<uint8_t> rows, uint64_t row_bytes,
-                 std::shared_ptr<Completions> completions)
-      : fs_(std::move(fs)),
-        rows_(rows),
-        row_bytes_(row_bytes),
-        backend_(fs_->backend_name()),
-        o_direct_(fs_->o_direct()),
-        checksum_place_(fs_->checksum_place()),
-        completions_(std::move(completions)) {}
+  EngineTierImpl(std::unique_ptr<TierShell> shell, std::span<uint8_t> rows, uint64_t row_bytes)
+      : shell_(std::move(shell)), rows_(rows), row_bytes_(row_bytes) {}
   ~EngineTierImpl() override { Shutdown(); }
 
   LookupVerdict Lookup(const OffloadKey& key, std::string_view request_id) override {
     std::string id = KeyId(key);
     std::lock_guard lock(mu_);
-    if (phase_ != Phase::kOpen) return LookupVerdict::kMiss;
+    if (shell_->closing()) return LookupVerdict::kMiss;
     CollectLocked();
     auto [it, inserted] = keys_.try_emplace(id);
     if (inserted) {
@@ -198,7 +94,9 @@ class EngineTierImpl final : public EngineTier {
     CollectLocked();
     const size_t n = ready_.size();
     for (EngineJobResult& r : ready_) {
-      ReleaseLocked(r.job_id);  // its id and slots are free once the engine has its result
+      auto it = taken_.find(r.job_id);  // its id and slots are free once the engine has its result
+      if (it->second != 0) shell_->Release(it->second);
+      taken_.erase(it);
       out->push_back(std::move(r));
     }
     ready_.clear();
@@ -211,8 +109,23 @@ class EngineTierImpl final : public EngineTier {
     return !jobs_.empty() || !lookups_.empty() || !ready_.empty() || !batch_.empty();
   }
 
-  Status Drain(uint32_t timeout_ms) override;
-  void Shutdown() override;
+  Status Drain(uint32_t timeout_ms) override {
+    const Status s = shell_->WaitIdle(timeout_ms == 0 ? TierShell::kForever : timeout_ms);
+    if (s.code() != StatusCode::kTimedOut) {  // idle, or closed: every job has its result
+      std::lock_guard lock(mu_);
+      CollectLocked();
+      return s;
+    }
+    return Status(StatusCode::kTimedOut, "engine tier: jobs still running after " + std::to_string(timeout_ms) + " ms");
+  }
+
+  void Shutdown() override {
+    shell_->Close();  // every caller returns once no I/O can touch the rows
+    std::lock_guard lock(mu_);
+    batch_.clear();  // never flushed: a miss
+    ApplyVerdictsLocked(std::exchange(batch_ids_, {}), LookupVerdict::kMiss);
+    CollectLocked();  // results Close collected: kept for PollFinished
+  }
 
   EngineTierStats Stats() override {
     std::lock_guard lock(mu_);
@@ -224,68 +137,44 @@ class EngineTierImpl final : public EngineTier {
     return s;
   }
 
-  FsTierMetrics Metrics() override {
-    std::lock_guard lock(mu_);
-    return fs_ ? fs_->Metrics() : last_metrics_;
-  }
-  Result<std::string> PrometheusText(std::string_view tier_name) override {
-    std::lock_guard lock(mu_);
-    if (phase_ != Phase::kOpen) return ShutDown();
-    return fs_->PrometheusText(tier_name);
-  }
-  Result<std::string> BlockPath(const OffloadKey& key) override {
-    std::lock_guard lock(mu_);
-    if (phase_ != Phase::kOpen) return ShutDown();
-    return fs_->BlockPath(key);
-  }
-  std::string_view backend_name() const override { return backend_; }
-  bool o_direct() const override { return o_direct_; }
-  std::string_view checksum_place() const override { return checksum_place_; }
+  FsTierMetrics Metrics() override { return shell_->Metrics(); }
+  Result<std::string> PrometheusText(std::string_view tier_name) override { return shell_->PrometheusText(tier_name); }
+  Result<std::string> BlockPath(const OffloadKey& key) override { return shell_->BlockPath(key); }
+  std::string_view backend_name() const override { return shell_->backend_name(); }
+  bool o_direct() const override { return shell_->o_direct(); }
+  std::string_view checksum_place() const override { return shell_->checksum_place(); }
 
-  FsTier& fs() override { return *fs_; }
+  FsTier& fs() override { return *shell_->tier_for_tests(); }
 
  private:
-  enum class Phase : uint8_t { kOpen, kClosing, kClosed };
-
   Status Submit(int64_t job_id, bool is_load, std::span<const OffloadKey> keys,
                 std::span<const int64_t> slots);
-  Status CheckJob(int64_t job_id, bool is_load, std::span<const OffloadKey> keys,
-                  std::span<const int64_t> slots) const;
-  bool IdleOrClosed();
-  bool BeginShutdown();
+  Status CheckJob(int64_t job_id, std::span<const OffloadKey> keys, std::span<const int64_t> slots) const;
   void CollectLocked();
   void FinishJobLocked(const JobResult& done);
-  void ReleaseLocked(int64_t job_id);
   void AddInterestLocked(KeyState& state, const std::string& id, std::string_view request_id);
   void DropInterestLocked(const std::string& id, const std::string& request_id);
   void ApplyVerdictsLocked(const std::vector<std::string>& ids, LookupVerdict verdict);
   void SetVerdictLocked(const std::string& id, LookupVerdict verdict);
 
+  // Lock order: mu_, then the shell's (which never calls back).
   std::mutex mu_;
-  std::condition_variable closed_;  // phase_ reached kClosed
-  Phase phase_ = Phase::kOpen;
-  std::unique_ptr<FsTier> fs_;  // null once Shutdown destroyed it
-  FsTierMetrics last_metrics_;  // Metrics() after Shutdown
+  const std::unique_ptr<TierShell> shell_;
   const std::span<uint8_t> rows_;
   const uint64_t row_bytes_;
-  const std::string backend_;
-  const bool o_direct_;
-  const std::string checksum_place_;
-  const std::shared_ptr<Completions> completions_;
   std::unordered_map<std::string, KeyState> keys_;
   std::unordered_map<std::string, std::vector<std::string>> request_keys_;
   std::vector<OffloadKey> batch_;
   std::vector<std::string> batch_ids_;
   std::unordered_map<uint64_t, std::vector<std::string>> lookups_;  // fs job id -> key ids
   std::unordered_map<uint64_t, Job> jobs_;                          // fs job id -> store/load
-  std::unordered_map<int64_t, Taken> taken_;                        // engine id -> until polled
-  SlotsInUse slots_;
+  std::unordered_map<int64_t, uint64_t> taken_;  // engine id -> fs job id (0: refused), until polled
   std::vector<EngineJobResult> ready_;
 };
 
 Status EngineTierImpl::FlushLookups() {
   std::lock_guard lock(mu_);
-  if (phase_ != Phase::kOpen) return ShutDown();
+  if (shell_->closing()) return shell_->Closed();
   if (batch_.empty()) return Status::Ok();
   // Out of the batch before anything can fail: a failed batch is never
   // retried by every later flush while its keys and the others wait.
@@ -293,7 +182,7 @@ Status EngineTierImpl::FlushLookups() {
   std::vector<std::string> ids = std::exchange(batch_ids_, {});
   Result<uint64_t> job = Internal("engine tier: lookup not submitted");
   try {
-    job = fs_->SubmitLookup(keys);
+    job = shell_->Submit([&](FsTier& t) { return t.SubmitLookup(keys); });
   } catch (const std::exception& e) {  // a defect below: still a miss, not a stuck key
     job = Internal(std::string("engine tier: lookup failed: ") + e.what());
   }
@@ -303,62 +192,6 @@ Status EngineTierImpl::FlushLookups() {
   }
   lookups_[*job] = std::move(ids);
   return Status::Ok();
-}
-
-Status EngineTierImpl::Drain(uint32_t timeout_ms) {
-  // Woken by each completion; the slice only bounds a wait that would
-  // otherwise rely on a wake-up alone.
-  constexpr Clock::duration kSlice = std::chrono::milliseconds(100);
-  const Clock::time_point deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
-  for (;;) {
-    const uint64_t seen = completions_->generation();  // before checking: no lost wake-up
-    if (IdleOrClosed()) return Status::Ok();
-    const Clock::time_point now = Clock::now();
-    if (timeout_ms != 0 && now >= deadline) {
-      return Status(StatusCode::kTimedOut,
-                    "engine tier: jobs still running after " + std::to_string(timeout_ms) + " ms");
-    }
-    completions_->WaitPast(seen, timeout_ms == 0 ? kSlice : std::min(kSlice, Clock::duration(deadline - now)));
-  }
-}
-
-bool EngineTierImpl::IdleOrClosed() {
-  std::lock_guard lock(mu_);
-  if (!fs_) return true;  // Shutdown drained before destroying it
-  CollectLocked();
-  return jobs_.empty() && lookups_.empty();
-}
-
-void EngineTierImpl::Shutdown() {
-  if (!BeginShutdown()) return;
-  Drain(0).IgnoreError();  // nothing new is admitted and every I/O carries a deadline: this ends
-  std::unique_ptr<FsTier> fs;
-  {
-    std::lock_guard lock(mu_);
-    CollectLocked();  // results that landed since: kept for PollFinished
-    last_metrics_ = fs_->Metrics();
-    fs = std::move(fs_);
-  }
-  fs.reset();  // outside mu_: callers meanwhile get their answers, not a wait
-  {
-    std::lock_guard lock(mu_);
-    phase_ = Phase::kClosed;
-  }
-  closed_.notify_all();
-}
-
-// kOpen -> kClosing: admissions stop and the unflushed batch is a miss.
-// False for a later caller, once the first one has finished.
-bool EngineTierImpl::BeginShutdown() {
-  std::unique_lock lock(mu_);
-  if (phase_ != Phase::kOpen) {
-    closed_.wait(lock, [&] { return phase_ == Phase::kClosed; });
-    return false;
-  }
-  phase_ = Phase::kClosing;
-  batch_.clear();
-  ApplyVerdictsLocked(std::exchange(batch_ids_, {}), LookupVerdict::kMiss);
-  return true;
 }
 
 void EngineTierImpl::AddInterestLocked(KeyState& state, const std::string& id, std::string_view request_id) {
@@ -385,7 +218,8 @@ void EngineTierImpl::ApplyVerdictsLocked(const std::vector<std::string>& ids, Lo
   for (const std::string& id : ids) SetVerdictLocked(id, verdict);
 }
 
-Status EngineTierImpl::CheckJob(int64_t job_id, bool is_load, std::span<const OffloadKey> keys,
+// The checks that are the engine's own; the rows in use are the shell's.
+Status EngineTierImpl::CheckJob(int64_t job_id, std::span<const OffloadKey> keys,
                                 std::span<const int64_t> slots) const {
   const std::string job = "engine tier: job " + std::to_string(job_id);
   if (keys.size() != slots.size()) {
@@ -402,42 +236,38 @@ Status EngineTierImpl::CheckJob(int64_t job_id, bool is_load, std::span<const Of
   if (taken_.contains(job_id)) {
     return InvalidArgument("engine tier: job id " + std::to_string(job_id) + " is in flight or its result not yet polled");
   }
-  const std::string conflict = slots_.Conflict(job_id, slots, is_load);
-  if (!conflict.empty()) return InvalidArgument(conflict);
   return Status::Ok();
 }
 
 Status EngineTierImpl::Submit(int64_t job_id, bool is_load, std::span<const OffloadKey> keys,
                               std::span<const int64_t> slots) {
   std::lock_guard lock(mu_);
-  if (phase_ != Phase::kOpen) return ShutDown();
-  KVTIER_RETURN_IF_ERROR(CheckJob(job_id, is_load, keys, slots));
-  std::vector<std::string> key_ids = KeyIds(keys);
+  if (shell_->closing()) return shell_->Closed();
+  KVTIER_RETURN_IF_ERROR(CheckJob(job_id, keys, slots));
   std::vector<std::span<uint8_t>> rows;
   rows.reserve(slots.size());
   for (int64_t slot : slots) rows.push_back(rows_.subspan(static_cast<uint64_t>(slot) * row_bytes_, row_bytes_));
   const std::vector<std::span<const uint8_t>> src(rows.begin(), rows.end());
   const Clock::time_point submitted = Clock::now();
-  Result<uint64_t> fs_job = is_load ? fs_->SubmitLoad(keys, rows) : fs_->SubmitStore(keys, src);
-  if (!fs_job.ok()) {  // refused as a whole: the engine still gets its one result
-    taken_.emplace(job_id, Taken{is_load, {}});
+  bool reached_fs = false;
+  Result<uint64_t> fs_job = shell_->Submit(
+      is_load ? MemoryUse::kWrite : MemoryUse::kRead, RowRanges(rows),
+      [&](FsTier& t) {
+        reached_fs = true;
+        return is_load ? t.SubmitLoad(keys, rows) : t.SubmitStore(keys, src);
+      },
+      [&](size_t i) { return "job " + std::to_string(job_id) + ": slot " + std::to_string(slots[i]); });
+  if (!fs_job.ok() && !reached_fs) return fs_job.status();  // closed, or a slot in use: nothing submitted
+  taken_.emplace(job_id, fs_job.ok() ? *fs_job : 0);
+  if (!fs_job.ok()) {  // refused as a whole by the fs tier: the engine still gets its one result
     EngineJobResult failed;
     failed.job_id = job_id;
     failed.is_load = is_load;
     ready_.push_back(std::move(failed));
     return Status::Ok();
   }
-  slots_.Take(slots, is_load);
-  taken_.emplace(job_id, Taken{is_load, {slots.begin(), slots.end()}});
-  jobs_.emplace(*fs_job, Job{job_id, is_load, std::move(key_ids), submitted});
+  jobs_.emplace(*fs_job, Job{job_id, is_load, KeyIds(keys), submitted});
   return Status::Ok();
-}
-
-void EngineTierImpl::ReleaseLocked(int64_t job_id) {
-  auto it = taken_.find(job_id);
-  if (it == taken_.end()) return;
-  slots_.Give(it->second.slots, it->second.is_load);
-  taken_.erase(it);
 }
 
 void EngineTierImpl::FinishJobLocked(const JobResult& done) {
@@ -474,9 +304,8 @@ void EngineTierImpl::FinishJobLocked(const JobResult& done) {
 }
 
 void EngineTierImpl::CollectLocked() {
-  if (!fs_ || !completions_->Take()) return;
   std::vector<JobResult> done;
-  fs_->PollFinished(&done);
+  shell_->Poll(&done);
   for (const JobResult& d : done) FinishJobLocked(d);
 }
 
@@ -489,12 +318,9 @@ Result<std::unique_ptr<EngineTier>> EngineTier::Open(EngineTierOptions options) 
                            " bytes) must be a non-empty whole number of rows of " +
                            std::to_string(row_bytes) + " bytes");
   }
-  auto completions = std::make_shared<Completions>();
   options.fs.registered_memory = {options.rows};
-  options.fs.on_job_finished = [completions] { completions->Signal(); };
-  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<FsTier> fs, FsTier::Open(options.fs));
-  return std::unique_ptr<EngineTier>(
-      new EngineTierImpl(std::move(fs), options.rows, row_bytes, std::move(completions)));
+  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<TierShell> shell, TierShell::Open(options.fs, "engine tier"));
+  return std::unique_ptr<EngineTier>(new EngineTierImpl(std::move(shell), options.rows, row_bytes));
 }
 
 }  // namespace kvtier

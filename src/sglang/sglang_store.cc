@@ -1,24 +1,22 @@
-// SglangStore: SGLang's synchronous batch calls over one FsTier.
-//
-// Each call submits one job and waits for it on a condition variable: the
-// tier's on_job_finished wakes the waiters, and whichever waiter holds the
-// lock polls the tier and files every finished job under its id, so several
-// threads (SGLang's prefetch, prefetch I/O and backup threads) each get
-// their own job back. No I/O call times out on its own: a call waits until
+// SglangStore: SGLang's synchronous batch calls over one FsTier, inside a
+// TierShell (include/kvtier/tier_shell.h): each call is one admitted use,
+// submits one job and waits for it (the shell files other callers' results
+// for them, so SGLang's prefetch, prefetch I/O and backup threads each get
+// their own job back). No I/O call times out on its own: a call waits until
 // its job finishes, and the tier bounds that (io_timeout_ms, then the
 // abandonment of fs_tier_io_loop.cc). Giving up earlier would be unsafe: a
 // load's op may still copy into the caller's pieces, and a store's may
-// still read them, until its job is returned. Clear touches no caller
-// memory, so its walk runs on a thread of its own under a watch
-// (ops/io_watch.h) and is abandoned on a hung mount.
+// still read them, until its job is returned. For the same reason a page
+// whose memory a call in flight writes (or, for a load, reads) is that
+// key's false. Clear touches no caller memory, so its walk runs on a thread
+// of its own under a watch (ops/io_watch.h) and is abandoned on a hung mount.
 #include <algorithm>
 #include <atomic>
-#include <condition_variable>
-#include <mutex>
-#include <unordered_map>
+#include <type_traits>
 
 #include "format/root_list.h"
 #include "kvtier/sglang.h"
+#include "kvtier/tier_shell.h"
 #include "ops/io_watch.h"
 #include "sglang/sglang_clear.h"
 #include "util/log.h"
@@ -28,7 +26,21 @@ namespace {
 
 // Failures are logged once per kind for the life of a store (SGLang calls
 // every step; its threads must not flood the log).
-enum class LogOnce : int { kBadPage, kLoadFailed, kStoreFailed, kLookupFailed, kSubmit, kCount };
+enum class LogOnce : int { kBadPage, kLoadFailed, kStoreFailed, kLookupFailed, kSubmit, kShared, kCount };
+
+// The keys and pages to submit, with each one's index in the call.
+template <class Piece>
+struct Batch {
+  std::vector<OffloadKey> keys;
+  std::vector<std::vector<Piece>> pages;
+  std::vector<size_t> at;
+
+  void Add(const Batch& from, size_t i) {
+    keys.push_back(from.keys[i]);
+    pages.push_back(from.pages[i]);
+    at.push_back(from.at[i]);
+  }
+};
 
 }  // namespace
 
@@ -38,20 +50,8 @@ struct SglangStore::Rep {
   SglangNamespace ns;
   std::vector<std::string> roots;  // the tier's roots, for Clear
   uint32_t io_timeout_ms = 0;      // Clear's deadline per file-system call (0: none)
-  std::unique_ptr<FsTier> tier;    // null after Close
-
-  std::mutex mu;
-  std::condition_variable cv;
-  std::unordered_map<uint64_t, JobResult> finished;  // polled, not yet taken by their caller
-  int calls = 0;        // calls using `tier` now
-  bool closing = false;
-  std::mutex close_mu;  // one Close at a time; the second returns once the first is done
+  std::unique_ptr<TierShell> shell;
   std::atomic<bool> logged[static_cast<int>(LogOnce::kCount)] = {};
-
-  void Notify() {
-    std::lock_guard lock(mu);
-    cv.notify_all();
-  }
 
   void WarnOnce(LogOnce kind, const std::string& message) {
     if (!logged[static_cast<int>(kind)].exchange(true)) {
@@ -59,62 +59,7 @@ struct SglangStore::Rep {
     }
   }
 
-  // Marks a call in progress; false after Close began.
-  bool Enter() {
-    std::lock_guard lock(mu);
-    if (closing) return false;
-    ++calls;
-    return true;
-  }
-  void Leave() {
-    std::lock_guard lock(mu);
-    if (--calls == 0) cv.notify_all();
-  }
-
-  // Waits for job `id` (the caller is inside Enter/Leave).
-  std::vector<KeyResult> Wait(uint64_t id) {
-    std::unique_lock lock(mu);
-    for (;;) {
-      std::vector<JobResult> polled;
-      tier->PollFinished(&polled);  // takes only the tier's own lock, never calls back
-      for (JobResult& r : polled) finished.emplace(r.job_id, std::move(r));
-      const auto it = finished.find(id);
-      if (it != finished.end()) {
-        std::vector<KeyResult> keys = std::move(it->second.keys);
-        finished.erase(it);
-        return keys;
-      }
-      // Jobs filed for other callers: they may have been woken before the
-      // filing and be waiting again.
-      if (!polled.empty()) cv.notify_all();
-      cv.wait(lock);
-    }
-  }
-
-  // Enter / Leave for one call's scope.
-  class Scope {
-   public:
-    explicit Scope(Rep* rep) : rep_(rep), entered_(rep->Enter()) {}
-    ~Scope() {
-      if (entered_) rep_->Leave();
-    }
-    Scope(const Scope&) = delete;
-    Scope& operator=(const Scope&) = delete;
-    bool entered() const { return entered_; }
-
-   private:
-    Rep* rep_;
-    bool entered_;
-  };
-
-  // The keys and pages that can be submitted (pages of page_bytes), with
-  // each one's index in the call; the others stay false.
-  template <class Piece>
-  struct Batch {
-    std::vector<OffloadKey> keys;
-    std::vector<std::vector<Piece>> pages;
-    std::vector<size_t> at;
-  };
+  // The pages of page_bytes (the others stay false).
   template <class Piece>
   Batch<Piece> GoodPages(std::span<const std::string_view> keys, std::span<const std::vector<Piece>> pages) {
     Batch<Piece> b;
@@ -143,7 +88,62 @@ struct SglangStore::Rep {
     }
     return false;
   }
+
+  template <class Piece>
+  std::vector<bool> Move(std::span<const std::string_view> keys, std::span<const std::vector<Piece>> pages);
+  // Submits the pages of `b` that share no memory with a call in flight
+  // (into `sent`) and waits for them; the keys' results, in sent's order.
+  template <class Piece>
+  std::vector<KeyResult> SubmitAndWait(std::span<const std::string_view> keys, const Batch<Piece>& b,
+                                       Batch<Piece>& sent);
 };
+
+template <class Piece>
+std::vector<KeyResult> SglangStore::Rep::SubmitAndWait(std::span<const std::string_view> keys,
+                                                       const Batch<Piece>& b, Batch<Piece>& sent) {
+  constexpr bool kLoad = !std::is_const_v<typename Piece::element_type>;
+  std::vector<size_t> shared;
+  Result<uint64_t> id = shell->Submit(
+      kLoad ? MemoryUse::kWrite : MemoryUse::kRead, RowRanges(std::span(b.pages)),
+      [&](FsTier& tier) -> Result<uint64_t> {
+        for (size_t i = 0, s = 0; i < b.keys.size(); ++i) {
+          if (s < shared.size() && shared[s] == i) ++s;
+          else sent.Add(b, i);
+        }
+        if (sent.keys.empty()) return Status(StatusCode::kRejected, "every page shares memory with a call in flight");
+        if constexpr (kLoad) return tier.SubmitLoadPieces(sent.keys, sent.pages);
+        else return tier.SubmitStorePieces(sent.keys, sent.pages);
+      },
+      {}, &shared);
+  if (!shared.empty()) {
+    WarnOnce(LogOnce::kShared, "page of key \"" + std::string(keys[b.at[shared.front()]]) +
+                                   "\" shares host memory with another page of the call or a call in flight: not moved");
+  }
+  if (!id.ok()) {
+    if (shared.size() != b.keys.size()) WarnOnce(LogOnce::kSubmit, "job refused: " + id.status().ToString());
+    return {};
+  }
+  Result<JobResult> done = shell->WaitFor(*id, TierShell::kForever);
+  return done.ok() ? std::move(done->keys) : std::vector<KeyResult>{};
+}
+
+template <class Piece>
+std::vector<bool> SglangStore::Rep::Move(std::span<const std::string_view> keys,
+                                         std::span<const std::vector<Piece>> pages) {
+  constexpr bool kLoad = !std::is_const_v<typename Piece::element_type>;
+  std::vector<bool> ok(keys.size(), false);
+  TierShell::Use use(*shell);
+  if (!use || keys.empty() || pages.size() != keys.size()) return ok;
+  const Batch<Piece> b = GoodPages(keys, pages);
+  if (b.keys.empty()) return ok;
+  Batch<Piece> sent;
+  const std::vector<KeyResult> results = SubmitAndWait(keys, b, sent);
+  for (size_t j = 0; j < results.size() && j < sent.at.size(); ++j) {
+    const size_t i = sent.at[j];
+    ok[i] = Outcome(kLoad ? LogOnce::kLoadFailed : LogOnce::kStoreFailed, keys[i], results[j], !kLoad);
+  }
+  return ok;
+}
 
 SglangStore::SglangStore(std::unique_ptr<Rep> rep) : rep_(std::move(rep)) {}
 SglangStore::~SglangStore() { Close(); }
@@ -163,69 +163,40 @@ Result<std::unique_ptr<SglangStore>> SglangStore::Open(const SglangStoreOptions&
   o.prebuilt_ns = rep->ns.fs_namespace();
   o.row_bytes = rep->ns.page_bytes();
   o.registered_memory = options.registered_memory;
-  Rep* raw = rep.get();
-  o.on_job_finished = [raw] { raw->Notify(); };
-  KVTIER_ASSIGN_OR_RETURN(rep->tier, FsTier::Open(o));
+  KVTIER_ASSIGN_OR_RETURN(rep->shell, TierShell::Open(o, "sglang store"));
   return std::unique_ptr<SglangStore>(new SglangStore(std::move(rep)));
 }
 
 size_t SglangStore::ExistsPrefix(std::span<const std::string_view> keys) {
-  Rep::Scope scope(rep_.get());
-  if (!scope.entered() || keys.empty()) return 0;
+  TierShell::Use use(*rep_->shell);
+  if (!use || keys.empty()) return 0;
   std::vector<OffloadKey> page_keys;
   page_keys.reserve(keys.size());
   for (std::string_view k : keys) page_keys.push_back(SglangNamespace::PageKey(k));
-  Result<uint64_t> id = rep_->tier->SubmitLookup(page_keys);
+  Result<uint64_t> id = rep_->shell->Submit([&](FsTier& t) { return t.SubmitLookup(page_keys); });
   if (!id.ok()) {
     rep_->WarnOnce(LogOnce::kSubmit, "lookup refused: " + id.status().ToString());
     return 0;
   }
-  const std::vector<KeyResult> results = rep_->Wait(*id);
+  Result<JobResult> done = rep_->shell->WaitFor(*id, TierShell::kForever);
+  const std::vector<KeyResult> results = done.ok() ? std::move(done->keys) : std::vector<KeyResult>{};
   size_t n = 0;
   while (n < results.size() && rep_->Outcome(LogOnce::kLookupFailed, keys[n], results[n], false)) ++n;
   return n;
 }
 
 std::vector<bool> SglangStore::Load(std::span<const std::string_view> keys, std::span<const SglangPagePieces> pages) {
-  std::vector<bool> ok(keys.size(), false);
-  Rep::Scope scope(rep_.get());
-  if (!scope.entered() || keys.empty() || pages.size() != keys.size()) return ok;
-  Rep::Batch<std::span<uint8_t>> b = rep_->GoodPages(keys, pages);
-  if (b.keys.empty()) return ok;
-  Result<uint64_t> id = rep_->tier->SubmitLoadPieces(b.keys, b.pages);
-  if (!id.ok()) {
-    rep_->WarnOnce(LogOnce::kSubmit, "load refused: " + id.status().ToString());
-    return ok;
-  }
-  const std::vector<KeyResult> results = rep_->Wait(*id);
-  for (size_t j = 0; j < results.size() && j < b.at.size(); ++j) {
-    ok[b.at[j]] = rep_->Outcome(LogOnce::kLoadFailed, keys[b.at[j]], results[j], false);
-  }
-  return ok;
+  return rep_->Move(keys, pages);
 }
 
 std::vector<bool> SglangStore::Store(std::span<const std::string_view> keys,
                                      std::span<const SglangConstPagePieces> pages) {
-  std::vector<bool> ok(keys.size(), false);
-  Rep::Scope scope(rep_.get());
-  if (!scope.entered() || keys.empty() || pages.size() != keys.size()) return ok;
-  Rep::Batch<std::span<const uint8_t>> b = rep_->GoodPages(keys, pages);
-  if (b.keys.empty()) return ok;
-  Result<uint64_t> id = rep_->tier->SubmitStorePieces(b.keys, b.pages);
-  if (!id.ok()) {
-    rep_->WarnOnce(LogOnce::kSubmit, "store refused: " + id.status().ToString());
-    return ok;
-  }
-  const std::vector<KeyResult> results = rep_->Wait(*id);
-  for (size_t j = 0; j < results.size() && j < b.at.size(); ++j) {
-    ok[b.at[j]] = rep_->Outcome(LogOnce::kStoreFailed, keys[b.at[j]], results[j], true);
-  }
-  return ok;
+  return rep_->Move(keys, pages);
 }
 
 Result<uint64_t> SglangStore::Clear() {
-  Rep::Scope scope(rep_.get());
-  if (!scope.entered()) return Status(StatusCode::kUnavailable, "sglang store: closed");
+  TierShell::Use use(*rep_->shell);
+  if (!use) return rep_->shell->Closed();
   uint64_t removed = 0;
   for (size_t i = 0; i < rep_->roots.size(); ++i) {
     // On a thread of its own, watched per call: a hung mount answers
@@ -242,8 +213,7 @@ Result<uint64_t> SglangStore::Clear() {
 }
 
 FsTierMetrics SglangStore::Metrics() const {
-  Rep::Scope scope(rep_.get());
-  return scope.entered() ? rep_->tier->Metrics() : FsTierMetrics{};
+  return rep_->shell->closing() ? FsTierMetrics{} : rep_->shell->Metrics();
 }
 
 const SglangNamespace& SglangStore::ns() const { return rep_->ns; }
@@ -255,16 +225,6 @@ std::string SglangStore::PagePath(std::string_view key) const {
   return JoinRoot(rep_->roots[root], rep_->ns.PageRelPath(key));
 }
 
-void SglangStore::Close() {
-  std::lock_guard close_lock(rep_->close_mu);
-  std::unique_ptr<FsTier> tier;
-  {
-    std::unique_lock lock(rep_->mu);
-    rep_->closing = true;
-    rep_->cv.wait(lock, [&] { return rep_->calls == 0; });
-    tier = std::move(rep_->tier);
-  }
-  tier.reset();  // drains, removes the lease; its callbacks take rep_->mu, so not held here
-}
+void SglangStore::Close() { rep_->shell->Close(); }
 
 }  // namespace kvtier

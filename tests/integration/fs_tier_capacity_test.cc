@@ -29,6 +29,7 @@
 #include "io/backend.h"
 #include "kvtier/config.h"
 #include "kvtier/fs_tier.h"
+#include "support/gated_backend.h"
 #include "support/test_support.h"
 
 namespace kvtier {
@@ -49,60 +50,11 @@ std::vector<OffloadKey> Keys(std::initializer_list<uint64_t> ids) {
   return keys;
 }
 
-// Executes requests at once, but holds the completions of reads while
-// closed: a load then stays "mid-read" until Release().
-class GatedBackend final : public internal::IoBackend {
- public:
-  std::string_view name() const override { return "gated"; }
-  Status Submit(std::span<const internal::IoRequest> requests) override {
-    std::lock_guard lock(mu_);
-    for (const internal::IoRequest& r : requests) {
-      const internal::IoCompletion c{r.tag, internal::ExecuteSync(r)};
-      (closed_ && r.op == internal::IoOp::kRead ? held_ : done_).push_back(c);
-    }
-    cv_.notify_all();
-    return Status::Ok();
-  }
-  size_t Reap(std::span<internal::IoCompletion> out, int timeout_ms) override {
-    std::unique_lock lock(mu_);
-    auto ready = [&] { return !done_.empty() || woken_; };
-    if (timeout_ms < 0) cv_.wait(lock, ready);
-    else cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), ready);
-    woken_ = false;
-    size_t n = 0;
-    for (; n < out.size() && !done_.empty(); ++n) {
-      out[n] = done_.front();
-      done_.pop_front();
-    }
-    return n;
-  }
-  void Wake() override {
-    std::lock_guard lock(mu_);
-    woken_ = true;
-    cv_.notify_all();
-  }
-  void Hold() {
-    std::lock_guard lock(mu_);
-    closed_ = true;
-  }
-  void Release() {
-    std::lock_guard lock(mu_);
-    closed_ = false;
-    for (const auto& c : held_) done_.push_back(c);
-    held_.clear();
-    cv_.notify_all();
-  }
-  size_t held() const {
-    std::lock_guard lock(mu_);
-    return held_.size();
-  }
-
- private:
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<internal::IoCompletion> done_, held_;
-  bool closed_ = false, woken_ = false;
-};
+// Holds the completions of reads while held: a load then stays "mid-read"
+// until Release().
+testing::GatedBackend::Pick Reads() {
+  return [](const internal::IoRequest& r) { return r.op == internal::IoOp::kRead; };
+}
 
 // Polls `done` every millisecond; false after 20 s (a hang, not a timing).
 template <class Pred>
@@ -263,8 +215,8 @@ TEST_F(FsTierCapacityTest, OversizedBatchFailsWholeWithNothingWritten) {
 }
 
 TEST_F(FsTierCapacityTest, BlockBeingReadIsNotEvicted) {
-  auto owned = std::make_unique<GatedBackend>();
-  GatedBackend* gate = owned.get();
+  auto owned = std::make_unique<testing::GatedBackend>(Reads());
+  testing::GatedBackend* gate = owned.get();
   auto tier = Open(2, std::move(owned));
   ASSERT_TRUE(tier);
   ASSERT_EQ(Store(tier.get(), Keys({0})).OkPrefix(), 1u);
@@ -285,8 +237,8 @@ TEST_F(FsTierCapacityTest, BlockBeingReadIsNotEvicted) {
 }
 
 TEST_F(FsTierCapacityTest, BatchThatOnlyFitsByEvictingBlocksBeingReadFails) {
-  auto owned = std::make_unique<GatedBackend>();
-  GatedBackend* gate = owned.get();
+  auto owned = std::make_unique<testing::GatedBackend>(Reads());
+  testing::GatedBackend* gate = owned.get();
   auto tier = Open(2, std::move(owned));
   ASSERT_TRUE(tier);
   ASSERT_EQ(Store(tier.get(), Keys({0, 1})).OkPrefix(), 2u);
