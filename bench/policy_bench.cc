@@ -24,7 +24,7 @@
 #include <span>
 #include <vector>
 
-#include "tier/cache_policy.h"
+#include "cpu_tier/cache_policy.h"
 
 namespace {
 

@@ -32,9 +32,9 @@
 #include <vector>
 
 #include "bench/bench_common.h"
-#include "tier/host_region.h"
-#include "tier/stager.h"
-#include "tier/stager_internal.h"
+#include "cpu_tier/host_region.h"
+#include "staging/stager.h"
+#include "staging/stager_internal.h"
 
 #if KVTIER_HAVE_CUDA
 #include <cuda_runtime_api.h>

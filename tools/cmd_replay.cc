@@ -16,7 +16,7 @@
 #include "replay/plot.h"
 #include "replay/replay.h"
 #include "replay/trace.h"
-#include "tier/engine_kv_cache.h"
+#include "staging/engine_kv_cache.h"
 #include "util/json_text.h"
 #include "util/read_file.h"
 

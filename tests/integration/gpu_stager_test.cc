@@ -22,14 +22,14 @@
 #include <thread>
 
 #include "support/test_support.h"
-#include "tier/host_region.h"
-#include "tier/stager.h"
+#include "cpu_tier/host_region.h"
+#include "staging/stager.h"
 
 #if KVTIER_HAVE_CUDA
 #include <cuda_runtime_api.h>
 
-#include "tier/copy_kernel.h"
-#include "tier/row_layout.h"
+#include "staging/copy_kernel.h"
+#include "staging/row_layout.h"
 #endif
 
 namespace kvtier::internal {

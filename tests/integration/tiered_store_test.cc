@@ -23,7 +23,7 @@
 
 #include "support/faultfs_mount.h"
 #include "support/test_support.h"
-#include "tier/host_kv_cache.h"
+#include "staging/host_kv_cache.h"
 
 namespace kvtier {
 namespace {

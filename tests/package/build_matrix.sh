@@ -82,7 +82,7 @@ for gen in "Unix Makefiles" Ninja; do
         done
       fi
       if [ "$gen" = "Unix Makefiles" ] && [ "$kernel" = yes ]; then
-        if build_object "$dir" src tier/copy_kernel.cu; then
+        if build_object "$dir" src staging/copy_kernel.cu; then
           echo "ok: $name builds the CUDA copy kernel"
         else
           fail "$name: the CUDA copy kernel does not build"

@@ -9,7 +9,7 @@
 // containers (the evictable-row index LevelBitset against a std::set, the
 // key table EntryTable against a std::map, including stable addresses) and
 // the key hasher's basic properties.
-#include "tier/cache_policy.h"
+#include "cpu_tier/cache_policy.h"
 
 #include <gtest/gtest.h>
 
@@ -23,8 +23,8 @@
 #include <vector>
 
 #include "support/test_support.h"
-#include "tier/arc_policy.h"
-#include "tier/policy_list.h"
+#include "cpu_tier/arc_policy.h"
+#include "cpu_tier/policy_list.h"
 
 namespace kvtier::internal {
 namespace {

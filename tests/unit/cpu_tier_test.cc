@@ -3,7 +3,7 @@
 // are skipped, eviction is all or nothing and never takes a key of the same
 // batch, an extra protected set or a held row; failed writes free their rows;
 // store_threshold filters stores by lookup count within an LRU tracker.
-#include "tier/cpu_tier.h"
+#include "cpu_tier/cpu_tier.h"
 
 #include <gtest/gtest.h>
 

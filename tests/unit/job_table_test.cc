@@ -5,7 +5,7 @@
 // jobs are polled once, oldest first, with their request id and every
 // chunk's outcome; copy records are taken once; Idle ignores results still
 // waiting for Poll. A seeded random run checks completions against a model.
-#include "tier/job_table.h"
+#include "tiered_store/job_table.h"
 
 #include <gtest/gtest.h>
 

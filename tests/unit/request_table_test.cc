@@ -7,7 +7,7 @@
 // appended chunks included; pins are shared between requests, capped, and a
 // key's row is released only when the last request pinning it finishes (a
 // seeded random run checks this against a model).
-#include "tier/request_table.h"
+#include "tiered_store/request_table.h"
 
 #include <gtest/gtest.h>
 

@@ -23,10 +23,10 @@
 #include <thread>
 
 #include "support/test_support.h"
-#include "tier/host_region.h"
-#include "tier/row_layout.h"
-#include "tier/stager.h"
-#include "tier/stager_internal.h"
+#include "cpu_tier/host_region.h"
+#include "staging/row_layout.h"
+#include "staging/stager.h"
+#include "staging/stager_internal.h"
 
 namespace kvtier::internal {
 namespace {

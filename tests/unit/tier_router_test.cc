@@ -7,7 +7,7 @@
 // tier, and the router is idle only when all are; a submission to an unknown
 // tier or of a row outside the CPU rows starts nothing and leaves the record
 // to the caller; lookup and promotion counters land on the right tiers.
-#include "tier/tier_router.h"
+#include "tiered_store/tier_router.h"
 
 #include <gtest/gtest.h>
 
@@ -16,7 +16,7 @@
 #include <thread>
 
 #include "support/test_support.h"
-#include "tier/host_region.h"
+#include "cpu_tier/host_region.h"
 
 namespace kvtier::internal {
 namespace {

@@ -13,7 +13,7 @@
 #include "cli/spawn.h"
 #include "kvtier/layout.h"
 #include "kvtier/tiered_store.h"
-#include "tier/engine_kv_cache.h"
+#include "staging/engine_kv_cache.h"
 #include "util/utf8.h"
 
 namespace kvtier::internal {

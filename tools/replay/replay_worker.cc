@@ -12,8 +12,8 @@
 #include "kvtier/config.h"
 #include "kvtier/tiered_store.h"
 #include "replay/replay.h"
-#include "tier/cache_policy.h"
-#include "tier/engine_kv_cache.h"
+#include "cpu_tier/cache_policy.h"
+#include "staging/engine_kv_cache.h"
 #include "util/json_text.h"
 
 namespace kvtier::internal {
