@@ -176,8 +176,7 @@ class FsTierImpl final : public FsTier {
     m.roots_down = 1 - m.root_up;
     m.deadline_misses = health_.misses_total();
     m.fixed_buffer_ios = backend_->fixed_buffer_ios();
-    m.staged_ios = shared_->staged_ios.load(std::memory_order_relaxed);
-    m.checksum_ns = shared_->checksum_ns.load(std::memory_order_relaxed);
+    AddSharedCounters(*shared_, &m);
     space_->Fill(&m);
     return m;
   }
