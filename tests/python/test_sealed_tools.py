@@ -183,3 +183,21 @@ def test_hash_prints_the_sealed_namespaces_paths(kvtier_bin, vol):
     assert all(c["exists"] for c in sealed["chunks"])
     assert [c["path"] for c in plain["chunks"]] != vol.paths  # as before: the unsealed namespace
     assert all(c["exists"] for c in plain["chunks"][:2])
+
+
+def test_a_key_mounted_as_a_kubernetes_secret_works(kvtier_bin, vol, tmp_path):
+    """A Secret volume's file is a symlink into a timestamped directory through ``..data``
+    (the kubelet swaps ``..data`` on update): the tier and the tools follow it."""
+    secret = tmp_path / "secret"
+    (secret / "..2026_11_27_00_00_00.000000001").mkdir(parents=True)
+    shutil.copyfile(vol.a, secret / "..2026_11_27_00_00_00.000000001" / "seal.key")
+    (secret / "..data").symlink_to("..2026_11_27_00_00_00.000000001")
+    (secret / "seal.key").symlink_to("..data/seal.key")
+    mounted = dict(vol.sealed, seal_key_file=str(secret / "seal.key"))
+    with kvtier.FsTier(namespace(), ROW, mounted) as t:
+        out = [bytearray(ROW)]
+        assert run_job(t, t.submit_load([keys()[3]], out)).outcomes == ["ok"] and out[0] == bytes([3]) * ROW
+    report, rc = fsck(kvtier_bin, vol, "--verify-data", "--seal-key-file", secret / "seal.key")
+    assert rc == 0 and report["summary"]["sealed_verified"] == 6, report
+    py = kvtier.fsck(str(vol.root), verify_data=True, seal_key_files=[str(secret / "seal.key")])
+    assert py.exit_code == 0 and py.sealed_checked == 6 and py.sealed_verified == 6
