@@ -10,14 +10,16 @@ namespace, (d) the attacker's own block for the same prefix from another namespa
 the attacker's own key), (e) the victim's block truncated, and extended, (f) the same path's
 earlier block (a replay of an older version).
 
-Proves, for the unsealed namespace, which plants are served today (the threat: every checksum a
-writer can compute is no defence, so (a)-(d) are served with the attacker's bytes), and for the
-sealed namespace that none of (a)-(e) is served, each counted once in ``auth_failures``
+Proves, through kvtier.FsTier, for the unsealed namespace which plants are served today (the
+threat: every checksum a writer can compute is no defence, so (a)-(d) are served with the
+attacker's bytes), and for the sealed namespace that none of (a)-(e) is served, each counted once in ``auth_failures``
 (``kvtier_fs_auth_failures_total``), while (f) is served: a replay of the same path's own earlier
 block under the same key is not detected (docs/sealed.md says so). Also: a reader without the key
 who greps every file on the volume finds no plaintext of a pattern stored through the sealed
 tier, nor the key (the same grep finds the pattern on an unsealed volume: the grep can fail).
-The attack table of docs/sealed.md is this test's output (``-s`` prints it).
+The same for plant (b) through vLLM's own offloading manager and kvtier.vllm (skipped where
+../shared/vllm is absent): the engine gets the attacker's row unsealed, the prefix before it
+sealed. The attack table of docs/sealed.md is this test's output (``-s`` prints it).
 """
 
 import os
@@ -25,6 +27,8 @@ import struct
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 import kvtier
 import seal_support
@@ -143,7 +147,7 @@ def plant_all(victim, other, root, cases):
         if case == "a_plain":
             attacker({"path": path, "data": mine})
         elif case == "b_crc_xattr":
-            attacker({"path": path, "data": mine, "xattrs": {CRC_XATTR: struct.pack(">I", crc32c(mine))}})
+            attacker({"path": path, "data": mine + trailer_for(mine)})  # a sealed block's size: lookups find it
         elif case == "b_crc_trailer":
             attacker({"path": path, "data": mine + trailer_for(mine)})
         elif case == "c_moved":
@@ -276,3 +280,38 @@ def test_a_reader_without_the_key_finds_no_plaintext(tmp_path):
     found = grep_volume(sealed, needles)
     assert found == [], found
     assert len(list(sealed.rglob("*.bin"))) == 8
+
+
+@pytest.fixture(scope="module")
+def h(vllm_tree):
+    import vllm_harness
+
+    return vllm_harness
+
+
+@pytest.mark.parametrize("sealed", [False, True], ids=["unsealed", "sealed"])
+def test_through_vllms_manager(h, tmp_path, sealed):
+    """Plant (b), a row with a valid checksum trailer (the size of a sealed block, so a lookup finds
+    it), through vLLM's own offloading manager (kvtier.vllm): unsealed, the engine gets the
+    attacker's row for the prefix's third chunk; sealed, it gets the two chunks before it (a miss
+    from there: recomputed), the planted file is removed and vLLM's stats count it."""
+    keys = {"seal_key_file": key_file(tmp_path / "seal.key", 0x33)} if sealed else {}
+    salt = "vllm-" + ("sealed" if sealed else "unsealed")
+    prompts = [h.chunk_keys(i, salt) for i in range(3)]  # 12 chunks through 8 CPU rows
+    eng = h.Engine([h.kvtier_tier(tmp_path / "vol", **keys)])
+    try:
+        eng.store_prompts(prompts)
+        path = eng.tiers[0]._tier.block_path(prompts[0][2])
+        mine = (b"planted!" * h.ROW)[:h.ROW]
+        attacker({"path": path, "data": mine + trailer_for(mine)})  # a sealed block's size: lookups find it
+        n, data = eng.fetch(prompts[0])
+        if not sealed:
+            assert n == 4 and data[2] == mine, "unsealed: the planted row is what the engine gets"
+            return
+        assert n == 2 and data == [h.content(k) for k in prompts[0][:2]], n
+        assert not os.path.exists(path), "the planted file is removed"
+        eng.idle()
+        stats = eng.m.get_stats().data["data"]
+        assert sum(stats.get("kvtier:fs_auth_failures", {}).values()) == 1, stats
+    finally:
+        eng.shutdown()
