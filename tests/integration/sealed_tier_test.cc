@@ -155,12 +155,20 @@ TEST_P(SealedTierTest, EveryFailingBlockIsCountedZeroedRemovedAndNeverReturned) 
   EXPECT_EQ(tier->Metrics().auth_failures, 8u);
   EXPECT_EQ(tier->Metrics().rows_corrupt, 8u);
   EXPECT_NE(tier->PrometheusText("fs0").find("kvtier_fs_auth_failures_total{tier=\"fs0\"} 8"), std::string::npos);
-  // Lookups: a plain row or a longer file at a block's path is no block.
-  testing::WriteFileOrDie(path(1), std::string(kRow, 'p'));
+}
+
+TEST_P(SealedTierTest, LookupsCountOnlyFilesOfARowAndItsTrailer) {
+  auto tier = Open(Options(KeyFile("a.key", kKeyA)));
+  ASSERT_NE(tier, nullptr);
+  const auto keys = Keys(3, 0x23);
+  testing::AlignedRows rows(3, kRow, seed_);
+  ASSERT_EQ(Stored(tier.get(), keys, rows), 3u);
+  testing::WriteFileOrDie(tier->BlockPath(keys[1]), std::string(kRow, 'p'));  // a plain row
+  fs::resize_file(tier->BlockPath(keys[2]), kFile + 4096);                     // a longer file
   const JobResult look = testing::WaitForJob(tier.get(), tier->SubmitLookup(keys).value());
   EXPECT_EQ(look.keys[0].outcome, KeyOutcome::kOk);
   EXPECT_EQ(look.keys[1].outcome, KeyOutcome::kMiss);
-  EXPECT_EQ(look.keys[8].outcome, KeyOutcome::kMiss);
+  EXPECT_EQ(look.keys[2].outcome, KeyOutcome::kMiss);
 }
 
 TEST_P(SealedTierTest, ARotatedTierServesOldBlocksByItsReadKeyAndStoresUnderTheNewKey) {
