@@ -16,7 +16,8 @@
 //  * an unsealed tier on the same root never sees sealed blocks, nor a
 //    sealed tier unsealed ones;
 //  * key errors fail the open naming the path, without the key's content;
-//  * two roots (path_sharding) store and load sealed blocks.
+//  * two roots (path_sharding) store and load sealed blocks;
+//  * the C++ TieredStore takes the keys through vLLM's config JSON.
 // Loads open rows in place on io_uring and from bounce rows on the syscall
 // backend (bounce_loads), so both decryption paths are covered.
 // Seeded random rows; the seed is printed on failure.
@@ -28,7 +29,9 @@
 #include <fstream>
 
 #include "kvtier/fs_tier.h"
+#include "kvtier/tiered_store.h"
 #include "support/test_support.h"
+#include "tier/host_kv_cache.h"
 
 namespace kvtier {
 namespace {
@@ -251,6 +254,39 @@ TEST_P(SealedTierTest, TwoRootsStoreAndLoadSealedBlocks) {
   for (const OffloadKey& k : keys) EXPECT_EQ(fs::file_size(tier->BlockPath(k)), kFile);
   ASSERT_EQ(testing::WaitForJob(tier.get(), tier->SubmitLoad(keys, back.Mut()).value()).OkPrefix(), 4u);
   EXPECT_EQ(std::memcmp(back.data, rows.data, 4 * kRow), 0) << "seed " << seed_;
+}
+
+// The C++ TieredStore takes the seal keys through vLLM's config JSON: its
+// fs tier opens the key's namespace (config.json names the key id), and a
+// bad key file fails the open naming the path, not the content.
+TEST(SealedTieredStore, TheConfigsSealKeysReachTheFsTier) {
+  testing::TempDir dir;
+  internal::HostKvCache gpu({{4096, 0}}, 8);
+  auto open = [&](const std::string& key_file) {
+    TieredStoreOptions options;
+    options.config_json = R"({"spec_name": "TieringOffloadingSpec", "cpu_bytes_to_use": 65536, "secondary_tiers": )"
+                          R"([{"type": "fs", "root_dir": ")" + (dir.path() / "root").string() +
+                          R"(", "seal_key_file": ")" + key_file + R"("}]})";
+    options.engine.gpu_block_size_tokens = 16;
+    options.ns.model_name = "sealed/store";
+    options.devices = {gpu.Registration()};
+    return TieredStore::Open(options);
+  };
+  testing::WriteFileOrDie(dir.path() / "good.key", kKeyA);
+  auto store = open((dir.path() / "good.key").string());
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  store->reset();
+  size_t sealed_configs = 0;
+  for (const auto& entry : fs::directory_iterator(dir.path() / "root")) {
+    if (!fs::exists(entry.path() / "config.json")) continue;
+    sealed_configs += testing::ReadJsonOrDie(entry.path() / "config.json").contains("kvtier_seal");
+  }
+  EXPECT_EQ(sealed_configs, 1u);
+  testing::WriteFileOrDie(dir.path() / "bad.key", kKeyB + "!");
+  const auto bad = open((dir.path() / "bad.key").string());
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().ToString().find("bad.key"), std::string::npos) << bad.status().ToString();
+  EXPECT_EQ(bad.status().ToString().find("RAW-KEY"), std::string::npos) << bad.status().ToString();
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, SealedTierTest, ::testing::Values(IoBackendKind::kUring, IoBackendKind::kSyscall),
