@@ -26,7 +26,6 @@
 
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 
 #include "kvtier/fs_tier.h"
 #include "kvtier/tiered_store.h"
@@ -116,11 +115,9 @@ TEST_P(SealedTierTest, StoresCiphertextAndATrailerInTheKeysNamespaceAndLoadsByte
 }
 
 void Flip(const std::string& path, uint64_t at) {
-  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
-  f.seekg(static_cast<std::streamoff>(at));
-  const char c = static_cast<char>(f.get());
-  f.seekp(static_cast<std::streamoff>(at));
-  f.put(static_cast<char>(c ^ 0x01));
+  std::string bytes = testing::ReadFileOrDie(path);
+  bytes[at] = static_cast<char>(bytes[at] ^ 0x01);
+  testing::WriteFileOrDie(path, bytes);
 }
 
 TEST_P(SealedTierTest, EveryFailingBlockIsCountedZeroedRemovedAndNeverReturned) {
