@@ -174,7 +174,8 @@ class FsTier:
     def xattrs_supported(self) -> bool: ...
     @property
     def checksum_place(self) -> str:
-        """Where stores put a block's CRC32C: "xattr", "trailer" or "off" (FORMAT.md L130)."""
+        """Where stores put a block's CRC32C: "xattr", "trailer", "off" (FORMAT.md L130), or "seal" for a
+        sealed tier (each block's GCM tag in its seal trailer, L163)."""
     def __enter__(self) -> FsTier: ...
     def __exit__(self, *exc: object) -> None: ...
 
@@ -227,7 +228,8 @@ class EngineTier:
     def o_direct(self) -> bool: ...
     @property
     def checksum_place(self) -> str:
-        """Where stores put a block's CRC32C: "xattr", "trailer" or "off" (FORMAT.md L130)."""
+        """Where stores put a block's CRC32C: "xattr", "trailer", "off" (FORMAT.md L130), or "seal" for a
+        sealed tier (each block's GCM tag in its seal trailer, L163)."""
 
 class SglangStore:
     """kvtier's SGLang HiCache L3 store (include/kvtier/sglang.h), used by :mod:`kvtier.sglang`.

@@ -6,6 +6,7 @@
 #include <span>
 #include <vector>
 
+#include "format/le_bytes.h"
 #include "util/hex.h"
 
 namespace kvtier::format {
@@ -21,23 +22,6 @@ constexpr size_t kVersionAt = 8, kTrailerBytesAt = 12, kRowBytesAt = 16, kSaltAt
 static_assert(kTagAt + kSealTagBytes == kSealRecordBytes);
 static_assert(kNonceAt + kSealNonceBytes == kTagAt && kSaltAt + kSealSaltBytes == kNonceAt);
 
-void Put32(uint8_t* p, uint32_t v) {
-  for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
-}
-void Put64(uint8_t* p, uint64_t v) {
-  for (int i = 0; i < 8; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
-}
-uint32_t Get32(const uint8_t* p) {
-  uint32_t v = 0;
-  for (int i = 3; i >= 0; --i) v = v << 8 | p[i];
-  return v;
-}
-uint64_t Get64(const uint8_t* p) {
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; --i) v = v << 8 | p[i];
-  return v;
-}
-
 }  // namespace
 
 void EncodeSealTrailer(const SealRecord& record, uint8_t* page) {
@@ -45,9 +29,9 @@ void EncodeSealTrailer(const SealRecord& record, uint8_t* page) {
   std::memcpy(page + kSealKeyIdAt, record.key_id, kSealKeyIdBytes);
   uint8_t* r = page + kSealTrailerBytes - kSealRecordBytes;
   std::memcpy(r, kMagic, sizeof kMagic);
-  Put32(r + kVersionAt, record.version);
-  Put32(r + kTrailerBytesAt, static_cast<uint32_t>(kSealTrailerBytes));
-  Put64(r + kRowBytesAt, record.row_bytes);
+  PutLe32(r + kVersionAt, record.version);
+  PutLe32(r + kTrailerBytesAt, static_cast<uint32_t>(kSealTrailerBytes));
+  PutLe64(r + kRowBytesAt, record.row_bytes);
   std::memcpy(r + kSaltAt, record.salt, kSealSaltBytes);
   std::memcpy(r + kNonceAt, record.nonce, kSealNonceBytes);
   std::memcpy(r + kTagAt, record.tag, kSealTagBytes);
@@ -58,26 +42,25 @@ void PutSealTag(const uint8_t* tag, uint8_t* page) { std::memcpy(page + kSealTag
 SealState ParseSealTail(const uint8_t* tail, uint64_t file_bytes, SealRecord* out) {
   const uint8_t* r = tail + kSealKeyIdBytes;
   if (std::memcmp(r, kMagic, sizeof kMagic) != 0) return SealState::kAbsent;
-  out->version = Get32(r + kVersionAt);
+  out->version = GetLe32(r + kVersionAt);
   if (out->version != kSealVersion) return SealState::kNewer;
-  out->row_bytes = Get64(r + kRowBytesAt);
+  out->row_bytes = GetLe64(r + kRowBytesAt);
+  // Cut or grown since it was written: the record names another size.
+  if (GetLe32(r + kTrailerBytesAt) != kSealTrailerBytes || file_bytes < kSealTrailerBytes ||
+      out->row_bytes != file_bytes - kSealTrailerBytes) {
+    return SealState::kDamaged;
+  }
   std::memcpy(out->key_id, tail, kSealKeyIdBytes);
   std::memcpy(out->salt, r + kSaltAt, kSealSaltBytes);
   std::memcpy(out->nonce, r + kNonceAt, kSealNonceBytes);
   std::memcpy(out->tag, r + kTagAt, kSealTagBytes);
-  const bool sized = Get32(r + kTrailerBytesAt) == kSealTrailerBytes && file_bytes >= kSealTrailerBytes &&
-                     out->row_bytes == file_bytes - kSealTrailerBytes;
-  return sized ? SealState::kValid : SealState::kDamaged;  // cut or grown since it was written
+  return SealState::kValid;
 }
 
 const char* SealStateName(SealState state) {
-  switch (state) {
-    case SealState::kAbsent: return "no seal record";
-    case SealState::kValid: return "seal record";
-    case SealState::kNewer: return "seal record of a later version";
-    case SealState::kDamaged: return "seal record that does not fit the file's size";
-  }
-  return "?";
+  static constexpr const char* kNames[] = {"no seal record", "seal record", "seal record of a later version",
+                                           "seal record that does not fit the file's size"};
+  return kNames[static_cast<int>(state)];
 }
 
 std::string SealKeyIdHex(const uint8_t* key_id) {
@@ -92,7 +75,7 @@ bool ParseSealKeyIdHex(std::string_view hex, uint8_t* key_id) {
 }
 
 void SealPathLength(std::string_view rel_path, uint8_t* len_le) {
-  Put32(len_le, static_cast<uint32_t>(rel_path.size()));
+  PutLe32(len_le, static_cast<uint32_t>(rel_path.size()));
 }
 
 }  // namespace kvtier::format

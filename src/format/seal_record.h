@@ -61,6 +61,8 @@ enum class SealState {
   kNewer,    // the magic and a later version: not understood, never trusted
   kDamaged,  // the magic, but a trailer size or row size that does not fit the file
 };
+// `out`: the version (unless kAbsent), the row size (kValid, kDamaged), and
+// the key id, salt, nonce and tag (kValid only).
 SealState ParseSealTail(const uint8_t* tail, uint64_t file_bytes, SealRecord* out);
 const char* SealStateName(SealState state);
 

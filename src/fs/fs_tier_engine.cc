@@ -188,7 +188,7 @@ class FsTierImpl final : public FsTier {
   bool o_direct() const override { return shared_->o_direct; }
   bool xattrs_supported() const override { return shared_->checksum && !shared_->trailer(); }
   std::string_view checksum_place() const override {
-    return shared_->checksum ? ChecksumPlaceName(shared_->place) : "off";
+    return shared_->seal ? "seal" : shared_->checksum ? ChecksumPlaceName(shared_->place) : "off";
   }
   std::string BlockPath(const OffloadKey& key) const override {
     return JoinRoot(options_.tier.root_dir, ns_.BlockRelPath(key));

@@ -419,9 +419,8 @@ Result<std::unique_ptr<FsTier>> OpenFsTierWithBackend(const FsTierOpenOptions& o
   if (BounceLoadsFor(o.tier, local)) {
     shared->bounce = std::make_unique<BouncePool>(o.row_bytes, o.tier.n_read_threads + o.tier.n_write_threads);
   }
-  // Unaligned rows keep O_DIRECT through staging rows (block_ops.h); rows
-  // of a size O_DIRECT cannot transfer whole use buffered I/O.
-  // A sealed tier encrypts into them whatever its rows (the caller's row is never changed: L168).
+  // Unaligned rows keep O_DIRECT through staging rows (block_ops.h); rows of a size O_DIRECT cannot
+  // transfer whole use buffered I/O. A sealed tier encrypts into them (L168: never the caller's row).
   if ((shared->o_direct && o.row_bytes % 4096 == 0) || shared->seal) {
     shared->stage = std::make_unique<BouncePool>(o.row_bytes, o.tier.n_read_threads + o.tier.n_write_threads);
   }

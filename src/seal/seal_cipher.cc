@@ -92,9 +92,10 @@ Status SealCipher::Seal(std::string_view rel_path, std::span<const SealPiece> pi
   record.version = format::kSealVersion;
   record.row_bytes = row_bytes;
   std::memcpy(record.key_id, ring_->keys[0]->key_id(), format::kSealKeyIdBytes);
-  if (RAND_bytes(record.salt, sizeof record.salt) != 1 || RAND_bytes(record.nonce, sizeof record.nonce) != 1) {
-    return Status(StatusCode::kInternal, "seal: OpenSSL's random generator failed");
-  }
+  uint8_t fresh[format::kSealSaltBytes + format::kSealNonceBytes];  // one draw: it costs as much as the cipher's setup
+  if (RAND_bytes(fresh, sizeof fresh) != 1) return Status(StatusCode::kInternal, "seal: OpenSSL's random generator failed");
+  std::memcpy(record.salt, fresh, sizeof record.salt);
+  std::memcpy(record.nonce, fresh + sizeof record.salt, sizeof record.nonce);
   format::EncodeSealTrailer(record, page);
   uint8_t key[kSealKeyBytes];
   bool ok = BlockKey(0, record.salt, key) && EVP_CipherInit_ex(gcm_, nullptr, nullptr, key, record.nonce, 1) == 1;
