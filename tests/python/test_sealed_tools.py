@@ -183,6 +183,15 @@ def test_hash_prints_the_sealed_namespaces_paths(kvtier_bin, vol):
     assert all(c["exists"] for c in sealed["chunks"])
     assert [c["path"] for c in plain["chunks"]] != vol.paths  # as before: the unsealed namespace
     assert all(c["exists"] for c in plain["chunks"][:2])
+    # A sealed namespace's config.json names its key: its paths need no key (L184).
+    sealed_dir = [n.dir for n in kvtier.du(str(vol.root)).namespaces if n.sealed][0]
+    by_config = ["hash", "--tokens", ",".join(map(str, TOKENS)), "--seed", "tools", "--root", vol.root, "--json",
+                 "--namespace-config", vol.root / sealed_dir / "config.json"]
+    assert [c["path"] for c in json.loads(cli(kvtier_bin, *by_config).stdout)["chunks"]] == vol.paths
+    assert [c["path"] for c in json.loads(cli(kvtier_bin, *by_config, "--seal-key-file", vol.a).stdout)["chunks"]] \
+        == vol.paths
+    other_key = cli(kvtier_bin, *by_config, "--seal-key-file", vol.b, ok=(2,))
+    assert key_id(vol.b.read_bytes()) in other_key.stderr, other_key.stderr
 
 
 def test_a_key_mounted_as_a_kubernetes_secret_works(kvtier_bin, vol, tmp_path):
