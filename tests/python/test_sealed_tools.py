@@ -11,8 +11,10 @@ sealed block as row + 4096, keeps every sound sealed block and a plain row one t
 block's structure and reports a checksum-trailer block, a damaged record and another key's block
 as ``seal_mismatch`` (L182) but cannot see a block moved from another path or a flipped bit, which
 ``--verify-data --seal-key-file`` then catches (L183), ``--repair`` removing them all; a key file
-that is no key fails fsck naming the path and never its bytes; ``hash --seal-key-file`` prints the
-sealed tier's own paths.
+that is no key fails fsck naming the path and never its bytes; ``hash --seal-key-file`` (or a
+sealed config.json) prints the sealed tier's own paths; a key mounted as a Kubernetes Secret
+(symlinks) works; ``bench fs --seal-key-file`` round-trips through a sealed tier and removes the
+sealed namespace it wrote.
 """
 
 import hashlib
@@ -210,3 +212,18 @@ def test_a_key_mounted_as_a_kubernetes_secret_works(kvtier_bin, vol, tmp_path):
     assert rc == 0 and report["summary"]["sealed_verified"] == 6, report
     py = kvtier.fsck(str(vol.root), verify_data=True, seal_key_files=[str(secret / "seal.key")])
     assert py.exit_code == 0 and py.sealed_checked == 6 and py.sealed_verified == 6
+
+
+def test_bench_fs_runs_sealed_and_removes_its_sealed_namespace(kvtier_bin, vol, tmp_path):
+    """`kvtier bench fs --seal-key-file` (bench/sealed.sh's sealed mode): every row round-trips
+    through a sealed tier, and the run removes the namespace it wrote (the key's)."""
+    root = tmp_path / "bench"
+    root.mkdir()
+    out = json.loads(cli(kvtier_bin, "bench", "fs", "--root", root, "--row-bytes", 4096, "--rows", 8,
+                         "--seal-key-file", vol.a, "--json", "--keep").stdout)
+    assert out["rows_verified"] == 8 and out["rows_corrupt"] == 0, out
+    du = kvtier.du(str(root)).namespaces
+    assert [(n.sealed, n.seal_key_id, n.blocks) for n in du] == [(True, key_id(vol.a.read_bytes()), 8)]
+    assert all(f.stat().st_size == 4096 + TRAILER for f in root.rglob("*.bin"))
+    cli(kvtier_bin, "bench", "fs", "--root", root, "--row-bytes", 4096, "--rows", 8, "--seal-key-file", vol.a)
+    assert list(root.rglob("*.bin")) == [], "the run removes the sealed namespace it wrote"
