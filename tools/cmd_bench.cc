@@ -82,8 +82,7 @@ void RegisterBenchFs(CLI::App* bench, CliContext* ctx) {
       "fs",
       "Store N rows into an fs tier under DIR, drop the page cache, load and verify them; "
       "GB/s, rows/s, p50/p99 latency and CPU s/GB per direction");
-  cmd->add_option("--root", o.root, "An existing directory for the benchmark's namespace")
-      ->required();
+  cmd->add_option("--root", o.root, "An existing directory for the benchmark's namespace")->required();
   cmd->add_option("--row-bytes", o.row_bytes,
                   "Bytes per row / block file (a multiple of 4096; 1MiB, 2MiB accepted)")
       ->required()
@@ -101,6 +100,7 @@ void RegisterBenchFs(CLI::App* bench, CliContext* ctx) {
   cmd->add_flag("--no-direct", flags->no_direct, "Buffered I/O (no O_DIRECT)");
   cmd->add_flag("--no-checksum", flags->no_checksum,
                 "checksum_blocks: false (no CRC32C, no xattr), as vLLM's default");
+  cmd->add_option("--seal-key-file", o.seal_key_file, "Seal the namespace with this key (AES-256-GCM, docs/sealed.md)");
   cmd->add_option("--inline-metadata", flags->inline_metadata,
                   "The tier's inline_metadata: auto | on | off (docs/config.md)")
       ->check(CLI::IsMember({"auto", "on", "off"}))

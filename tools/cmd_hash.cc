@@ -12,6 +12,7 @@
 #include "cli/sglang_hash.h"
 #include "commands.h"
 #include "ops/io_watch.h"
+#include "seal/seal_key.h"
 #include "util/read_file.h"
 
 namespace kvtier::internal {
@@ -40,6 +41,7 @@ struct HashFlags {
   bool json = false;
   bool explain = false;
   std::string io_timeout = "30s";  // with --root: the deadline of each stat
+  std::optional<std::string> seal_key_file;  // the sealed namespace's paths (L184)
   // Whether --hash-block-size / --blocks-per-chunk were given (not defaults).
   bool hash_block_size_given = false;
   bool blocks_per_chunk_given = false;
@@ -81,10 +83,10 @@ Result<std::vector<BigInt>> ParseTokenList(const HashFlags& f) {
   return out;
 }
 
-Result<std::optional<NamespaceSpec>> NamespaceFromFlags(const HashFlags& f) {
+Result<std::optional<NamespaceSpec>> NamespaceFromFlags(const HashFlags& f, std::optional<std::string>* seal_key_id) {
   if (!f.namespace_config.empty()) {
     KVTIER_ASSIGN_OR_RETURN(std::string text, ReadAll(f.namespace_config, "--namespace-config file"));
-    KVTIER_ASSIGN_OR_RETURN(NamespaceSpec spec, NamespaceSpecFromConfigJson(text, f.rank));
+    KVTIER_ASSIGN_OR_RETURN(NamespaceSpec spec, NamespaceSpecFromConfigJson(text, f.rank, seal_key_id));
     return std::optional<NamespaceSpec>(std::move(spec));
   }
   if (!f.model) return std::optional<NamespaceSpec>();
@@ -135,6 +137,20 @@ Status TakeChunkingFromNamespace(const HashFlags& f, const NamespaceSpec& ns, Ha
   return Status::Ok();
 }
 
+// L184: --seal-key-file names a sealed namespace by its key's id; the key
+// itself is wiped here, unused. A sealed config.json names one too: they
+// must agree.
+Status TakeSealKey(const std::string& path, HashQuery* q) {
+  if (!q->ns) return InvalidArgument("--seal-key-file: give the namespace too (--model or --namespace-config)");
+  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<SealKey> key, SealKey::FromFile(path));
+  if (q->seal_key_id && *q->seal_key_id != key->key_id_hex()) {
+    return InvalidArgument("--seal-key-file: key id " + key->key_id_hex() + ", but --namespace-config is sealed with " +
+                           *q->seal_key_id);
+  }
+  q->seal_key_id = key->key_id_hex();
+  return Status::Ok();
+}
+
 Result<HashQuery> QueryFromFlags(const HashFlags& f) {
   if (!f.input.empty()) {
     KVTIER_ASSIGN_OR_RETURN(std::string text, ReadAll(f.input, "--input file"));
@@ -154,12 +170,13 @@ Result<HashQuery> QueryFromFlags(const HashFlags& f) {
   KVTIER_ASSIGN_OR_RETURN(q.token_ids, ParseTokenList(f));
   q.extras.lora_name = f.lora;
   q.extras.cache_salt = f.salt;
-  KVTIER_ASSIGN_OR_RETURN(q.ns, NamespaceFromFlags(f));
+  KVTIER_ASSIGN_OR_RETURN(q.ns, NamespaceFromFlags(f, &q.seal_key_id));
   q.blocks_per_chunk = f.blocks_per_chunk;
   if (!f.namespace_config.empty()) KVTIER_RETURN_IF_ERROR(TakeChunkingFromNamespace(f, *q.ns, &q));
   q.group_idx = f.group;
   q.root_dir = f.root;
   q.explain = f.explain;
+  if (f.seal_key_file) KVTIER_RETURN_IF_ERROR(TakeSealKey(*f.seal_key_file, &q));
   return q;
 }
 
@@ -283,7 +300,7 @@ std::string FlagOfOtherEngine(CLI::App* cmd, const std::string& engine) {
   static const char* const kVllmOnly[] = {
       "--input", "--algo", "--seed", "--no-seed", "--hash-block-size", "--num-layers", "--layer-name-template",
       "--blocks-per-chunk", "--group", "--pcp", "--dcp", "--rank", "--not-parallel-agnostic", "--lora-name",
-      "--explain"};
+      "--explain", "--seal-key-file"};
   return engine == "sglang" ? FirstGiven(cmd, {std::begin(kVllmOnly), std::end(kVllmOnly)})
                             : FirstGiven(cmd, {std::begin(kSglangOnly), std::end(kSglangOnly)});
 }
@@ -292,10 +309,8 @@ std::string FlagOfOtherEngine(CLI::App* cmd, const std::string& engine) {
 
 void RegisterHashCommand(CLI::App* app, CliContext* ctx) {
   auto flags = std::make_shared<HashFlags>();
-  CLI::App* cmd = app->add_subcommand(
-      "hash",
-      "Block hashes, offload keys and file paths of a prompt, byte-exact with vLLM; with --engine sglang, "
-      "SGLang's HiCache page keys");
+  CLI::App* cmd = app->add_subcommand("hash", "Block hashes, offload keys and file paths of a prompt, byte-exact "
+                                              "with vLLM; with --engine sglang, SGLang's HiCache page keys");
   cmd->add_option("--input", flags->input,
                   "A compat case (kvtier-compat-cases/1 JSON, '-' for stdin); prints its 'expected' members");
   cmd->add_option("--algo", flags->algo, "sha256 | sha256_cbor | xxhash | xxhash_cbor")->capture_default_str();
@@ -329,6 +344,7 @@ void RegisterHashCommand(CLI::App* app, CliContext* ctx) {
                   "and groups' tokens_per_block (one path per chunk); SGLang: its page_size and geometry "
                   "(the ranks from --tp-rank, --pp-rank, --cp-rank)");
   cmd->add_option("--root", flags->root, "root_dir: print absolute paths and whether each file exists");
+  cmd->add_option("--seal-key-file", flags->seal_key_file, "A seal key: its sealed namespace's paths (docs/sealed.md)");
   cmd->add_option("--lora-name", flags->lora, "LoRA adapter name");
   cmd->add_option("--cache-salt", flags->salt, "Request cache_salt (vLLM: an extra key; SGLang: seeds the chain, see --extra-key)");
   cmd->add_flag("--json", flags->json, "Machine-readable output");

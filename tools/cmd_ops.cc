@@ -126,14 +126,21 @@ void RegisterFsck(CLI::App* app, CliContext* ctx) {
   CLI::App* fsck = app->add_subcommand("fsck", "Check a root_dir against the layout rules (exit 0/1/4/8 as e2fsck)");
   AddCommon(fsck, f.get());
   fsck->add_flag("--repair", *repair, "Remove or quarantine what is broken (layout files only)");
-  fsck->add_flag("--verify-data", *verify, "Read every block and check its CRC32C");
+  CLI::Option* verify_flag =
+      fsck->add_flag("--verify-data", *verify, "Read every block and check its CRC32C (a sealed block: its tag, given its key)");
   fsck->add_option("--tmp-grace", f->tmp_grace, "Temp and probe files younger than this are in flight")->capture_default_str();
   fsck->add_option("--row-bytes", *row_bytes, "Expected block size (default: each namespace's most common size)");
+  auto seal_keys = std::make_shared<std::vector<std::string>>();
+  fsck->add_option("--seal-key-file", *seal_keys,
+                   "A seal key (repeatable: the primary and read keys): with --verify-data, check the tag of every "
+                   "block of the sealed namespaces it sealed (docs/sealed.md)")
+      ->needs(verify_flag);
   fsck->callback(Guarded([=] {
     FsckOptions o;
     if (!Fill(*f, "fsck", &o)) return void(ctx->exit_code = 8);
     o.repair = *repair;
     o.verify_data = *verify;
+    o.seal_key_files = *seal_keys;
     if (!row_bytes->empty() && !Take(ParseSizeBytes(*row_bytes), "fsck", "--row-bytes", &o.row_bytes)) {
       return void(ctx->exit_code = 8);
     }

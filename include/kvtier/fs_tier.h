@@ -224,7 +224,8 @@ class KVTIER_API FsTier {
   // checksum_place put it there: the open proved user xattrs work).
   virtual bool xattrs_supported() const = 0;
   // Where stores put a block's CRC32C (FORMAT.md L130): "xattr", "trailer"
-  // (4096 bytes after the row, L131) or "off" (checksum_blocks false). Loads
+  // (4096 bytes after the row, L131), "seal" (a sealed tier: each block's
+  // GCM tag in its seal trailer, L163) or "off" (checksum_blocks false). Loads
   // check whichever form a block carries, whatever this says. With several
   // roots, the first root's, or "mixed" when they differ.
   virtual std::string_view checksum_place() const = 0;

@@ -23,6 +23,9 @@ namespace kvtier {
 struct FsTierMetrics {
   uint64_t rows_stored = 0, bytes_stored = 0, rows_skipped_exists = 0, rows_dropped = 0;
   uint64_t rows_loaded = 0, bytes_loaded = 0, rows_missed = 0, rows_corrupt = 0;
+  // Sealed tiers (FORMAT.md L169): blocks that failed their tag or carry no
+  // valid seal (never returned; also counted in rows_corrupt).
+  uint64_t auth_failures = 0;
   uint64_t lookups_hit = 0, lookups_miss = 0;
   uint64_t store_errors = 0, load_errors = 0, lookup_errors = 0;
   uint64_t read_queue_depth = 0, write_queue_depth = 0, in_flight = 0;
@@ -106,6 +109,8 @@ inline constexpr FsTierMetricField kFsTierMetricFields[] = {
      .help = "Loads of block files that did not exist."},
     {KVTIER_METRIC_COUNT(rows_corrupt), .unit = "rows", .prometheus = "kvtier_fs_rows_corrupt_total",
      .vllm = "kvtier:fs_rows_corrupt", .help = "Block files kvtier refused (wrong size or CRC32C) and removed."},
+    {KVTIER_METRIC_COUNT(auth_failures), .unit = "rows", .prometheus = "kvtier_fs_auth_failures_total",
+     .vllm = "kvtier:fs_auth_failures", .help = "Sealed-tier loads refused: no valid seal or a failing tag (never returned)."},
     {KVTIER_METRIC_COUNT(lookups_hit), .unit = "lookups", .prometheus = "kvtier_fs_lookups_hit_total",
      .help = "Existence lookups that found the block file."},
     {KVTIER_METRIC_COUNT(lookups_miss), .unit = "lookups", .prometheus = "kvtier_fs_lookups_miss_total",

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "kvtier/options.h"
 
@@ -131,6 +132,18 @@ struct FsTierOptions {
   // ones wait (and, past store_queue_bytes_max, are dropped). 0: no cap
   // (stores keep all n_write_threads slots); default 2.
   int stores_while_loading_max = 2;
+  // Sealed namespaces (FORMAT.md L160-L173, docs/config.md): blocks
+  // encrypted and authenticated with AES-256-GCM under a key only the
+  // instances hold. Sealed exactly when a primary key is given, by
+  // `seal_key_file` (a path: 32 raw bytes, or 64 hex digits and an optional
+  // newline) or `seal_key_fd` (an inherited fd with the same content, read
+  // once at open, not closed), never both. `seal_read_key_files`: older keys
+  // accepted for loads only (rotation, L171); needs a primary key. These
+  // hold where the key is, never the key.
+  std::string seal_key_file;
+  int seal_key_fd = -1;
+  std::vector<std::string> seal_read_key_files;
+  bool sealed() const { return !seal_key_file.empty() || seal_key_fd >= 0; }
 
   bool operator==(const FsTierOptions&) const = default;
 };

@@ -68,6 +68,11 @@ class KVTIER_API Namespace {
   std::string BlockRelPath(const OffloadKey& key) const;
   // "<dir>/config.json", relative to root_dir.
   std::string ConfigRelPath() const { return dir_name_ + "/config.json"; }
+  // The namespace of the blocks sealed with the key whose id (32 lowercase
+  // hex digits) is `key_id_hex`: these fields plus "kvtier_seal" (FORMAT.md
+  // L162), so its own digest, directories and config.json.
+  // kInvalidArgument for another id, or a namespace that is sealed already.
+  Result<Namespace> Sealed(std::string_view key_id_hex) const;
 
  private:
   friend class SglangNamespace;  // builds one from SGLang's fields (sglang.h)

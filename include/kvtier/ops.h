@@ -151,6 +151,12 @@ struct NamespaceUsage {
   uint64_t far_future_blocks = 0;
   uint64_t live_leases = 0;
   bool leases_known = true;  // false: the lease directory or a lease could not be read
+  // A sealed namespace (docs/sealed.md, FORMAT.md L162, L180): config.json
+  // holds a "kvtier_seal" member. seal_key_id: its key id, 32 lowercase hex
+  // digits naming the key (never the key itself); "" when config.json does
+  // not say (no such member, or not a key id).
+  bool sealed = false;
+  std::string seal_key_id;
 };
 
 struct DuReport {
@@ -175,6 +181,10 @@ enum class FindingKind {
   kUnreadable,  // a directory or file of the layout that could not be read
   kNotRegular,  // a directory, symlink, FIFO, socket or device at a block or config.json name
   kWrongRoot,   // several roots: a block on a root other than its own (L101); never removed
+  // A block of a sealed namespace that is no sealed block of its key: no
+  // seal record, a damaged one, another key's (L182), or a tag that fails
+  // under the key (verify_data with FsckOptions::seal_key_files, L183).
+  kSealMismatch,
 };
 // Stable lower-case name of a kind ("config_missing", "not_regular", ...),
 // as the CLI's JSON and the Python binding report it.
@@ -201,6 +211,13 @@ struct FsckOptions : ScanOptions {
   // for this long: a writer may have just created it (FORMAT.md L108, as
   // gc's). A younger one is reported and left. >= kDurationNeverS: never.
   uint64_t dir_grace_s = kDefaultDirGraceS;
+  // Paths of seal key files (docs/sealed.md: 32 raw bytes or 64 hex digits).
+  // With verify_data, the blocks of the sealed namespaces these keys sealed
+  // are checked tag by tag (FORMAT.md L183); other sealed namespaces' blocks
+  // are checked for structure only (L182), as they are without keys. A key
+  // file that cannot be read or is not a key fails the call
+  // (kInvalidArgument naming the path, never the content).
+  std::vector<std::string> seal_key_files;
 };
 
 struct FsckReport {
@@ -217,6 +234,9 @@ struct FsckReport {
   // What verify_data read: a block's holes are checked as zeros without
   // being read (FORMAT.md L109), so this is bounded by the data allocated.
   uint64_t verify_read_bytes = 0;
+  // Blocks of sealed namespaces whose seal record was checked (L182), and of
+  // them those whose tag was checked under a key (L183).
+  uint64_t sealed_checked = 0, sealed_verified = 0;
   // e2fsck's convention: 0 clean, 1 problems repaired, 4 problems left.
   KVTIER_API int ExitCode() const;
 };

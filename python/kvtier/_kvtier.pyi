@@ -174,7 +174,8 @@ class FsTier:
     def xattrs_supported(self) -> bool: ...
     @property
     def checksum_place(self) -> str:
-        """Where stores put a block's CRC32C: "xattr", "trailer" or "off" (FORMAT.md L130)."""
+        """Where stores put a block's CRC32C: "xattr", "trailer", "off" (FORMAT.md L130), or "seal" for a
+        sealed tier (each block's GCM tag in its seal trailer, L163)."""
     def __enter__(self) -> FsTier: ...
     def __exit__(self, *exc: object) -> None: ...
 
@@ -227,7 +228,8 @@ class EngineTier:
     def o_direct(self) -> bool: ...
     @property
     def checksum_place(self) -> str:
-        """Where stores put a block's CRC32C: "xattr", "trailer" or "off" (FORMAT.md L130)."""
+        """Where stores put a block's CRC32C: "xattr", "trailer", "off" (FORMAT.md L130), or "seal" for a
+        sealed tier (each block's GCM tag in its seal trailer, L163)."""
 
 class SglangStore:
     """kvtier's SGLang HiCache L3 store (include/kvtier/sglang.h), used by :mod:`kvtier.sglang`.
@@ -313,6 +315,8 @@ class NamespaceUsage:
     newest_counted_activity: int  # newest_activity as gc counts it (FORMAT.md L155): far-future times as 0
     far_future_blocks: int  # blocks dated more than 300 s after this host's clock (FORMAT.md L155)
     live_leases: int
+    sealed: bool  # a sealed namespace (docs/sealed.md): config.json holds "kvtier_seal"
+    seal_key_id: str  # its key id, 32 hex digits naming the key (never the key); "" when not given
 
 class DuReport:
     namespaces: list[NamespaceUsage]
@@ -337,6 +341,8 @@ class FsckReport:
     blocks_verified: int
     verified_without_noatime: int  # blocks read where O_NOATIME was refused
     verify_read_bytes: int  # bytes verify_data read (holes are checked as zeros, unread)
+    sealed_checked: int  # blocks of sealed namespaces whose seal record was checked (FORMAT.md L182)
+    sealed_verified: int  # of them, those whose tag was checked under a key (L183)
     # Findings past the lists' cap (10^4 of a kind per namespace), by kind:
     # counted, not in findings, not repaired (a later run lists them).
     findings_unlisted: dict[str, int]
@@ -385,8 +391,11 @@ def du(root: str, *, jobs: int = 4, force: bool = False, tmp_grace_s: int = 3600
     """Usage per namespace (``kvtier du``); never follows symlinks."""
 
 def fsck(root: str, *, repair: bool = False, verify_data: bool = False, row_bytes: int = 0, jobs: int = 4,
-         force: bool = False, tmp_grace_s: int = 3600, io_timeout_s: float | None = 30.0) -> FsckReport:
-    """Findings that cite layout-spec/FORMAT.md rules (``kvtier fsck``); changes nothing without ``repair``."""
+         force: bool = False, tmp_grace_s: int = 3600, io_timeout_s: float | None = 30.0,
+         seal_key_files: Sequence[str] = ()) -> FsckReport:
+    """Findings that cite layout-spec/FORMAT.md rules (``kvtier fsck``); changes nothing without ``repair``.
+    With ``verify_data``, the blocks of sealed namespaces whose keys ``seal_key_files`` names (paths of
+    key files, docs/sealed.md) are checked tag by tag; other sealed blocks for structure only."""
 
 def gc(root: str, *, older_than_s: int | None = None, max_bytes: int | None = None,
        low_water_bytes: int | None = None, keep: Sequence[str] = (), dry_run: bool = False,

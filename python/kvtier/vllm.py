@@ -13,6 +13,12 @@ default in kvtier, and PR #54327's ``max_bytes``, the byte budget of the tier's
 ``config.json`` are vLLM's, so vLLM's own ``"type": "fs"`` tier on the same root reads what this
 tier writes, and the reverse.
 
+A sealed tier (``"seal_key_file": "/var/run/secrets/kvtier/seal.key"``, or ``seal_key_fd``, with
+``seal_read_key_files`` for rotation; FORMAT.md L160-L173) encrypts and authenticates every block
+under a key only its instances hold, in a namespace of that key's own: vLLM's tier and unsealed
+kvtier tiers never see those blocks, and a block planted or moved by anyone without the key is
+never returned.
+
 All the work is in kvtier's C++ ``EngineTier``: the io_uring engine moves rows straight between
 the block files and vLLM's primary rows (registered with the ring once), lookups are answered
 from a verdict cache and checked in one asynchronous batch per scheduler step, and every job

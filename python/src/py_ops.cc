@@ -103,8 +103,10 @@ DuReport PyDu(const std::string& root, pb::object jobs, bool force, pb::object t
 }
 
 FsckReport PyFsck(const std::string& root, bool repair, bool verify_data, pb::object row_bytes, pb::object jobs,
-                  bool force, pb::object tmp_grace_s, std::optional<double> io_timeout_s) {
+                  bool force, pb::object tmp_grace_s, std::optional<double> io_timeout_s,
+                  const std::vector<std::string>& seal_key_files) {
   FsckOptions o;
+  o.seal_key_files = seal_key_files;
   SetScan(o, {root, jobs, force, tmp_grace_s, io_timeout_s});
   o.repair = repair;
   o.verify_data = verify_data;
@@ -256,8 +258,8 @@ void BindReports(pb::module_& m) {
       .def_readonly("oldest_activity", &NamespaceUsage::oldest_activity)
       .def_readonly("newest_counted_activity", &NamespaceUsage::newest_counted_activity)
       .def_readonly("far_future_blocks", &NamespaceUsage::far_future_blocks)
-      .def_readonly("live_leases", &NamespaceUsage::live_leases)
-      .def_readonly("leases_known", &NamespaceUsage::leases_known);
+      .def_readonly("live_leases", &NamespaceUsage::live_leases).def_readonly("leases_known", &NamespaceUsage::leases_known)
+      .def_readonly("sealed", &NamespaceUsage::sealed).def_readonly("seal_key_id", &NamespaceUsage::seal_key_id);
   pb::class_<DuReport>(m, "DuReport", "kvtier du: usage per namespace.")
       .def_readonly("namespaces", &DuReport::namespaces).def_readonly("total_bytes", &DuReport::total_bytes)
       .def_readonly("total_blocks", &DuReport::total_blocks).def_readonly("files_scanned", &DuReport::files_scanned)
@@ -270,10 +272,10 @@ void BindReports(pb::module_& m) {
       .def_property_readonly("detail", Fs(&Finding::detail));
   pb::class_<FsckReport>(m, "FsckReport", "kvtier fsck: findings and counts.")
       .def_readonly("findings", &FsckReport::findings).def_readonly("files_scanned", &FsckReport::files_scanned)
-      .def_readonly("blocks_checked", &FsckReport::blocks_checked)
-      .def_readonly("blocks_verified", &FsckReport::blocks_verified)
+      .def_readonly("blocks_checked", &FsckReport::blocks_checked).def_readonly("blocks_verified", &FsckReport::blocks_verified)
       .def_readonly("verified_without_noatime", &FsckReport::verified_without_noatime)
       .def_readonly("verify_read_bytes", &FsckReport::verify_read_bytes)
+      .def_readonly("sealed_checked", &FsckReport::sealed_checked).def_readonly("sealed_verified", &FsckReport::sealed_verified)
       .def_property_readonly("findings_unlisted",
                              [](const FsckReport& r) {
                                std::map<std::string, uint64_t> by_kind;
@@ -319,7 +321,9 @@ void BindOps(pb::module_& m) {
   m.def("fsck", &PyFsck, pb::arg("root"), pb::kw_only(), pb::arg("repair") = false,
         pb::arg("verify_data") = false, pb::arg("row_bytes") = 0, pb::arg("jobs") = 4, pb::arg("force") = false,
         pb::arg("tmp_grace_s") = 3600, pb::arg("io_timeout_s") = io_timeout_s,
-        "Findings citing FORMAT.md rules (kvtier fsck); repairs only with repair=True.");
+        pb::arg("seal_key_files") = std::vector<std::string>{},
+        "Findings citing FORMAT.md rules (kvtier fsck); repairs only with repair=True; with verify_data, "
+        "checks the tags of sealed namespaces whose keys seal_key_files names.");
   m.def("gc", &PyGc, pb::arg("root"), pb::kw_only(), pb::arg("older_than_s") = pb::none(),
         pb::arg("max_bytes") = pb::none(), pb::arg("low_water_bytes") = pb::none(),
         pb::arg("keep") = std::vector<std::string>{}, pb::arg("dry_run") = false, pb::arg("lease_ttl_s") = 60,

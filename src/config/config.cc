@@ -106,12 +106,8 @@ constexpr EnumName<BounceLoads> kBounceLoadsNames[] = {
     {BounceLoads::kOn, "on"},
     {BounceLoads::kOff, "off"},
 };
-constexpr EnumName<BackpressureDetector> kDetectorNames[] = {
-    {BackpressureDetector::kEma, "EMABackpressureDetector"},
-};
-constexpr EnumName<BackpressurePolicy> kPolicyNames[] = {
-    {BackpressurePolicy::kDropStore, "DropStorePolicy"},
-};
+constexpr EnumName<BackpressureDetector> kDetectorNames[] = {{BackpressureDetector::kEma, "EMABackpressureDetector"}};
+constexpr EnumName<BackpressurePolicy> kPolicyNames[] = {{BackpressurePolicy::kDropStore, "DropStorePolicy"}};
 
 template <class E, size_t N>
 std::string_view NameOf(const EnumName<E> (&names)[N], E value) {
@@ -344,6 +340,9 @@ constexpr KeySpec<FsTierOptions> kFsTierKeys[] = {
     // vLLM PR #57912; kvtier checks blocks unless told not to.
     BoolKey<&FsTierOptions::checksum_blocks>("checksum_blocks", kVllm, /*vllm_default=*/"false"),
     EnumKey<&FsTierOptions::checksum_place, kChecksumPlaceNames>("checksum_place", kKvtier),
+    {"seal_key_file", kKvtier, kOptional, &internal::ParseSealKeyFile, &internal::EmitSealKeyFile},
+    {"seal_key_fd", kKvtier, kOptional, &internal::ParseSealKeyFd, &internal::EmitSealKeyFd},
+    {"seal_read_key_files", kKvtier, kOptional, &internal::ParseSealReadKeyFiles, &internal::EmitSealReadKeyFiles},
 };
 
 constexpr KeySpec<OffloadConfig> kTopLevelKeys[] = {

@@ -25,4 +25,16 @@ Status ApplyFsTierKeys(const Json& tier, const std::string& path, FsTierOptions&
 // One backpressure object at `path`; `out` arrives holding the locality defaults.
 Status ApplyBackpressureKeys(const Json& obj, const std::string& path, BackpressureOptions& out);
 
+// The seal keys of an fs tier (config_seal.cc, FORMAT.md L160): they say
+// where the keys are, never hold one, and are printed only when set.
+Status ParseSealKeyFile(const Json& value, const std::string& path, FsTierOptions& out);
+Status ParseSealKeyFd(const Json& value, const std::string& path, FsTierOptions& out);
+Status ParseSealReadKeyFiles(const Json& value, const std::string& path, FsTierOptions& out);
+void EmitSealKeyFile(const FsTierOptions& out, std::string_view name, Json& obj);
+void EmitSealKeyFd(const FsTierOptions& out, std::string_view name, Json& obj);
+void EmitSealReadKeyFiles(const FsTierOptions& out, std::string_view name, Json& obj);
+// Across the seal keys: one primary key (file or fd, not both); read keys
+// only with a primary key. `path`: the tier's key path ("" for vLLM's factory).
+Status CheckSealKeys(const FsTierOptions& tier, const std::string& path);
+
 }  // namespace kvtier::internal

@@ -150,6 +150,7 @@ Result<SecondaryTierOptions> ParseTier(const Json& tier, const std::string& path
   KVTIER_RETURN_IF_ERROR(internal::ApplyFsTierKeys(tier, path, out.fs));
   KVTIER_RETURN_IF_ERROR(CheckIoSlots(out.fs, path));
   KVTIER_RETURN_IF_ERROR(CheckRootList(out.fs, path));
+  KVTIER_RETURN_IF_ERROR(internal::CheckSealKeys(out.fs, path));
   KVTIER_ASSIGN_OR_RETURN(out.fs.backpressure,
                           ResolveTierBackpressure(tier, path, out.fs.locality, top_level_backpressure));
   return out;
@@ -229,6 +230,7 @@ Result<FsTierOptions> ParseFsTierJson(Json tier) {
   KVTIER_RETURN_IF_ERROR(internal::ApplyFsTierKeys(tier, "", out, /*type_consumed=*/true));
   KVTIER_RETURN_IF_ERROR(CheckIoSlots(out, ""));
   KVTIER_RETURN_IF_ERROR(CheckRootList(out, ""));
+  KVTIER_RETURN_IF_ERROR(internal::CheckSealKeys(out, ""));
   KVTIER_ASSIGN_OR_RETURN(out.backpressure, ResolveTierBackpressure(tier, "", out.locality, nullptr));
   return out;
 }

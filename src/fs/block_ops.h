@@ -22,6 +22,7 @@
 #include "fs/shard_dirs.h"
 #include "fs/volume_kind.h"
 #include "io/scheduler.h"
+#include "seal/seal_cipher.h"
 #include "kvtier/fs_tier.h"
 #include "util/dir_fd.h"
 
@@ -161,8 +162,15 @@ struct TierShared {
   // xattrs work here. Where they do not, that call could only fail.
   bool read_xattr = true;
   bool trailer() const { return checksum && place == ChecksumPlace::kTrailer; }
+  // A sealed tier (FORMAT.md L160-L173; checksum is then off): this engine
+  // thread's cipher, whose ring holds the primary key first, then the read
+  // keys; seal_block_dirs[i] is key i's "<model>_<digest>_r<rank>".
+  // nullptr: unsealed.
+  std::unique_ptr<SealCipher> seal;
+  std::vector<std::string> seal_block_dirs;
+  std::atomic<uint64_t> auth_failures{0};  // L169: blocks refused for their seal
   // The size of a block file this tier writes (the max_bytes accounting).
-  uint64_t file_bytes() const { return row_bytes + (trailer() ? format::kTrailerBytes : 0); }
+  uint64_t file_bytes() const { return row_bytes + (trailer() || seal ? format::kTrailerBytes : 0); }
   std::atomic<uint64_t> tmp_counter{0};
   uint64_t tmp_base = 0;  // random; temp names are <dest>_<(base + n) mod 2^63>.tmp
   std::atomic<uint64_t> checksum_ns{0};  // time spent computing CRC32C (both directions)
@@ -199,6 +207,8 @@ struct TierShared {
 // Over several pieces the CRC is chained (Crc32cExtend), so it equals the
 // CRC of their concatenation (L60).
 uint32_t TimedCrc32c(TierShared* shared, const RowPieces& row);
+// The counters the ops keep in `shared` (staged rows, CRC time, seal failures).
+void AddSharedCounters(const TierShared& shared, FsTierMetrics* m);
 
 class FsBlockOp : public BlockOp {
  public:

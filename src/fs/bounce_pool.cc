@@ -86,6 +86,12 @@ bool Stageable(const TierShared& shared, const RowPieces& row) {
          !row.DirectAligned();
 }
 
+void AddSharedCounters(const TierShared& shared, FsTierMetrics* m) {
+  m->staged_ios = shared.staged_ios.load(std::memory_order_relaxed);
+  m->checksum_ns = shared.checksum_ns.load(std::memory_order_relaxed);
+  m->auth_failures = shared.auth_failures.load(std::memory_order_relaxed);
+}
+
 KeyResult AbandonedResult(const char* syscall, const std::string& path, uint32_t io_timeout_ms) {
   return {KeyOutcome::kError,
           ErrnoToStatus(ETIMEDOUT, std::string(syscall) + " " + path + ": no answer within io_timeout_ms (" +

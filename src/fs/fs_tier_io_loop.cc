@@ -169,8 +169,7 @@ class FsTierImpl final : public FsTier {
     m.roots_down = 1 - m.root_up;
     m.deadline_misses = health_.misses_total();
     m.fixed_buffer_ios = backend_->fixed_buffer_ios();
-    m.staged_ios = shared_->staged_ios.load(std::memory_order_relaxed);
-    m.checksum_ns = shared_->checksum_ns.load(std::memory_order_relaxed);
+    AddSharedCounters(*shared_, &m);
     space_->Fill(&m);
     return m;
   }
@@ -182,7 +181,7 @@ class FsTierImpl final : public FsTier {
   bool o_direct() const override { return shared_->o_direct; }
   bool xattrs_supported() const override { return shared_->checksum && !shared_->trailer(); }
   std::string_view checksum_place() const override {
-    return shared_->checksum ? ChecksumPlaceName(shared_->place) : "off";
+    return shared_->seal ? "seal" : shared_->checksum ? ChecksumPlaceName(shared_->place) : "off";
   }
   std::string BlockPath(const OffloadKey& key) const override {
     return JoinRoot(options_.tier.root_dir, ns_.BlockRelPath(key));

@@ -205,8 +205,8 @@ Status ProbeXattr(int ns_fd, const std::string& ns_dir, uint64_t suffix) {
 // would defeat it.
 Status SetUpChecksums(int ns_fd, const FsTierOptions& t, const std::string& ns_dir, uint64_t suffix,
                       TierShared* shared) {
-  shared->checksum = t.checksum_blocks;
-  if (!t.checksum_blocks) return Status::Ok();
+  shared->checksum = t.checksum_blocks && !t.sealed();  // a sealed block's tag checks it (L163)
+  if (!shared->checksum) return Status::Ok();
   const Status probe = ProbeXattr(ns_fd, ns_dir, suffix);
   const bool xattrs_work = probe.ok();
   if (!xattrs_work && t.checksum_place == ChecksumPlaceKind::kXattr) {
@@ -364,6 +364,20 @@ Result<UniqueFd> PrepareDirs(const FsTierOpenOptions& o, const Namespace& ns, Ti
   return ns_fd;
 }
 
+// FORMAT.md L160-L162, L171: a sealed tier's keys, its cipher, and the
+// namespace of each key (the primary's is the tier's); else the plain one.
+Result<Namespace> SealedTierNamespace(const FsTierOpenOptions& o, TierShared* shared) {
+  KVTIER_ASSIGN_OR_RETURN(Namespace base, TierNamespace(o));
+  if (!o.tier.sealed()) return base;
+  KVTIER_ASSIGN_OR_RETURN(std::shared_ptr<const SealKeyring> ring, LoadSealKeyring(o.tier));
+  for (const std::unique_ptr<SealKey>& key : ring->keys) {
+    KVTIER_ASSIGN_OR_RETURN(Namespace sealed, base.Sealed(key->key_id_hex()));
+    shared->seal_block_dirs.push_back(sealed.block_dir_name());
+  }
+  KVTIER_ASSIGN_OR_RETURN(shared->seal, SealCipher::Create(ring));
+  return base.Sealed(ring->keys[0]->key_id_hex());
+}
+
 // A block with a checksum trailer takes row_bytes + 4096 of max_bytes
 // (FORMAT.md L136): a budget that fits a row but not that would refuse
 // every store, so it fails the open, as a budget under one row does.
@@ -388,9 +402,9 @@ Status CheckWanted(const std::string& ns_dir) {
 Result<std::unique_ptr<FsTier>> OpenFsTierWithBackend(const FsTierOpenOptions& o, std::unique_ptr<IoBackend> backend,
                                                        const Clock& clock) {
   KVTIER_RETURN_IF_ERROR(ValidateOptions(o));
-  KVTIER_ASSIGN_OR_RETURN(Namespace ns, TierNamespace(o));
-  const std::string ns_dir = JoinRoot(o.tier.root_dir, ns.dir_name());
   auto shared = std::make_unique<TierShared>();
+  KVTIER_ASSIGN_OR_RETURN(Namespace ns, SealedTierNamespace(o, shared.get()));
+  const std::string ns_dir = JoinRoot(o.tier.root_dir, ns.dir_name());
   VolumeKind volume;
   KVTIER_ASSIGN_OR_RETURN(UniqueFd ns_fd, PrepareDirs(o, ns, shared.get(), &volume));
   const bool local = volume.local;
@@ -405,9 +419,9 @@ Result<std::unique_ptr<FsTier>> OpenFsTierWithBackend(const FsTierOpenOptions& o
   if (BounceLoadsFor(o.tier, local)) {
     shared->bounce = std::make_unique<BouncePool>(o.row_bytes, o.tier.n_read_threads + o.tier.n_write_threads);
   }
-  // Unaligned rows keep O_DIRECT through staging rows (block_ops.h); rows
-  // of a size O_DIRECT cannot transfer whole use buffered I/O.
-  if (shared->o_direct && o.row_bytes % 4096 == 0) {
+  // Unaligned rows keep O_DIRECT through staging rows (block_ops.h); rows of a size O_DIRECT cannot
+  // transfer whole use buffered I/O. A sealed tier encrypts into them (L168: never the caller's row).
+  if ((shared->o_direct && o.row_bytes % 4096 == 0) || shared->seal) {
     shared->stage = std::make_unique<BouncePool>(o.row_bytes, o.tier.n_read_threads + o.tier.n_write_threads);
   }
   if (!backend) {

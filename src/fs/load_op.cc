@@ -180,7 +180,7 @@ class LoadOp final : public FsBlockOp {
       direct_ = false;  // O_DIRECT refused here: read buffered
       return;
     }
-    if (NotABlock(res)) return Done(KeyOutcome::kMiss, Status());
+    if (NotABlock(res)) return NextKeyOrMiss();
     // A network filesystem's handle went stale, or (GlusterFS, ENODATA) the
     // path is in the middle of another client's mkdir or rename: open again.
     if (res == -ESTALE || res == -ENODATA) {
@@ -203,6 +203,7 @@ class LoadOp final : public FsBlockOp {
     // the I/O thread calls it directly; should it fail, reads still work
     // everywhere else.
     fcntl(fd_, F_SETFL, direct_ ? O_DIRECT : 0);
+    if (shared_->seal) return SealedSize();
     if (stx_.stx_size < row_.size()) {
       return Close(KeyOutcome::kCorrupt, Corruption(Path() + " is " + std::to_string(stx_.stx_size) +
                                                     " bytes, a row is " + std::to_string(row_.size())),
@@ -257,6 +258,7 @@ class LoadOp final : public FsBlockOp {
     if (direct_ && bounce_ != nullptr && !row_.DirectAligned()) {
       shared_->staged_ios.fetch_add(1, std::memory_order_relaxed);  // O_DIRECT kept for an unaligned row
     }
+    if (shared_->seal) return OpenSealed();
     if (trailer_ != nullptr && !TrailerSays()) return;
     if (has_crc_) {
       const uint32_t want = uint32_t{crc_be_[0]} << 24 | uint32_t{crc_be_[1]} << 16 |
@@ -267,11 +269,50 @@ class LoadOp final : public FsBlockOp {
     }
     // Whole and verified: only now does the caller's row see the bytes.
     if (bounce_ != nullptr) row_.ScatterFrom(bounce_);
+    Served();
+  }
+  void Served() {
     bytes = row_.size();
     Close(KeyOutcome::kOk, Status());
     // relatime updates atime at most daily, and noatime never: bump it when
     // it is over an hour old so gc's least-recently-used order sees reads.
     if (shared_->touch_atime && RealNowS() - stx_.stx_atime.tv_sec > kAtimeRefreshS) state_ = kTouch;
+  }
+  // L169: a sealed namespace holds files of row_size + 4096 bytes only; any
+  // other size is refused unread (a longer one is left in place, L66).
+  void SealedSize() {
+    const uint64_t want = row_.size() + format::kSealTrailerBytes;
+    if (stx_.stx_size != want) {
+      return AuthFailed("is " + std::to_string(stx_.stx_size) + " bytes, a sealed block " + std::to_string(want),
+                        stx_.stx_size < want);
+    }
+    trailer_ = NewTrailerPage();
+    state_ = kRead;
+  }
+  // L169: the tag checked with the key of the namespace the file is in, and
+  // the row decrypted into the caller's (from the bounce row, or in place).
+  // A failing block leaves the caller's row zeroed (SealCipher::Open).
+  void OpenSealed() {
+    std::vector<SealPiece> pieces(row_.count());
+    for (size_t i = 0, at = 0; i < row_.count(); at += row_.piece(i).size(), ++i) {
+      uint8_t* out = row_.piece(i).data();
+      pieces[i] = {bounce_ != nullptr ? bounce_ + at : out, out, row_.piece(i).size()};
+    }
+    const std::string_view why = shared_->seal->Open(key_index_, rel_, trailer_.get(), stx_.stx_size, pieces);
+    if (!why.empty()) return AuthFailed(std::string(why), /*unlink=*/true);
+    Served();
+  }
+  void AuthFailed(const std::string& why, bool unlink) {
+    shared_->auth_failures.fetch_add(1, std::memory_order_relaxed);
+    Close(KeyOutcome::kCorrupt, ErrnoToStatus(EBADMSG, Path() + ": not a valid sealed block (" + why + ")"), unlink);
+  }
+  // L171: no file in key i's namespace; look in key i + 1's (a read key's).
+  void NextKeyOrMiss() {
+    if (shared_->seal == nullptr || key_index_ + 1 >= shared_->seal_block_dirs.size()) {
+      return Done(KeyOutcome::kMiss, Status());
+    }
+    at_ = BlockAt{};  // named again, by the first request in the next namespace
+    rel_ = shared_->seal_block_dirs[++key_index_] + rel_.substr(rel_.find('/'));
   }
   // L134: what the trailer's record says. No magic, or a later version:
   // not a trailer kvtier understands, so a longer file (L66), left in place.
@@ -359,6 +400,7 @@ class LoadOp final : public FsBlockOp {
   bool final_ = false;      // `result` is the outcome; what is left is cleanup
   bool abandoned_ = false;  // OnAbandon ran: only closing an fd is left
   int reopens_ = 0;
+  size_t key_index_ = 0;  // sealed: the ring's key whose namespace rel_ is in (L171)
 };
 
 class LookupOp final : public FsBlockOp {
@@ -384,8 +426,9 @@ class LookupOp final : public FsBlockOp {
     done_ = true;
     if (abandoned_) return;  // its result was already taken
     if (res == 0) {
-      result = {NotRegular(stx_) ? KeyOutcome::kMiss : KeyOutcome::kOk, Status()};
+      result = {NotRegular(stx_) || !SealedSize() ? KeyOutcome::kMiss : KeyOutcome::kOk, Status()};
     } else if (NotABlock(res)) {
+      if (NextKey()) return;
       result = {KeyOutcome::kMiss, Status()};
     } else {
       result = {KeyOutcome::kError,
@@ -394,10 +437,23 @@ class LookupOp final : public FsBlockOp {
   }
 
  private:
+  // L170: in a sealed namespace only a file of row_size + 4096 bytes is a block.
+  bool SealedSize() const {
+    return shared_->seal == nullptr || stx_.stx_size == shared_->row_bytes + format::kSealTrailerBytes;
+  }
+  // L171: no file in key i's namespace: the next request looks in key i + 1's.
+  bool NextKey() {
+    if (shared_->seal == nullptr || key_index_ + 1 >= shared_->seal_block_dirs.size()) return false;
+    rel_ = shared_->seal_block_dirs[++key_index_] + rel_.substr(rel_.find('/'));
+    done_ = false;
+    return true;
+  }
+
   TierShared* shared_;
   std::string rel_;
   BlockAt at_;  // where rel_ is named (held until the op is freed)
   struct statx stx_{};
+  size_t key_index_ = 0;
   bool done_ = false, abandoned_ = false;
 };
 

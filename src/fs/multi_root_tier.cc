@@ -13,6 +13,8 @@
 // callback polls that child and merges. A child may finish a part before the
 // router has recorded which job it belongs to (a dropped store finishes
 // inside Submit), so such results wait in `early_` until it has.
+#include <unistd.h>
+
 #include <algorithm>
 #include <condition_variable>
 #include <mutex>
@@ -262,6 +264,11 @@ Status EqualizeODirect(MultiRootTier* tier, const FsTierOpenOptions& base, const
 }  // namespace
 
 Result<std::unique_ptr<FsTier>> OpenMultiRootTier(const FsTierOpenOptions& o, const std::vector<std::string>& roots) {
+  // Each root's tier reads the seal key itself (FORMAT.md L160): an fd must read again from offset 0.
+  if (o.tier.seal_key_fd >= 0 && lseek(o.tier.seal_key_fd, 0, SEEK_CUR) < 0) {
+    return InvalidArgument("fs tier: seal_key_fd " + std::to_string(o.tier.seal_key_fd) +
+                           " cannot seek (a pipe?); with several roots give a file, or an fd of one (memfd)");
+  }
   KVTIER_ASSIGN_OR_RETURN(Namespace ns, TierNamespace(o));
   // One watched call each when FsTier::Open runs under a watch (io_watch.h);
   // none is open while a child registers memory (not the mount's time).

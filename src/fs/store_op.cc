@@ -52,8 +52,9 @@ class StoreOp final : public FsBlockOp {
     name1_ = std::move(path.shard1);
     name2_ = std::move(path.shard2);
     // An unaligned row is staged (block_ops.h) and still written O_DIRECT.
-    staged_ = Stageable(*shared_, row_);
-    direct_ = shared_->o_direct && (staged_ || row_.DirectAligned());
+    // A sealed row is encrypted into a staging row (page-aligned) and written from there.
+    staged_ = !shared_->seal && Stageable(*shared_, row_);
+    direct_ = shared_->o_direct && (shared_->seal ? row_.size() % 4096 == 0 : staged_ || row_.DirectAligned());
     NewTempName();
   }
   // An abandoned op is freed only once the kernel has returned its request
@@ -235,6 +236,7 @@ class StoreOp final : public FsBlockOp {
     // The checksum (and the staging copy) are made here, on the I/O
     // thread, and only for rows that will be written: submitting stays cheap
     // for the caller.
+    if (shared_->seal) return SealRow();
     if (staged_) Stage();
     statted_ = true;
     if (shared_->checksum) {
@@ -250,6 +252,25 @@ class StoreOp final : public FsBlockOp {
     trailer_ = NewTrailerPage();
     format::EncodeTrailer(row_.size(), crc, trailer_.get());
     file_pieces_ = Data().With(std::span<uint8_t>(trailer_.get(), format::kTrailerBytes));
+  }
+  // L163, L168: the ciphertext goes to a staging row (the caller's row is
+  // never changed), the seal trailer after it, both in one transfer.
+  void SealRow() {
+    statted_ = true;
+    stage_ = shared_->stage->Acquire();
+    stage_row_ = RowPieces(std::span<uint8_t>(stage_, row_.size()));
+    trailer_ = NewTrailerPage();
+    std::vector<SealPiece> pieces(row_.count());
+    for (size_t i = 0, at = 0; i < row_.count(); at += row_.piece(i).size(), ++i) {
+      pieces[i] = {row_.piece(i).data(), stage_ + at, row_.piece(i).size()};
+    }
+    if (Status s = shared_->seal->Seal(dest_, pieces, row_.size(), trailer_.get()); !s.ok()) {
+      final_ = true;
+      result = {KeyOutcome::kError, std::move(s)};
+      return Go(kDone);
+    }
+    file_pieces_ = stage_row_.With(std::span<uint8_t>(trailer_.get(), format::kSealTrailerBytes));
+    Go(kOpen);
   }
   // What goes into the file: the row, or the row and its trailer.
   const RowPieces& File() const { return trailer_ != nullptr ? file_pieces_ : Data(); }
@@ -393,7 +414,7 @@ class StoreOp final : public FsBlockOp {
       if (direct_ && written_ % 4096 != 0) direct_ = DropDirect(fd_);  // O_DIRECT would refuse the offset
       return;
     }
-    if (direct_ && stage_ != nullptr) shared_->staged_ios.fetch_add(1, std::memory_order_relaxed);
+    if (direct_ && staged_) shared_->staged_ios.fetch_add(1, std::memory_order_relaxed);
     Go(shared_->durability != Durability::kNone ? kSync : AfterData());
   }
   // As vLLM with checksum_blocks (L102): a block is never published without

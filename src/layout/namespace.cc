@@ -2,6 +2,7 @@
 #include <string>
 
 #include "format/layout_names.h"
+#include "format/seal_record.h"
 #include "kvtier/layout.h"
 #include "layout/py_json.h"
 
@@ -75,6 +76,25 @@ Result<Namespace> Namespace::Create(NamespaceSpec spec) {
   ns.digest_ = format::NamespaceDigestOf(ns.canonical_json_);  // L22
   ns.dir_name_ = format::SafeModelName(spec.model_name) + "_" + ns.digest_;
   ns.spec_ = std::move(spec);
+  return ns;
+}
+
+Result<Namespace> Namespace::Sealed(std::string_view key_id_hex) const {
+  uint8_t id[format::kSealKeyIdBytes];
+  if (!format::ParseSealKeyIdHex(key_id_hex, id) || format::SealKeyIdHex(id) != key_id_hex) {
+    return InvalidArgument("a seal key id is 32 lowercase hex digits");
+  }
+  nlohmann::json fields = nlohmann::json::parse(canonical_json_, nullptr, /*allow_exceptions=*/false);
+  const std::string seal_key(format::kSealConfigKey);
+  if (!fields.is_object() || fields.contains(seal_key)) return InvalidArgument("the namespace is sealed already");
+  fields[seal_key] = {{"cipher", std::string(format::kSealCipherName)},
+                      {"key_id", std::string(key_id_hex)},
+                      {"version", format::kSealVersion}};
+  Namespace ns = *this;
+  KVTIER_ASSIGN_OR_RETURN(ns.canonical_json_, internal::PyJsonDumpsCompact(fields));
+  KVTIER_ASSIGN_OR_RETURN(ns.config_json_, internal::PyJsonDumpsIndent2(fields));
+  ns.digest_ = format::NamespaceDigestOf(ns.canonical_json_);  // L22 over L162's fields
+  ns.dir_name_ = dir_name_.substr(0, dir_name_.size() - digest_.size()) + ns.digest_;
   return ns;
 }
 

@@ -16,9 +16,11 @@
 #include <thread>
 
 #include "format/layout_names.h"
+#include "format/seal_record.h"
 #include "ops/io_watch.h"
 #include "ops/ops_internal.h"
 #include "ops/block_verify.h"
+#include "ops/seal_check.h"
 #include "ops/trailer_sizes.h"
 #include "util/crc32c.h"
 
@@ -70,11 +72,16 @@ namespace {
 
 class FsckRun {
  public:
-  FsckRun(const FsckOptions& o, const TreeScan& scan, FsckReport* report, const ExtraBlockCheck& extra)
-      : o_(o), editor_(scan.root_fd), report_(report), now_(std::time(nullptr)), extra_(extra) {
+  FsckRun(const FsckOptions& o, const TreeScan& scan, FsckReport* report, const ExtraBlockCheck& extra,
+          const SealKeys* keys)
+      : o_(o), editor_(scan.root_fd), report_(report), now_(std::time(nullptr)), extra_(extra), keys_(keys) {
     for (const auto& [name, ns] : scan.namespaces) {
-      rows_[name] = o_.row_bytes != 0 ? o_.row_bytes : MostCommonSize(ns);
-      if (ns.blocks.count != 0 && !ns.blocks.sizes.All(rows_[name])) mixed_.insert(name);
+      const ConfigInfo info = ParseConfig(ns);
+      // L182: a sealed namespace's blocks are all row + trailer, never plain rows.
+      if (info.sealed) sealed_[name] = info.seal_key_id;
+      const uint64_t trailer = info.sealed ? format::kSealTrailerBytes : 0;
+      rows_[name] = o_.row_bytes != 0 ? o_.row_bytes + trailer : MostCommonSize(ns);
+      if (!info.sealed && ns.blocks.count != 0 && !ns.blocks.sizes.All(rows_[name])) mixed_.insert(name);
     }
   }
 
@@ -82,6 +89,9 @@ class FsckRun {
   // of its namespace's row size, or their data or roots are checked.
   bool NeedsBlockWalk(const TreeScan& first) const {
     if (o_.verify_data || extra_) return true;
+    for (const auto& [name, key_id] : sealed_) {
+      if (first.namespaces.at(name).blocks.count != 0) return true;  // L182: each block's record is read
+    }
     for (const auto& [name, ns] : first.namespaces) {
       if (ns.blocks.count != 0 && (ns.blocks.oversize != 0 || !ns.blocks.sizes.All(rows_.at(name)))) return true;
     }
@@ -96,6 +106,9 @@ class FsckRun {
     }
     const auto row = rows_.find(ns);
     if (row == rows_.end()) return false;  // a namespace new since the first walk: judged next time
+    if (const auto sealed = sealed_.find(ns); sealed != sealed_.end()) {
+      return b.size == row->second ? SealedBlock(sealed->second, b, dir_fd) : WrongSize(b, row->second);
+    }
     if (b.size == row->second) {
       SampleMode(ns, b, dir_fd);
       return o_.verify_data && VerifyOne(b, dir_fd);
@@ -106,14 +119,51 @@ class FsckRun {
     }
     // A plain row beside trailer blocks? Not where the operator gave the row size.
     if (o_.row_bytes == 0 && b.size + format::kTrailerBytes == row->second) return Defer(ns, b);
+    return WrongSize(b, row->second);
+  }
+
+  // L80 (L182 in a sealed namespace): a block not of the size `want`.
+  bool WrongSize(const ScannedFile& b, uint64_t want) {
     const std::string basis = o_.row_bytes != 0 ? "given row size " : "most common size ";
-    std::string detail = std::to_string(b.size) + " bytes, " + basis + std::to_string(row->second);
+    std::string detail = std::to_string(b.size) + " bytes, " + basis + std::to_string(want);
+    if (o_.row_bytes != 0 && want != o_.row_bytes) detail += " (the row and its seal trailer)";
     // L109: never read, whatever the row (a sparse terabyte costs a stat).
     if (b.size > kBlockBytesMax) detail += "; larger than any block (" + std::to_string(kBlockBytesMax) + " bytes): not read";
     // Short files are what vLLM itself deletes (L65); longer ones may be
     // rows of a 64 K-page host (L66) and are only reported.
-    const RepairAction action = b.size < row->second ? Remove(b, &detail) : RepairAction::kNone;
+    const RepairAction action = b.size < want ? Remove(b, &detail) : RepairAction::kNone;
     Add(FindingKind::kSizeMismatch, b.rel, "L80", action, detail);
+    return action == RepairAction::kRemoved;
+  }
+
+  // L182, L183: a block of a sealed namespace, of its size: its seal record
+  // and key id against config.json's, and with verify_data and the key
+  // among FsckOptions::seal_key_files its tag. Whether it was removed.
+  bool SealedBlock(const std::string& key_id, const ScannedFile& b, int dir_fd) {
+    IoScope io(b.rel);
+    UniqueFd fd;
+    struct stat st;
+    if (io.cancelled() || OpenRegularAt(dir_fd, SplitRel(b.rel).second, /*no_atime=*/true, &fd, &st) != 0 ||
+        st.st_ino != b.ino || st.st_dev != b.dev) {
+      return false;  // gone or replaced meanwhile: judged next time
+    }
+    ++sealed_checked_;
+    const uint64_t size = std::min(static_cast<uint64_t>(st.st_size), b.size);
+    std::string detail;
+    SealVerdict verdict = SealStructure(fd.get(), size, key_id, &detail);
+    const int key = o_.verify_data ? keys_->Find(key_id) : -1;
+    const char* rule = "L182";
+    if (verdict == SealVerdict::kSound && key >= 0) {
+      rule = "L183";
+      ++sealed_verified_;
+      uint64_t read_bytes = 0;
+      verdict = SealTag(fd.get(), size, b.rel, *keys_, key, &io, &detail, &read_bytes);
+      read_bytes_ += read_bytes;
+    }
+    if (verdict == SealVerdict::kSound || verdict == SealVerdict::kUnjudged) return false;
+    // L165: a later version's record is reported, never removed.
+    const RepairAction action = verdict == SealVerdict::kBroken ? Remove(b, &detail) : RepairAction::kNone;
+    Add(FindingKind::kSealMismatch, b.rel, rule, action, detail);
     return action == RepairAction::kRemoved;
   }
 
@@ -346,6 +396,8 @@ class FsckRun {
 
  public:
   void Finish() {
+    report_->sealed_checked += sealed_checked_.load();
+    report_->sealed_verified += sealed_verified_.load();
     report_->blocks_verified += verified_.load();
     report_->verified_without_noatime += with_atime_.load();
     report_->verify_read_bytes += read_bytes_.load();
@@ -359,6 +411,9 @@ class FsckRun {
   const ExtraBlockCheck& extra_;
   std::map<std::string, uint64_t> rows_;  // by namespace: the size its blocks must have
   std::set<std::string> mixed_;           // namespaces whose blocks are not all of that size
+  std::map<std::string, std::string> sealed_;  // sealed namespaces (L182): the key id config.json names
+  const SealKeys* keys_;                       // FsckOptions::seal_key_files, loaded
+  std::atomic<uint64_t> sealed_checked_{0}, sealed_verified_{0};
   std::mutex trailer_mu_;
   std::map<std::string, ModeTrailer> mode_trailer_;
   CappedList<std::pair<std::string, ScannedFile>> deferred_;  // (namespace, block) one trailer short
@@ -376,7 +431,8 @@ namespace internal {
 Result<FsckReport> FsckScanned(const FsckOptions& options, const TreeScan& first, const ExtraBlockCheck& extra) {
   IoRootScope io_root(first.root);
   FsckReport report;
-  FsckRun run(options, first, &report, extra);
+  KVTIER_ASSIGN_OR_RETURN(const SealKeys keys, SealKeys::Load(options.seal_key_files));
+  FsckRun run(options, first, &report, extra, &keys);
   const TreeScan* scan = &first;
   std::optional<TreeScan> second;
   if (run.NeedsBlockWalk(first)) {

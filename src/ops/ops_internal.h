@@ -25,6 +25,8 @@ struct ConfigInfo {
   bool digest_matches = false;  // its fields hash to the directory's digest (L79)
   std::string model, dtype, engine, mem_layout;
   int64_t tokens_per_hash = -1, blocks_per_file = -1, tp_size = -1, groups = -1, page_size = -1;
+  bool sealed = false;       // a "kvtier_seal" member (FORMAT.md L162, L180)
+  std::string seal_key_id;   // its key id, 32 lowercase hex digits ("" when not one)
 };
 
 // Whether `then` (unix seconds) lies at least / at most `s` seconds before

@@ -5,6 +5,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "format/seal_record.h"
 #include "layout/py_json.h"
 #include "ops/ops_internal.h"
 #include "ops/scan.h"
@@ -16,6 +17,20 @@ namespace {
 
 // No config.json nests deeper than this (vLLM's is 3 levels deep).
 constexpr size_t kConfigDepthMax = 32;
+
+// L180: a sealed namespace's config.json names its key by the key id of
+// L161; only a well-formed one is reported (it is printed, and the volume's
+// writers choose these bytes).
+void ReadSeal(const nlohmann::json& fields, ConfigInfo* info) {
+  const std::string key(format::kSealConfigKey);
+  if (!fields.contains(key)) return;
+  info->sealed = true;
+  const nlohmann::json& seal = fields[key];
+  if (!seal.is_object() || !seal.contains("key_id") || !seal["key_id"].is_string()) return;
+  const std::string id = seal["key_id"].get<std::string>();
+  uint8_t raw[format::kSealKeyIdBytes];
+  if (format::ParseSealKeyIdHex(id, raw) && format::SealKeyIdHex(raw) == id) info->seal_key_id = id;
+}
 
 }  // namespace
 
@@ -48,6 +63,7 @@ ConfigInfo ParseConfig(const NsScan& ns) {
   if (fields.contains("kv_cache_groups") && fields["kv_cache_groups"].is_array()) {
     info.groups = static_cast<int64_t>(fields["kv_cache_groups"].size());
   }
+  ReadSeal(fields, &info);
   return info;
 }
 
@@ -90,6 +106,8 @@ NamespaceUsage Usage(const std::string& name, const NsScan& ns, int64_t now) {
       .far_future_blocks = ns.blocks.far_future,
       .live_leases = LiveLeases(ns, kDefaultLeaseTtlS, now),
       .leases_known = ns.leases_known,
+      .sealed = info.sealed,
+      .seal_key_id = info.seal_key_id,
   };
   return u;
 }
@@ -127,7 +145,7 @@ std::string_view FindingKindName(FindingKind kind) {
   static constexpr std::string_view kNames[] = {"config_missing", "config_torn", "config_digest_mismatch",
                                                 "bad_name", "size_mismatch", "crc_mismatch", "stale_tmp",
                                                 "probe_leftover", "stray_file", "empty_dir", "unreadable",
-                                                "not_regular", "wrong_root"};
+                                                "not_regular", "wrong_root", "seal_mismatch"};
   return kNames[static_cast<int>(kind)];
 }
 

@@ -422,11 +422,11 @@ Result<std::unique_ptr<FsTier>> OpenBenchTier(const BenchFsOptions& o, const Nam
   if (o.root.find(',') != std::string::npos) topt.tier.path_sharding = PathSharding::kByBlockHash;
   topt.ns = spec;
   topt.row_bytes = o.row_bytes;
-  topt.tier.n_read_threads = o.queue_depth;
-  topt.tier.n_write_threads = o.queue_depth;
+  topt.tier.n_read_threads = topt.tier.n_write_threads = o.queue_depth;
   topt.tier.io_backend = o.backend;
   topt.tier.o_direct = o.o_direct;
   topt.tier.checksum_blocks = o.checksum_blocks;
+  topt.tier.seal_key_file = o.seal_key_file;
   topt.tier.inline_metadata = o.inline_metadata;
   topt.tier.bounce_loads = o.bounce_loads;
   topt.tier.io_timeout_ms = o.io_timeout_ms;
@@ -665,7 +665,7 @@ Result<BenchFsResult> RunBenchFs(const BenchFsOptions& o) {
   KVTIER_RETURN_IF_ERROR(CheckBufferMemory(o.row_bytes, plan.buffered_rows));
 
   KVTIER_ASSIGN_OR_RETURN(const NamespaceSpec spec, BenchFsNamespaceSpec(o));
-  KVTIER_ASSIGN_OR_RETURN(Namespace ns, Namespace::Create(spec));
+  KVTIER_ASSIGN_OR_RETURN(Namespace ns, BenchNamespace(o, spec));
   RemoveNamespace(o.root, ns);  // an earlier run's files (--keep) would be skipped, not stored
   for (const std::string& root : BenchRoots(o.root)) {
     KVTIER_RETURN_IF_ERROR(CheckFreeSpace(root, o.row_bytes * (o.rows + plan.stream_rows)));

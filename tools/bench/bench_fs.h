@@ -64,6 +64,7 @@ struct BenchFsOptions {
   uint32_t io_timeout_ms = FsTierOptions{}.io_timeout_ms;  // the tier's default (0: none)
   int stores_while_loading_max = FsTierOptions{}.stores_while_loading_max;  // the tier's default
   KvGroupFlags kv_groups;          // the model's KV-cache groups (name the namespace)
+  std::string seal_key_file;       // the tier's seal_key_file: a sealed namespace (docs/sealed.md)
 };
 
 struct BenchFsMixed {
@@ -119,6 +120,10 @@ struct BenchFsResult {
 // failures (exit 1). A run whose rows fail verification still returns a
 // result; check ok().
 Result<BenchFsResult> RunBenchFs(const BenchFsOptions& options);
+
+// The namespace the run's tier writes: `spec`'s, or with seal_key_file its
+// key's sealed namespace (FORMAT.md L162), whose directories the run removes.
+Result<Namespace> BenchNamespace(const BenchFsOptions& options, const NamespaceSpec& spec);
 
 // {"store": {gbps, rows_per_s, p50_us, p99_us, cpu_s_per_gb}, "load": {...},
 //  ["mixed": {load_p50_us, load_p99_us, unloaded_load_p99_us, ratio_p99}],

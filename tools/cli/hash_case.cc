@@ -3,6 +3,7 @@
 
 #include "cli/hash_command.h"
 #include "cli/json_input.h"
+#include "format/seal_record.h"
 
 namespace kvtier::internal {
 namespace {
@@ -182,11 +183,34 @@ Result<HashQuery> HashQueryFromCase(std::string_view case_json_text) {
   return q;
 }
 
-Result<NamespaceSpec> NamespaceSpecFromConfigJson(std::string_view text, int64_t rank) {
+// L184: a sealed namespace's config.json names its key by id; the member is
+// exactly the one Namespace::Sealed adds (L162), else the digest would not be
+// this file's.
+Status TakeSealMember(json* fields, std::optional<std::string>* seal_key_id) {
+  const std::string name(format::kSealConfigKey);
+  if (!fields->is_object() || !fields->contains(name)) return Status::Ok();
+  const json seal = (*fields)[name];
+  fields->erase(name);
+  uint8_t raw[format::kSealKeyIdBytes];
+  const bool ok = seal.is_object() && seal.size() == 3 && seal.value("cipher", "") == format::kSealCipherName &&
+                  seal.value("version", json()) == json(format::kSealVersion) && seal.contains("key_id") &&
+                  seal["key_id"].is_string() && format::ParseSealKeyIdHex(seal["key_id"].get<std::string>(), raw) &&
+                  format::SealKeyIdHex(raw) == seal["key_id"].get<std::string>();
+  if (!ok) return InvalidArgument("config.json: " + name + " is not a sealed namespace's member (FORMAT.md L162)");
+  *seal_key_id = seal["key_id"].get<std::string>();
+  return Status::Ok();
+}
+
+Result<NamespaceSpec> NamespaceSpecFromConfigJson(std::string_view text, int64_t rank,
+                                                  std::optional<std::string>* seal_key_id) {
   KVTIER_ASSIGN_OR_RETURN(json fields, ParseJsonKeepingBigInts(text, "config.json"));
   if (fields.is_object() && fields.contains("inference_engine") && fields["inference_engine"] == "sglang") {
     return InvalidArgument("config.json is an SGLang namespace's (FORMAT.md L103): add --engine sglang");
   }
+  std::optional<std::string> sealed;
+  KVTIER_RETURN_IF_ERROR(TakeSealMember(&fields, &sealed));
+  if (sealed && seal_key_id == nullptr) return InvalidArgument("config.json: a sealed namespace's (FORMAT.md L162)");
+  if (seal_key_id != nullptr) *seal_key_id = sealed;
   KVTIER_ASSIGN_OR_RETURN(NamespaceSpec spec, ParseNamespace(fields, "config.json", true));
   spec.rank = rank;
   return spec;

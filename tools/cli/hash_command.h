@@ -28,6 +28,9 @@ struct HashQuery {
   uint32_t tokens_per_block = 0;
   std::optional<std::string> root_dir;  // adds absolute paths and existence
   bool explain = false;                 // adds each block's serialized input
+  // The key id (32 hex digits) of a seal key: the paths are those of that
+  // key's sealed namespace (FORMAT.md L162, L184).
+  std::optional<std::string> seal_key_id;
 };
 
 // Everything `kvtier hash` reports, as JSON: none_hash_hex, block_hashes_hex,
@@ -45,7 +48,10 @@ nlohmann::json CaseOutput(const nlohmann::json& report);
 std::string FormatHashReport(const nlohmann::json& report);
 
 // Reads a config.json written by vLLM or kvtier back into a NamespaceSpec.
-// The rank is not part of the fields; it is taken from `rank`.
-Result<NamespaceSpec> NamespaceSpecFromConfigJson(std::string_view text, int64_t rank);
+// The rank is not part of the fields; it is taken from `rank`. A sealed
+// namespace's (FORMAT.md L162) sets *seal_key_id to its key id (without
+// `seal_key_id` such a file is refused); any other, to nullopt.
+Result<NamespaceSpec> NamespaceSpecFromConfigJson(std::string_view text, int64_t rank,
+                                                  std::optional<std::string>* seal_key_id = nullptr);
 
 }  // namespace kvtier::internal

@@ -36,6 +36,16 @@ nlohmann::json ChunkJson(const OffloadKey& key, const Namespace* ns, const HashQ
   return chunk;
 }
 
+// The namespace of the query's paths: its spec's, or with a seal key id
+// that key's sealed namespace (FORMAT.md L162, L184).
+Result<std::optional<Namespace>> QueryNamespace(const HashQuery& q) {
+  if (!q.ns) return std::optional<Namespace>();
+  KVTIER_ASSIGN_OR_RETURN(Namespace ns, Namespace::Create(*q.ns));
+  if (!q.seal_key_id) return std::optional<Namespace>(std::move(ns));
+  KVTIER_ASSIGN_OR_RETURN(Namespace sealed, ns.Sealed(*q.seal_key_id));
+  return std::optional<Namespace>(std::move(sealed));
+}
+
 }  // namespace
 
 Result<nlohmann::json> RunHashQuery(const HashQuery& q) {
@@ -65,9 +75,8 @@ Result<nlohmann::json> RunHashQuery(const HashQuery& q) {
                         {"serialized_input_hex", HexEncode(trace.serialized_inputs[i])}});
     }
   }
-  std::optional<Namespace> ns;
-  if (q.ns) {
-    KVTIER_ASSIGN_OR_RETURN(ns, Namespace::Create(*q.ns));
+  KVTIER_ASSIGN_OR_RETURN(const std::optional<Namespace> ns, QueryNamespace(q));
+  if (ns) {
     report["namespace_dir"] = ns->dir_name();
     report["config_json"] = ns->config_json();
   }

@@ -74,7 +74,8 @@ nlohmann::json DuJson(const DuReport& r, const DuTop& top, size_t of) {
                     {"ranks", u.ranks}, {"blocks", u.blocks}, {"bytes", u.bytes}, {"tmp_files", u.tmp_files},
                     {"newest_activity", u.newest_activity}, {"oldest_activity", u.oldest_activity},
                     {"newest_counted_activity", u.newest_counted_activity}, {"far_future_blocks", u.far_future_blocks},
-                    {"live_leases", u.live_leases}, {"leases_known", u.leases_known}});
+                    {"live_leases", u.live_leases}, {"leases_known", u.leases_known}, {"sealed", u.sealed},
+                    {"seal_key_id", u.sealed && !u.seal_key_id.empty() ? nlohmann::json(u.seal_key_id) : nullptr}});
   }
   nlohmann::json j = {{"namespaces", list}, {"total_bytes", r.total_bytes}, {"total_blocks", r.total_blocks},
                       {"files_scanned", r.files_scanned}, {"unreadable", ProblemsJson(r.unreadable)},
@@ -95,6 +96,13 @@ static std::string Geometry(const NamespaceUsage& u) {
   return std::to_string(u.tokens_per_hash) + " tokens/hash x " + std::to_string(u.blocks_per_file) + " blocks/file";
 }
 
+// A sealed namespace (FORMAT.md L180): its key id (never the key), "?" when
+// config.json does not give a valid one.
+static std::string Sealed(const NamespaceUsage& u) {
+  if (!u.sealed) return "";
+  return ", sealed (key id " + (u.seal_key_id.empty() ? std::string("?") : u.seal_key_id) + ")";
+}
+
 std::string DuText(const DuReport& r, const DuTop& top, size_t of) {
   std::ostringstream out;
   char line[512];
@@ -113,7 +121,7 @@ std::string DuText(const DuReport& r, const DuTop& top, size_t of) {
                   HumanBytes(u.bytes).c_str(), static_cast<unsigned long long>(u.tmp_files), leases.c_str(),
                   Age(u.newest_activity).c_str());
     out << padded(QuoteName(u.dir), 52) << ' ' << padded(u.engine.empty() ? "?" : u.engine, 6) << line
-        << padded(u.dtype.empty() ? "?" : QuoteName(u.dtype), 10) << ' ' << Geometry(u) << "\n";
+        << padded(u.dtype.empty() ? "?" : QuoteName(u.dtype), 10) << ' ' << Geometry(u) << Sealed(u) << "\n";
   }
   if (top.n != 0) {
     out << "top " << r.namespaces.size() << " of " << of << " namespaces by "
@@ -152,6 +160,7 @@ nlohmann::json FsckJson(const FsckReport& r) {
                                    {"blocks_verified", r.blocks_verified},
                                    {"verified_without_noatime", r.verified_without_noatime},
                                    {"verify_read_bytes", r.verify_read_bytes},
+                                   {"sealed_checked", r.sealed_checked}, {"sealed_verified", r.sealed_verified},
                                    {"findings", r.FindingsTotal()}, {"by_kind", by_kind}, {"unlisted", unlisted},
                                    {"repaired", repaired}, {"left", r.FindingsTotal() - repaired},
                                    {"exit_code", r.ExitCode()}}}};
@@ -174,6 +183,7 @@ std::string FsckText(const FsckReport& r) {
   out << "fsck: " << r.files_scanned << " files, " << r.blocks_checked << " blocks checked";
   if (r.blocks_verified) out << ", " << r.blocks_verified << " verified";
   if (r.verified_without_noatime) out << " (" << r.verified_without_noatime << " without O_NOATIME: their atime may have moved)";
+  if (r.sealed_checked) out << ", " << r.sealed_checked << " sealed (" << r.sealed_verified << " tags checked)";
   out << "; " << r.FindingsTotal() << " findings, " << summary["repaired"].get<uint64_t>() << " repaired -> "
       << (r.ExitCode() == 0 ? "clean" : r.ExitCode() == 1 ? "repaired" : "problems left") << "\n";
   return out.str();

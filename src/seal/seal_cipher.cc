@@ -1,0 +1,140 @@
+// FORMAT.md L166-L169 with OpenSSL EVP: the block key from the salt
+// (RFC 8452-style derivation with AES-256 under K'), then AES-256-GCM over
+// the row with the AAD of L166.
+#include "seal/seal_cipher.h"
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/rand.h>
+
+#include <climits>
+#include <cstring>
+
+namespace kvtier::internal {
+namespace {
+
+// EVP's lengths are ints: a piece is fed in parts of at most this.
+constexpr size_t kUpdateBytesMax = size_t{1} << 30;
+
+// Feeds `len` bytes from `in` to `out` through `ctx` (encrypt or decrypt, as inited).
+bool Update(EVP_CIPHER_CTX* ctx, const uint8_t* in, uint8_t* out, size_t len) {
+  while (len > 0) {
+    const int part = static_cast<int>(std::min(len, kUpdateBytesMax));
+    int done = 0;
+    if (EVP_CipherUpdate(ctx, out, &done, in, part) != 1 || done != part) return false;
+    in += part;
+    out += part;
+    len -= static_cast<size_t>(part);
+  }
+  return true;
+}
+
+void ZeroPieces(std::span<const SealPiece> pieces) {
+  for (const SealPiece& p : pieces) std::memset(p.out, 0, p.len);
+}
+
+}  // namespace
+
+Result<std::unique_ptr<SealCipher>> SealCipher::Create(std::shared_ptr<const SealKeyring> ring) {
+  std::unique_ptr<SealCipher> c(new SealCipher());
+  c->ring_ = std::move(ring);
+  c->gcm_ = EVP_CIPHER_CTX_new();
+  if (c->gcm_ == nullptr || EVP_CipherInit_ex(c->gcm_, EVP_aes_256_gcm(), nullptr, nullptr, nullptr, 1) != 1) {
+    return Status(StatusCode::kInternal, "seal: OpenSSL has no AES-256-GCM");
+  }
+  for (const std::unique_ptr<SealKey>& key : c->ring_->keys) {
+    EVP_CIPHER_CTX* kdf = EVP_CIPHER_CTX_new();
+    if (kdf != nullptr) c->kdf_.push_back(kdf);
+    if (kdf == nullptr || EVP_EncryptInit_ex(kdf, EVP_aes_256_ecb(), nullptr, key->kdf_key(), nullptr) != 1 ||
+        EVP_CIPHER_CTX_set_padding(kdf, 0) != 1) {
+      return Status(StatusCode::kInternal, "seal: OpenSSL has no AES-256-ECB");
+    }
+  }
+  return c;
+}
+
+// EVP_CIPHER_CTX_free cleanses the expanded key schedules it holds.
+SealCipher::~SealCipher() {
+  EVP_CIPHER_CTX_free(gcm_);
+  for (EVP_CIPHER_CTX* kdf : kdf_) EVP_CIPHER_CTX_free(kdf);
+}
+
+// L167: the first 8 bytes of AES-256_K'(u32le(i) ‖ salt) for i = 0..3.
+bool SealCipher::BlockKey(size_t key_index, const uint8_t* salt, uint8_t* block_key) {
+  uint8_t in[64], out[64];
+  for (uint32_t i = 0; i < 4; ++i) {
+    uint8_t* b = in + 16 * i;
+    for (int j = 0; j < 4; ++j) b[j] = static_cast<uint8_t>(i >> (8 * j));
+    std::memcpy(b + 4, salt, format::kSealSaltBytes);
+  }
+  int done = 0;
+  const bool ok = EVP_EncryptUpdate(kdf_[key_index], out, &done, in, sizeof in) == 1 && done == sizeof in;
+  for (int i = 0; i < 4; ++i) std::memcpy(block_key + 8 * i, out + 16 * i, 8);
+  OPENSSL_cleanse(out, sizeof out);
+  return ok;
+}
+
+// L166: key id and record bytes 0-47, the path's length, the path.
+bool SealCipher::Aad(std::string_view rel_path, const uint8_t* page) {
+  uint8_t len_le[4];
+  format::SealPathLength(rel_path, len_le);
+  int done = 0;
+  return EVP_CipherUpdate(gcm_, nullptr, &done, page + format::kSealKeyIdAt,
+                          static_cast<int>(format::kSealAadFixedBytes)) == 1 &&
+         EVP_CipherUpdate(gcm_, nullptr, &done, len_le, sizeof len_le) == 1 &&
+         EVP_CipherUpdate(gcm_, nullptr, &done, reinterpret_cast<const uint8_t*>(rel_path.data()),
+                          static_cast<int>(rel_path.size())) == 1;
+}
+
+Status SealCipher::Seal(std::string_view rel_path, std::span<const SealPiece> pieces, uint64_t row_bytes,
+                        uint8_t* page) {
+  format::SealRecord record;
+  record.version = format::kSealVersion;
+  record.row_bytes = row_bytes;
+  std::memcpy(record.key_id, ring_->keys[0]->key_id(), format::kSealKeyIdBytes);
+  uint8_t fresh[format::kSealSaltBytes + format::kSealNonceBytes];  // one draw: it costs as much as the cipher's setup
+  if (RAND_bytes(fresh, sizeof fresh) != 1) return Status(StatusCode::kInternal, "seal: OpenSSL's random generator failed");
+  std::memcpy(record.salt, fresh, sizeof record.salt);
+  std::memcpy(record.nonce, fresh + sizeof record.salt, sizeof record.nonce);
+  format::EncodeSealTrailer(record, page);
+  uint8_t key[kSealKeyBytes];
+  bool ok = BlockKey(0, record.salt, key) && EVP_CipherInit_ex(gcm_, nullptr, nullptr, key, record.nonce, 1) == 1;
+  OPENSSL_cleanse(key, sizeof key);
+  ok = ok && Aad(rel_path, page);
+  for (size_t i = 0; ok && i < pieces.size(); ++i) ok = Update(gcm_, pieces[i].in, pieces[i].out, pieces[i].len);
+  int done = 0;
+  uint8_t tag[format::kSealTagBytes];
+  ok = ok && EVP_CipherFinal_ex(gcm_, nullptr, &done) == 1 &&
+       EVP_CIPHER_CTX_ctrl(gcm_, EVP_CTRL_GCM_GET_TAG, sizeof tag, tag) == 1;
+  if (!ok) return Status(StatusCode::kInternal, "seal: AES-256-GCM encryption failed (OpenSSL)");
+  format::PutSealTag(tag, page);
+  return Status::Ok();
+}
+
+std::string_view SealCipher::Open(size_t key_index, std::string_view rel_path, const uint8_t* page,
+                                  uint64_t file_bytes, std::span<const SealPiece> pieces) {
+  format::SealRecord record;
+  const format::SealState state =
+      format::ParseSealTail(page + format::kSealTrailerBytes - format::kSealTailBytes, file_bytes, &record);
+  std::string_view why;
+  if (state != format::SealState::kValid) why = format::SealStateName(state);
+  const SealKey& k = *ring_->keys[key_index];
+  if (why.empty() && std::memcmp(record.key_id, k.key_id(), format::kSealKeyIdBytes) != 0) {
+    why = "sealed with another key";
+  }
+  uint8_t key[kSealKeyBytes];
+  bool ok = why.empty() && BlockKey(key_index, record.salt, key) &&
+            EVP_CipherInit_ex(gcm_, nullptr, nullptr, key, record.nonce, 0) == 1;
+  OPENSSL_cleanse(key, sizeof key);
+  ok = ok && Aad(rel_path, page);
+  for (size_t i = 0; ok && i < pieces.size(); ++i) ok = Update(gcm_, pieces[i].in, pieces[i].out, pieces[i].len);
+  int done = 0;
+  ok = ok && EVP_CIPHER_CTX_ctrl(gcm_, EVP_CTRL_GCM_SET_TAG, format::kSealTagBytes, record.tag) == 1 &&
+       EVP_CipherFinal_ex(gcm_, nullptr, &done) == 1;
+  if (ok) return {};
+  // GCM writes plaintext before the tag is known: none of it may look like data.
+  ZeroPieces(pieces);
+  return why.empty() ? "tag mismatch" : why;
+}
+
+}  // namespace kvtier::internal

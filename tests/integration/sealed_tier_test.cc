@@ -1,0 +1,324 @@
+// Proves the fs tier's sealed mode end to end on real files (FORMAT.md
+// L160-L173), on io_uring and on the syscall backend:
+//  * a sealed store writes `ciphertext ‖ seal trailer` (row + 4096 bytes, no
+//    CRC xattr, no plaintext of the row in the file) into the key's own
+//    namespace, whose config.json names the key id and never the key; the
+//    caller's source row is unchanged; loads return the row byte-exact;
+//  * every failing block (a plain row planted at the path, a flipped
+//    ciphertext bit, a flipped tag, a block sealed under another key, a
+//    valid block copied to another name or from another namespace, a
+//    truncated and an extended file) is never returned: the key is corrupt
+//    (EBADMSG), the destination row is left all zeros, auth_failures counts
+//    each, and the file is removed (the extended one left in place, L66);
+//    lookups count only files of row + 4096 bytes;
+//  * rotation: a tier whose read key is the old primary serves the old
+//    blocks and stores new ones under its new key's namespace only;
+//  * an unsealed tier on the same root never sees sealed blocks, nor a
+//    sealed tier unsealed ones;
+//  * key errors fail the open naming the path, without the key's content;
+//  * two roots (path_sharding) store and load sealed blocks;
+//  * a key fd serves several roots where it can seek, and a pipe is refused;
+//  * the C++ TieredStore takes the keys through vLLM's config JSON.
+// Loads open rows in place on io_uring and from bounce rows on the syscall
+// backend (bounce_loads), so both decryption paths are covered.
+// Seeded random rows; the seed is printed on failure.
+#include <gtest/gtest.h>
+#include <fcntl.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+
+#include "kvtier/fs_tier.h"
+#include "kvtier/tiered_store.h"
+#include "support/test_support.h"
+#include "tier/host_kv_cache.h"
+
+namespace kvtier {
+namespace {
+
+namespace fs = std::filesystem;
+constexpr uint64_t kRow = 16384;
+constexpr uint64_t kFile = kRow + 4096;
+const std::string kKeyA = "a1a2a3a4a5a6a7a8a9aaabacadaeafb0b1b2b3b4b5b6b7b8b9babbbcbdbebfc0\n";
+const std::string kKeyB = "RAW-KEY-B-0123456789-abcdefghijk";  // 32 raw bytes
+
+class SealedTierTest : public ::testing::TestWithParam<IoBackendKind> {
+ protected:
+  std::string KeyFile(const std::string& name, const std::string& content) {
+    testing::WriteFileOrDie(dir_.path() / name, content);
+    return (dir_.path() / name).string();
+  }
+  FsTierOpenOptions Options(const std::string& key_file, const std::string& model = "sealed/model") {
+    FsTierOpenOptions o;
+    o.tier.root_dir = (dir_.path() / "root").string();
+    o.tier.io_backend = GetParam();
+    // Both ways of opening a row: in place in the caller's row, and from a bounce row into it.
+    o.tier.bounce_loads = GetParam() == IoBackendKind::kSyscall ? BounceLoads::kOn : BounceLoads::kOff;
+    o.tier.seal_key_file = key_file;
+    o.ns = testing::Spec(model);
+    o.row_bytes = kRow;
+    o.tier.n_read_threads = 2;
+    o.tier.n_write_threads = 2;
+    return o;
+  }
+  std::unique_ptr<FsTier> Open(const FsTierOpenOptions& o) {
+    auto tier = FsTier::Open(o);
+    EXPECT_TRUE(tier.ok()) << tier.status().ToString();
+    return tier.ok() ? std::move(tier).value() : nullptr;
+  }
+  std::vector<OffloadKey> Keys(size_t n, uint8_t fill) {
+    std::vector<OffloadKey> keys;
+    for (size_t i = 0; i < n; ++i) keys.push_back(testing::Key(i + 1, testing::KeyShape::Fill(fill)));
+    return keys;
+  }
+  // Stores keys[first, first + n) (all by default) from the same rows.
+  static size_t Stored(FsTier* tier, std::span<const OffloadKey> keys, const testing::AlignedRows& rows,
+                       size_t first = 0, size_t n = SIZE_MAX) {
+    n = std::min(n, keys.size() - first);
+    const auto all = rows.Const();
+    const std::vector<std::span<const uint8_t>> some(all.begin() + first, all.begin() + first + n);
+    return testing::WaitForJob(tier, tier->SubmitStore(keys.subspan(first, n), some).value()).OkPrefix();
+  }
+  static size_t Loaded(FsTier* tier, std::span<const OffloadKey> keys, const testing::AlignedRows& rows,
+                       size_t first, size_t n) {
+    const auto all = rows.Mut();
+    const std::vector<std::span<uint8_t>> some(all.begin() + first, all.begin() + first + n);
+    return testing::WaitForJob(tier, tier->SubmitLoad(keys.subspan(first, n), some).value()).OkPrefix();
+  }
+
+  testing::TempDir dir_;
+  uint64_t seed_ = testing::TestSeed();
+};
+
+TEST_P(SealedTierTest, StoresCiphertextAndATrailerInTheKeysNamespaceAndLoadsByteExact) {
+  auto tier = Open(Options(KeyFile("a.key", kKeyA)));
+  ASSERT_NE(tier, nullptr);
+  EXPECT_EQ(tier->checksum_place(), "seal");
+  EXPECT_FALSE(tier->xattrs_supported());
+  const auto keys = Keys(4, 0x11);
+  testing::AlignedRows rows(4, kRow, seed_), copy(4, kRow, seed_), back(4, kRow, seed_ + 1);
+  ASSERT_EQ(Stored(tier.get(), keys, rows), 4u);
+  EXPECT_EQ(std::memcmp(rows.data, copy.data, 4 * kRow), 0) << "the caller's row was changed";
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const std::string path = tier->BlockPath(keys[i]);
+    ASSERT_EQ(fs::file_size(path), kFile) << path;
+    EXPECT_LT(getxattr(path.c_str(), "user.vllm.kv_crc32c", nullptr, 0), 0);
+    const std::string bytes = testing::ReadFileOrDie(path);
+    EXPECT_EQ(bytes.find(std::string(reinterpret_cast<const char*>(rows.Row(i).data()) + 100, 32)), std::string::npos);
+    EXPECT_EQ(bytes.substr(kFile - 64, 8), "KVTSEAL1");
+  }
+  const auto config = testing::ReadJsonOrDie(dir_.path() / "root" / tier->ns().dir_name() / "config.json");
+  ASSERT_TRUE(config.contains("kvtier_seal")) << config.dump();
+  EXPECT_EQ(config["kvtier_seal"]["cipher"], "aes-256-gcm");
+  EXPECT_EQ(config["kvtier_seal"]["key_id"].get<std::string>().size(), 32u);
+  EXPECT_EQ(config.dump().find("a1a2a3a4"), std::string::npos);
+  ASSERT_EQ(testing::WaitForJob(tier.get(), tier->SubmitLoad(keys, back.Mut()).value()).OkPrefix(), 4u);
+  EXPECT_EQ(std::memcmp(back.data, rows.data, 4 * kRow), 0) << "seed " << seed_;
+  EXPECT_EQ(tier->Metrics().auth_failures, 0u);
+}
+
+void Flip(const std::string& path, uint64_t at) {
+  std::string bytes = testing::ReadFileOrDie(path);
+  bytes[at] = static_cast<char>(bytes[at] ^ 0x01);
+  testing::WriteFileOrDie(path, bytes);
+}
+
+TEST_P(SealedTierTest, EveryFailingBlockIsCountedZeroedRemovedAndNeverReturned) {
+  auto tier = Open(Options(KeyFile("a.key", kKeyA)));
+  auto other_key = Open(Options(KeyFile("b.key", kKeyB)));
+  auto other_ns = Open(Options(KeyFile("a.key", kKeyA), "another/model"));
+  ASSERT_TRUE(tier && other_key && other_ns);
+  const auto keys = Keys(9, 0x22);
+  testing::AlignedRows rows(9, kRow, seed_), back(9, kRow, seed_ + 1);
+  ASSERT_EQ(Stored(tier.get(), keys, rows), 9u);
+  ASSERT_EQ(Stored(other_key.get(), keys, rows), 9u);
+  ASSERT_EQ(Stored(other_ns.get(), keys, rows), 9u);
+  auto path = [&](size_t i) { return tier->BlockPath(keys[i]); };
+  testing::WriteFileOrDie(path(1), std::string(reinterpret_cast<const char*>(rows.Row(1).data()), kRow));  // plain row
+  Flip(path(2), 1234);                                                           // ciphertext
+  Flip(path(3), kFile - 5);                                                      // tag
+  fs::copy_file(other_key->BlockPath(keys[4]), path(4), fs::copy_options::overwrite_existing);  // another key
+  fs::copy_file(path(0), path(5), fs::copy_options::overwrite_existing);         // another name
+  fs::copy_file(other_ns->BlockPath(keys[6]), path(6), fs::copy_options::overwrite_existing);  // another namespace
+  fs::resize_file(path(7), kFile - 4096);                                        // truncated
+  fs::resize_file(path(8), kFile + 4096);                                        // extended
+  std::memset(back.data, 0x5A, 9 * kRow);
+  const JobResult r = testing::WaitForJob(tier.get(), tier->SubmitLoad(keys, back.Mut()).value());
+  ASSERT_EQ(r.keys.size(), 9u);
+  EXPECT_EQ(r.keys[0].outcome, KeyOutcome::kOk);
+  EXPECT_EQ(std::memcmp(back.Row(0).data(), rows.Row(0).data(), kRow), 0) << "seed " << seed_;
+  for (size_t i = 1; i < 9; ++i) {
+    EXPECT_EQ(r.keys[i].outcome, KeyOutcome::kCorrupt) << i << " " << r.keys[i].status.ToString();
+    EXPECT_EQ(r.keys[i].status.code(), StatusCode::kCorruption) << i;
+    const std::span<uint8_t> row = back.Row(i);
+    EXPECT_TRUE(std::all_of(row.begin(), row.end(), [](uint8_t b) { return b == 0 || b == 0x5A; })) << i;
+    EXPECT_NE(std::memcmp(row.data(), rows.Row(i).data(), kRow), 0) << i;
+    EXPECT_EQ(fs::exists(path(i)), i == 8) << i;
+  }
+  EXPECT_EQ(tier->Metrics().auth_failures, 8u);
+  EXPECT_EQ(tier->Metrics().rows_corrupt, 8u);
+  EXPECT_NE(tier->PrometheusText("fs0").find("kvtier_fs_auth_failures_total{tier=\"fs0\"} 8"), std::string::npos);
+}
+
+TEST_P(SealedTierTest, LookupsCountOnlyFilesOfARowAndItsTrailer) {
+  auto tier = Open(Options(KeyFile("a.key", kKeyA)));
+  ASSERT_NE(tier, nullptr);
+  const auto keys = Keys(3, 0x23);
+  testing::AlignedRows rows(3, kRow, seed_);
+  ASSERT_EQ(Stored(tier.get(), keys, rows), 3u);
+  testing::WriteFileOrDie(tier->BlockPath(keys[1]), std::string(kRow, 'p'));  // a plain row
+  fs::resize_file(tier->BlockPath(keys[2]), kFile + 4096);                     // a longer file
+  const JobResult look = testing::WaitForJob(tier.get(), tier->SubmitLookup(keys).value());
+  EXPECT_EQ(look.keys[0].outcome, KeyOutcome::kOk);
+  EXPECT_EQ(look.keys[1].outcome, KeyOutcome::kMiss);
+  EXPECT_EQ(look.keys[2].outcome, KeyOutcome::kMiss);
+}
+
+TEST_P(SealedTierTest, ARotatedTierServesOldBlocksByItsReadKeyAndStoresUnderTheNewKey) {
+  const std::string old_key = KeyFile("old.key", kKeyA), new_key = KeyFile("new.key", kKeyB);
+  const auto keys = Keys(3, 0x33);
+  testing::AlignedRows rows(3, kRow, seed_), back(3, kRow, seed_ + 1);
+  std::string old_path;
+  {
+    auto before = Open(Options(old_key));
+    ASSERT_NE(before, nullptr);
+    ASSERT_EQ(Stored(before.get(), keys, rows, 0, 2), 2u);
+    old_path = before->BlockPath(keys[0]);
+  }
+  FsTierOpenOptions o = Options(new_key);
+  o.tier.seal_read_key_files = {old_key};
+  auto after = Open(o);
+  ASSERT_NE(after, nullptr);
+  EXPECT_NE(after->BlockPath(keys[0]), old_path);
+  const JobResult look = testing::WaitForJob(after.get(), after->SubmitLookup(keys).value());
+  EXPECT_EQ(look.keys[0].outcome, KeyOutcome::kOk);
+  EXPECT_EQ(look.keys[2].outcome, KeyOutcome::kMiss);
+  ASSERT_EQ(Loaded(after.get(), keys, back, 0, 2), 2u);
+  EXPECT_EQ(std::memcmp(back.data, rows.data, 2 * kRow), 0) << "seed " << seed_;
+  ASSERT_EQ(Stored(after.get(), keys, rows, 2, 1), 1u);
+  EXPECT_TRUE(fs::exists(after->BlockPath(keys[2])));
+  // The new block is in the new key's namespace only, not the old one's.
+  const std::string old_dir = fs::path(old_path).parent_path().parent_path().parent_path().string();
+  const std::string new_dir = fs::path(after->BlockPath(keys[0])).parent_path().parent_path().parent_path().string();
+  EXPECT_FALSE(fs::exists(old_dir + after->BlockPath(keys[2]).substr(new_dir.size())));
+  EXPECT_EQ(after->Metrics().auth_failures, 0u);
+}
+
+TEST_P(SealedTierTest, UnsealedAndSealedTiersOnOneRootNeverSeeEachOthersBlocks) {
+  auto sealed = Open(Options(KeyFile("a.key", kKeyA)));
+  FsTierOpenOptions plain_options = Options("");
+  auto plain = Open(plain_options);
+  ASSERT_TRUE(sealed && plain);
+  const auto keys = Keys(2, 0x44);
+  testing::AlignedRows rows(2, kRow, seed_), back(2, kRow, seed_ + 1);
+  ASSERT_EQ(Stored(sealed.get(), keys, rows, 0, 1), 1u);
+  ASSERT_EQ(Stored(plain.get(), keys, rows, 1, 1), 1u);
+  const JobResult a = testing::WaitForJob(plain.get(), plain->SubmitLookup(keys).value());
+  EXPECT_EQ(a.keys[0].outcome, KeyOutcome::kMiss);
+  const JobResult b = testing::WaitForJob(sealed.get(), sealed->SubmitLookup(keys).value());
+  EXPECT_EQ(b.keys[1].outcome, KeyOutcome::kMiss);
+  EXPECT_EQ(Loaded(plain.get(), keys, back, 0, 1), 0u);
+  EXPECT_EQ(plain->Metrics().rows_missed, 1u);
+}
+
+TEST_P(SealedTierTest, KeyErrorsFailTheOpenNamingThePathNotTheKey) {
+  for (const std::string& bad : {kKeyB.substr(0, 31), kKeyA.substr(0, 40) + "zz"}) {
+    const std::string path = KeyFile("bad.key", bad);
+    const auto tier = FsTier::Open(Options(path));
+    ASSERT_FALSE(tier.ok());
+    const std::string text = tier.status().ToString();
+    EXPECT_NE(text.find(path), std::string::npos) << text;
+    EXPECT_EQ(text.find("RAW-KEY"), std::string::npos) << text;
+    EXPECT_EQ(text.find("a1a2a3"), std::string::npos) << text;
+  }
+  const auto missing = FsTier::Open(Options((dir_.path() / "nope.key").string()));
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().ToString().find("nope.key"), std::string::npos);
+  FsTierOpenOptions bad_read = Options(KeyFile("a.key", kKeyA));
+  bad_read.tier.seal_read_key_files = {KeyFile("short.key", "abc")};
+  const auto rotated = FsTier::Open(bad_read);
+  ASSERT_FALSE(rotated.ok());
+  EXPECT_NE(rotated.status().ToString().find("short.key"), std::string::npos);
+}
+
+TEST_P(SealedTierTest, TwoRootsStoreAndLoadSealedBlocks) {
+  FsTierOpenOptions o = Options(KeyFile("a.key", kKeyA));
+  o.tier.root_dir = (dir_.path() / "r0").string() + "," + (dir_.path() / "r1").string();
+  o.tier.path_sharding = PathSharding::kByBlockHash;
+  auto tier = Open(o);
+  ASSERT_NE(tier, nullptr);
+  std::vector<OffloadKey> keys;
+  for (uint8_t i = 0; i < 4; ++i) keys.push_back(testing::Key(i + 1, testing::KeyShape::Last(i)));
+  testing::AlignedRows rows(4, kRow, seed_), back(4, kRow, seed_ + 1);
+  ASSERT_EQ(Stored(tier.get(), keys, rows), 4u);
+  for (const OffloadKey& k : keys) EXPECT_EQ(fs::file_size(tier->BlockPath(k)), kFile);
+  ASSERT_EQ(testing::WaitForJob(tier.get(), tier->SubmitLoad(keys, back.Mut()).value()).OkPrefix(), 4u);
+  EXPECT_EQ(std::memcmp(back.data, rows.data, 4 * kRow), 0) << "seed " << seed_;
+}
+
+// Each root reads the key: from an fd of several roots only where it can seek.
+TEST(SealedTwoRoots, AKeyFdServesEveryRootOnlyWhereItCanSeek) {
+  testing::TempDir dir;
+  FsTierOpenOptions o;
+  o.tier.root_dir = (dir.path() / "r0").string() + "," + (dir.path() / "r1").string();
+  o.tier.path_sharding = PathSharding::kByBlockHash;
+  o.ns = testing::Spec("sealed/fd");
+  o.row_bytes = kRow;
+  testing::WriteFileOrDie(dir.path() / "k", kKeyA);
+  o.tier.seal_key_fd = open((dir.path() / "k").c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(o.tier.seal_key_fd, 0);
+  auto tier = FsTier::Open(o);
+  EXPECT_TRUE(tier.ok()) << tier.status().ToString();
+  tier = Status(StatusCode::kInternal, "closed");
+  close(o.tier.seal_key_fd);
+  int p[2];
+  ASSERT_EQ(pipe(p), 0);
+  ASSERT_EQ(write(p[1], kKeyA.data(), kKeyA.size()), static_cast<ssize_t>(kKeyA.size()));
+  o.tier.seal_key_fd = p[0];
+  const auto piped = FsTier::Open(o);
+  close(p[0]);
+  close(p[1]);
+  ASSERT_FALSE(piped.ok());
+  EXPECT_NE(piped.status().ToString().find("cannot seek"), std::string::npos) << piped.status().ToString();
+}
+
+// The C++ TieredStore takes the seal keys through vLLM's config JSON: its
+// fs tier opens the key's namespace (config.json names the key id), and a
+// bad key file fails the open naming the path, not the content.
+TEST(SealedTieredStore, TheConfigsSealKeysReachTheFsTier) {
+  testing::TempDir dir;
+  internal::HostKvCache gpu({{4096, 0}}, 8);
+  auto open = [&](const std::string& key_file) {
+    TieredStoreOptions options;
+    options.config_json = R"({"spec_name": "TieringOffloadingSpec", "cpu_bytes_to_use": 65536, "secondary_tiers": )"
+                          R"([{"type": "fs", "root_dir": ")" + (dir.path() / "root").string() +
+                          R"(", "seal_key_file": ")" + key_file + R"("}]})";
+    options.engine.gpu_block_size_tokens = 16;
+    options.ns.model_name = "sealed/store";
+    options.devices = {gpu.Registration()};
+    return TieredStore::Open(options);
+  };
+  testing::WriteFileOrDie(dir.path() / "good.key", kKeyA);
+  auto store = open((dir.path() / "good.key").string());
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  store->reset();
+  size_t sealed_configs = 0;
+  for (const auto& entry : fs::directory_iterator(dir.path() / "root")) {
+    if (!fs::exists(entry.path() / "config.json")) continue;
+    sealed_configs += testing::ReadJsonOrDie(entry.path() / "config.json").contains("kvtier_seal");
+  }
+  EXPECT_EQ(sealed_configs, 1u);
+  testing::WriteFileOrDie(dir.path() / "bad.key", kKeyB + "!");
+  const auto bad = open((dir.path() / "bad.key").string());
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().ToString().find("bad.key"), std::string::npos) << bad.status().ToString();
+  EXPECT_EQ(bad.status().ToString().find("RAW-KEY"), std::string::npos) << bad.status().ToString();
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, SealedTierTest, ::testing::Values(IoBackendKind::kUring, IoBackendKind::kSyscall),
+                         [](const auto& p) { return p.param == IoBackendKind::kUring ? "uring" : "syscall"; });
+
+}  // namespace
+}  // namespace kvtier
