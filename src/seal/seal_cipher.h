@@ -1,8 +1,10 @@
 // AES-256-GCM sealing and opening of one block row (FORMAT.md L166-L169),
 // through OpenSSL's EVP interface (AES-NI and carry-less multiply where the
 // CPU has them). One SealCipher per engine thread: it keeps its EVP
-// contexts (one GCM context, one AES-ECB context per key for the block-key
-// derivation, keyed once) and allocates nothing per block. Not thread-safe.
+// contexts (a GCM context for seals, keyed once per salt; one for opens,
+// re-keyed only when a block names another salt or key; an AES-ECB context
+// per key for the block-key derivation, keyed once) and allocates nothing
+// per block. Not thread-safe.
 //
 // A row is a list of pieces (SGLang's K and V halves, per-layer pieces):
 // each piece is read from `in` and written to `out`, in order, as one
