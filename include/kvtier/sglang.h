@@ -200,6 +200,9 @@ class KVTIER_API SglangStore {
   // The fs tier's counters (zeros after Close).
   FsTierMetrics Metrics() const;
   const SglangNamespace& ns() const;
+  // The namespace whose directories hold the pages: ns().fs_namespace(),
+  // or, for a sealed store (seal_key_file, FORMAT.md L162), its key's.
+  const Namespace& stored_namespace() const;
   // The absolute path of a key's page file on its root; it need not exist.
   std::string PagePath(std::string_view key) const;
 

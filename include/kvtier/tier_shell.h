@@ -136,6 +136,8 @@ class KVTIER_API TierShell {
   bool o_direct() const;
   bool xattrs_supported() const;
   std::string_view checksum_place() const;
+  // The namespace the tier's files are in (FsTier::ns(): the key's own when sealed).
+  const Namespace& ns() const;
   // The tier, for tests on one thread; null after Close.
   FsTier* tier_for_tests();
 

@@ -268,7 +268,7 @@ class SglangStore:
         """The absolute path of ``key``'s page file (it need not exist)."""
     @property
     def namespace_dir(self) -> str:
-        """``<model>_<digest12>``, relative to the root."""
+        """``<model>_<digest12>``, relative to the root (a sealed store's: its key's, FORMAT.md L162)."""
     @property
     def block_dir(self) -> str:
         """``<namespace_dir>_r<rank>``, relative to the root."""

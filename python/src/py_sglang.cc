@@ -195,6 +195,7 @@ class PySglangStore {
   pb::dict Metrics() { return FsMetricsDict(WithoutGil([&] { return store_->Metrics(); })); }
   void Close() { WithoutGil([&] { store_->Close(); }); }
   const SglangNamespace& ns() const { return store_->ns(); }
+  const Namespace& stored() const { return store_->stored_namespace(); }  // sealed: the key's (L162)
   std::string PagePath(const std::string& key) const { return store_->PagePath(key); }
   uint64_t store_queue_bytes_max() const { return store_queue_bytes_max_; }
 
@@ -235,8 +236,8 @@ void BindSglang(pb::module_& m) {
       .def("metrics", &PySglangStore::Metrics)
       .def("close", &PySglangStore::Close)
       .def("page_path", &PySglangStore::PagePath, pb::arg("key"))
-      .def_property_readonly("namespace_dir", [](const PySglangStore& s) { return s.ns().dir_name(); })
-      .def_property_readonly("block_dir", [](const PySglangStore& s) { return s.ns().block_dir_name(); })
+      .def_property_readonly("namespace_dir", [](const PySglangStore& s) { return s.stored().dir_name(); })
+      .def_property_readonly("block_dir", [](const PySglangStore& s) { return s.stored().block_dir_name(); })
       .def_property_readonly("page_bytes", [](const PySglangStore& s) { return s.ns().page_bytes(); })
       .def_property_readonly("digest", [](const PySglangStore& s) { return s.ns().digest(); })
       .def_property_readonly("rank", [](const PySglangStore& s) { return s.ns().rank(); })

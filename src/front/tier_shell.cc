@@ -12,6 +12,7 @@
 // and every job has finished, so no thread can be using it then.
 #include "kvtier/tier_shell.h"
 
+#include <optional>
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -108,6 +109,7 @@ struct TierShell::Rep {
   FsTierMetrics last_metrics;  // Metrics() after Close
   std::string backend, checksum_place;
   bool o_direct = false, xattrs_supported = false;
+  std::optional<Namespace> ns;  // where the tier's files are (its key's namespace when sealed)
 
   // Moves finished jobs from the tier into `finished` (all of them with
   // `force`, else only when one was signalled). Under mu.
@@ -163,6 +165,7 @@ Result<std::unique_ptr<TierShell>> TierShell::Open(FsTierOpenOptions options, st
   rep->checksum_place = rep->tier->checksum_place();
   rep->o_direct = rep->tier->o_direct();
   rep->xattrs_supported = rep->tier->xattrs_supported();
+  rep->ns = rep->tier->ns();
   return std::unique_ptr<TierShell>(new TierShell(std::move(rep)));
 }
 
@@ -322,6 +325,7 @@ std::string_view TierShell::backend_name() const { return rep_->backend; }
 bool TierShell::o_direct() const { return rep_->o_direct; }
 bool TierShell::xattrs_supported() const { return rep_->xattrs_supported; }
 std::string_view TierShell::checksum_place() const { return rep_->checksum_place; }
+const Namespace& TierShell::ns() const { return *rep_->ns; }
 
 FsTier* TierShell::tier_for_tests() {
   std::lock_guard lock(rep_->mu);

@@ -58,6 +58,10 @@ inline Result<Namespace> TierNamespace(const FsTierOpenOptions& o) {
   return Namespace::Create(o.ns);
 }
 
+// The namespace a tier opened with `o` stores under: TierNamespace's, or,
+// sealed (FORMAT.md L162), the primary key's (the key files are read).
+Result<Namespace> StoreNamespace(const FsTierOpenOptions& o);
+
 // kInvalidArgument unless there is one row of row_bytes per key: the one
 // whole-call error of SubmitStore and SubmitLoad (fs_tier.h).
 template <class Rows>

@@ -364,6 +364,17 @@ Result<UniqueFd> PrepareDirs(const FsTierOpenOptions& o, const Namespace& ns, Ti
   return ns_fd;
 }
 
+}  // namespace
+
+Result<Namespace> StoreNamespace(const FsTierOpenOptions& o) {
+  KVTIER_ASSIGN_OR_RETURN(Namespace base, TierNamespace(o));
+  if (!o.tier.sealed()) return base;
+  KVTIER_ASSIGN_OR_RETURN(std::shared_ptr<const SealKeyring> ring, LoadSealKeyring(o.tier));
+  return base.Sealed(ring->keys[0]->key_id_hex());
+}
+
+namespace {
+
 // FORMAT.md L160-L162, L171: a sealed tier's keys, its cipher, and the
 // namespace of each key (the primary's is the tier's); else the plain one.
 Result<Namespace> SealedTierNamespace(const FsTierOpenOptions& o, TierShared* shared) {

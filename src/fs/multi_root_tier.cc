@@ -269,7 +269,7 @@ Result<std::unique_ptr<FsTier>> OpenMultiRootTier(const FsTierOpenOptions& o, co
     return InvalidArgument("fs tier: seal_key_fd " + std::to_string(o.tier.seal_key_fd) +
                            " cannot seek (a pipe?); with several roots give a file, or an fd of one (memfd)");
   }
-  KVTIER_ASSIGN_OR_RETURN(Namespace ns, TierNamespace(o));
+  KVTIER_ASSIGN_OR_RETURN(Namespace ns, StoreNamespace(o));  // the roots' markers name the sealed one
   // One watched call each when FsTier::Open runs under a watch (io_watch.h);
   // none is open while a child registers memory (not the mount's time).
   Result<std::vector<RootState>> examined = [&] {

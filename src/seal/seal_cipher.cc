@@ -1,6 +1,7 @@
 // FORMAT.md L166-L169 with OpenSSL EVP: the block key from the salt
 // (RFC 8452-style derivation with AES-256 under K'), then AES-256-GCM over
-// the row with the AAD of L166.
+// the row with the AAD of L166. A GCM context is keyed once per salt (a
+// writer's salt serves many blocks, L167); per block only the nonce is set.
 #include "seal/seal_cipher.h"
 
 #include <openssl/crypto.h>
@@ -38,9 +39,11 @@ void ZeroPieces(std::span<const SealPiece> pieces) {
 Result<std::unique_ptr<SealCipher>> SealCipher::Create(std::shared_ptr<const SealKeyring> ring) {
   std::unique_ptr<SealCipher> c(new SealCipher());
   c->ring_ = std::move(ring);
-  c->gcm_ = EVP_CIPHER_CTX_new();
-  if (c->gcm_ == nullptr || EVP_CipherInit_ex(c->gcm_, EVP_aes_256_gcm(), nullptr, nullptr, nullptr, 1) != 1) {
-    return Status(StatusCode::kInternal, "seal: OpenSSL has no AES-256-GCM");
+  for (EVP_CIPHER_CTX** ctx : {&c->gcm_, &c->seal_gcm_}) {
+    *ctx = EVP_CIPHER_CTX_new();
+    if (*ctx == nullptr || EVP_CipherInit_ex(*ctx, EVP_aes_256_gcm(), nullptr, nullptr, nullptr, 1) != 1) {
+      return Status(StatusCode::kInternal, "seal: OpenSSL has no AES-256-GCM");
+    }
   }
   for (const std::unique_ptr<SealKey>& key : c->ring_->keys) {
     EVP_CIPHER_CTX* kdf = EVP_CIPHER_CTX_new();
@@ -56,6 +59,7 @@ Result<std::unique_ptr<SealCipher>> SealCipher::Create(std::shared_ptr<const Sea
 // EVP_CIPHER_CTX_free cleanses the expanded key schedules it holds.
 SealCipher::~SealCipher() {
   EVP_CIPHER_CTX_free(gcm_);
+  EVP_CIPHER_CTX_free(seal_gcm_);
   for (EVP_CIPHER_CTX* kdf : kdf_) EVP_CIPHER_CTX_free(kdf);
 }
 
@@ -75,40 +79,66 @@ bool SealCipher::BlockKey(size_t key_index, const uint8_t* salt, uint8_t* block_
 }
 
 // L166: key id and record bytes 0-47, the path's length, the path.
-bool SealCipher::Aad(std::string_view rel_path, const uint8_t* page) {
+bool SealCipher::Aad(EVP_CIPHER_CTX* ctx, std::string_view rel_path, const uint8_t* page) {
   uint8_t len_le[4];
   format::SealPathLength(rel_path, len_le);
   int done = 0;
-  return EVP_CipherUpdate(gcm_, nullptr, &done, page + format::kSealKeyIdAt,
+  return EVP_CipherUpdate(ctx, nullptr, &done, page + format::kSealKeyIdAt,
                           static_cast<int>(format::kSealAadFixedBytes)) == 1 &&
-         EVP_CipherUpdate(gcm_, nullptr, &done, len_le, sizeof len_le) == 1 &&
-         EVP_CipherUpdate(gcm_, nullptr, &done, reinterpret_cast<const uint8_t*>(rel_path.data()),
+         EVP_CipherUpdate(ctx, nullptr, &done, len_le, sizeof len_le) == 1 &&
+         EVP_CipherUpdate(ctx, nullptr, &done, reinterpret_cast<const uint8_t*>(rel_path.data()),
                           static_cast<int>(rel_path.size())) == 1;
+}
+
+// L167: a writer's salt (and so its block key) serves at most kSaltUsesMax
+// seals, each with a fresh random nonce; then it draws a new one.
+bool SealCipher::NewSealSalt() {
+  uint8_t key[kSealKeyBytes];
+  bool ok = RAND_bytes(seal_salt_, sizeof seal_salt_) == 1 && BlockKey(0, seal_salt_, key) &&
+            EVP_CipherInit_ex(seal_gcm_, nullptr, nullptr, key, nullptr, 1) == 1;
+  OPENSSL_cleanse(key, sizeof key);
+  seal_uses_left_ = ok ? kSaltUsesMax : 0;
+  return ok;
 }
 
 Status SealCipher::Seal(std::string_view rel_path, std::span<const SealPiece> pieces, uint64_t row_bytes,
                         uint8_t* page) {
+  if (seal_uses_left_ == 0 && !NewSealSalt()) {
+    return Status(StatusCode::kInternal, "seal: OpenSSL failed to draw or key a block key");
+  }
+  --seal_uses_left_;
   format::SealRecord record;
   record.version = format::kSealVersion;
   record.row_bytes = row_bytes;
   std::memcpy(record.key_id, ring_->keys[0]->key_id(), format::kSealKeyIdBytes);
-  uint8_t fresh[format::kSealSaltBytes + format::kSealNonceBytes];  // one draw: it costs as much as the cipher's setup
-  if (RAND_bytes(fresh, sizeof fresh) != 1) return Status(StatusCode::kInternal, "seal: OpenSSL's random generator failed");
-  std::memcpy(record.salt, fresh, sizeof record.salt);
-  std::memcpy(record.nonce, fresh + sizeof record.salt, sizeof record.nonce);
+  std::memcpy(record.salt, seal_salt_, sizeof record.salt);
+  if (RAND_bytes(record.nonce, sizeof record.nonce) != 1) {
+    return Status(StatusCode::kInternal, "seal: OpenSSL's random generator failed");
+  }
   format::EncodeSealTrailer(record, page);
-  uint8_t key[kSealKeyBytes];
-  bool ok = BlockKey(0, record.salt, key) && EVP_CipherInit_ex(gcm_, nullptr, nullptr, key, record.nonce, 1) == 1;
-  OPENSSL_cleanse(key, sizeof key);
-  ok = ok && Aad(rel_path, page);
-  for (size_t i = 0; ok && i < pieces.size(); ++i) ok = Update(gcm_, pieces[i].in, pieces[i].out, pieces[i].len);
+  bool ok = EVP_CipherInit_ex(seal_gcm_, nullptr, nullptr, nullptr, record.nonce, 1) == 1 &&
+            Aad(seal_gcm_, rel_path, page);
+  for (size_t i = 0; ok && i < pieces.size(); ++i) ok = Update(seal_gcm_, pieces[i].in, pieces[i].out, pieces[i].len);
   int done = 0;
   uint8_t tag[format::kSealTagBytes];
-  ok = ok && EVP_CipherFinal_ex(gcm_, nullptr, &done) == 1 &&
-       EVP_CIPHER_CTX_ctrl(gcm_, EVP_CTRL_GCM_GET_TAG, sizeof tag, tag) == 1;
+  ok = ok && EVP_CipherFinal_ex(seal_gcm_, nullptr, &done) == 1 &&
+       EVP_CIPHER_CTX_ctrl(seal_gcm_, EVP_CTRL_GCM_GET_TAG, sizeof tag, tag) == 1;
   if (!ok) return Status(StatusCode::kInternal, "seal: AES-256-GCM encryption failed (OpenSSL)");
   format::PutSealTag(tag, page);
   return Status::Ok();
+}
+
+// Keys the open context for (key_index, salt) unless it already is (the
+// blocks of one writer share a salt, L167): a re-key costs as much as
+// sealing a few KiB.
+bool SealCipher::KeyOpen(size_t key_index, const uint8_t* salt) {
+  if (open_key_ == key_index && std::memcmp(open_salt_, salt, sizeof open_salt_) == 0) return true;
+  uint8_t key[kSealKeyBytes];
+  const bool ok = BlockKey(key_index, salt, key) && EVP_CipherInit_ex(gcm_, nullptr, nullptr, key, nullptr, 0) == 1;
+  OPENSSL_cleanse(key, sizeof key);
+  open_key_ = ok ? key_index : SIZE_MAX;
+  std::memcpy(open_salt_, salt, sizeof open_salt_);
+  return ok;
 }
 
 std::string_view SealCipher::Open(size_t key_index, std::string_view rel_path, const uint8_t* page,
@@ -122,11 +152,8 @@ std::string_view SealCipher::Open(size_t key_index, std::string_view rel_path, c
   if (why.empty() && std::memcmp(record.key_id, k.key_id(), format::kSealKeyIdBytes) != 0) {
     why = "sealed with another key";
   }
-  uint8_t key[kSealKeyBytes];
-  bool ok = why.empty() && BlockKey(key_index, record.salt, key) &&
-            EVP_CipherInit_ex(gcm_, nullptr, nullptr, key, record.nonce, 0) == 1;
-  OPENSSL_cleanse(key, sizeof key);
-  ok = ok && Aad(rel_path, page);
+  bool ok = why.empty() && KeyOpen(key_index, record.salt) &&
+            EVP_CipherInit_ex(gcm_, nullptr, nullptr, nullptr, record.nonce, 0) == 1 && Aad(gcm_, rel_path, page);
   for (size_t i = 0; ok && i < pieces.size(); ++i) ok = Update(gcm_, pieces[i].in, pieces[i].out, pieces[i].len);
   int done = 0;
   ok = ok && EVP_CIPHER_CTX_ctrl(gcm_, EVP_CTRL_GCM_SET_TAG, format::kSealTagBytes, record.tag) == 1 &&

@@ -1,8 +1,10 @@
 // AES-256-GCM sealing and opening of one block row (FORMAT.md L166-L169),
 // through OpenSSL's EVP interface (AES-NI and carry-less multiply where the
 // CPU has them). One SealCipher per engine thread: it keeps its EVP
-// contexts (one GCM context, one AES-ECB context per key for the block-key
-// derivation, keyed once) and allocates nothing per block. Not thread-safe.
+// contexts (a GCM context for seals, keyed once per salt; one for opens,
+// re-keyed only when a block names another salt or key; an AES-ECB context
+// per key for the block-key derivation, keyed once) and allocates nothing
+// per block. Not thread-safe.
 //
 // A row is a list of pieces (SGLang's K and V halves, per-layer pieces):
 // each piece is read from `in` and written to `out`, in order, as one
@@ -11,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <span>
 #include <string_view>
@@ -38,7 +41,8 @@ class SealCipher {
   SealCipher(const SealCipher&) = delete;
   SealCipher& operator=(const SealCipher&) = delete;
 
-  // L167, L168: with the primary key, draws a fresh salt and nonce, encrypts
+  // L167, L168: with the primary key, under this cipher's current salt
+  // (drawn anew every kSaltUsesMax seals) and a fresh random nonce, encrypts
   // the pieces (their lengths summing to `row_bytes`) and writes the whole
   // trailer, tag included, at `page` (kSealTrailerBytes). `rel_path`: the
   // block's root-relative path (L166). kInternal only if OpenSSL fails.
@@ -55,11 +59,22 @@ class SealCipher {
 
  private:
   SealCipher() = default;
+  // L167: seals per salt before a new one is drawn. With random 96-bit
+  // nonces, a repeated nonce under one block key has odds of about
+  // n^2 / 2^97 for n seals: 2^-49 at 2^24.
+  static constexpr uint64_t kSaltUsesMax = uint64_t{1} << 24;
   bool BlockKey(size_t key_index, const uint8_t* salt, uint8_t* block_key);
-  bool Aad(std::string_view rel_path, const uint8_t* page);
+  bool NewSealSalt();
+  bool KeyOpen(size_t key_index, const uint8_t* salt);
+  bool Aad(EVP_CIPHER_CTX* ctx, std::string_view rel_path, const uint8_t* page);
   std::shared_ptr<const SealKeyring> ring_;
-  EVP_CIPHER_CTX* gcm_ = nullptr;
-  std::vector<EVP_CIPHER_CTX*> kdf_;  // AES-256-ECB keyed with each key's K'
+  EVP_CIPHER_CTX* gcm_ = nullptr;       // opens: keyed for (open_key_, open_salt_)
+  EVP_CIPHER_CTX* seal_gcm_ = nullptr;  // seals: keyed for the primary key and seal_salt_
+  std::vector<EVP_CIPHER_CTX*> kdf_;    // AES-256-ECB keyed with each key's K'
+  size_t open_key_ = SIZE_MAX;
+  uint8_t open_salt_[format::kSealSaltBytes] = {};
+  uint8_t seal_salt_[format::kSealSaltBytes] = {};
+  uint64_t seal_uses_left_ = 0;
 };
 
 }  // namespace kvtier::internal

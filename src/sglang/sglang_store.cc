@@ -12,6 +12,7 @@
 // of its own under a watch (ops/io_watch.h) and is abandoned on a hung mount.
 #include <algorithm>
 #include <atomic>
+#include <optional>
 #include <type_traits>
 
 #include "format/root_list.h"
@@ -48,6 +49,7 @@ struct SglangStore::Rep {
   explicit Rep(SglangNamespace n) : ns(std::move(n)) {}
 
   SglangNamespace ns;
+  std::optional<Namespace> stored;  // where the tier's files are: ns's, or its key's when sealed (L162)
   std::vector<std::string> roots;  // the tier's roots, for Clear
   uint32_t io_timeout_ms = 0;      // Clear's deadline per file-system call (0: none)
   std::unique_ptr<TierShell> shell;
@@ -164,6 +166,7 @@ Result<std::unique_ptr<SglangStore>> SglangStore::Open(const SglangStoreOptions&
   o.row_bytes = rep->ns.page_bytes();
   o.registered_memory = options.registered_memory;
   KVTIER_ASSIGN_OR_RETURN(rep->shell, TierShell::Open(o, "sglang store"));
+  rep->stored = rep->shell->ns();
   return std::unique_ptr<SglangStore>(new SglangStore(std::move(rep)));
 }
 
@@ -203,7 +206,7 @@ Result<uint64_t> SglangStore::Clear() {
     // kTimedOut, and the abandoned walk owns its copies of the names (the
     // store may be closed and freed before it returns).
     Result<uint64_t> n = internal::RunWatchedFor<uint64_t>(
-        rep_->io_timeout_ms, "", [root = rep_->roots[i], dir = rep_->ns.block_dir_name()] {
+        rep_->io_timeout_ms, "", [root = rep_->roots[i], dir = rep_->stored->block_dir_name()] {
           return internal::ClearBlockDir(root, dir);
         });
     if (!n.ok()) return rep_->roots.size() == 1 ? n : n.status().WithContext("root_dir[" + std::to_string(i) + "]");
@@ -217,6 +220,7 @@ FsTierMetrics SglangStore::Metrics() const {
 }
 
 const SglangNamespace& SglangStore::ns() const { return rep_->ns; }
+const Namespace& SglangStore::stored_namespace() const { return *rep_->stored; }
 
 std::string SglangStore::PagePath(std::string_view key) const {
   // The roots never change and BlockPath needs no I/O, but the tier may be gone.

@@ -7,7 +7,8 @@ no row bytes in the clear), loads a prompt that lives only on disk byte-exact, r
 with a flipped byte (the prefix before it kept, the file removed, counted in the
 tier's auth_failures and vLLM's kvtier:fs_rows_corrupt), and an unsealed kvtier tier on the same root finds none of its blocks;
 kvtier.sglang's backend takes ``seal_key_file`` from SGLang's extra config, stores and loads
-pages byte-exact through a sealed tier, and a page file with a flipped byte is a miss. A bad key
+pages byte-exact through a sealed tier, a page file with a flipped byte is a miss, and clear()
+removes the sealed store's pages (its block_dir is the key's). A bad key
 file fails the attach with a KvtierError naming the path and not the key. Skips (one line) where
 ../shared/vllm, ../shared/sglang or torch is absent.
 """
@@ -101,4 +102,7 @@ def test_sglang_sealed_store_round_trips_and_a_flipped_byte_is_a_miss(tmp_path, 
         if good:
             assert bool((p.page_u8(r[i * p.page_size]) == sg.expected(p, k)).all())
     assert len(list(root.rglob("*.bin"))) == 3, "the failing page file is removed"
+    assert files[1].parent.parent.parent.name == b._store.block_dir, "the store names its sealed directory"
+    b.clear()
+    assert not list(root.rglob("*.bin")), "clear() removes the sealed store's pages"
     b.close()

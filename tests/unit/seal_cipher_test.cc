@@ -8,7 +8,8 @@
 //    several pieces and in place; each tamper (a ciphertext bit, the tag,
 //    the salt, the nonce, the key id, the row size, another path, another
 //    key) fails, and the output is all zeros after a failure;
-//  * two seals of one row differ (fresh salt and nonce);
+//  * two seals of one row differ (a fresh nonce); a writer's blocks share
+//    its salt, and a reader opens several writers' blocks in any order;
 //  * the caller's input row is never changed by sealing.
 // Seeded random rows; the seed is printed on failure.
 #include <fcntl.h>
@@ -179,6 +180,33 @@ TEST_F(SealCipherTest, EveryTamperFailsAndLeavesTheOutputZeroed) {
   EXPECT_EQ(out, zeros);
   EXPECT_EQ(OpenCopy(1, kPath, &out), "sealed with another key");
   EXPECT_EQ(out, zeros);
+}
+
+// Writers keep a salt for many blocks (L167): one reader opens blocks of
+// several writers, in any order, each with its own salt.
+TEST_F(SealCipherTest, BlocksOfSeveralWritersOpenInAnyOrder) {
+  auto ring = Ring({kHexKey});
+  std::vector<std::unique_ptr<SealCipher>> writers;
+  std::vector<std::vector<uint8_t>> texts, pages;
+  for (int w = 0; w < 3; ++w) {
+    writers.push_back(std::move(SealCipher::Create(ring).value()));
+    for (int b = 0; b < 2; ++b) {
+      texts.emplace_back(kRow);
+      pages.emplace_back(format::kSealTrailerBytes);
+      const SealPiece p[] = {{row_.data(), texts.back().data(), kRow}};
+      ASSERT_OK(writers.back()->Seal(kPath, p, kRow, pages.back().data()));
+    }
+  }
+  EXPECT_EQ(std::memcmp(pages[0].data() + format::kSealKeyIdAt + 40, pages[1].data() + format::kSealKeyIdAt + 40, 12), 0)
+      << "one writer's blocks share its salt";
+  EXPECT_NE(std::memcmp(pages[0].data() + format::kSealKeyIdAt + 40, pages[2].data() + format::kSealKeyIdAt + 40, 12), 0);
+  auto reader = std::move(SealCipher::Create(ring).value());
+  for (size_t i : {0u, 2u, 4u, 1u, 3u, 5u, 5u, 0u}) {
+    std::vector<uint8_t> out(kRow);
+    const SealPiece p[] = {{texts[i].data(), out.data(), kRow}};
+    EXPECT_EQ(reader->Open(0, kPath, pages[i].data(), kRow + format::kSealTrailerBytes, p), "") << i;
+    EXPECT_EQ(out, row_) << i;
+  }
 }
 
 TEST_F(SealCipherTest, AnotherKeyWithTheRecordsKeyIdForgedStillFailsItsTag) {
