@@ -12,12 +12,12 @@
 // and every job has finished, so no thread can be using it then.
 #include "kvtier/tier_shell.h"
 
-#include <optional>
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <optional>
 #include <unordered_set>
 #include <utility>
 

@@ -33,7 +33,7 @@
 #include "kvtier/fs_tier.h"
 #include "kvtier/tiered_store.h"
 #include "support/test_support.h"
-#include "tier/host_kv_cache.h"
+#include "staging/host_kv_cache.h"
 
 namespace kvtier {
 namespace {
