@@ -490,23 +490,6 @@ class StoreOp final : public FsBlockOp {
 
 }  // namespace
 
-uint32_t TimedCrc32c(TierShared* shared, const RowPieces& row) {
-  const uint64_t t0 = MonotonicNowNs();
-  uint32_t crc = Crc32c(row.piece(0));
-  for (size_t i = 1; i < row.count(); ++i) crc = Crc32cExtend(crc, row.piece(i));
-  shared->checksum_ns.fetch_add(MonotonicNowNs() - t0, std::memory_order_relaxed);
-  return crc;
-}
-
-bool DirectIoAligned(const void* buf, uint64_t len) {
-  return reinterpret_cast<uintptr_t>(buf) % 4096 == 0 && len % 4096 == 0 && len > 0;
-}
-
-bool DropDirect(int fd) {
-  const int flags = ::fcntl(fd, F_GETFL);
-  return flags < 0 || ::fcntl(fd, F_SETFL, flags & ~O_DIRECT) < 0;
-}
-
 std::unique_ptr<FsBlockOp> MakeStoreOp(TierShared* shared, BlockPathParts path, RowPieces row) {
   return std::make_unique<StoreOp>(shared, std::move(path), std::move(row));
 }
