@@ -61,7 +61,7 @@ using HeldRows = std::vector<HeldBuffer>;
 // buffers' claims; this class holds the buffers' exports until their job is
 // polled. held_mu_ is taken only with the GIL released (the tier may log to a
 // Python sink, which takes the GIL, from a thread that holds a kvtier lock),
-// and after the shell's lock when both are held.
+// and after the shell's lock when both are held (never the shell's under it).
 class PyFsTier {
  public:
   PyFsTier(const Namespace& ns, uint64_t row_bytes, const pb::object& config) : row_bytes_(row_bytes) {
@@ -141,9 +141,12 @@ std::vector<PyJobResult> PyFsTier::Poll() {
   std::vector<HeldRows> released;  // destroyed below, with the GIL
   WithoutGil([&] {
     shell_->Poll(&done);
+    // Claims end before held_mu_ is taken: Submit takes held_mu_ inside the
+    // shell's lock, so taking the shell's lock (Release) under held_mu_ here
+    // would be the opposite order (a deadlock between a submit and a poll).
+    for (const JobResult& r : done) shell_->Release(r.job_id);  // the jobs no longer touch their buffers
     std::lock_guard lock(held_mu_);
     for (const JobResult& r : done) {
-      shell_->Release(r.job_id);  // the job no longer touches its buffers
       auto it = held_.find(r.job_id);
       if (it == held_.end()) continue;
       released.push_back(std::move(it->second));
