@@ -58,6 +58,12 @@ KVTIER_API std::vector<MemoryRange> RowRanges(std::span<const std::span<uint8_t>
 KVTIER_API std::vector<MemoryRange> RowRanges(std::span<const std::vector<std::span<uint8_t>>> rows);
 KVTIER_API std::vector<MemoryRange> RowRanges(std::span<const std::vector<std::span<const uint8_t>>> rows);
 
+// Whether a key did what its job asked: a store's key is on disk (written,
+// or there already), a load's or a lookup's was found (and loaded).
+inline bool KeySucceeded(JobKind kind, KeyOutcome outcome) {
+  return outcome == KeyOutcome::kOk || (kind == JobKind::kStore && outcome == KeyOutcome::kSkippedExists);
+}
+
 class KVTIER_API TierShell {
  public:
   // Waits given as "no limit".
@@ -66,6 +72,9 @@ class KVTIER_API TierShell {
   using SubmitFn = std::function<Result<uint64_t>(FsTier&)>;
   // A row's name in messages ("slot 7"); empty: "rows[i]".
   using RowNamer = std::function<std::string(size_t row)>;
+  // Which block files ClearNamespace removes, by the hash hex of their name
+  // and their group (FORMAT.md L6); empty: every one.
+  using BlockFilter = std::function<bool(std::string_view hex, uint32_t group)>;
 
   // Opens the tier with FsTier::Open (or `open`, for tests), its
   // on_job_finished set to the shell's (the options' own, if any, is called
@@ -105,6 +114,10 @@ class KVTIER_API TierShell {
                           const RowNamer& row_name = {}, std::vector<size_t>* refused = nullptr);
   // A job without memory (a lookup).
   Result<uint64_t> Submit(const SubmitFn& submit) { return Submit(MemoryUse::kRead, {}, submit); }
+  // Submit, then WaitFor(job, kForever): for a front end whose calls are
+  // synchronous. Errors: Submit's (nothing submitted), else WaitFor's.
+  Result<JobResult> SubmitAndWait(MemoryUse use, std::span<const MemoryRange> memory, const SubmitFn& submit,
+                                  std::vector<size_t>* refused = nullptr);
 
   // Appends every job finished and not yet taken, in completion order (after
   // Close: those it collected); never blocks. Claims stay until Release.
@@ -126,6 +139,16 @@ class KVTIER_API TierShell {
   // See the admission paragraph above.
   void Close();
 
+  // Removes the namespace's block files (and their temp files, FORMAT.md
+  // L55) that `filter` accepts, on every root, and the shard directories
+  // left empty; returns how many files it removed. The walk runs on a
+  // thread of its own, each file-system call with the tier's io_timeout_ms:
+  // kTimedOut on a hung mount, the walk then abandoned (jobs in flight are
+  // not waited for: a store racing the clear may leave its block). Errors:
+  // kUnavailable once Close began; ErrnoToStatus naming the path (and
+  // "root_dir[i]" where there are several roots).
+  Result<uint64_t> ClearNamespace(const BlockFilter& filter = {});
+
   // FsTier::PrometheusText and BlockPath; kUnavailable once Close began.
   Result<std::string> PrometheusText(std::string_view tier_name) const;
   Result<std::string> BlockPath(const OffloadKey& key) const;
@@ -138,6 +161,8 @@ class KVTIER_API TierShell {
   std::string_view checksum_place() const;
   // The namespace the tier's files are in (FsTier::ns(): the key's own when sealed).
   const Namespace& ns() const;
+  // The tier's root directories (one, or path_sharding's several), in order.
+  const std::vector<std::string>& roots() const;
   // The tier, for tests on one thread; null after Close.
   FsTier* tier_for_tests();
 

@@ -160,6 +160,12 @@ int64_t IntArg(std::string_view name, const pb::handle& obj) {
   return v;
 }
 
+uint64_t PositiveIntArg(std::string_view name, const pb::handle& obj) {
+  const int64_t n = IntArg(name, obj);
+  if (n <= 0) ThrowStatus(InvalidArgument(std::string(name) + ": must be positive, got " + std::to_string(n)));
+  return static_cast<uint64_t>(n);
+}
+
 std::vector<int64_t> SlotsArg(std::string_view name, const pb::handle& obj) {
   // A CPU torch tensor through its zero-copy numpy view (torch refuses a CUDA one).
   const pb::object target = IsTorchTensor(obj) ? obj.attr("numpy")() : pb::reinterpret_borrow<pb::object>(obj);
@@ -189,6 +195,49 @@ pb::sequence SequenceArg(std::string_view name, const pb::handle& obj) {
     ThrowStatus(InvalidArgument(std::string(name) + ": expected a list of row buffers, got " + TypeName(obj)));
   }
   return pb::reinterpret_borrow<pb::sequence>(obj);
+}
+
+std::string StrArg(std::string_view name, const pb::handle& obj) {
+  if (!PyUnicode_Check(obj.ptr())) ThrowStatus(InvalidArgument(std::string(name) + ": expected a str, got " + TypeName(obj)));
+  Py_ssize_t n = 0;
+  const char* text = PyUnicode_AsUTF8AndSize(obj.ptr(), &n);
+  if (text == nullptr) {
+    PyErr_Clear();
+    ThrowStatus(InvalidArgument(std::string(name) + ": a string that is not Unicode text"));
+  }
+  return std::string(text, static_cast<size_t>(n));
+}
+
+std::vector<std::string> StrsArg(std::string_view name, const pb::handle& obj) {
+  pb::sequence items = SequenceArg(name, obj);
+  std::vector<std::string> out;
+  out.reserve(items.size());
+  for (size_t i = 0; i < items.size(); ++i) out.push_back(StrArg(std::string(name) + "[" + std::to_string(i) + "]", items[i]));
+  return out;
+}
+
+std::span<uint8_t> PieceArg(const std::string& name, const pb::handle& obj) {
+  if (!PyTuple_Check(obj.ptr()) && !PyList_Check(obj.ptr())) {
+    ThrowStatus(InvalidArgument(name + ": expected an (address, nbytes) pair, got " + TypeName(obj)));
+  }
+  pb::sequence pair = pb::reinterpret_borrow<pb::sequence>(obj);
+  if (pair.size() != 2) ThrowStatus(InvalidArgument(name + ": expected an (address, nbytes) pair"));
+  const int64_t addr = IntArg(name + " address", pair[0]);
+  const int64_t len = IntArg(name + " nbytes", pair[1]);
+  if (addr <= 0 || len < 0) ThrowStatus(InvalidArgument(name + ": a null address or a negative size"));
+  return {reinterpret_cast<uint8_t*>(static_cast<uintptr_t>(addr)), static_cast<size_t>(len)};
+}
+
+std::vector<std::vector<std::span<uint8_t>>> PagesOfPiecesArg(std::string_view name, const pb::handle& obj) {
+  pb::sequence pages = SequenceArg(name, obj);
+  std::vector<std::vector<std::span<uint8_t>>> out(pages.size());
+  for (size_t i = 0; i < pages.size(); ++i) {
+    const std::string page = std::string(name) + "[" + std::to_string(i) + "]";
+    pb::sequence pieces = SequenceArg(page, pages[i]);
+    out[i].reserve(pieces.size());
+    for (size_t j = 0; j < pieces.size(); ++j) out[i].push_back(PieceArg(page + "[" + std::to_string(j) + "]", pieces[j]));
+  }
+  return out;
 }
 
 }  // namespace kvtier::py

@@ -14,6 +14,8 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -35,8 +37,31 @@ std::vector<int64_t> SlotsArg(std::string_view name, const pb::handle& obj);
 std::vector<OffloadKey> KeysArg(std::string_view name, const pb::handle& obj);
 // A list or tuple (a sequence that is not itself a buffer or a string).
 pb::sequence SequenceArg(std::string_view name, const pb::handle& obj);
+// A str, as UTF-8 bytes.
+std::string StrArg(std::string_view name, const pb::handle& obj);
+// A list or tuple of str, named "<name>[i]" in errors.
+std::vector<std::string> StrsArg(std::string_view name, const pb::handle& obj);
+
+// Raw memory given as (address, nbytes) pairs, for front ends whose engine
+// hands out pointers rather than buffer objects (SGLang's host pool). The
+// address is taken as given: the caller vouches for it. Both are
+// non-negative integers, the address non-null.
+std::span<uint8_t> PieceArg(const std::string& name, const pb::handle& obj);
+// A list of pages, each a list of (address, nbytes) pieces.
+std::vector<std::vector<std::span<uint8_t>>> PagesOfPiecesArg(std::string_view name, const pb::handle& obj);
 
 // The type name of `obj`, for messages.
 std::string TypeName(const pb::handle& obj);
+
+// An integer above 0 (IntArg's rules).
+uint64_t PositiveIntArg(std::string_view name, const pb::handle& obj);
+// An instance of the bound class T, whose Python name is `type` ("kvtier.Namespace").
+template <class T>
+const T& InstanceArg(std::string_view name, const char* type, const pb::handle& obj) {
+  if (!pb::isinstance<T>(obj)) {
+    ThrowStatus(InvalidArgument(std::string(name) + ": expected a " + type + ", got " + TypeName(obj)));
+  }
+  return obj.cast<const T&>();
+}
 
 }  // namespace kvtier::py

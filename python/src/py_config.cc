@@ -141,4 +141,12 @@ FsTierOptions ParseTierConfig(const pb::object& config) {
   return ParseTierDict(config);
 }
 
+FsTierOpenOptions TierOpenOptions(const Namespace& ns, uint64_t row_bytes, const pb::object& config) {
+  FsTierOpenOptions o;
+  o.tier = ParseTierConfig(config);
+  o.ns = ns.spec();
+  o.row_bytes = row_bytes;
+  return o;
+}
+
 }  // namespace kvtier::py

@@ -3,6 +3,7 @@
 // every rule and message is the C++ parser's.
 #pragma once
 
+#include "kvtier/fs_tier.h"
 #include "kvtier/fs_tier_options.h"
 #include "py_common.h"
 
@@ -18,5 +19,8 @@ namespace kvtier::py {
 // kOffloadConfigDepthMax, and any other type; for JSON text that is not UTF-8;
 // and for every rule the parser enforces.
 FsTierOptions ParseTierConfig(const pb::object& config);
+// The open options of a tier of `ns` over rows of row_bytes (FsTier,
+// EngineTier), its tier config parsed by ParseTierConfig.
+FsTierOpenOptions TierOpenOptions(const Namespace& ns, uint64_t row_bytes, const pb::object& config);
 
 }  // namespace kvtier::py

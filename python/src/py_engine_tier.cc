@@ -14,31 +14,16 @@
 #include "kvtier/engine_tier.h"
 #include "py_args.h"
 #include "py_common.h"
+#include "py_config.h"
 
 namespace kvtier::py {
-
-FsTierOpenOptions EngineOpenOptions(const Namespace& ns, uint64_t row_bytes, const pb::object& config);
-
 namespace {
-
-const Namespace& NamespaceArg(const pb::handle& obj) {
-  if (!pb::isinstance<Namespace>(obj)) {
-    ThrowStatus(InvalidArgument("namespace: expected a kvtier.Namespace, got " + TypeName(obj)));
-  }
-  return obj.cast<const Namespace&>();
-}
-
-uint64_t RowBytesArg(const pb::handle& obj) {
-  const int64_t n = IntArg("row_bytes", obj);
-  if (n <= 0) ThrowStatus(InvalidArgument("row_bytes: must be positive, got " + std::to_string(n)));
-  return static_cast<uint64_t>(n);
-}
 
 class PyEngineTier {
  public:
   PyEngineTier(const Namespace& ns, const pb::object& rows, uint64_t row_bytes, const pb::object& config)
       : rows_(rows, true) {
-    EngineTierOptions o{.fs = EngineOpenOptions(ns, row_bytes, config), .rows = {rows_.data(), rows_.size()}};
+    EngineTierOptions o{.fs = TierOpenOptions(ns, row_bytes, config), .rows = {rows_.data(), rows_.size()}};
     tier_ = Unwrap(WithoutGil([&] { return EngineTier::Open(std::move(o)); }));
   }
   ~PyEngineTier() { Shutdown(); }
@@ -46,8 +31,8 @@ class PyEngineTier {
   // EngineTier(namespace, rows, row_bytes, config), bound by hand (py_args.h).
   static std::unique_ptr<PyEngineTier> Create(const pb::args& args, const pb::kwargs& kwargs) {
     const std::vector<pb::object> a = BindArgs("EngineTier", {"namespace", "rows", "row_bytes", "config"}, 4, args, kwargs);
-    const Namespace& ns = NamespaceArg(a[0]);
-    return std::make_unique<PyEngineTier>(ns, a[1], RowBytesArg(a[2]), a[3]);
+    const Namespace& ns = InstanceArg<Namespace>("namespace", "kvtier.Namespace", a[0]);
+    return std::make_unique<PyEngineTier>(ns, a[1], PositiveIntArg("row_bytes", a[2]), a[3]);
   }
 
   int Lookup(const pb::object& key, const std::string& request_id) {
@@ -100,12 +85,6 @@ pb::dict StatsDict(const EngineTierStats& s) {
   return d;
 }
 
-// Runs `fn(tier)` without the GIL and returns what it returns.
-template <class Fn>
-auto Call(PyEngineTier& t, Fn&& fn) {
-  return WithoutGil([&] { return fn(t.tier()); });
-}
-
 }  // namespace
 
 void BindEngineTier(pb::module_& m) {
@@ -115,9 +94,9 @@ void BindEngineTier(pb::module_& m) {
   cls.def(pb::init(&PyEngineTier::Create))
       .def("lookup", &PyEngineTier::Lookup, pb::arg("key"), pb::arg("request_id"),
            "0 miss, 1 hit, 2 retry (checked in the next flush_lookups batch); never blocks.")
-      .def("flush_lookups", [](PyEngineTier& t) { ThrowIfError(Call(t, [](EngineTier& e) { return e.FlushLookups(); })); })
+      .def("flush_lookups", [](PyEngineTier& t) { ThrowIfError(WithoutGil([&] { return t.tier().FlushLookups(); })); })
       .def("finish_request", [](PyEngineTier& t, const std::string& request_id) {
-             Call(t, [&](EngineTier& e) { e.FinishRequest(request_id); });
+             WithoutGil([&] { t.tier().FinishRequest(request_id); });
            }, pb::arg("request_id"))
       .def("submit_store", [](PyEngineTier& t, const pb::args& a, const pb::kwargs& k) { t.Submit(a, k, false); },
            "submit_store(job_id, keys, slots): stores the rows at `slots` (1-D integers) under `keys`.")
@@ -125,13 +104,13 @@ void BindEngineTier(pb::module_& m) {
            "submit_load(job_id, keys, slots): loads `keys` into the rows at `slots` (1-D integers, each once).")
       .def("poll_finished", &PyEngineTier::Poll,
            "[(job_id, is_load, success, ok_key_indices, bytes, seconds)] for jobs finished since the last call.")
-      .def("has_pending_work", [](PyEngineTier& t) { return Call(t, [](EngineTier& e) { return e.HasPendingWork(); }); })
+      .def("has_pending_work", [](PyEngineTier& t) { return WithoutGil([&] { return t.tier().HasPendingWork(); }); })
       .def("drain", [](PyEngineTier& t, uint32_t timeout_ms) {
-             ThrowIfError(Call(t, [&](EngineTier& e) { return e.Drain(timeout_ms); }));
+             ThrowIfError(WithoutGil([&] { return t.tier().Drain(timeout_ms); }));
            }, pb::arg("timeout_ms") = 0, "Waits (GIL released) until every job has a result; 0: no limit.")
       .def("shutdown", &PyEngineTier::Shutdown,
            "Stops admitting jobs, drains, stops all I/O into the rows and releases their buffer.")
-      .def("stats", [](PyEngineTier& t) { return StatsDict(Call(t, [](EngineTier& e) { return e.Stats(); })); });
+      .def("stats", [](PyEngineTier& t) { return StatsDict(WithoutGil([&] { return t.tier().Stats(); })); });
   BindTierCommon(cls, +[](PyEngineTier& t) -> EngineTier& { return t.tier(); });
 }
 

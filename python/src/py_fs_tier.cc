@@ -26,14 +26,6 @@
 namespace kvtier::py {
 namespace {
 
-FsTierOpenOptions OpenOptions(const Namespace& ns, uint64_t row_bytes, const pb::object& config) {
-  FsTierOpenOptions o;
-  o.tier = ParseTierConfig(config);
-  o.ns = ns.spec();
-  o.row_bytes = row_bytes;
-  return o;
-}
-
 struct PyJobResult {
   uint64_t job_id = 0;
   std::string kind;                  // "store", "load", "lookup"
@@ -65,7 +57,7 @@ using HeldRows = std::vector<HeldBuffer>;
 class PyFsTier {
  public:
   PyFsTier(const Namespace& ns, uint64_t row_bytes, const pb::object& config) : row_bytes_(row_bytes) {
-    const FsTierOpenOptions o = OpenOptions(ns, row_bytes, config);  // with the GIL: reads `config`
+    const FsTierOpenOptions o = TierOpenOptions(ns, row_bytes, config);  // with the GIL: reads `config`
     shell_ = Unwrap(WithoutGil([&] { return TierShell::Open(o, "fs tier"); }));
   }
   ~PyFsTier() { Close(); }
@@ -201,11 +193,6 @@ void BindEngineTier(pb::module_& m);
 void BindTiers(pb::module_& m) {
   BindFsTier(m);
   BindEngineTier(m);
-}
-
-// Exposed for py_engine_tier.cc.
-FsTierOpenOptions EngineOpenOptions(const Namespace& ns, uint64_t row_bytes, const pb::object& config) {
-  return OpenOptions(ns, row_bytes, config);
 }
 
 }  // namespace kvtier::py

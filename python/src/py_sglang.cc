@@ -13,7 +13,8 @@
 // The I/O methods never raise: SGLang's threads die on any exception, so an
 // argument that cannot be converted is every key's false (0 for
 // exists_prefix), logged once per method through logging.getLogger
-// ("kvtier.sglang"). The store itself counts and logs its own failures.
+// ("kvtier.sglang") (ConvertOrLog, py_common.h). The store itself counts and
+// logs its own failures.
 #include <pybind11/stl.h>
 
 #include <atomic>
@@ -37,25 +38,14 @@ namespace {
   ThrowStatus(InvalidArgument("spec key '" + key + "': " + rule));
 }
 
-std::string SpecText(const std::string& key, pb::handle value) {
-  if (!PyUnicode_Check(value.ptr())) RefuseSpec(key, "expected a str, got " + TypeName(value));
-  Py_ssize_t n = 0;
-  const char* text = PyUnicode_AsUTF8AndSize(value.ptr(), &n);
-  if (text == nullptr) {
-    PyErr_Clear();
-    RefuseSpec(key, "a string that is not Unicode text");
-  }
-  return std::string(text, static_cast<size_t>(n));
-}
-
 // One field of the spec dict into `spec`; false for an unknown key.
 bool SetSpecField(SglangPageSpec& spec, const std::string& key, pb::handle v) {
   const std::string name = "spec key '" + key + "'";
-  if (key == "model_name") spec.model_name = SpecText(key, v);
-  else if (key == "model_path") spec.model_path = v.is_none() ? std::nullopt : std::optional(SpecText(key, v));
-  else if (key == "model_revision") spec.model_revision = v.is_none() ? std::nullopt : std::optional(SpecText(key, v));
-  else if (key == "mem_layout") spec.mem_layout = SpecText(key, v);
-  else if (key == "dtype") spec.dtype = SpecText(key, v);
+  if (key == "model_name") spec.model_name = StrArg(name, v);
+  else if (key == "model_path") spec.model_path = v.is_none() ? std::nullopt : std::optional(StrArg(name, v));
+  else if (key == "model_revision") spec.model_revision = v.is_none() ? std::nullopt : std::optional(StrArg(name, v));
+  else if (key == "mem_layout") spec.mem_layout = StrArg(name, v);
+  else if (key == "dtype") spec.dtype = StrArg(name, v);
   else if (key == "page_size") spec.page_size = IntArg(name, v);
   else if (key == "k_bytes_per_token") spec.k_bytes_per_token = IntArg(name, v);
   else if (key == "v_bytes_per_token") spec.v_bytes_per_token = IntArg(name, v);
@@ -86,59 +76,8 @@ SglangPageSpec SpecFromDict(const pb::handle& obj) {
   return spec;
 }
 
-// (address, bytes) -> a span; both non-negative integers, the address non-null.
-std::span<uint8_t> Piece(const std::string& name, pb::handle item) {
-  if (!PyTuple_Check(item.ptr()) && !PyList_Check(item.ptr())) {
-    ThrowStatus(InvalidArgument(name + ": expected an (address, nbytes) pair, got " + TypeName(item)));
-  }
-  pb::sequence pair = pb::reinterpret_borrow<pb::sequence>(item);
-  if (pair.size() != 2) ThrowStatus(InvalidArgument(name + ": expected an (address, nbytes) pair"));
-  const int64_t addr = IntArg(name + " address", pair[0]);
-  const int64_t len = IntArg(name + " nbytes", pair[1]);
-  if (addr <= 0 || len < 0) ThrowStatus(InvalidArgument(name + ": a null address or a negative size"));
-  return {reinterpret_cast<uint8_t*>(static_cast<uintptr_t>(addr)), static_cast<size_t>(len)};
-}
-
-std::vector<SglangPagePieces> PagesArg(const pb::handle& obj) {
-  pb::sequence pages = SequenceArg("pieces", obj);
-  std::vector<SglangPagePieces> out;
-  out.reserve(pages.size());
-  for (size_t i = 0; i < pages.size(); ++i) {
-    const std::string name = "pieces[" + std::to_string(i) + "]";
-    pb::sequence page = SequenceArg(name, pages[i]);
-    SglangPagePieces pieces;
-    pieces.reserve(page.size());
-    for (size_t j = 0; j < page.size(); ++j) pieces.push_back(Piece(name + "[" + std::to_string(j) + "]", page[j]));
-    out.push_back(std::move(pieces));
-  }
-  return out;
-}
-
-std::vector<std::string> KeyStrings(const pb::handle& obj) {
-  pb::sequence keys = SequenceArg("keys", obj);
-  std::vector<std::string> out;
-  out.reserve(keys.size());
-  for (size_t i = 0; i < keys.size(); ++i) {
-    pb::handle k = keys[i];
-    if (!PyUnicode_Check(k.ptr())) {
-      ThrowStatus(InvalidArgument("keys[" + std::to_string(i) + "]: expected a str, got " + TypeName(k)));
-    }
-    out.push_back(SpecText("keys[" + std::to_string(i) + "]", k));
-  }
-  return out;
-}
-
 std::vector<std::string_view> Views(const std::vector<std::string>& keys) {
   return {keys.begin(), keys.end()};
-}
-
-// A failure to convert one call's arguments, logged the first time per method.
-void NoteBadCall(std::atomic<bool>& logged, const char* method, const pb::error_already_set& e) {
-  if (!logged.exchange(true)) {
-    pb::module_::import("logging").attr("getLogger")("kvtier.sglang").attr("warning")(
-        std::string("kvtier.sglang: SglangStore.") + method + " refused its arguments (" + e.what() +
-        "); every key answered false, logged only once");
-  }
 }
 
 class PySglangStore {
@@ -150,7 +89,7 @@ class PySglangStore {
     if (!registered_memory.is_none()) {
       pb::sequence regions = SequenceArg("registered_memory", registered_memory);
       for (size_t i = 0; i < regions.size(); ++i) {
-        o.registered_memory.push_back(Piece("registered_memory[" + std::to_string(i) + "]", regions[i]));
+        o.registered_memory.push_back(PieceArg("registered_memory[" + std::to_string(i) + "]", regions[i]));
       }
     }
     store_ = Unwrap(WithoutGil([&] { return SglangStore::Open(o); }));
@@ -159,10 +98,7 @@ class PySglangStore {
 
   size_t ExistsPrefix(const pb::object& keys_obj) {
     std::vector<std::string> keys;
-    try {
-      keys = KeyStrings(keys_obj);
-    } catch (const pb::error_already_set& e) {
-      NoteBadCall(bad_exists_, "exists_prefix", e);
+    if (!ConvertOrLog(bad_exists_, kLogger, "SglangStore.exists_prefix", [&] { keys = StrsArg("keys", keys_obj); })) {
       return 0;
     }
     pb::gil_scoped_release release;
@@ -202,22 +138,13 @@ class PySglangStore {
  private:
   static bool Convert(const pb::object& keys_obj, const pb::object& pieces_obj, std::vector<std::string>& keys,
                       std::vector<SglangPagePieces>& pages, std::atomic<bool>& logged, const char* method) {
-    try {
-      keys = KeyStrings(keys_obj);
-      pages = PagesArg(pieces_obj);
-      return true;
-    } catch (const pb::error_already_set& e) {
-      NoteBadCall(logged, method, e);
-      return false;
-    }
-  }
-  // One false per key when the keys can be counted, else an empty list.
-  static std::vector<bool> AllFalse(const pb::object& keys_obj) {
-    const Py_ssize_t n = PyObject_Length(keys_obj.ptr());
-    if (n < 0) PyErr_Clear();
-    return std::vector<bool>(n > 0 ? static_cast<size_t>(n) : 0, false);
+    return ConvertOrLog(logged, kLogger, std::string("SglangStore.") + method, [&] {
+      keys = StrsArg("keys", keys_obj);
+      pages = PagesOfPiecesArg("pieces", pieces_obj);
+    });
   }
 
+  static constexpr const char* kLogger = "kvtier.sglang";
   std::unique_ptr<SglangStore> store_;
   uint64_t store_queue_bytes_max_ = 0;  // a store call over this is dropped whole (kvtier.sglang splits)
   std::atomic<bool> bad_exists_{false}, bad_load_{false}, bad_store_{false};

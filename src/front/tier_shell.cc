@@ -21,7 +21,9 @@
 #include <unordered_set>
 #include <utility>
 
+#include "format/root_list.h"
 #include "front/memory_claims.h"
+#include "ops/clear_blocks.h"
 
 namespace kvtier {
 namespace {
@@ -110,6 +112,8 @@ struct TierShell::Rep {
   std::string backend, checksum_place;
   bool o_direct = false, xattrs_supported = false;
   std::optional<Namespace> ns;  // where the tier's files are (its key's namespace when sealed)
+  std::vector<std::string> roots;  // the tier's roots (ClearNamespace walks each)
+  uint32_t io_timeout_ms = 0;      // ClearNamespace's deadline per file-system call (0: none)
 
   // Moves finished jobs from the tier into `finished` (all of them with
   // `force`, else only when one was signalled). Under mu.
@@ -156,6 +160,11 @@ TierShell::~TierShell() { Close(); }
 Result<std::unique_ptr<TierShell>> TierShell::Open(FsTierOpenOptions options, std::string name, Opener open) {
   auto rep = std::make_unique<Rep>();
   rep->name = std::move(name);
+  rep->roots = {options.tier.root_dir};
+  if (options.tier.path_sharding == PathSharding::kByBlockHash) {
+    KVTIER_ASSIGN_OR_RETURN(rep->roots, format::SplitRootDirs(options.tier.root_dir, true));
+  }
+  rep->io_timeout_ms = options.tier.io_timeout_ms;
   options.on_job_finished = [signal = rep->signal, own = std::move(options.on_job_finished)] {
     signal->Raise();
     if (own) own();
@@ -200,6 +209,12 @@ Result<uint64_t> TierShell::Submit(MemoryUse use, std::span<const MemoryRange> m
   rep_->claims.Take(*job, memory, use, conflicts);
   ++rep_->outstanding;
   return job;
+}
+
+Result<JobResult> TierShell::SubmitAndWait(MemoryUse use, std::span<const MemoryRange> memory,
+                                           const SubmitFn& submit, std::vector<size_t>* refused) {
+  KVTIER_ASSIGN_OR_RETURN(const uint64_t job, Submit(use, memory, submit, {}, refused));
+  return WaitFor(job, kForever);
 }
 
 size_t TierShell::Poll(std::vector<JobResult>* out) {
@@ -304,6 +319,12 @@ void TierShell::Close() {
   rep_->signal->Bump();  // WaitFor callers whose job was not collected: kNotFound
 }
 
+Result<uint64_t> TierShell::ClearNamespace(const BlockFilter& filter) {
+  Use use(*this);  // the roots and names are the shell's: they outlive the call, and the walk copies them
+  if (!use) return Closed();
+  return internal::ClearBlockDirs(rep_->roots, rep_->ns->block_dir_name(), rep_->io_timeout_ms, filter);
+}
+
 Result<std::string> TierShell::PrometheusText(std::string_view tier_name) const {
   std::lock_guard lock(rep_->mu);
   if (rep_->closing) return Closed();
@@ -326,6 +347,7 @@ bool TierShell::o_direct() const { return rep_->o_direct; }
 bool TierShell::xattrs_supported() const { return rep_->xattrs_supported; }
 std::string_view TierShell::checksum_place() const { return rep_->checksum_place; }
 const Namespace& TierShell::ns() const { return *rep_->ns; }
+const std::vector<std::string>& TierShell::roots() const { return rep_->roots; }
 
 FsTier* TierShell::tier_for_tests() {
   std::lock_guard lock(rep_->mu);

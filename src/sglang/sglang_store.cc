@@ -8,26 +8,23 @@
 // load's op may still copy into the caller's pieces, and a store's may
 // still read them, until its job is returned. For the same reason a page
 // whose memory a call in flight writes (or, for a load, reads) is that
-// key's false. Clear touches no caller memory, so its walk runs on a thread
-// of its own under a watch (ops/io_watch.h) and is abandoned on a hung mount.
+// key's false. Clear touches no caller memory: the shell's ClearNamespace
+// runs its walk under a watch and abandons it on a hung mount.
 #include <algorithm>
-#include <atomic>
-#include <optional>
 #include <type_traits>
 
+#include "format/layout_names.h"
 #include "format/root_list.h"
 #include "kvtier/sglang.h"
 #include "kvtier/tier_shell.h"
-#include "ops/io_watch.h"
-#include "sglang/sglang_clear.h"
-#include "util/log.h"
+#include "util/log_once.h"
 
 namespace kvtier {
 namespace {
 
 // Failures are logged once per kind for the life of a store (SGLang calls
 // every step; its threads must not flood the log).
-enum class LogOnce : int { kBadPage, kLoadFailed, kStoreFailed, kLookupFailed, kSubmit, kShared, kCount };
+enum LogKind : size_t { kBadPage, kLoadFailed, kStoreFailed, kLookupFailed, kSubmit, kShared, kLogKinds };
 
 // The keys and pages to submit, with each one's index in the call.
 template <class Piece>
@@ -46,20 +43,11 @@ struct Batch {
 }  // namespace
 
 struct SglangStore::Rep {
-  explicit Rep(SglangNamespace n) : ns(std::move(n)) {}
+  explicit Rep(SglangNamespace n) : ns(std::move(n)), log("sglang store " + ns.dir_name(), kLogKinds) {}
 
   SglangNamespace ns;
-  std::optional<Namespace> stored;  // where the tier's files are: ns's, or its key's when sealed (L162)
-  std::vector<std::string> roots;  // the tier's roots, for Clear
-  uint32_t io_timeout_ms = 0;      // Clear's deadline per file-system call (0: none)
   std::unique_ptr<TierShell> shell;
-  std::atomic<bool> logged[static_cast<int>(LogOnce::kCount)] = {};
-
-  void WarnOnce(LogOnce kind, const std::string& message) {
-    if (!logged[static_cast<int>(kind)].exchange(true)) {
-      internal::LogWarning("sglang store " + ns.dir_name() + ": " + message + " (logged once)");
-    }
-  }
+  internal::LogOnce log;
 
   // The pages of page_bytes (the others stay false).
   template <class Piece>
@@ -69,9 +57,8 @@ struct SglangStore::Rep {
       uint64_t bytes = 0;
       for (const auto& p : pages[i]) bytes += p.size();
       if (bytes != ns.page_bytes()) {
-        WarnOnce(LogOnce::kBadPage, "page of key \"" + std::string(keys[i]) + "\" is " + std::to_string(bytes) +
-                                        " bytes in its pieces, a page is " + std::to_string(ns.page_bytes()) +
-                                        ": not moved");
+        log.Warn(kBadPage, "page of key \"" + std::string(keys[i]) + "\" is " + std::to_string(bytes) +
+                               " bytes in its pieces, a page is " + std::to_string(ns.page_bytes()) + ": not moved");
         continue;
       }
       b.keys.push_back(SglangNamespace::PageKey(keys[i]));
@@ -82,11 +69,11 @@ struct SglangStore::Rep {
   }
 
   // Logs the first failure of a kind, naming its key; true for success.
-  bool Outcome(LogOnce kind, std::string_view key, const KeyResult& r, bool skipped_ok) {
-    if (r.outcome == KeyOutcome::kOk || (skipped_ok && r.outcome == KeyOutcome::kSkippedExists)) return true;
+  bool Outcome(LogKind log_kind, JobKind kind, std::string_view key, const KeyResult& r) {
+    if (KeySucceeded(kind, r.outcome)) return true;
     if (r.outcome != KeyOutcome::kMiss) {
-      WarnOnce(kind, "key \"" + std::string(key) + "\": " + std::string(KeyOutcomeName(r.outcome)) + " (" +
-                         r.status.ToString() + ")");
+      log.Warn(log_kind, "key \"" + std::string(key) + "\": " + std::string(KeyOutcomeName(r.outcome)) + " (" +
+                             r.status.ToString() + ")");
     }
     return false;
   }
@@ -105,7 +92,7 @@ std::vector<KeyResult> SglangStore::Rep::SubmitAndWait(std::span<const std::stri
                                                        const Batch<Piece>& b, Batch<Piece>& sent) {
   constexpr bool kLoad = !std::is_const_v<typename Piece::element_type>;
   std::vector<size_t> shared;
-  Result<uint64_t> id = shell->Submit(
+  Result<JobResult> done = shell->SubmitAndWait(
       kLoad ? MemoryUse::kWrite : MemoryUse::kRead, RowRanges(std::span(b.pages)),
       [&](FsTier& tier) -> Result<uint64_t> {
         for (size_t i = 0, s = 0; i < b.keys.size(); ++i) {
@@ -116,16 +103,13 @@ std::vector<KeyResult> SglangStore::Rep::SubmitAndWait(std::span<const std::stri
         if constexpr (kLoad) return tier.SubmitLoadPieces(sent.keys, sent.pages);
         else return tier.SubmitStorePieces(sent.keys, sent.pages);
       },
-      {}, &shared);
+      &shared);
   if (!shared.empty()) {
-    WarnOnce(LogOnce::kShared, "page of key \"" + std::string(keys[b.at[shared.front()]]) +
-                                   "\" shares host memory with another page of the call or a call in flight: not moved");
+    log.Warn(kShared, "page of key \"" + std::string(keys[b.at[shared.front()]]) +
+                          "\" shares host memory with another page of the call or a call in flight: not moved");
   }
-  if (!id.ok()) {
-    if (shared.size() != b.keys.size()) WarnOnce(LogOnce::kSubmit, "job refused: " + id.status().ToString());
-    return {};
-  }
-  Result<JobResult> done = shell->WaitFor(*id, TierShell::kForever);
+  // A call holds its Use: the wait cannot fail, so a failure is the submit's.
+  if (!done.ok() && shared.size() != b.keys.size()) log.Warn(kSubmit, "job refused: " + done.status().ToString());
   return done.ok() ? std::move(done->keys) : std::vector<KeyResult>{};
 }
 
@@ -142,7 +126,7 @@ std::vector<bool> SglangStore::Rep::Move(std::span<const std::string_view> keys,
   const std::vector<KeyResult> results = SubmitAndWait(keys, b, sent);
   for (size_t j = 0; j < results.size() && j < sent.at.size(); ++j) {
     const size_t i = sent.at[j];
-    ok[i] = Outcome(kLoad ? LogOnce::kLoadFailed : LogOnce::kStoreFailed, keys[i], results[j], !kLoad);
+    ok[i] = Outcome(kLoad ? kLoadFailed : kStoreFailed, kLoad ? JobKind::kLoad : JobKind::kStore, keys[i], results[j]);
   }
   return ok;
 }
@@ -152,21 +136,13 @@ SglangStore::~SglangStore() { Close(); }
 
 Result<std::unique_ptr<SglangStore>> SglangStore::Open(const SglangStoreOptions& options) {
   KVTIER_ASSIGN_OR_RETURN(SglangNamespace ns, SglangNamespace::Create(options.spec));
-  const bool sharded = options.tier.path_sharding == PathSharding::kByBlockHash;
-  std::vector<std::string> roots{options.tier.root_dir};
-  if (sharded) {
-    KVTIER_ASSIGN_OR_RETURN(roots, format::SplitRootDirs(options.tier.root_dir, true));
-  }
   auto rep = std::make_unique<Rep>(std::move(ns));
-  rep->roots = std::move(roots);
-  rep->io_timeout_ms = options.tier.io_timeout_ms;
   FsTierOpenOptions o;
   o.tier = options.tier;
   o.prebuilt_ns = rep->ns.fs_namespace();
   o.row_bytes = rep->ns.page_bytes();
   o.registered_memory = options.registered_memory;
   KVTIER_ASSIGN_OR_RETURN(rep->shell, TierShell::Open(o, "sglang store"));
-  rep->stored = rep->shell->ns();
   return std::unique_ptr<SglangStore>(new SglangStore(std::move(rep)));
 }
 
@@ -176,15 +152,14 @@ size_t SglangStore::ExistsPrefix(std::span<const std::string_view> keys) {
   std::vector<OffloadKey> page_keys;
   page_keys.reserve(keys.size());
   for (std::string_view k : keys) page_keys.push_back(SglangNamespace::PageKey(k));
-  Result<uint64_t> id = rep_->shell->Submit([&](FsTier& t) { return t.SubmitLookup(page_keys); });
-  if (!id.ok()) {
-    rep_->WarnOnce(LogOnce::kSubmit, "lookup refused: " + id.status().ToString());
+  Result<JobResult> done =
+      rep_->shell->SubmitAndWait(MemoryUse::kRead, {}, [&](FsTier& t) { return t.SubmitLookup(page_keys); });
+  if (!done.ok()) {  // a call holds its Use: the wait cannot fail, so a failure is the submit's
+    rep_->log.Warn(kSubmit, "lookup refused: " + done.status().ToString());
     return 0;
   }
-  Result<JobResult> done = rep_->shell->WaitFor(*id, TierShell::kForever);
-  const std::vector<KeyResult> results = done.ok() ? std::move(done->keys) : std::vector<KeyResult>{};
   size_t n = 0;
-  while (n < results.size() && rep_->Outcome(LogOnce::kLookupFailed, keys[n], results[n], false)) ++n;
+  while (n < done->keys.size() && rep_->Outcome(kLookupFailed, JobKind::kLookup, keys[n], done->keys[n])) ++n;
   return n;
 }
 
@@ -198,21 +173,9 @@ std::vector<bool> SglangStore::Store(std::span<const std::string_view> keys,
 }
 
 Result<uint64_t> SglangStore::Clear() {
-  TierShell::Use use(*rep_->shell);
-  if (!use) return rep_->shell->Closed();
-  uint64_t removed = 0;
-  for (size_t i = 0; i < rep_->roots.size(); ++i) {
-    // On a thread of its own, watched per call: a hung mount answers
-    // kTimedOut, and the abandoned walk owns its copies of the names (the
-    // store may be closed and freed before it returns).
-    Result<uint64_t> n = internal::RunWatchedFor<uint64_t>(
-        rep_->io_timeout_ms, "", [root = rep_->roots[i], dir = rep_->stored->block_dir_name()] {
-          return internal::ClearBlockDir(root, dir);
-        });
-    if (!n.ok()) return rep_->roots.size() == 1 ? n : n.status().WithContext("root_dir[" + std::to_string(i) + "]");
-    removed += *n;
-  }
-  return removed;
+  // A page is group 0 with a 64-hex name (L106); other block files are not this store's.
+  return rep_->shell->ClearNamespace(
+      [](std::string_view hex, uint32_t group) { return group == 0 && hex.size() == format::kBlockHexCharsLong; });
 }
 
 FsTierMetrics SglangStore::Metrics() const {
@@ -220,13 +183,14 @@ FsTierMetrics SglangStore::Metrics() const {
 }
 
 const SglangNamespace& SglangStore::ns() const { return rep_->ns; }
-const Namespace& SglangStore::stored_namespace() const { return *rep_->stored; }
+const Namespace& SglangStore::stored_namespace() const { return rep_->shell->ns(); }
 
 std::string SglangStore::PagePath(std::string_view key) const {
   // The roots never change and BlockPath needs no I/O, but the tier may be gone.
   const OffloadKey page = SglangNamespace::PageKey(key);
-  const size_t root = rep_->roots.size() == 1 ? 0 : format::RootIndexOf(page.hash.bytes(), rep_->roots.size());
-  return JoinRoot(rep_->roots[root], rep_->ns.PageRelPath(key));
+  const std::vector<std::string>& roots = rep_->shell->roots();
+  const size_t root = roots.size() == 1 ? 0 : format::RootIndexOf(page.hash.bytes(), roots.size());
+  return JoinRoot(roots[root], rep_->ns.PageRelPath(key));
 }
 
 void SglangStore::Close() { rep_->shell->Close(); }

@@ -1,7 +1,8 @@
 // EngineTier (include/kvtier/engine_tier.h): the verdict cache, the job table
 // that maps the fs tier's job ids to the engine's, and result assembly, over
 // a TierShell (include/kvtier/tier_shell.h) that owns the admission, the
-// close, the rows in use and the collection of completions.
+// close, the rows in use and the collection of completions; the slots
+// become rows through a RowRegion (front/row_region.h).
 #include "kvtier/engine_tier.h"
 
 #include <chrono>
@@ -12,6 +13,7 @@
 #include <unordered_set>
 #include <utility>
 
+#include "front/row_region.h"
 #include "kvtier/tier_shell.h"
 
 namespace kvtier {
@@ -19,12 +21,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// The cache's key: block hash bytes followed by the group index (the bytes
-// of vLLM's OffloadKey).
+// The cache's key: the bytes of vLLM's OffloadKey (OffloadKey::Bytes).
 std::string KeyId(const OffloadKey& key) {
-  std::string id(reinterpret_cast<const char*>(key.hash.bytes().data()), key.hash.size());
-  for (int shift = 24; shift >= 0; shift -= 8) id.push_back(static_cast<char>(key.group_idx >> shift));
-  return id;
+  const std::vector<uint8_t> bytes = key.Bytes();
+  return {bytes.begin(), bytes.end()};
 }
 
 std::vector<std::string> KeyIds(std::span<const OffloadKey> keys) {
@@ -48,12 +48,10 @@ struct Job {
   Clock::time_point submitted;
 };
 
-bool KeyStored(KeyOutcome o) { return o == KeyOutcome::kOk || o == KeyOutcome::kSkippedExists; }
-
 class EngineTierImpl final : public EngineTier {
  public:
-  EngineTierImpl(std::unique_ptr<TierShell> shell, std::span<uint8_t> rows, uint64_t row_bytes)
-      : shell_(std::move(shell)), rows_(rows), row_bytes_(row_bytes) {}
+  EngineTierImpl(std::unique_ptr<TierShell> shell, internal::RowRegion region)
+      : shell_(std::move(shell)), region_(region) {}
   ~EngineTierImpl() override { Shutdown(); }
 
   LookupVerdict Lookup(const OffloadKey& key, std::string_view request_id) override {
@@ -149,7 +147,8 @@ class EngineTierImpl final : public EngineTier {
  private:
   Status Submit(int64_t job_id, bool is_load, std::span<const OffloadKey> keys,
                 std::span<const int64_t> slots);
-  Status CheckJob(int64_t job_id, std::span<const OffloadKey> keys, std::span<const int64_t> slots) const;
+  Result<std::vector<std::span<uint8_t>>> JobRows(int64_t job_id, std::span<const OffloadKey> keys,
+                                                  std::span<const int64_t> slots) const;
   void CollectLocked();
   void FinishJobLocked(const JobResult& done);
   void AddInterestLocked(KeyState& state, const std::string& id, std::string_view request_id);
@@ -160,8 +159,7 @@ class EngineTierImpl final : public EngineTier {
   // Lock order: mu_, then the shell's (which never calls back).
   std::mutex mu_;
   const std::unique_ptr<TierShell> shell_;
-  const std::span<uint8_t> rows_;
-  const uint64_t row_bytes_;
+  const internal::RowRegion region_;
   std::unordered_map<std::string, KeyState> keys_;
   std::unordered_map<std::string, std::vector<std::string>> request_keys_;
   std::vector<OffloadKey> batch_;
@@ -218,35 +216,26 @@ void EngineTierImpl::ApplyVerdictsLocked(const std::vector<std::string>& ids, Lo
   for (const std::string& id : ids) SetVerdictLocked(id, verdict);
 }
 
-// The checks that are the engine's own; the rows in use are the shell's.
-Status EngineTierImpl::CheckJob(int64_t job_id, std::span<const OffloadKey> keys,
-                                std::span<const int64_t> slots) const {
+// The job's rows, after the checks that are the engine's own; the rows in use are the shell's.
+Result<std::vector<std::span<uint8_t>>> EngineTierImpl::JobRows(int64_t job_id, std::span<const OffloadKey> keys,
+                                                                std::span<const int64_t> slots) const {
   const std::string job = "engine tier: job " + std::to_string(job_id);
   if (keys.size() != slots.size()) {
     return InvalidArgument(job + " has " + std::to_string(keys.size()) + " keys but " +
                            std::to_string(slots.size()) + " slots");
   }
-  const uint64_t n_rows = rows_.size() / row_bytes_;
-  for (int64_t slot : slots) {
-    if (slot < 0 || static_cast<uint64_t>(slot) >= n_rows) {
-      return InvalidArgument(job + ": slot " + std::to_string(slot) + " is outside the " + std::to_string(n_rows) +
-                             " rows");
-    }
-  }
+  KVTIER_ASSIGN_OR_RETURN(std::vector<std::span<uint8_t>> rows, region_.Rows(slots, job));
   if (taken_.contains(job_id)) {
     return InvalidArgument("engine tier: job id " + std::to_string(job_id) + " is in flight or its result not yet polled");
   }
-  return Status::Ok();
+  return rows;
 }
 
 Status EngineTierImpl::Submit(int64_t job_id, bool is_load, std::span<const OffloadKey> keys,
                               std::span<const int64_t> slots) {
   std::lock_guard lock(mu_);
   if (shell_->closing()) return shell_->Closed();
-  KVTIER_RETURN_IF_ERROR(CheckJob(job_id, keys, slots));
-  std::vector<std::span<uint8_t>> rows;
-  rows.reserve(slots.size());
-  for (int64_t slot : slots) rows.push_back(rows_.subspan(static_cast<uint64_t>(slot) * row_bytes_, row_bytes_));
+  KVTIER_ASSIGN_OR_RETURN(const std::vector<std::span<uint8_t>> rows, JobRows(job_id, keys, slots));
   const std::vector<std::span<const uint8_t>> src(rows.begin(), rows.end());
   const Clock::time_point submitted = Clock::now();
   bool reached_fs = false;
@@ -290,9 +279,9 @@ void EngineTierImpl::FinishJobLocked(const JobResult& done) {
   r.success = true;
   for (size_t i = 0; i < job.key_ids.size(); ++i) {
     const KeyOutcome o = i < done.keys.size() ? done.keys[i].outcome : KeyOutcome::kError;
-    const bool ok = job.is_load ? o == KeyOutcome::kOk : KeyStored(o);
+    const bool ok = KeySucceeded(job.is_load ? JobKind::kLoad : JobKind::kStore, o);
     if (ok && job.is_load) r.ok_keys.push_back(static_cast<uint32_t>(i));
-    if (o == KeyOutcome::kOk) r.bytes += row_bytes_;
+    if (o == KeyOutcome::kOk) r.bytes += region_.row_bytes();
     r.success = r.success && ok;
     // A failed load must not be offered again; a stored key now exists.
     if (job.is_load && !ok) SetVerdictLocked(job.key_ids[i], LookupVerdict::kMiss);
@@ -312,15 +301,11 @@ void EngineTierImpl::CollectLocked() {
 }  // namespace
 
 Result<std::unique_ptr<EngineTier>> EngineTier::Open(EngineTierOptions options) {
-  const uint64_t row_bytes = options.fs.row_bytes;
-  if (options.rows.empty() || row_bytes == 0 || options.rows.size() % row_bytes != 0) {
-    return InvalidArgument("engine tier: the row region (" + std::to_string(options.rows.size()) +
-                           " bytes) must be a non-empty whole number of rows of " +
-                           std::to_string(row_bytes) + " bytes");
-  }
+  KVTIER_ASSIGN_OR_RETURN(internal::RowRegion region,
+                          internal::RowRegion::Make(options.rows, options.fs.row_bytes, "engine tier"));
   options.fs.registered_memory = {options.rows};
   KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<TierShell> shell, TierShell::Open(options.fs, "engine tier"));
-  return std::unique_ptr<EngineTier>(new EngineTierImpl(std::move(shell), options.rows, row_bytes));
+  return std::unique_ptr<EngineTier>(new EngineTierImpl(std::move(shell), region));
 }
 
 }  // namespace kvtier

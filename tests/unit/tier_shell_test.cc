@@ -11,7 +11,9 @@
 //    idempotent, and threads racing it each complete or get kUnavailable;
 //  * waits: WaitFor returns the caller's own job while another thread waits
 //    for its own; with a deadline it answers kTimedOut and keeps the job's
-//    memory claimed until the job has finished.
+//    memory claimed until the job has finished;
+//  * clear: ClearNamespace removes the namespace's block files that its
+//    filter accepts (every one without a filter), and no foreign file.
 #include "kvtier/tier_shell.h"
 
 #include <gtest/gtest.h>
@@ -241,6 +243,33 @@ TEST_F(TierShellTest, WaitForReturnsOnesOwnJobAndAtItsDeadlineKeepsTheMemoryClai
   std::vector<JobResult> polled;
   EXPECT_EQ(shell_->Poll(&polled), 0u) << "the abandoned job was handed over";
   ASSERT_OK(Load({5}).status());  // it finished: its claim ended
+}
+
+// Blocks of group 0 and 1 (vLLM's groups): a filter keeps group 0's, no filter clears the rest.
+TEST_F(TierShellTest, ClearNamespaceRemovesTheBlocksItsFilterAcceptsAndNoForeignFile) {
+  std::vector<OffloadKey> keys;
+  for (size_t i = 0; i < 6; ++i) {
+    keys.push_back(testing::Key(i));
+    keys.back().group_idx = static_cast<uint32_t>(i % 2);
+  }
+  const std::vector<std::span<const uint8_t>> rows(6, rows_.Row(0));
+  ASSERT_OK_AND_ASSIGN(JobResult stored,
+                       shell_->SubmitAndWait(MemoryUse::kRead, {}, [&](FsTier& t) { return t.SubmitStore(keys, rows); }));
+  ASSERT_EQ(stored.OkPrefix(), 6u);
+  const std::filesystem::path foreign = root_.path() / shell_->ns().block_dir_name() / "notes.bin";
+  testing::WriteFileOrDie(foreign, "foreign");
+  ASSERT_OK_AND_ASSIGN(uint64_t odd, shell_->ClearNamespace([](std::string_view, uint32_t group) { return group == 1; }));
+  EXPECT_EQ(odd, 3u);
+  ASSERT_OK_AND_ASSIGN(JobResult found,
+                       shell_->SubmitAndWait(MemoryUse::kRead, {}, [&](FsTier& t) { return t.SubmitLookup(keys); }));
+  for (size_t i = 0; i < keys.size(); ++i) {
+    EXPECT_EQ(found.keys[i].outcome, i % 2 == 0 ? KeyOutcome::kOk : KeyOutcome::kMiss) << "key " << i;
+  }
+  ASSERT_OK_AND_ASSIGN(uint64_t rest, shell_->ClearNamespace());
+  EXPECT_EQ(rest, 3u);
+  EXPECT_TRUE(std::filesystem::exists(foreign));
+  shell_->Close();
+  EXPECT_EQ(shell_->ClearNamespace().status().code(), StatusCode::kUnavailable);
 }
 
 }  // namespace

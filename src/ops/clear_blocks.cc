@@ -1,14 +1,14 @@
-// SglangStore::Clear's walk: one namespace's block directory on one root,
-// removing only what the layout's parsers (format/layout_names.h) call a
-// page (L7, L8) or a page's temp file (L55) in its right shard (L6), and only
-// regular files; directories, symlinks and foreign names stay. No symlink
-// is followed on the way (L98).
+// The clear of a namespace's block directory on one root, removing only what
+// the layout's parsers (format/layout_names.h) call a block file (L7, L8) or
+// a block's temp file (L55) in its right shard (L6), and only regular files;
+// directories, symlinks and foreign names stay. No symlink is followed on the
+// way (L98).
 //
 // Every syscall is announced as one watched call (ops/io_watch.h), so that
-// SglangStore::Clear can run the walk under a watch and give up on a hung
-// mount; a walk abandoned by its watch makes no further call once the stuck
-// one returns (ECANCELED).
-#include "sglang/sglang_clear.h"
+// ClearBlockDirs can run the walk under a watch and give up on a hung mount;
+// a walk abandoned by its watch makes no further call once the stuck one
+// returns (ECANCELED).
+#include "ops/clear_blocks.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -44,18 +44,19 @@ int UnlinkWatched(int dirfd, const std::string& path, const DirEntry& e, bool di
   return scope.cancelled() ? ECANCELED : UnlinkIfSameAt(dirfd, e.name, e.st.st_dev, e.st.st_ino, dir);
 }
 
-// A regular file named as a page (or its temp file) of this shard.
-bool IsPageFile(const DirEntry& e, std::string_view shard1, std::string_view hh) {
+// A regular file named as a block (or its temp file) of this shard, that the filter accepts.
+bool IsBlockFile(const DirEntry& e, std::string_view shard1, const format::Shard2& shard2,
+                 const BlockNameFilter& filter) {
   if (e.stat_errno != 0 || !S_ISREG(e.st.st_mode)) return false;
   std::optional<std::string_view> hex = format::BlockFileHex(e.name);
   if (!hex) hex = format::BlockTmpHex(e.name);
-  return hex && hex->size() == format::kBlockHexCharsLong && format::BlockInShard(*hex, shard1, hh);
+  return hex && format::BlockInShard(*hex, shard1, shard2.hh) && (!filter || filter(*hex, shard2.group));
 }
 
 Status ClearShard2(int shard1_fd, const std::string& shown, std::string_view shard1, const DirEntry& d,
-                   uint64_t* removed) {
+                   const BlockNameFilter& filter, uint64_t* removed) {
   const std::optional<format::Shard2> parsed = format::ParseShard2Name(d.name);
-  if (!parsed || parsed->group != 0 || !S_ISDIR(d.st.st_mode)) return Status::Ok();
+  if (!parsed || !S_ISDIR(d.st.st_mode)) return Status::Ok();
   UniqueFd fd;
   const std::string path = shown + "/" + d.name;
   if (int err = OpenWatched(shard1_fd, d.name, path, &fd); err != 0) {
@@ -64,7 +65,7 @@ Status ClearShard2(int shard1_fd, const std::string& shown, std::string_view sha
   std::vector<DirEntry> files;
   if (int err = ListWatched(fd.get(), path, &files); err != 0) return ErrnoToStatus(err, "list " + path);
   for (const DirEntry& f : files) {
-    if (!IsPageFile(f, shard1, parsed->hh)) continue;
+    if (!IsBlockFile(f, shard1, *parsed, filter)) continue;
     const int err = UnlinkWatched(fd.get(), path + "/" + f.name, f, /*dir=*/false);
     if (err == 0) ++*removed;
     else if (err != ESTALE) return ErrnoToStatus(err, "unlink " + path + "/" + f.name);
@@ -74,7 +75,8 @@ Status ClearShard2(int shard1_fd, const std::string& shown, std::string_view sha
   return Status::Ok();
 }
 
-Status ClearShard1(int block_fd, const std::string& shown, const DirEntry& d, uint64_t* removed) {
+Status ClearShard1(int block_fd, const std::string& shown, const DirEntry& d, const BlockNameFilter& filter,
+                   uint64_t* removed) {
   if (!format::IsShard1Name(d.name) || !S_ISDIR(d.st.st_mode)) return Status::Ok();
   UniqueFd fd;
   const std::string path = shown + "/" + d.name;
@@ -83,14 +85,15 @@ Status ClearShard1(int block_fd, const std::string& shown, const DirEntry& d, ui
   }
   std::vector<DirEntry> shards;
   if (int err = ListWatched(fd.get(), path, &shards); err != 0) return ErrnoToStatus(err, "list " + path);
-  for (const DirEntry& s : shards) KVTIER_RETURN_IF_ERROR(ClearShard2(fd.get(), path, d.name, s, removed));
+  for (const DirEntry& s : shards) KVTIER_RETURN_IF_ERROR(ClearShard2(fd.get(), path, d.name, s, filter, removed));
   (void)UnlinkWatched(block_fd, path, d, /*dir=*/true);
   return Status::Ok();
 }
 
 }  // namespace
 
-Result<uint64_t> ClearBlockDir(const std::string& root_dir, const std::string& block_dir_name) {
+Result<uint64_t> ClearBlockDir(const std::string& root_dir, const std::string& block_dir_name,
+                               const BlockNameFilter& filter) {
   UniqueFd root;
   if (int err = OpenWatched(AT_FDCWD, root_dir, root_dir, &root); err != 0) {
     return ErrnoToStatus(err, "open " + root_dir);
@@ -104,7 +107,22 @@ Result<uint64_t> ClearBlockDir(const std::string& root_dir, const std::string& b
   std::vector<DirEntry> entries;
   if (int err = ListWatched(block.get(), shown, &entries); err != 0) return ErrnoToStatus(err, "list " + shown);
   uint64_t removed = 0;
-  for (const DirEntry& d : entries) KVTIER_RETURN_IF_ERROR(ClearShard1(block.get(), shown, d, &removed));
+  for (const DirEntry& d : entries) KVTIER_RETURN_IF_ERROR(ClearShard1(block.get(), shown, d, filter, &removed));
+  return removed;
+}
+
+Result<uint64_t> ClearBlockDirs(const std::vector<std::string>& roots, const std::string& block_dir_name,
+                                uint32_t io_timeout_ms, const BlockNameFilter& filter) {
+  uint64_t removed = 0;
+  for (size_t i = 0; i < roots.size(); ++i) {
+    // The abandoned walk of a hung mount owns its copies of the names and
+    // the filter: the caller may be gone before it returns.
+    Result<uint64_t> n = RunWatchedFor<uint64_t>(io_timeout_ms, "", [root = roots[i], block_dir_name, filter] {
+      return ClearBlockDir(root, block_dir_name, filter);
+    });
+    if (!n.ok()) return roots.size() == 1 ? n : n.status().WithContext("root_dir[" + std::to_string(i) + "]");
+    removed += *n;
+  }
   return removed;
 }
 
