@@ -226,7 +226,7 @@ std::string SglangStore::PagePath(std::string_view key) const {
   // The roots never change and BlockPath needs no I/O, but the tier may be gone.
   const OffloadKey page = SglangNamespace::PageKey(key);
   const size_t root = rep_->roots.size() == 1 ? 0 : format::RootIndexOf(page.hash.bytes(), rep_->roots.size());
-  return JoinRoot(rep_->roots[root], rep_->ns.PageRelPath(key));
+  return JoinRoot(rep_->roots[root], rep_->stored->BlockRelPath(page));  // a sealed store's own directory (L162)
 }
 
 void SglangStore::Close() { rep_->shell->Close(); }
