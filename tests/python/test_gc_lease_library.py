@@ -18,7 +18,15 @@ tree and the report.
 * ``kvtier.Collector`` (the watch collector, embedded) takes the lease, trims to its bound in
   passes, reports them in ``status()`` and ``metrics_text()``, makes ``kvtier.gc`` defer to it, and
   gives the lease up at ``stop()``; bad arguments and a directory that is not a root are refused.
+* A ``kvtier.Collector`` whose loop ended on one call that outlived ``io_timeout_s`` (a bindfs
+  mount whose daemon is stopped, then resumed; skipped in one line without root, bindfs or
+  /dev/fuse) gives its lease up once the mount answers: no gc.lease is left behind.
 """
+
+import os
+import shutil
+import signal
+import subprocess
 
 import pytest
 
@@ -102,3 +110,31 @@ def test_collector_arguments_are_checked(tmp_path):
     with pytest.raises(kvtier.KvtierError, match="does not look like"):
         kvtier.Collector(str(tmp_path))
     assert not (root / ".kvtier").exists() and not (tmp_path / ".kvtier").exists()
+
+
+def test_a_collector_ended_by_one_slow_call_gives_its_lease_up(tmp_path):
+    if os.geteuid() != 0 or shutil.which("bindfs") is None or not os.path.exists("/dev/fuse"):
+        pytest.skip("needs root, bindfs and /dev/fuse for a FUSE mount that can be made to stall")
+    backing, mnt = tmp_path / "backing", tmp_path / "mnt"
+    make_blocks(backing, 4, "a")
+    mnt.mkdir()
+    daemon = subprocess.Popen(["bindfs", "-f", str(backing), str(mnt)])
+    c = None
+    try:
+        wait_for("the mount", lambda: os.path.ismount(mnt))
+        # A TTL far longer than the stall: the lease is still this collector's when the mount answers.
+        c = kvtier.Collector(str(mnt), max_bytes=100 * ROW, interval_s=0.3, check_interval_s=0.05,
+                             collector_ttl_s=30, io_timeout_s=1)
+        c.start()
+        wait_for("the lease taken", lambda: (backing / ".kvtier" / "gc.lease").exists())
+        daemon.send_signal(signal.SIGSTOP)  # every call on the mount now waits in the kernel
+        wait_for("the loop to end on the stalled call", lambda: not c.status()["running"])
+        daemon.send_signal(signal.SIGCONT)  # the one slow call is answered
+        wait_for("the lease given up", lambda: not (backing / ".kvtier" / "gc.lease").exists())
+        with pytest.raises(kvtier.KvtierError):
+            c.stop()  # how the loop ended: timed out
+    finally:
+        c = None  # its lease directory's descriptor closed: the daemon can go at unmount
+        daemon.send_signal(signal.SIGCONT)
+        subprocess.run(["fusermount3", "-u", "-z", str(mnt)], timeout=10, check=False)
+        daemon.wait(timeout=10)
