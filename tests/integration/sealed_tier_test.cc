@@ -11,6 +11,8 @@
 //    (EBADMSG), a row read and refused is left all zeros and one refused
 //    unread for its size untouched, auth_failures counts each, and the file
 //    is removed (the extended one left in place, L66);
+//  * a tier closed while the mount still holds one of its requests wipes
+//    its keys all the same (their locked pages leave VmLck);
 //  * a load that fails after a short read put file bytes in the caller's
 //    row (a read error, a read finding the file cut, the file replaced past
 //    the reopens) leaves that row all zeros on io_uring's in-place reads
@@ -217,6 +219,32 @@ TEST_P(SealedTierTest, ALoadFailingAfterAShortReadLeavesNoFileBytesInTheRow) {
     EXPECT_TRUE(std::all_of(row.begin(), row.end(), [&](uint8_t b) { return b == left; }))
         << res << " seed " << seed_;
   }
+}
+
+// This process's locked memory (VmLck, kB): a sealed tier's keys live in
+// locked pages of their own (seal_key.cc).
+uint64_t LockedKb() {
+  const std::string status = testing::ReadFileOrDie("/proc/self/status");
+  const size_t at = status.find("VmLck:");
+  return at == std::string::npos ? 0 : std::stoull(status.substr(at + 6));
+}
+
+TEST_P(SealedTierTest, ClosingWithARequestStuckOnTheMountWipesTheKeys) {
+  const uint64_t before = LockedKb();
+  FsTierOpenOptions o = Options(KeyFile("a.key", kKeyA));
+  o.tier.io_timeout_ms = 100;  // the held request counts as stuck soon after
+  auto owned = std::make_unique<testing::FakeBackend>(seed_, testing::FaultPlan{});
+  testing::FakeBackend* fake = owned.get();  // left to the process exit by the close, as a hung ring is
+  fake->HoldWhere([](const internal::IoRequest&) { return true; });  // a hung mount
+  auto tier = internal::OpenFsTierWithBackend(o, std::move(owned)).value();
+  if (LockedKb() <= before) GTEST_SKIP() << "the key's page could not be locked (RLIMIT_MEMLOCK): nothing to see";
+  const auto keys = Keys(1, 0x25);
+  ASSERT_TRUE(tier->SubmitLookup(keys).ok());
+  for (int i = 0; i < 20000 && fake->held().empty(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_EQ(fake->held().size(), 1u);
+  tier.reset();  // returns once the request counts as stuck, leaving it to the kernel
+  EXPECT_EQ(fake->held().size(), 1u);
+  EXPECT_EQ(LockedKb(), before) << "the keys' locked page outlived the close";
 }
 
 TEST_P(SealedTierTest, LookupsCountOnlyFilesOfARowAndItsTrailer) {
