@@ -21,12 +21,16 @@ tree and the report.
 * A ``kvtier.Collector`` whose loop ended on one call that outlived ``io_timeout_s`` (a bindfs
   mount whose daemon is stopped, then resumed; skipped in one line without root, bindfs or
   /dev/fuse) gives its lease up once the mount answers: no gc.lease is left behind.
+* A Python process that exits with a started ``kvtier.Collector`` it never stopped, its threads
+  stuck on a stalled mount, exits: the collector is not waited for at interpreter exit.
 """
 
 import os
 import shutil
 import signal
 import subprocess
+import sys
+import time
 
 import pytest
 
@@ -135,6 +139,44 @@ def test_a_collector_ended_by_one_slow_call_gives_its_lease_up(tmp_path):
             c.stop()  # how the loop ended: timed out
     finally:
         c = None  # its lease directory's descriptor closed: the daemon can go at unmount
+        daemon.send_signal(signal.SIGCONT)
+        subprocess.run(["fusermount3", "-u", "-z", str(mnt)], timeout=10, check=False)
+        daemon.wait(timeout=10)
+
+
+# Starts a collector on argv[1] and exits at a line on stdin without stopping it.
+EXIT_WITH_A_STARTED_COLLECTOR = """
+import sys
+import kvtier
+c = kvtier.Collector(sys.argv[1], max_bytes=100 * 4096, interval_s=0.3, check_interval_s=0.05,
+                     collector_ttl_s=1, io_timeout_s=600)
+c.start()
+sys.stdin.readline()
+"""
+
+
+def test_a_process_exits_with_a_started_collector_stuck_on_a_stalled_mount(tmp_path):
+    if os.geteuid() != 0 or shutil.which("bindfs") is None or not os.path.exists("/dev/fuse"):
+        pytest.skip("needs root, bindfs and /dev/fuse for a FUSE mount that can be made to stall")
+    backing, mnt = tmp_path / "backing", tmp_path / "mnt"
+    make_blocks(backing, 4, "a")
+    mnt.mkdir()
+    daemon = subprocess.Popen(["bindfs", "-f", str(backing), str(mnt)])
+    child = None
+    try:
+        wait_for("the mount", lambda: os.path.ismount(mnt))
+        child = subprocess.Popen([sys.executable, "-c", EXIT_WITH_A_STARTED_COLLECTOR, str(mnt)],
+                                 stdin=subprocess.PIPE, text=True)
+        wait_for("the lease taken", lambda: (backing / ".kvtier" / "gc.lease").exists())
+        daemon.send_signal(signal.SIGSTOP)  # the loop's next statvfs waits in the kernel (for 600 s)
+        time.sleep(0.5)  # ten check intervals: the loop is in that call
+        child.stdin.write("exit\n")
+        child.stdin.flush()
+        assert child.wait(timeout=60) == 0, "interpreter exit waited for the collector's stuck loop"
+    finally:
+        if child is not None and child.poll() is None:
+            child.kill()
+            child.wait(timeout=10)
         daemon.send_signal(signal.SIGCONT)
         subprocess.run(["fusermount3", "-u", "-z", str(mnt)], timeout=10, check=False)
         daemon.wait(timeout=10)
