@@ -80,10 +80,7 @@ class FsTierImpl final : public FsTier {
     // thread is not joined either: a thread that set up an io_uring waits,
     // as it exits, for the ring's kernel workers, which are the ones stuck.
     KeepForever(std::move(backend_));
-    // The loop has exited: no op seals or opens a block again (a late
-    // completion is never reaped), so the keys are wiped now, not left to
-    // the process exit (~SealCipher, ~SealKey: L173).
-    shared_->seal.reset();
+    shared_->seal.reset();  // the loop has ended, no late completion is reaped: wipe the keys now (L173)
     KeepForever(std::move(shared_));  // the root fd: requests still queued in the kernel resolve paths from it
     io_thread_.detach();
   }
