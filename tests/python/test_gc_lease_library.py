@@ -25,8 +25,6 @@ tree and the report.
   stuck on a stalled mount, exits: the collector is not waited for at interpreter exit.
 """
 
-import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -35,7 +33,7 @@ import time
 import pytest
 
 import kvtier
-from test_gc_watch import FAST, ROW, Watcher, blocks, make_blocks, wait_for
+from test_gc_watch import FAST, ROW, Watcher, blocks, make_blocks, stallable_mount, wait_for  # noqa: F401
 
 TTL_S = 1.0  # the watch's --collector-ttl (FAST): every collector of a volume uses the same
 
@@ -116,32 +114,20 @@ def test_collector_arguments_are_checked(tmp_path):
     assert not (root / ".kvtier").exists() and not (tmp_path / ".kvtier").exists()
 
 
-def test_a_collector_ended_by_one_slow_call_gives_its_lease_up(tmp_path):
-    if os.geteuid() != 0 or shutil.which("bindfs") is None or not os.path.exists("/dev/fuse"):
-        pytest.skip("needs root, bindfs and /dev/fuse for a FUSE mount that can be made to stall")
-    backing, mnt = tmp_path / "backing", tmp_path / "mnt"
-    make_blocks(backing, 4, "a")
-    mnt.mkdir()
-    daemon = subprocess.Popen(["bindfs", "-f", str(backing), str(mnt)])
-    c = None
-    try:
-        wait_for("the mount", lambda: os.path.ismount(mnt))
-        # A TTL far longer than the stall: the lease is still this collector's when the mount answers.
-        c = kvtier.Collector(str(mnt), max_bytes=100 * ROW, interval_s=0.3, check_interval_s=0.05,
-                             collector_ttl_s=30, io_timeout_s=1)
-        c.start()
-        wait_for("the lease taken", lambda: (backing / ".kvtier" / "gc.lease").exists())
-        daemon.send_signal(signal.SIGSTOP)  # every call on the mount now waits in the kernel
-        wait_for("the loop to end on the stalled call", lambda: not c.status()["running"])
-        daemon.send_signal(signal.SIGCONT)  # the one slow call is answered
-        wait_for("the lease given up", lambda: not (backing / ".kvtier" / "gc.lease").exists())
-        with pytest.raises(kvtier.KvtierError):
-            c.stop()  # how the loop ended: timed out
-    finally:
-        c = None  # its lease directory's descriptor closed: the daemon can go at unmount
-        daemon.send_signal(signal.SIGCONT)
-        subprocess.run(["fusermount3", "-u", "-z", str(mnt)], timeout=10, check=False)
-        daemon.wait(timeout=10)
+def test_a_collector_ended_by_one_slow_call_gives_its_lease_up(stallable_mount):
+    backing, mnt, daemon = stallable_mount
+    # A TTL far longer than the stall: the lease is still this collector's when the mount answers.
+    c = kvtier.Collector(str(mnt), max_bytes=100 * ROW, interval_s=0.3, check_interval_s=0.05,
+                         collector_ttl_s=30, io_timeout_s=1)
+    c.start()
+    wait_for("the lease taken", lambda: (backing / ".kvtier" / "gc.lease").exists())
+    daemon.send_signal(signal.SIGSTOP)  # every call on the mount now waits in the kernel
+    wait_for("the loop to end on the stalled call", lambda: not c.status()["running"])
+    daemon.send_signal(signal.SIGCONT)  # the one slow call is answered
+    wait_for("the lease given up", lambda: not (backing / ".kvtier" / "gc.lease").exists())
+    with pytest.raises(kvtier.KvtierError):
+        c.stop()  # how the loop ended: timed out
+    del c  # its lease directory's descriptor closed: the daemon can go at unmount
 
 
 # Starts a collector on argv[1] and exits at a line on stdin without stopping it.
@@ -155,18 +141,11 @@ sys.stdin.readline()
 """
 
 
-def test_a_process_exits_with_a_started_collector_stuck_on_a_stalled_mount(tmp_path):
-    if os.geteuid() != 0 or shutil.which("bindfs") is None or not os.path.exists("/dev/fuse"):
-        pytest.skip("needs root, bindfs and /dev/fuse for a FUSE mount that can be made to stall")
-    backing, mnt = tmp_path / "backing", tmp_path / "mnt"
-    make_blocks(backing, 4, "a")
-    mnt.mkdir()
-    daemon = subprocess.Popen(["bindfs", "-f", str(backing), str(mnt)])
-    child = None
+def test_a_process_exits_with_a_started_collector_stuck_on_a_stalled_mount(stallable_mount):
+    backing, mnt, daemon = stallable_mount
+    child = subprocess.Popen([sys.executable, "-c", EXIT_WITH_A_STARTED_COLLECTOR, str(mnt)],
+                             stdin=subprocess.PIPE, text=True)
     try:
-        wait_for("the mount", lambda: os.path.ismount(mnt))
-        child = subprocess.Popen([sys.executable, "-c", EXIT_WITH_A_STARTED_COLLECTOR, str(mnt)],
-                                 stdin=subprocess.PIPE, text=True)
         wait_for("the lease taken", lambda: (backing / ".kvtier" / "gc.lease").exists())
         daemon.send_signal(signal.SIGSTOP)  # the loop's next statvfs waits in the kernel (for 600 s)
         time.sleep(0.5)  # ten check intervals: the loop is in that call
@@ -174,9 +153,6 @@ def test_a_process_exits_with_a_started_collector_stuck_on_a_stalled_mount(tmp_p
         child.stdin.flush()
         assert child.wait(timeout=60) == 0, "interpreter exit waited for the collector's stuck loop"
     finally:
-        if child is not None and child.poll() is None:
+        if child.poll() is None:
             child.kill()
             child.wait(timeout=10)
-        daemon.send_signal(signal.SIGCONT)
-        subprocess.run(["fusermount3", "-u", "-z", str(mnt)], timeout=10, check=False)
-        daemon.wait(timeout=10)
