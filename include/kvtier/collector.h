@@ -121,8 +121,9 @@ class KVTIER_API Collector {
   // Runs the loop until `stop` becomes true or Stop is called; gives the
   // lease up at the end. Once per collector (kInvalidArgument again).
   // Ok: stopped. kTimedOut: a file-system call outlived gc.io_timeout_ms (a
-  // hung mount): the loop ended at once, the lease left to go stale, the
-  // stuck thread abandoned. kUnavailable: stopped while something other than
+  // hung mount): the loop ended at once, the stuck thread abandoned; the
+  // lease thread gives the lease up once the mount answers it (a mount that
+  // never does leaves the lease to go stale). kUnavailable: stopped while something other than
   // a live collector kept it from collecting (a non-lease it cannot move, a
   // lease it cannot create, a root path that names no root any more). When
   // the root path comes to name another directory it stops removing, gives

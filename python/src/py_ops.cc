@@ -165,7 +165,18 @@ std::optional<FreeSpace> FreeSpaceArg(const pb::handle& value, const char* name)
 class PyCollector {
  public:
   explicit PyCollector(CollectorOptions o) { c_ = Unwrap(WithoutGil([&] { return Collector::Open(std::move(o)); })); }
-  ~PyCollector() { (void)End(); }  // never raises: how the loop ended is stop()'s to say
+  // Never raises: how the loop ended is stop()'s to say. At interpreter exit
+  // it only asks the loop to stop: a join could wait for ever (a loop thread
+  // stuck on a hung mount, or waiting for the GIL to log), and the process
+  // exit ends the threads; the collector they use is left to it.
+  ~PyCollector() {
+    if (!stopped_ && _Py_IsFinalizing()) {
+      c_->Stop();
+      (void)c_.release();
+      return;
+    }
+    (void)End();
+  }
   void Start() { ThrowIfError(c_->Start()); }
   void Stop() { ThrowIfError(End()); }
 

@@ -80,6 +80,7 @@ class FsTierImpl final : public FsTier {
     // thread is not joined either: a thread that set up an io_uring waits,
     // as it exits, for the ring's kernel workers, which are the ones stuck.
     KeepForever(std::move(backend_));
+    shared_->seal.reset();  // the loop has ended, no late completion is reaped: wipe the keys now (L173)
     KeepForever(std::move(shared_));  // the root fd: requests still queued in the kernel resolve paths from it
     io_thread_.detach();
   }

@@ -99,7 +99,10 @@ class LoadOp final : public FsBlockOp {
         break;
       case kStat: OnFd(req, IoOp::kStatx, fd_); req->buf = &stx_; break;
       case kXattr: CrcXattr(req, IoOp::kFgetxattr, fd_, crc_be_, sizeof crc_be_); break;
-      case kRead: RowPart(req, IoOp::kRead, fd_, File(), read_, &iov_, trailer_ != nullptr); break;
+      case kRead:
+        row_read_ = row_read_ || pool_ == nullptr;  // file bytes land in the caller's row
+        RowPart(req, IoOp::kRead, fd_, File(), read_, &iov_, trailer_ != nullptr);
+        break;
       case kTouch: OnFd(req, IoOp::kTouchAtime, fd_); break;
       case kClose: OnFd(req, IoOp::kClose, fd_); break;
       case kRecheck: StatxNoFollow(req, root, at_.name, &again_); break;
@@ -144,6 +147,7 @@ class LoadOp final : public FsBlockOp {
   void OnAbandon() override {
     if (!final_) result = AbandonedResult(StateSyscall(), Path(), shared_->io_timeout_ms);
     final_ = abandoned_ = true;
+    WipeUnlessServed();
   }
 
  private:
@@ -374,11 +378,21 @@ class LoadOp final : public FsBlockOp {
     final_ = true;
     unlink_ = unlink;
     state_ = kClose;
+    WipeUnlessServed();
   }
   void Done(KeyOutcome outcome, Status status) {
     result = {outcome, std::move(status)};
     final_ = true;
     state_ = kDone;
+    WipeUnlessServed();
+  }
+  // L169: a sealed load that fails after reading into the caller's row (in
+  // place: no bounce or staging row) leaves it zeroed, as a failing tag does,
+  // so no caller can take the file's unauthenticated bytes for data. Called
+  // once the outcome is final: no read into the row is in flight then.
+  void WipeUnlessServed() {
+    if (shared_->seal == nullptr || !row_read_ || result.outcome == KeyOutcome::kOk) return;
+    for (size_t i = 0; i < row_.count(); ++i) std::memset(row_.piece(i).data(), 0, row_.piece(i).size());
   }
 
   TierShared* shared_;
@@ -398,6 +412,7 @@ class LoadOp final : public FsBlockOp {
   uint64_t read_ = 0;
   bool direct_ = false, has_crc_ = false, unlink_ = false, reopen_ = false;
   bool final_ = false;      // `result` is the outcome; what is left is cleanup
+  bool row_read_ = false;   // a read was issued into the caller's row itself
   bool abandoned_ = false;  // OnAbandon ran: only closing an fd is left
   int reopens_ = 0;
   size_t key_index_ = 0;  // sealed: the ring's key whose namespace rel_ is in (L171)

@@ -264,10 +264,14 @@ Status WatchLoop(State& s, const std::function<bool()>& stop, CollectorMetrics* 
 }
 
 // The lease thread holds the state: after a hung call it may outlive the loop.
+// It gives the lease up as it leaves, however the loop ended: after a call
+// that outlived io_timeout_ms the loop returns at once, and only this thread
+// may wait on the mount (a slow call, once answered, frees the lease then).
 std::shared_ptr<LeaseThread> StartLeaseThread(const std::shared_ptr<State>& state) {
   auto ticker = std::make_shared<LeaseThread>();
   std::thread([st = state, ticker] {
     LeaseLoop(*st, *ticker);
+    st->slot.Get()->Release();
     std::lock_guard lock(ticker->mu);
     ticker->exited = true;
     ticker->cv.notify_all();
@@ -275,11 +279,10 @@ std::shared_ptr<LeaseThread> StartLeaseThread(const std::shared_ptr<State>& stat
   return ticker;
 }
 
-// The loop's end (its lease thread gone): gives the lease up, publishes, and
+// The loop's end (its lease thread gone, the lease given up): publishes, and
 // says whether something no collector will clear kept it from the lease.
 Status GiveUp(State& s, CollectorMetrics* m) {
   const std::shared_ptr<CollectorLease> lease = s.slot.Get();
-  lease->Release();
   m->holding = false;
   Publish(s, *m);
   s.running = false;

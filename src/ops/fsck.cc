@@ -79,6 +79,9 @@ class FsckRun {
       const ConfigInfo info = ParseConfig(ns);
       // L182: a sealed namespace's blocks are all row + trailer, never plain rows.
       if (info.sealed) sealed_[name] = info.seal_key_id;
+      // A seal member in a config.json that fails its digest (L79) may be an
+      // edit: its blocks are judged by it but none is removed for it.
+      if (info.sealed && !info.digest_matches) seal_untrusted_.insert(name);
       const uint64_t trailer = info.sealed ? format::kSealTrailerBytes : 0;
       rows_[name] = o_.row_bytes != 0 ? o_.row_bytes + trailer : MostCommonSize(ns);
       if (!info.sealed && ns.blocks.count != 0 && !ns.blocks.sizes.All(rows_[name])) mixed_.insert(name);
@@ -107,7 +110,9 @@ class FsckRun {
     const auto row = rows_.find(ns);
     if (row == rows_.end()) return false;  // a namespace new since the first walk: judged next time
     if (const auto sealed = sealed_.find(ns); sealed != sealed_.end()) {
-      return b.size == row->second ? SealedBlock(sealed->second, b, dir_fd) : WrongSize(b, row->second);
+      const bool trusted = !seal_untrusted_.count(ns);
+      return b.size == row->second ? SealedBlock(sealed->second, trusted, b, dir_fd)
+                                   : WrongSize(b, row->second, trusted);
     }
     if (b.size == row->second) {
       SampleMode(ns, b, dir_fd);
@@ -123,7 +128,7 @@ class FsckRun {
   }
 
   // L80 (L182 in a sealed namespace): a block not of the size `want`.
-  bool WrongSize(const ScannedFile& b, uint64_t want) {
+  bool WrongSize(const ScannedFile& b, uint64_t want, bool removable = true) {
     const std::string basis = o_.row_bytes != 0 ? "given row size " : "most common size ";
     std::string detail = std::to_string(b.size) + " bytes, " + basis + std::to_string(want);
     if (o_.row_bytes != 0 && want != o_.row_bytes) detail += " (the row and its seal trailer)";
@@ -131,7 +136,7 @@ class FsckRun {
     if (b.size > kBlockBytesMax) detail += "; larger than any block (" + std::to_string(kBlockBytesMax) + " bytes): not read";
     // Short files are what vLLM itself deletes (L65); longer ones may be
     // rows of a 64 K-page host (L66) and are only reported.
-    const RepairAction action = b.size < want ? Remove(b, &detail) : RepairAction::kNone;
+    const RepairAction action = b.size < want ? RemoveIf(removable, b, &detail) : RepairAction::kNone;
     Add(FindingKind::kSizeMismatch, b.rel, "L80", action, detail);
     return action == RepairAction::kRemoved;
   }
@@ -139,7 +144,7 @@ class FsckRun {
   // L182, L183: a block of a sealed namespace, of its size: its seal record
   // and key id against config.json's, and with verify_data and the key
   // among FsckOptions::seal_key_files its tag. Whether it was removed.
-  bool SealedBlock(const std::string& key_id, const ScannedFile& b, int dir_fd) {
+  bool SealedBlock(const std::string& key_id, bool removable, const ScannedFile& b, int dir_fd) {
     IoScope io(b.rel);
     UniqueFd fd;
     struct stat st;
@@ -162,7 +167,7 @@ class FsckRun {
     }
     if (verdict == SealVerdict::kSound || verdict == SealVerdict::kUnjudged) return false;
     // L165: a later version's record is reported, never removed.
-    const RepairAction action = verdict == SealVerdict::kBroken ? Remove(b, &detail) : RepairAction::kNone;
+    const RepairAction action = verdict == SealVerdict::kBroken ? RemoveIf(removable, b, &detail) : RepairAction::kNone;
     Add(FindingKind::kSealMismatch, b.rel, rule, action, detail);
     return action == RepairAction::kRemoved;
   }
@@ -220,6 +225,13 @@ class FsckRun {
   }
   // A removal that fails says why in the finding's detail (the finding is
   // left, exit 4); one replaced meanwhile (ESTALE) is another writer's file.
+  // Remove, where the namespace's seal member is trusted (L182).
+  RepairAction RemoveIf(bool removable, const ScannedFile& f, std::string* detail) {
+    if (removable) return Remove(f, detail);
+    *detail += "; not removed: config.json fails its digest (L79), so its seal member is not trusted";
+    return RepairAction::kNone;
+  }
+
   RepairAction Remove(const ScannedFile& f, std::string* detail) {
     if (!o_.repair) return RepairAction::kNone;
     // Shard directories the removal empties go too, so one pass leaves a
@@ -412,6 +424,7 @@ class FsckRun {
   std::map<std::string, uint64_t> rows_;  // by namespace: the size its blocks must have
   std::set<std::string> mixed_;           // namespaces whose blocks are not all of that size
   std::map<std::string, std::string> sealed_;  // sealed namespaces (L182): the key id config.json names
+  std::set<std::string> seal_untrusted_;       // those whose config.json fails its digest (L79)
   const SealKeys* keys_;                       // FsckOptions::seal_key_files, loaded
   std::atomic<uint64_t> sealed_checked_{0}, sealed_verified_{0};
   std::mutex trailer_mu_;

@@ -8,8 +8,15 @@
 //    ciphertext bit, a flipped tag, a block sealed under another key, a
 //    valid block copied to another name or from another namespace, a
 //    truncated and an extended file) is never returned: the key is corrupt
-//    (EBADMSG), the destination row is left all zeros, auth_failures counts
-//    each, and the file is removed (the extended one left in place, L66);
+//    (EBADMSG), a row read and refused is left all zeros and one refused
+//    unread for its size untouched, auth_failures counts each, and the file
+//    is removed (the extended one left in place, L66);
+//  * a tier closed while the mount still holds one of its requests wipes
+//    its keys all the same (their locked pages leave VmLck);
+//  * a load that fails after a short read put file bytes in the caller's
+//    row (a read error, a read finding the file cut, the file replaced past
+//    the reopens) leaves that row all zeros on io_uring's in-place reads
+//    (and untouched from bounce rows), whatever the outcome;
 //    lookups count only files of row + 4096 bytes;
 //  * rotation: a tier whose read key is the old primary serves the old
 //    blocks and stores new ones under its new key's namespace only;
@@ -27,11 +34,18 @@
 #include <sys/xattr.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <optional>
+#include <thread>
 
+#include "fs/fs_tier_internal.h"
 #include "kvtier/fs_tier.h"
 #include "kvtier/tiered_store.h"
+#include "support/fake_backend.h"
 #include "support/test_support.h"
 #include "staging/host_kv_cache.h"
 
@@ -153,13 +167,84 @@ TEST_P(SealedTierTest, EveryFailingBlockIsCountedZeroedRemovedAndNeverReturned) 
     EXPECT_EQ(r.keys[i].outcome, KeyOutcome::kCorrupt) << i << " " << r.keys[i].status.ToString();
     EXPECT_EQ(r.keys[i].status.code(), StatusCode::kCorruption) << i;
     const std::span<uint8_t> row = back.Row(i);
-    EXPECT_TRUE(std::all_of(row.begin(), row.end(), [](uint8_t b) { return b == 0 || b == 0x5A; })) << i;
+    const uint8_t left = i == 1 || i == 7 || i == 8 ? 0x5A : 0;  // refused unread for its size, or read and wiped
+    EXPECT_TRUE(std::all_of(row.begin(), row.end(), [&](uint8_t b) { return b == left; })) << i;
     EXPECT_NE(std::memcmp(row.data(), rows.Row(i).data(), kRow), 0) << i;
     EXPECT_EQ(fs::exists(path(i)), i == 8) << i;
   }
   EXPECT_EQ(tier->Metrics().auth_failures, 8u);
   EXPECT_EQ(tier->Metrics().rows_corrupt, 8u);
   EXPECT_NE(tier->PrometheusText("fs0").find("kvtier_fs_auth_failures_total{tier=\"fs0\"} 8"), std::string::npos);
+}
+
+// Loads keys[0] with every read held: the first runs short (some file bytes
+// reach the row), every later one completes with `res` until the load ends.
+JobResult LoadAfterAShortRead(FsTier* tier, testing::FakeBackend* fake, const OffloadKey& key,
+                              std::span<uint8_t> row, int64_t res) {
+  fake->HoldWhere([](const internal::IoRequest& r) { return r.op == internal::IoOp::kReadv; });
+  const uint64_t id = tier->SubmitLoad(std::span(&key, 1), std::vector<std::span<uint8_t>>{row}).value();
+  bool first = true;
+  for (int waited = 0; waited < 20000; ++waited) {
+    std::vector<JobResult> done;
+    tier->PollFinished(&done);
+    if (!done.empty()) return std::move(done.front());
+    if (fake->Release({}, first ? std::nullopt : std::optional<int64_t>(res)) != 0) first = false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ADD_FAILURE() << "job " << id << " did not finish";
+  return {};
+}
+
+TEST_P(SealedTierTest, ALoadFailingAfterAShortReadLeavesNoFileBytesInTheRow) {
+  FsTierOpenOptions o = Options(KeyFile("a.key", kKeyA));
+  auto owned = std::make_unique<testing::FakeBackend>(seed_, testing::FaultPlan{.short_transfer_one_in = 1});
+  testing::FakeBackend* fake = owned.get();
+  auto tier = internal::OpenFsTierWithBackend(o, std::move(owned)).value();
+  auto writer = Open(o);  // stores on the real backend
+  ASSERT_NE(writer, nullptr);
+  const auto keys = Keys(1, 0x24);
+  testing::AlignedRows rows(1, kRow, seed_), back(1, kRow, seed_ + 1);
+  const std::pair<int64_t, KeyOutcome> cases[] = {
+      {-EIO, KeyOutcome::kError}, {0, KeyOutcome::kCorrupt}, {-ESTALE, KeyOutcome::kMiss}};
+  for (const auto& [res, outcome] : cases) {
+    if (!fs::exists(writer->BlockPath(keys[0]))) {
+      ASSERT_EQ(Stored(writer.get(), keys, rows), 1u) << res;
+    }
+    std::memset(back.data, 0x5A, kRow);
+    const JobResult r = LoadAfterAShortRead(tier.get(), fake, keys[0], back.Row(0), res);
+    ASSERT_EQ(r.keys.size(), 1u) << res;
+    EXPECT_EQ(r.keys[0].outcome, outcome) << res << " " << r.keys[0].status.ToString();
+    const uint8_t left = o.tier.bounce_loads == BounceLoads::kOff ? 0 : 0x5A;  // in place: wiped; bounce: untouched
+    const std::span<uint8_t> row = back.Row(0);
+    EXPECT_TRUE(std::all_of(row.begin(), row.end(), [&](uint8_t b) { return b == left; }))
+        << res << " seed " << seed_;
+  }
+}
+
+// This process's locked memory (VmLck, kB): a sealed tier's keys live in
+// locked pages of their own (seal_key.cc).
+uint64_t LockedKb() {
+  const std::string status = testing::ReadFileOrDie("/proc/self/status");
+  const size_t at = status.find("VmLck:");
+  return at == std::string::npos ? 0 : std::stoull(status.substr(at + 6));
+}
+
+TEST_P(SealedTierTest, ClosingWithARequestStuckOnTheMountWipesTheKeys) {
+  const uint64_t before = LockedKb();
+  FsTierOpenOptions o = Options(KeyFile("a.key", kKeyA));
+  o.tier.io_timeout_ms = 100;  // the held request counts as stuck soon after
+  auto owned = std::make_unique<testing::FakeBackend>(seed_, testing::FaultPlan{});
+  testing::FakeBackend* fake = owned.get();  // left to the process exit by the close, as a hung ring is
+  fake->HoldWhere([](const internal::IoRequest&) { return true; });  // a hung mount
+  auto tier = internal::OpenFsTierWithBackend(o, std::move(owned)).value();
+  if (LockedKb() <= before) GTEST_SKIP() << "the key's page could not be locked (RLIMIT_MEMLOCK): nothing to see";
+  const auto keys = Keys(1, 0x25);
+  ASSERT_TRUE(tier->SubmitLookup(keys).ok());
+  for (int i = 0; i < 20000 && fake->held().empty(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_EQ(fake->held().size(), 1u);
+  tier.reset();  // returns once the request counts as stuck, leaving it to the kernel
+  EXPECT_EQ(fake->held().size(), 1u);
+  EXPECT_EQ(LockedKb(), before) << "the keys' locked page outlived the close";
 }
 
 TEST_P(SealedTierTest, LookupsCountOnlyFilesOfARowAndItsTrailer) {

@@ -6,8 +6,9 @@
 // the reads of page A's file, so a load of A into memory M is in flight for
 // certain (the daemon counts the held call); meanwhile a load of page B into
 // M and a store from M answer false and leave M alone; once A's read is
-// let through, A loads into M, and M is free for B again. On the code before
-// the shell's claims, B's load answered true and M then held A's bytes.
+// let through, A loads into M, and M is free for B again. Were memory
+// claimed per call only, B's load would answer true and M then hold A's
+// bytes: the test fails then.
 #include <gtest/gtest.h>
 
 #include <cstring>

@@ -18,12 +18,22 @@ tree and the report.
 * ``kvtier.Collector`` (the watch collector, embedded) takes the lease, trims to its bound in
   passes, reports them in ``status()`` and ``metrics_text()``, makes ``kvtier.gc`` defer to it, and
   gives the lease up at ``stop()``; bad arguments and a directory that is not a root are refused.
+* A ``kvtier.Collector`` whose loop ended on one call that outlived ``io_timeout_s`` (a bindfs
+  mount whose daemon is stopped, then resumed; skipped in one line without root, bindfs or
+  /dev/fuse) gives its lease up once the mount answers: no gc.lease is left behind.
+* A Python process that exits with a started ``kvtier.Collector`` it never stopped, its threads
+  stuck on a stalled mount, exits: the collector is not waited for at interpreter exit.
 """
+
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 
 import kvtier
-from test_gc_watch import FAST, ROW, Watcher, blocks, make_blocks, wait_for
+from test_gc_watch import FAST, ROW, Watcher, blocks, make_blocks, stallable_mount, wait_for  # noqa: F401
 
 TTL_S = 1.0  # the watch's --collector-ttl (FAST): every collector of a volume uses the same
 
@@ -102,3 +112,47 @@ def test_collector_arguments_are_checked(tmp_path):
     with pytest.raises(kvtier.KvtierError, match="does not look like"):
         kvtier.Collector(str(tmp_path))
     assert not (root / ".kvtier").exists() and not (tmp_path / ".kvtier").exists()
+
+
+def test_a_collector_ended_by_one_slow_call_gives_its_lease_up(stallable_mount):
+    backing, mnt, daemon = stallable_mount
+    # A TTL far longer than the stall: the lease is still this collector's when the mount answers.
+    c = kvtier.Collector(str(mnt), max_bytes=100 * ROW, interval_s=0.3, check_interval_s=0.05,
+                         collector_ttl_s=30, io_timeout_s=1)
+    c.start()
+    wait_for("the lease taken", lambda: (backing / ".kvtier" / "gc.lease").exists())
+    daemon.send_signal(signal.SIGSTOP)  # every call on the mount now waits in the kernel
+    wait_for("the loop to end on the stalled call", lambda: not c.status()["running"])
+    daemon.send_signal(signal.SIGCONT)  # the one slow call is answered
+    wait_for("the lease given up", lambda: not (backing / ".kvtier" / "gc.lease").exists())
+    with pytest.raises(kvtier.KvtierError):
+        c.stop()  # how the loop ended: timed out
+    del c  # its lease directory's descriptor closed: the daemon can go at unmount
+
+
+# Starts a collector on argv[1] and exits at a line on stdin without stopping it.
+EXIT_WITH_A_STARTED_COLLECTOR = """
+import sys
+import kvtier
+c = kvtier.Collector(sys.argv[1], max_bytes=100 * 4096, interval_s=0.3, check_interval_s=0.05,
+                     collector_ttl_s=1, io_timeout_s=600)
+c.start()
+sys.stdin.readline()
+"""
+
+
+def test_a_process_exits_with_a_started_collector_stuck_on_a_stalled_mount(stallable_mount):
+    backing, mnt, daemon = stallable_mount
+    child = subprocess.Popen([sys.executable, "-c", EXIT_WITH_A_STARTED_COLLECTOR, str(mnt)],
+                             stdin=subprocess.PIPE, text=True)
+    try:
+        wait_for("the lease taken", lambda: (backing / ".kvtier" / "gc.lease").exists())
+        daemon.send_signal(signal.SIGSTOP)  # the loop's next statvfs waits in the kernel (for 600 s)
+        time.sleep(0.5)  # ten check intervals: the loop is in that call
+        child.stdin.write("exit\n")
+        child.stdin.flush()
+        assert child.wait(timeout=60) == 0, "interpreter exit waited for the collector's stuck loop"
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait(timeout=10)

@@ -217,7 +217,10 @@ def test_three_collectors_one_collects_and_one_takes_over(kvtier_bin, tmp_path):
     assert [rc for w, rc in zip(ws, rcs) if w is not holder] == [0, 0]
 
 
-def test_a_hung_mount_ends_the_watch_with_exit_8(kvtier_bin, tmp_path):
+@pytest.fixture
+def stallable_mount(tmp_path):
+    """(backing, mnt, daemon): a bindfs FUSE mount of a root of 4 blocks; SIGSTOP to its daemon makes
+    every call on the mount wait in the kernel (SIGCONT lets them through). Unmounted afterwards."""
     if os.geteuid() != 0 or shutil.which("bindfs") is None or not os.path.exists("/dev/fuse"):
         pytest.skip("needs root, bindfs and /dev/fuse for a FUSE mount that can be made to hang")
     backing, mnt = tmp_path / "backing", tmp_path / "mnt"
@@ -226,15 +229,24 @@ def test_a_hung_mount_ends_the_watch_with_exit_8(kvtier_bin, tmp_path):
     daemon = subprocess.Popen(["bindfs", "-f", str(backing), str(mnt)])
     try:
         wait_for("the mount", lambda: os.path.ismount(mnt))
-        w = Watcher(kvtier_bin, mnt, tmp_path, "w", "--io-timeout", "1s", *FAST)
-        wait_for("a pass", lambda: w.passes() >= 1)
-        daemon.send_signal(signal.SIGSTOP)  # every call on the mount now waits in the kernel
-        assert w.proc.wait(timeout=60) == 8, w.log_path.read_text()
-        assert "hung" in w.log_path.read_text()
+        yield backing, mnt, daemon
     finally:
         daemon.send_signal(signal.SIGCONT)
         subprocess.run(["fusermount3", "-u", "-z", str(mnt)], timeout=10, check=False)
-        daemon.wait(timeout=10)
+        try:
+            daemon.wait(timeout=10)
+        except subprocess.TimeoutExpired:  # a descriptor still open on the mount keeps the lazy unmount waiting
+            daemon.kill()
+            daemon.wait(timeout=10)
+
+
+def test_a_hung_mount_ends_the_watch_with_exit_8(kvtier_bin, tmp_path, stallable_mount):
+    _, mnt, daemon = stallable_mount
+    w = Watcher(kvtier_bin, mnt, tmp_path, "w", "--io-timeout", "1s", *FAST)
+    wait_for("a pass", lambda: w.passes() >= 1)
+    daemon.send_signal(signal.SIGSTOP)  # every call on the mount now waits in the kernel
+    assert w.proc.wait(timeout=60) == 8, w.log_path.read_text()
+    assert "hung" in w.log_path.read_text()
 
 
 @pytest.fixture

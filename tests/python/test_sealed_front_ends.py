@@ -8,7 +8,7 @@ with a flipped byte (the prefix before it kept, the file removed, counted in the
 tier's auth_failures and vLLM's kvtier:fs_rows_corrupt), and an unsealed kvtier tier on the same root finds none of its blocks;
 kvtier.sglang's backend takes ``seal_key_file`` from SGLang's extra config, stores and loads
 pages byte-exact through a sealed tier, a page file with a flipped byte is a miss, and clear()
-removes the sealed store's pages (its block_dir is the key's). A bad key
+removes the sealed store's pages (its block_dir and page_path are the key's). A bad key
 file fails the attach with a KvtierError naming the path and not the key. Skips (one line) where
 ../shared/vllm, ../shared/sglang or torch is absent.
 """
@@ -91,6 +91,7 @@ def test_sglang_sealed_store_round_trips_and_a_flipped_byte_is_a_miss(tmp_path, 
     assert sum(b.batch_set_v1(ks, w)) == 4
     files = sorted(root.rglob("*.bin"))
     assert len(files) == 4 and all(f.stat().st_size == p.page_bytes + 4096 for f in files)
+    assert sorted(Path(b._store.page_path(k)) for k in ks) == files, "page_path names the sealed files"
     with open(files[0], "r+b") as f:
         f.seek(7)
         byte = f.read(1)

@@ -166,6 +166,28 @@ def test_fsck_checks_structure_without_the_key_and_tags_with_it(kvtier_bin, vol,
     assert found(again) == [] and again["summary"]["sealed_verified"] == 1, again
 
 
+def test_fsck_repair_removes_no_block_for_a_seal_member_whose_config_fails_its_digest(kvtier_bin, vol):
+    """A kvtier_seal member planted in the unsealed namespace's config.json, and the sealed one's
+    key id edited to key B's: neither config.json hashes to its directory's digest (L79), so
+    --repair reports the blocks it judges by them but removes none (L182)."""
+    with kvtier.FsTier(namespace(), ROW, {"root_dir": str(vol.root)}) as t:
+        plain_paths = [t.block_path(k) for k in keys(2)]
+    by_seal = {n.sealed: vol.root / n.dir / "config.json" for n in kvtier.du(str(vol.root)).namespaces}
+    seal_member = json.loads(by_seal[True].read_text())["kvtier_seal"]
+    plain_config = json.loads(by_seal[False].read_text())
+    by_seal[False].write_text(json.dumps(dict(plain_config, kvtier_seal=seal_member), sort_keys=True))
+    sealed_config = json.loads(by_seal[True].read_text())
+    sealed_config["kvtier_seal"]["key_id"] = key_id(vol.b.read_bytes())
+    by_seal[True].write_text(json.dumps(sealed_config, sort_keys=True))
+    report, rc = fsck(kvtier_bin, vol, "--repair", ok=(1, 4))
+    kinds = [f["kind"] for f in report["findings"]]
+    assert kinds.count("config_digest_mismatch") == 2, report
+    assert kinds.count("seal_mismatch") == 8 and "removed" not in [f["action"] for f in report["findings"]
+                                                                   if f["kind"] == "seal_mismatch"], report
+    assert all("not trusted" in f["detail"] for f in report["findings"] if f["kind"] == "seal_mismatch")
+    assert all(os.path.exists(x) for x in vol.paths + plain_paths), report
+
+
 def test_fsck_refuses_a_key_file_that_is_no_key_without_printing_it(kvtier_bin, vol, tmp_path):
     bad = tmp_path / "bad.key"
     secret = b"S3CRET-NOT-A-KEY-" * 3
@@ -183,7 +205,7 @@ def test_hash_prints_the_sealed_namespaces_paths(kvtier_bin, vol):
     sealed = json.loads(cli(kvtier_bin, *base, "--seal-key-file", vol.a).stdout)
     assert [c["path"] for c in sealed["chunks"]] == vol.paths
     assert all(c["exists"] for c in sealed["chunks"])
-    assert [c["path"] for c in plain["chunks"]] != vol.paths  # as before: the unsealed namespace
+    assert [c["path"] for c in plain["chunks"]] != vol.paths  # without a key: the unsealed namespace
     assert all(c["exists"] for c in plain["chunks"][:2])
     # A sealed namespace's config.json names its key: its paths need no key (L184).
     sealed_dir = [n.dir for n in kvtier.du(str(vol.root)).namespaces if n.sealed][0]

@@ -5,8 +5,8 @@ page would overwrite what a second load (answered True) put there, or what a bac
 Method: a kvtier_faultfs root holds the reads of page A's file, so a batch_get_v1 of A into host
 page P is in flight for certain (the daemon counts the held call); meanwhile batch_get_v1 of page B
 into P and batch_set_v1 from P answer False; once A's read is let through, A loads into P
-byte-exact, and P is free for B again. On the code before (only pages of one call were checked)
-the second load answered True and P then held A's bytes. Skips with one line where
+byte-exact, and P is free for B again. Were only the pages of one call checked against each other,
+the second load would answer True and P then hold A's bytes: the test fails then. Skips with one line where
 ../shared/sglang, torch or FUSE is unavailable.
 """
 
