@@ -190,7 +190,7 @@ std::string SglangStore::PagePath(std::string_view key) const {
   const OffloadKey page = SglangNamespace::PageKey(key);
   const std::vector<std::string>& roots = rep_->shell->roots();
   const size_t root = roots.size() == 1 ? 0 : format::RootIndexOf(page.hash.bytes(), roots.size());
-  return JoinRoot(roots[root], rep_->stored->BlockRelPath(page));  // a sealed store's own directory (L162)
+  return JoinRoot(roots[root], rep_->shell->ns().BlockRelPath(page));  // a sealed store's own directory (L162)
 }
 
 void SglangStore::Close() { rep_->shell->Close(); }
