@@ -231,8 +231,11 @@ class StoreOp final : public FsBlockOp {
     if (res == 0 && NotRegular(stx_)) {
       return Finish(-EEXIST, Shown(dest_) + " is not a regular file: not replaced (fsck --repair removes it)");
     }
-    if (res == 0) return Finish(0, "", KeyOutcome::kSkippedExists);  // L54: another writer has it
-    if (res != -ENOENT) return Finish(res, "statx " + Shown(dest_));
+    // L54: another writer has it; in a sealed namespace only a file of a
+    // sealed block's size counts (L170): any other was planted, and is replaced.
+    const bool planted = res == 0 && shared_->seal && stx_.stx_size != row_.size() + format::kSealTrailerBytes;
+    if (res == 0 && !planted) return Finish(0, "", KeyOutcome::kSkippedExists);
+    if (res != -ENOENT && !planted) return Finish(res, "statx " + Shown(dest_));
     // The checksum (and the staging copy) are made here, on the I/O
     // thread, and only for rows that will be written: submitting stays cheap
     // for the caller.

@@ -261,6 +261,27 @@ TEST_P(SealedTierTest, LookupsCountOnlyFilesOfARowAndItsTrailer) {
   EXPECT_EQ(look.keys[2].outcome, KeyOutcome::kMiss);
 }
 
+// A co-tenant's file at a sealed block's path that is not of a sealed
+// block's size (a plain row, a cut block) would, if a store skipped it as
+// present (L54), keep the prefix uncached for as long as it sits there.
+TEST_P(SealedTierTest, AStoreReplacesAPlantedFileThatIsNotASealedBlocksSize) {
+  auto tier = Open(Options(KeyFile("a.key", kKeyA)));
+  ASSERT_NE(tier, nullptr);
+  const auto keys = Keys(2, 0x26);
+  testing::AlignedRows rows(2, kRow, seed_), back(2, kRow, seed_ + 1);
+  fs::create_directories(fs::path(tier->BlockPath(keys[0])).parent_path());
+  fs::create_directories(fs::path(tier->BlockPath(keys[1])).parent_path());
+  testing::WriteFileOrDie(tier->BlockPath(keys[0]), std::string(kRow, 'p'));            // a plain row
+  testing::WriteFileOrDie(tier->BlockPath(keys[1]), std::string(kFile, 'q'));           // a sealed block's size
+  const JobResult r = testing::WaitForJob(tier.get(), tier->SubmitStore(keys, rows.Const()).value());
+  ASSERT_EQ(r.keys.size(), 2u);
+  EXPECT_EQ(r.keys[0].outcome, KeyOutcome::kOk) << "a plant of another size is replaced, seed " << seed_;
+  EXPECT_EQ(r.keys[1].outcome, KeyOutcome::kSkippedExists) << "a file of a block's size is left to the load's check";
+  EXPECT_EQ(fs::file_size(tier->BlockPath(keys[0])), kFile);
+  ASSERT_EQ(Loaded(tier.get(), keys, back, 0, 1), 1u);
+  EXPECT_EQ(std::memcmp(back.Row(0).data(), rows.Row(0).data(), kRow), 0);
+}
+
 TEST_P(SealedTierTest, ARotatedTierServesOldBlocksByItsReadKeyAndStoresUnderTheNewKey) {
   const std::string old_key = KeyFile("old.key", kKeyA), new_key = KeyFile("new.key", kKeyB);
   const auto keys = Keys(3, 0x33);
