@@ -3,8 +3,10 @@ assembled into a temporary tree, never part of kvtier), and backends built the w
 controller builds them.
 
 ``skip_reason()`` is the one line a test module skips with where ../shared/sglang or torch is
-absent; ``harness_tree(tmp_path_factory)`` assembles the tree once per session and puts it first
-on sys.path.
+absent (``skip_module_unless_ready()`` skips the calling module with it);
+``harness_tree(tmp_path_factory)`` assembles the tree once per session and puts it first on
+sys.path, and the autouse fixture ``sglang_tree`` does so for every test of a module that imports
+it.
 """
 
 import importlib.util
@@ -12,6 +14,8 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 _TREE = None
@@ -30,6 +34,12 @@ def skip_reason():
     return None
 
 
+def skip_module_unless_ready():
+    """Skips the calling test module, in one line, where the SGLang tests cannot run."""
+    if skip_reason():
+        pytest.skip(skip_reason(), allow_module_level=True)
+
+
 def harness_tree(tmp_path_factory) -> Path:
     """../shared/sglang/assemble.sh into a temporary directory (once), first on sys.path."""
     global _TREE
@@ -43,6 +53,12 @@ def harness_tree(tmp_path_factory) -> Path:
         sys.path.insert(0, str(dest))
         _TREE = dest
     return _TREE
+
+
+@pytest.fixture(autouse=True)
+def sglang_tree(tmp_path_factory):
+    """The assembled tree, first on sys.path, for each test of a module that imports this fixture."""
+    return harness_tree(tmp_path_factory)
 
 
 def kvtier_python_dir() -> str:

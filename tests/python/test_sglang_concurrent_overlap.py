@@ -16,8 +16,7 @@ import pytest
 
 import sglang_support as sg
 
-if sg.skip_reason():
-    pytest.skip(sg.skip_reason(), allow_module_level=True)
+sg.skip_module_unless_ready()
 PS = 16
 
 mount = pytest.fixture(name="mount")(sg.faultfs_mount)

@@ -15,15 +15,10 @@ where ../shared/sglang or torch is absent.
 import pytest
 
 import sglang_support as sg
+from sglang_support import sglang_tree  # noqa: F401 (autouse: the harness on sys.path)
 
-if sg.skip_reason():
-    pytest.skip(sg.skip_reason(), allow_module_level=True)
+sg.skip_module_unless_ready()
 PS = 16
-
-
-@pytest.fixture(autouse=True)
-def tree(tmp_path_factory):
-    return sg.harness_tree(tmp_path_factory)
 
 
 class NoLen:

@@ -12,19 +12,12 @@ the same way; the same keys into distinct pages then load byte-exact. Skips with
 
 import os
 
-import pytest
-import torch
-
 import sglang_support as sg
+from sglang_support import sglang_tree  # noqa: F401 (autouse: the harness on sys.path)
 
-if sg.skip_reason():
-    pytest.skip(sg.skip_reason(), allow_module_level=True)
+sg.skip_module_unless_ready()
+import torch  # noqa: E402 (after the skip: absent torch is a one-line skip, not an error)
 PS = 16
-
-
-@pytest.fixture(autouse=True)
-def tree(tmp_path_factory):
-    return sg.harness_tree(tmp_path_factory)
 
 
 def test_pages_sharing_host_memory_answer_false_and_keep_their_files(tmp_path):

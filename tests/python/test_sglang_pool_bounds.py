@@ -22,8 +22,7 @@ import pytest
 
 import sglang_support as sg
 
-if sg.skip_reason():
-    pytest.skip(sg.skip_reason(), allow_module_level=True)
+sg.skip_module_unless_ready()
 
 LAYOUTS = [("mha", "layer_first"), ("mha", "page_first"), ("mha", "page_first_direct"), ("mha", "page_head"),
            ("mla", "layer_first"), ("mla", "page_first"), ("mla", "page_first_direct")]

@@ -13,15 +13,10 @@ a third attach works again. Skips with one line where ../shared/sglang or torch 
 import pytest
 
 import sglang_support as sg
+from sglang_support import sglang_tree  # noqa: F401 (autouse: the harness on sys.path)
 
-if sg.skip_reason():
-    pytest.skip(sg.skip_reason(), allow_module_level=True)
+sg.skip_module_unless_ready()
 PS = 16
-
-
-@pytest.fixture(autouse=True)
-def tree(tmp_path_factory):
-    return sg.harness_tree(tmp_path_factory)
 
 
 def test_a_second_attach_works_and_a_failed_one_leaves_the_backend_detached(tmp_path):

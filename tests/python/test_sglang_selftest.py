@@ -10,12 +10,9 @@ test_sglang_selftest_generic.py (one ctest test each, to keep each under a minut
 one line where ../shared/sglang or torch is absent.
 """
 
-import pytest
-
 import sglang_support as sg
 
-if sg.skip_reason():
-    pytest.skip(sg.skip_reason(), allow_module_level=True)
+sg.skip_module_unless_ready()
 
 
 def test_selftest_v1_passes_every_check(tmp_path_factory, tmp_path):

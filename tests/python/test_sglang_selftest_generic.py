@@ -5,12 +5,9 @@ tensors, what a deployment without ``interface_v1`` uses): every counted check (
 PASS. Skips with one line where ../shared/sglang or torch is absent.
 """
 
-import pytest
-
 import sglang_support as sg
 
-if sg.skip_reason():
-    pytest.skip(sg.skip_reason(), allow_module_level=True)
+sg.skip_module_unless_ready()
 
 
 def test_selftest_generic_passes_every_check(tmp_path_factory, tmp_path):

@@ -19,8 +19,7 @@ import pytest
 import sglang_support as sg
 
 
-if sg.skip_reason():
-    pytest.skip(sg.skip_reason(), allow_module_level=True)
+sg.skip_module_unless_ready()
 IO_TIMEOUT_MS = 500
 DECIDED_S = IO_TIMEOUT_MS / 1000 + 1.5
 PS = 16
