@@ -27,13 +27,18 @@ bool BounceLoadsFor(const FsTierOptions& t, bool local);
 // keeps it on. Logs a warning naming the errno whenever the probe fails.
 bool ProbeODirect(int ns_fd, const std::string& ns_dir, uint64_t suffix, bool want_direct);
 
-Result<std::unique_ptr<FsTier>> OpenFsTier(const FsTierOpenOptions& options);
+// `keys`: a sealed tier's keys, loaded once by the caller (a tier over
+// several roots hands one keyring to every root, FORMAT.md L160); nullptr:
+// the tier reads the keys options.tier names (none when it is unsealed).
+Result<std::unique_ptr<FsTier>> OpenFsTier(const FsTierOpenOptions& options,
+                                           std::shared_ptr<const SealKeyring> keys = nullptr);
 // The same with a given backend (tests inject faults this way); nullptr
 // chooses one from options.tier.io_backend. `clock` times the I/O loop's
 // sick-volume policy (io/clock.h); tests pass a clock they move by hand.
 Result<std::unique_ptr<FsTier>> OpenFsTierWithBackend(const FsTierOpenOptions& options,
                                                        std::unique_ptr<IoBackend> backend,
-                                                       const Clock& clock = MonotonicClock());
+                                                       const Clock& clock = MonotonicClock(),
+                                                       std::shared_ptr<const SealKeyring> keys = nullptr);
 
 // A tier over several roots (path_sharding, FORMAT.md L99): `roots` is the
 // split root_dir; one single-root tier per root behind a router.
@@ -59,8 +64,9 @@ inline Result<Namespace> TierNamespace(const FsTierOpenOptions& o) {
 }
 
 // The namespace a tier opened with `o` stores under: TierNamespace's, or,
-// sealed (FORMAT.md L162), the primary key's (the key files are read).
-Result<Namespace> StoreNamespace(const FsTierOpenOptions& o);
+// sealed (FORMAT.md L162), that of the primary key of `keys` (the keys
+// o.tier names, loaded by the caller; nullptr when it is unsealed).
+Result<Namespace> StoreNamespace(const FsTierOpenOptions& o, const SealKeyring* keys);
 
 // kInvalidArgument unless there is one row of row_bytes per key: the one
 // whole-call error of SubmitStore and SubmitLoad (fs_tier.h).

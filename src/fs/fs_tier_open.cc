@@ -325,8 +325,8 @@ Status ValidateOptions(const FsTierOpenOptions& o) {
 
 }  // namespace
 
-Result<std::unique_ptr<FsTier>> OpenFsTier(const FsTierOpenOptions& o) {
-  return OpenFsTierWithBackend(o, nullptr);
+Result<std::unique_ptr<FsTier>> OpenFsTier(const FsTierOpenOptions& o, std::shared_ptr<const SealKeyring> keys) {
+  return OpenFsTierWithBackend(o, nullptr, MonotonicClock(), std::move(keys));
 }
 
 namespace {
@@ -366,21 +366,25 @@ Result<UniqueFd> PrepareDirs(const FsTierOpenOptions& o, const Namespace& ns, Ti
 
 }  // namespace
 
-Result<Namespace> StoreNamespace(const FsTierOpenOptions& o) {
+Result<Namespace> StoreNamespace(const FsTierOpenOptions& o, const SealKeyring* keys) {
   KVTIER_ASSIGN_OR_RETURN(Namespace base, TierNamespace(o));
-  if (!o.tier.sealed()) return base;
-  KVTIER_ASSIGN_OR_RETURN(std::shared_ptr<const SealKeyring> ring, LoadSealKeyring(o.tier));
-  return base.Sealed(ring->keys[0]->key_id_hex());
+  if (keys == nullptr) return base;
+  return base.Sealed(keys->keys[0]->key_id_hex());
 }
 
 namespace {
 
-// FORMAT.md L160-L162, L171: a sealed tier's keys, its cipher, and the
-// namespace of each key (the primary's is the tier's); else the plain one.
-Result<Namespace> SealedTierNamespace(const FsTierOpenOptions& o, TierShared* shared) {
+// FORMAT.md L160-L162, L171: a sealed tier's keys (`given`, else read from
+// the files o.tier names), its cipher, and the namespace of each key (the
+// primary's is the tier's); else the plain one.
+Result<Namespace> SealedTierNamespace(const FsTierOpenOptions& o, std::shared_ptr<const SealKeyring> given,
+                                      TierShared* shared) {
   KVTIER_ASSIGN_OR_RETURN(Namespace base, TierNamespace(o));
   if (!o.tier.sealed()) return base;
-  KVTIER_ASSIGN_OR_RETURN(std::shared_ptr<const SealKeyring> ring, LoadSealKeyring(o.tier));
+  std::shared_ptr<const SealKeyring> ring = std::move(given);
+  if (!ring) {
+    KVTIER_ASSIGN_OR_RETURN(ring, LoadSealKeyring(o.tier));
+  }
   for (const std::unique_ptr<SealKey>& key : ring->keys) {
     KVTIER_ASSIGN_OR_RETURN(Namespace sealed, base.Sealed(key->key_id_hex()));
     shared->seal_block_dirs.push_back(sealed.block_dir_name());
@@ -411,10 +415,10 @@ Status CheckWanted(const std::string& ns_dir) {
 }  // namespace
 
 Result<std::unique_ptr<FsTier>> OpenFsTierWithBackend(const FsTierOpenOptions& o, std::unique_ptr<IoBackend> backend,
-                                                       const Clock& clock) {
+                                                       const Clock& clock, std::shared_ptr<const SealKeyring> keys) {
   KVTIER_RETURN_IF_ERROR(ValidateOptions(o));
   auto shared = std::make_unique<TierShared>();
-  KVTIER_ASSIGN_OR_RETURN(Namespace ns, SealedTierNamespace(o, shared.get()));
+  KVTIER_ASSIGN_OR_RETURN(Namespace ns, SealedTierNamespace(o, std::move(keys), shared.get()));
   const std::string ns_dir = JoinRoot(o.tier.root_dir, ns.dir_name());
   VolumeKind volume;
   KVTIER_ASSIGN_OR_RETURN(UniqueFd ns_fd, PrepareDirs(o, ns, shared.get(), &volume));

@@ -13,8 +13,6 @@
 // callback polls that child and merges. A child may finish a part before the
 // router has recorded which job it belongs to (a dropped store finishes
 // inside Submit), so such results wait in `early_` until it has.
-#include <unistd.h>
-
 #include <algorithm>
 #include <condition_variable>
 #include <mutex>
@@ -44,12 +42,12 @@ class MultiRootTier final : public FsTier {
     for (auto& child : children_) child.reset();
   }
 
-  // Opens (or reopens) child `i`; its callback feeds this router.
-  Status OpenChild(size_t i, FsTierOpenOptions o) {
+  // Opens (or reopens) child `i` with the tier's keys; its callback feeds this router.
+  Status OpenChild(size_t i, FsTierOpenOptions o, const std::shared_ptr<const SealKeyring>& keys) {
     o.on_job_finished = [this, i] { Harvest(i); };
     if (children_.size() <= i) children_.resize(i + 1);
     children_[i].reset();
-    KVTIER_ASSIGN_OR_RETURN(children_[i], OpenFsTier(o));
+    KVTIER_ASSIGN_OR_RETURN(children_[i], OpenFsTier(o, keys));
     return Status::Ok();
   }
   FsTier& child(size_t i) { return *children_[i]; }
@@ -247,7 +245,8 @@ class MultiRootTier final : public FsTier {
 
 // L99 (as vLLM PR #53133): O_DIRECT only if every root passed the probe;
 // roots that did are reopened buffered.
-Status EqualizeODirect(MultiRootTier* tier, const FsTierOpenOptions& base, const std::vector<std::string>& roots) {
+Status EqualizeODirect(MultiRootTier* tier, const FsTierOpenOptions& base, const std::vector<std::string>& roots,
+                       const std::shared_ptr<const SealKeyring>& keys) {
   bool all = true;
   for (size_t i = 0; i < roots.size(); ++i) all = all && tier->child(i).o_direct();
   if (all) return Status::Ok();
@@ -256,7 +255,7 @@ Status EqualizeODirect(MultiRootTier* tier, const FsTierOpenOptions& base, const
     FsTierOpenOptions o = base;
     o.tier.root_dir = roots[i];
     o.tier.o_direct = false;
-    KVTIER_RETURN_IF_ERROR(tier->OpenChild(i, o).WithContext("root_dir[" + std::to_string(i) + "]"));
+    KVTIER_RETURN_IF_ERROR(tier->OpenChild(i, o, keys).WithContext("root_dir[" + std::to_string(i) + "]"));
   }
   return Status::Ok();
 }
@@ -264,12 +263,10 @@ Status EqualizeODirect(MultiRootTier* tier, const FsTierOpenOptions& base, const
 }  // namespace
 
 Result<std::unique_ptr<FsTier>> OpenMultiRootTier(const FsTierOpenOptions& o, const std::vector<std::string>& roots) {
-  // Each root's tier reads the seal key itself (FORMAT.md L160): an fd must read again from offset 0.
-  if (o.tier.seal_key_fd >= 0 && lseek(o.tier.seal_key_fd, 0, SEEK_CUR) < 0) {
-    return InvalidArgument("fs tier: seal_key_fd " + std::to_string(o.tier.seal_key_fd) +
-                           " cannot seek (a pipe?); with several roots give a file, or an fd of one (memfd)");
-  }
-  KVTIER_ASSIGN_OR_RETURN(Namespace ns, StoreNamespace(o));  // the roots' markers name the sealed one
+  // The keys are read once, here, and every root gets the same ones (FORMAT.md L160): a Secret
+  // rotated while the roots open cannot leave them under different keys.
+  KVTIER_ASSIGN_OR_RETURN(const std::shared_ptr<const SealKeyring> keys, LoadSealKeyring(o.tier));
+  KVTIER_ASSIGN_OR_RETURN(Namespace ns, StoreNamespace(o, keys.get()));  // the roots' markers name the sealed one
   // One watched call each when FsTier::Open runs under a watch (io_watch.h);
   // none is open while a child registers memory (not the mount's time).
   Result<std::vector<RootState>> examined = [&] {
@@ -287,9 +284,9 @@ Result<std::unique_ptr<FsTier>> OpenMultiRootTier(const FsTierOpenOptions& o, co
   for (size_t i = 0; i < roots.size(); ++i) {
     FsTierOpenOptions child = base;
     child.tier.root_dir = roots[i];
-    KVTIER_RETURN_IF_ERROR(tier->OpenChild(i, child).WithContext("root_dir[" + std::to_string(i) + "]"));
+    KVTIER_RETURN_IF_ERROR(tier->OpenChild(i, child, keys).WithContext("root_dir[" + std::to_string(i) + "]"));
   }
-  KVTIER_RETURN_IF_ERROR(EqualizeODirect(tier.get(), base, roots));
+  KVTIER_RETURN_IF_ERROR(EqualizeODirect(tier.get(), base, roots, keys));
   for (size_t i = 0; i < roots.size(); ++i) {
     const format::RootSlot slot{i, roots.size()};
     if (states[i].marker == slot) continue;
