@@ -7,7 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <condition_variable>
+#include <memory>
 #include <mutex>
 #include <vector>
 
@@ -38,46 +38,81 @@ std::string NotSealed(int fd, uint64_t size) {
   return "no seal record (L164): not a sealed block";
 }
 
-// The bytes fsck's threads hold for tag checks (kSealVerifyBytesMax), so
-// that jobs x row bytes never has to fit in memory: a thread waits until
-// its row fits beside the others, or runs alone when it never would.
-class VerifyBudget {
+}  // namespace
+
+// One thread's tag check at a time: a cipher (its EVP contexts keyed once
+// per salt, L167) and a buffer of at most one chunk.
+struct SealTagChecker {
+  std::unique_ptr<SealCipher> cipher;
+  std::vector<uint8_t> chunk;
+};
+
+// The checkers of fsck's threads: a thread takes one for a block and gives
+// it back, so there are never more than threads checking at once.
+class SealTagCheckers {
  public:
-  void Take(uint64_t n) {
-    std::unique_lock lock(mu_);
-    freed_.wait(lock, [&] { return held_ == 0 || held_ + n <= kSealVerifyBytesMax; });
-    held_ += n;
-  }
-  void Give(uint64_t n) {
+  explicit SealTagCheckers(std::shared_ptr<const SealKeyring> ring) : ring_(std::move(ring)) {}
+  std::unique_ptr<SealTagChecker> Take() {
     {
       std::lock_guard lock(mu_);
-      held_ -= n;
+      if (!idle_.empty()) {
+        std::unique_ptr<SealTagChecker> c = std::move(idle_.back());
+        idle_.pop_back();
+        return c;
+      }
     }
-    freed_.notify_all();
+    Result<std::unique_ptr<SealCipher>> cipher = SealCipher::Create(ring_);
+    if (!cipher.ok()) return nullptr;
+    auto c = std::make_unique<SealTagChecker>();
+    c->cipher = std::move(cipher).value();
+    std::lock_guard lock(mu_);
+    ++made_;
+    return c;
+  }
+  void Give(std::unique_ptr<SealTagChecker> c) {
+    std::lock_guard lock(mu_);
+    idle_.push_back(std::move(c));
+  }
+  size_t made() const {
+    std::lock_guard lock(mu_);
+    return made_;
+  }
+  uint64_t buffer_bytes() const {
+    std::lock_guard lock(mu_);
+    uint64_t n = 0;
+    for (const auto& c : idle_) n += c->chunk.capacity();
+    return n;
   }
 
  private:
-  std::mutex mu_;
-  std::condition_variable freed_;
-  uint64_t held_ = 0;
+  const std::shared_ptr<const SealKeyring> ring_;
+  mutable std::mutex mu_;
+  std::vector<std::unique_ptr<SealTagChecker>> idle_;
+  size_t made_ = 0;
 };
 
-VerifyBudget& Budget() {
-  static VerifyBudget* budget = new VerifyBudget;  // never destroyed: abandoned threads may still use it
-  return *budget;
-}
+namespace {
 
-// Reads [0, size) into `buf`, a chunk per call (each a step of the watch).
-bool ReadWhole(int fd, uint8_t* buf, uint64_t size, IoScope* io, uint64_t* read_bytes) {
-  constexpr uint64_t kChunkBytes = 1 << 20;
-  for (uint64_t at = 0; at < size;) {
-    const uint64_t n = std::min(kChunkBytes, size - at);
-    if (!ReadAt(fd, buf + at, n, at)) return false;
+// Streams the row [0, row) of `fd` through the cipher, a chunk per read
+// (each a step of the watch); the plaintext stays in c->chunk, wiped after.
+// kUnjudged when a read fails or comes up short.
+SealVerdict StreamRow(int fd, uint64_t row, SealTagChecker* c, IoScope* io, std::string_view* why,
+                      uint64_t* read_bytes) {
+  c->chunk.resize(static_cast<size_t>(std::min(kSealVerifyChunkBytes, row)));
+  SealVerdict verdict = SealVerdict::kSound;
+  for (uint64_t at = 0; at < row && why->empty();) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(c->chunk.size(), row - at));
+    if (!ReadAt(fd, c->chunk.data(), n, at)) {
+      verdict = SealVerdict::kUnjudged;
+      break;
+    }
     at += n;
     *read_bytes += n;
     io->Step();
+    *why = c->cipher->OpenPart(c->chunk.data(), c->chunk.data(), n);
   }
-  return true;
+  OPENSSL_cleanse(c->chunk.data(), c->chunk.size());  // the plaintext, decrypted in place
+  return verdict;
 }
 
 }  // namespace
@@ -90,6 +125,7 @@ Result<SealKeys> SealKeys::Load(const std::vector<std::string>& files) {
   }
   SealKeys keys;
   keys.ring_ = std::move(ring);
+  keys.checkers_ = std::make_shared<SealTagCheckers>(keys.ring_);
   return keys;
 }
 
@@ -100,25 +136,26 @@ int SealKeys::Find(const std::string& key_id_hex) const {
   return -1;
 }
 
+size_t SealKeys::checkers() const { return checkers_->made(); }
+uint64_t SealKeys::buffer_bytes() const { return checkers_->buffer_bytes(); }
+
 SealVerdict SealTag(int fd, uint64_t size, const std::string& rel, const SealKeys& keys, int key_index, IoScope* io,
                     std::string* detail, uint64_t* read_bytes) {
-  Result<std::unique_ptr<SealCipher>> cipher = SealCipher::Create(keys.ring());
-  if (!cipher.ok()) return SealVerdict::kUnjudged;
-  Budget().Take(size);
-  std::vector<uint8_t> buf(size);
+  uint8_t trailer[format::kSealTrailerBytes];
   const uint64_t row = size - format::kSealTrailerBytes;
-  SealVerdict verdict = SealVerdict::kUnjudged;
-  if (ReadWhole(fd, buf.data(), size, io, read_bytes)) {
-    const SealPiece piece{buf.data(), buf.data(), row};
-    const std::string_view why = (*cipher)->Open(static_cast<size_t>(key_index), rel, buf.data() + row, size, {&piece, 1});
-    verdict = why.empty() ? SealVerdict::kSound : SealVerdict::kBroken;
-    if (!why.empty()) *detail = std::string(why) + " (L183)";
-  }
-  OPENSSL_cleanse(buf.data(), buf.size());  // the plaintext, decrypted in place
-  Budget().Give(size);
-  return verdict;
+  if (!ReadAt(fd, trailer, sizeof trailer, row)) return SealVerdict::kUnjudged;
+  *read_bytes += sizeof trailer;
+  std::unique_ptr<SealTagChecker> c = keys.tag_checkers().Take();
+  if (!c) return SealVerdict::kUnjudged;
+  std::string_view why = c->cipher->OpenStart(static_cast<size_t>(key_index), rel, trailer, size);
+  SealVerdict verdict = StreamRow(fd, row, c.get(), io, &why, read_bytes);
+  if (verdict == SealVerdict::kSound && why.empty()) why = c->cipher->OpenEnd();
+  keys.tag_checkers().Give(std::move(c));
+  if (verdict == SealVerdict::kUnjudged) return verdict;
+  if (why.empty()) return SealVerdict::kSound;
+  *detail = std::string(why) + " (L183)";
+  return SealVerdict::kBroken;
 }
-
 
 SealVerdict SealStructure(int fd, uint64_t size, const std::string& key_id_hex, std::string* detail) {
   uint8_t tail[format::kSealTailBytes];

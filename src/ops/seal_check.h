@@ -15,8 +15,10 @@
 namespace kvtier::internal {
 
 struct SealKeyring;
+class SealTagCheckers;
 
-// The keys an operator gave fsck (FsckOptions::seal_key_files), by key id.
+// The keys an operator gave fsck (FsckOptions::seal_key_files), by key id,
+// and what fsck's threads check tags with (SealTag).
 class SealKeys {
  public:
   // Each file as a tier reads a key (L161, L173); the first that fails
@@ -25,9 +27,15 @@ class SealKeys {
   // The index of the key whose id is `key_id_hex` (32 hex digits), or -1.
   int Find(const std::string& key_id_hex) const;
   const std::shared_ptr<const SealKeyring>& ring() const { return ring_; }
+  // The tag checkers made so far (one per thread that checked at once) and
+  // the bytes their buffers hold: at most kSealVerifyChunkBytes each.
+  size_t checkers() const;
+  uint64_t buffer_bytes() const;
+  SealTagCheckers& tag_checkers() const { return *checkers_; }
 
  private:
   std::shared_ptr<const SealKeyring> ring_;
+  std::shared_ptr<SealTagCheckers> checkers_;
 };
 
 enum class SealVerdict {
@@ -43,11 +51,12 @@ enum class SealVerdict {
 SealVerdict SealStructure(int fd, uint64_t size, const std::string& key_id_hex, std::string* detail);
 
 // L183: its tag under key `key_index` of `keys` for its root-relative path
-// `rel`: the file read whole (in chunks, each a call the watch can time)
-// into a buffer that is wiped after. The buffers of all of fsck's threads
-// hold at most kSealVerifyBytesMax together, or one block larger than that
-// alone. *read_bytes counts what was read.
-inline constexpr uint64_t kSealVerifyBytesMax = uint64_t{256} << 20;
+// `rel`: the trailer read first, then the row streamed through the cipher in
+// chunks of kSealVerifyChunkBytes (each read a call the watch can time), in
+// a buffer that is wiped after. A thread reuses one cipher and one buffer
+// from block to block, so fsck's threads hold at most a chunk each, whatever
+// the row size. *read_bytes counts what was read.
+inline constexpr uint64_t kSealVerifyChunkBytes = uint64_t{1} << 20;
 SealVerdict SealTag(int fd, uint64_t size, const std::string& rel, const SealKeys& keys, int key_index, IoScope* io,
                     std::string* detail, uint64_t* read_bytes);
 

@@ -16,6 +16,7 @@ namespace {
 
 // EVP's lengths are ints: a piece is fed in parts of at most this.
 constexpr size_t kUpdateBytesMax = size_t{1} << 30;
+constexpr std::string_view kTagMismatch = "tag mismatch";
 
 // Feeds `len` bytes from `in` to `out` through `ctx` (encrypt or decrypt, as inited).
 bool Update(EVP_CIPHER_CTX* ctx, const uint8_t* in, uint8_t* out, size_t len) {
@@ -141,27 +142,40 @@ bool SealCipher::KeyOpen(size_t key_index, const uint8_t* salt) {
   return ok;
 }
 
-std::string_view SealCipher::Open(size_t key_index, std::string_view rel_path, const uint8_t* page,
-                                  uint64_t file_bytes, std::span<const SealPiece> pieces) {
+std::string_view SealCipher::OpenStart(size_t key_index, std::string_view rel_path, const uint8_t* page,
+                                       uint64_t file_bytes) {
   format::SealRecord record;
   const format::SealState state =
       format::ParseSealTail(page + format::kSealTrailerBytes - format::kSealTailBytes, file_bytes, &record);
-  std::string_view why;
-  if (state != format::SealState::kValid) why = format::SealStateName(state);
-  const SealKey& k = *ring_->keys[key_index];
-  if (why.empty() && std::memcmp(record.key_id, k.key_id(), format::kSealKeyIdBytes) != 0) {
-    why = "sealed with another key";
+  if (state != format::SealState::kValid) return format::SealStateName(state);
+  if (std::memcmp(record.key_id, ring_->keys[key_index]->key_id(), format::kSealKeyIdBytes) != 0) {
+    return "sealed with another key";
   }
-  bool ok = why.empty() && KeyOpen(key_index, record.salt) &&
-            EVP_CipherInit_ex(gcm_, nullptr, nullptr, nullptr, record.nonce, 0) == 1 && Aad(gcm_, rel_path, page);
-  for (size_t i = 0; ok && i < pieces.size(); ++i) ok = Update(gcm_, pieces[i].in, pieces[i].out, pieces[i].len);
+  std::memcpy(open_tag_, record.tag, sizeof open_tag_);
+  const bool ok = KeyOpen(key_index, record.salt) &&
+                  EVP_CipherInit_ex(gcm_, nullptr, nullptr, nullptr, record.nonce, 0) == 1 && Aad(gcm_, rel_path, page);
+  return ok ? std::string_view() : kTagMismatch;
+}
+
+std::string_view SealCipher::OpenPart(const uint8_t* in, uint8_t* out, size_t len) {
+  return Update(gcm_, in, out, len) ? std::string_view() : kTagMismatch;
+}
+
+std::string_view SealCipher::OpenEnd() {
   int done = 0;
-  ok = ok && EVP_CIPHER_CTX_ctrl(gcm_, EVP_CTRL_GCM_SET_TAG, format::kSealTagBytes, record.tag) == 1 &&
-       EVP_CipherFinal_ex(gcm_, nullptr, &done) == 1;
-  if (ok) return {};
+  const bool ok = EVP_CIPHER_CTX_ctrl(gcm_, EVP_CTRL_GCM_SET_TAG, format::kSealTagBytes, open_tag_) == 1 &&
+                  EVP_CipherFinal_ex(gcm_, nullptr, &done) == 1;
+  return ok ? std::string_view() : kTagMismatch;
+}
+
+std::string_view SealCipher::Open(size_t key_index, std::string_view rel_path, const uint8_t* page,
+                                  uint64_t file_bytes, std::span<const SealPiece> pieces) {
+  std::string_view why = OpenStart(key_index, rel_path, page, file_bytes);
+  for (size_t i = 0; why.empty() && i < pieces.size(); ++i) why = OpenPart(pieces[i].in, pieces[i].out, pieces[i].len);
+  if (why.empty()) why = OpenEnd();
   // GCM writes plaintext before the tag is known: none of it may look like data.
-  ZeroPieces(pieces);
-  return why.empty() ? "tag mismatch" : why;
+  if (!why.empty()) ZeroPieces(pieces);
+  return why;
 }
 
 }  // namespace kvtier::internal

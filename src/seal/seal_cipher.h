@@ -55,6 +55,15 @@ class SealCipher {
   std::string_view Open(size_t key_index, std::string_view rel_path, const uint8_t* page, uint64_t file_bytes,
                         std::span<const SealPiece> pieces);
 
+  // L169 for a block streamed in parts (fsck, L183): OpenStart checks the
+  // trailer at `page` as Open does and starts; OpenPart decrypts the next
+  // `len` bytes of ciphertext (in == out works); OpenEnd checks the tag.
+  // Each returns the reason of a failure ("": none so far, and from OpenEnd
+  // a good block). The plaintext is the caller's to wipe.
+  std::string_view OpenStart(size_t key_index, std::string_view rel_path, const uint8_t* page, uint64_t file_bytes);
+  std::string_view OpenPart(const uint8_t* in, uint8_t* out, size_t len);
+  std::string_view OpenEnd();
+
   const SealKeyring& ring() const { return *ring_; }
 
  private:
@@ -73,6 +82,7 @@ class SealCipher {
   std::vector<EVP_CIPHER_CTX*> kdf_;    // AES-256-ECB keyed with each key's K'
   size_t open_key_ = SIZE_MAX;
   uint8_t open_salt_[format::kSealSaltBytes] = {};
+  uint8_t open_tag_[format::kSealTagBytes] = {};  // the tag of the block OpenStart began
   uint8_t seal_salt_[format::kSealSaltBytes] = {};
   uint64_t seal_uses_left_ = 0;
 };
