@@ -1,18 +1,20 @@
 """Shared fixtures of kvtier's Python tests (pytest, run by ctest and scripts/test).
 
 * ``kvtier_bin``: the ``kvtier`` CLI built beside the package ($KVTIER_BIN, else build/bin/kvtier).
-* ``vllm_tree``: an importable tree of vLLM's own tiering modules, assembled once per session
-  from ``../shared/vllm`` (vLLM's code, verbatim, for conformance tests; never part of kvtier).
+* ``vllm_tree``: an importable tree of vLLM's own tiering modules, assembled from
+  ``../shared/vllm`` (vLLM's code, verbatim, for conformance tests; never part of kvtier) once
+  per content of it, in a cache the test processes share (shared_trees.py).
   Tests that need it skip, with one line saying why, where ``../shared/vllm`` is absent.
   $KVTIER_SHARED_DIR overrides where ``shared/`` is looked for.
 """
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+import shared_trees
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -31,14 +33,13 @@ def kvtier_bin() -> str:
 
 @pytest.fixture(scope="session")
 def vllm_tree(tmp_path_factory) -> Path:
-    """Assembles ../shared/vllm into a temporary tree and puts it first on sys.path."""
+    """../shared/vllm assembled (shared_trees: once per content, cached across processes), first on sys.path."""
     assemble = shared_dir() / "vllm" / "assemble.sh"
     if not assemble.is_file():
         pytest.skip(f"vLLM conformance tests need {assemble.parent} (vLLM's tiering modules); absent here")
-    dest = tmp_path_factory.mktemp("vllm")
-    env = dict(os.environ, PYTHON=sys.executable)
-    proc = subprocess.run(["bash", str(assemble), str(dest)], env=env, capture_output=True, text=True)
-    if proc.returncode != 0:
-        pytest.fail(f"{assemble} failed (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    try:
+        dest = shared_trees.assembled(assemble.parent, tmp_path_factory)
+    except RuntimeError as e:
+        pytest.fail(str(e))
     sys.path.insert(0, str(dest))
     return dest

@@ -4,9 +4,9 @@ controller builds them.
 
 ``skip_reason()`` is the one line a test module skips with where ../shared/sglang or torch is
 absent (``skip_module_unless_ready()`` skips the calling module with it);
-``harness_tree(tmp_path_factory)`` assembles the tree once per session and puts it first on
-sys.path, and the autouse fixture ``sglang_tree`` does so for every test of a module that imports
-it.
+``harness_tree()`` assembles the tree (once per content of ../shared/sglang, in a cache the test
+processes share: shared_trees.py) and puts it first on sys.path, and the autouse fixture
+``sglang_tree`` does so for every test of a module that imports it.
 """
 
 import importlib.util
@@ -16,6 +16,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+import shared_trees
 
 REPO = Path(__file__).resolve().parents[2]
 _TREE = None
@@ -40,18 +42,13 @@ def skip_module_unless_ready():
         pytest.skip(skip_reason(), allow_module_level=True)
 
 
-def harness_tree(tmp_path_factory) -> Path:
-    """../shared/sglang/assemble.sh into a temporary directory (once), first on sys.path."""
+def harness_tree(tmp_path_factory=None) -> Path:
+    """../shared/sglang/assemble.sh's tree (shared_trees: once per content, cached across
+    processes), first on sys.path."""
     global _TREE
     if _TREE is None:
-        dest = tmp_path_factory.mktemp("sglang")
-        env = dict(os.environ, PYTHON=sys.executable)
-        proc = subprocess.run(["bash", str(shared_sglang() / "assemble.sh"), str(dest)], env=env,
-                              capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise RuntimeError(f"assemble.sh failed (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
-        sys.path.insert(0, str(dest))
-        _TREE = dest
+        _TREE = shared_trees.assembled(shared_sglang(), tmp_path_factory)
+        sys.path.insert(0, str(_TREE))
     return _TREE
 
 
