@@ -19,7 +19,9 @@
 //    (and untouched from bounce rows), whatever the outcome;
 //    lookups count only files of row + 4096 bytes;
 //  * rotation: a tier whose read key is the old primary serves the old
-//    blocks and stores new ones under its new key's namespace only;
+//    blocks and stores new ones under its new key's namespace only; a
+//    failing block in the new namespace is a corrupt load, not served from
+//    the old key, and once removed the old key's block serves that key;
 //  * an unsealed tier on the same root never sees sealed blocks, nor a
 //    sealed tier unsealed ones;
 //  * key errors fail the open naming the path, without the key's content;
@@ -310,6 +312,46 @@ TEST_P(SealedTierTest, ARotatedTierServesOldBlocksByItsReadKeyAndStoresUnderTheN
   const std::string new_dir = fs::path(after->BlockPath(keys[0])).parent_path().parent_path().parent_path().string();
   EXPECT_FALSE(fs::exists(old_dir + after->BlockPath(keys[2]).substr(new_dir.size())));
   EXPECT_EQ(after->Metrics().auth_failures, 0u);
+}
+
+// L171: only a primary namespace with no file falls back to the read keys; a
+// failing block there is a corrupt load (not served from the old key), and
+// once it is removed the next load of that key is served by the read key.
+TEST_P(SealedTierTest, ARotatedTierServesTheReadKeysBlockOnceAFailingNewBlockIsRemoved) {
+  const std::string old_key = KeyFile("old.key", kKeyA), new_key = KeyFile("new.key", kKeyB);
+  const auto keys = Keys(2, 0x44);
+  testing::AlignedRows rows(2, kRow, seed_), back(2, kRow, seed_ + 1);
+  std::vector<std::string> old_paths;
+  {
+    auto before = Open(Options(old_key));
+    ASSERT_NE(before, nullptr);
+    ASSERT_EQ(Stored(before.get(), keys, rows), 2u);
+    for (const OffloadKey& k : keys) old_paths.push_back(before->BlockPath(k));
+  }
+  FsTierOpenOptions o = Options(new_key);
+  o.tier.seal_read_key_files = {old_key};
+  auto after = Open(o);
+  ASSERT_NE(after, nullptr);
+  // At the new namespace's paths: the old key's valid block (another key and
+  // namespace there), and a plain row with a zero trailer (no seal record).
+  for (const OffloadKey& k : keys) fs::create_directories(fs::path(after->BlockPath(k)).parent_path());
+  fs::copy_file(old_paths[0], after->BlockPath(keys[0]));
+  testing::WriteFileOrDie(after->BlockPath(keys[1]), std::string(reinterpret_cast<const char*>(rows.Row(1).data()), kRow) +
+                                                         std::string(4096, '\0'));
+  JobResult r = testing::WaitForJob(after.get(), after->SubmitLoad(keys, back.Mut()).value());
+  ASSERT_EQ(r.keys.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(r.keys[i].outcome, KeyOutcome::kCorrupt) << i << " " << r.keys[i].status.ToString();
+    EXPECT_FALSE(fs::exists(after->BlockPath(keys[i]))) << i;
+    EXPECT_TRUE(fs::exists(old_paths[i])) << i;
+  }
+  EXPECT_EQ(after->Metrics().auth_failures, 2u);
+  const JobResult look = testing::WaitForJob(after.get(), after->SubmitLookup(keys).value());
+  EXPECT_EQ(look.OkPrefix(), 2u);
+  r = testing::WaitForJob(after.get(), after->SubmitLoad(keys, back.Mut()).value());
+  EXPECT_EQ(r.OkPrefix(), 2u);
+  EXPECT_EQ(std::memcmp(back.data, rows.data, 2 * kRow), 0) << "seed " << seed_;
+  EXPECT_EQ(after->Metrics().auth_failures, 2u);
 }
 
 TEST_P(SealedTierTest, UnsealedAndSealedTiersOnOneRootNeverSeeEachOthersBlocks) {
