@@ -255,6 +255,17 @@ Result<Figures> Measure(const Flags& f, Stager* stager, Memory* m, const std::ve
   return best;
 }
 
+void PrintChecksums(const Flags& f, std::string_view backend, const GpuCopyCounts& counts) {
+  std::printf("checksums %s", f.checksums.c_str());
+  if (f.crc()) {
+    const char* where = backend == "host"         ? "by the host stand-in's copy workers"
+                        : counts.crc_on_device ? "on the GPU"
+                                               : "on the CPU (the device CRC failed its self-check)";
+    std::printf(" (CRC32C computed %s; %llu bytes on the device)", where,
+                static_cast<unsigned long long>(counts.crc_device_bytes));
+  }
+}
+
 void Print(const Flags& f, const Stager& stager, const Figures& h2d, const Figures& d2h) {
   const std::string_view backend = stager.backend_name();
   const GpuCopyCounts counts = stager.gpu_copy_counts();
@@ -288,14 +299,7 @@ void Print(const Flags& f, const Stager& stager, const Figures& h2d, const Figur
                 static_cast<unsigned long long>(counts.kernel_segments),
                 static_cast<unsigned long long>(counts.dma_segments));
   }
-  std::printf("checksums %s", f.checksums.c_str());
-  if (f.crc()) {
-    const char* where = backend == "host"         ? "by the host stand-in's copy workers"
-                        : counts.crc_on_device ? "on the GPU"
-                                               : "on the CPU (the device CRC failed its self-check)";
-    std::printf(" (CRC32C computed %s; %llu bytes on the device)", where,
-                static_cast<unsigned long long>(counts.crc_device_bytes));
-  }
+  PrintChecksums(f, backend, counts);
   std::printf("\n%-9s %12s %12s %7s\n", "direction", "probe GB/s", "kvtier GB/s", "ratio");
   std::printf("%-9s %12.2f %12.2f %7.3f\n", "h2d", h2d.probe_gbps, h2d.kvtier_gbps, h2d.ratio());
   std::printf("%-9s %12.2f %12.2f %7.3f\n", "d2h", d2h.probe_gbps, d2h.kvtier_gbps, d2h.ratio());
