@@ -142,7 +142,8 @@ TEST_F(GpuCrc, StoreAndLoadCrcsEqualTheCpuAtEveryRowSizeAndPath) {
   KVTIER_REQUIRE_GPU();
   SCOPED_TRACE("seed " + std::to_string(seed_));
   for (GpuCopy mode : {GpuCopy::kAuto, GpuCopy::kDma, GpuCopy::kKernel, GpuCopy::kStaged}) {
-    for (uint64_t row = 4096; row <= (2u << 20); row *= 4) {
+    for (uint64_t row : {uint64_t{4} << 10, uint64_t{16} << 10, uint64_t{64} << 10, uint64_t{256} << 10,
+                         uint64_t{1} << 20, uint64_t{2} << 20}) {
       // Two tensors of pages of row/16 (and one odd-sized), 8 blocks a row.
       const uint64_t page = row / 16;
       TearDown();
