@@ -2,7 +2,10 @@
 #if KVTIER_HAVE_CUDA
 #include "staging/device_crc.h"
 
+#include <algorithm>
+#include <iterator>
 #include <string>
+#include <vector>
 
 #include "staging/crc_kernel.h"
 #include "util/log.h"
@@ -11,12 +14,14 @@ namespace kvtier::internal {
 namespace {
 
 // The self-check's pieces of a 256 KiB pattern: aligned and not, one byte,
-// a whole kernel piece, lengths that are no multiple of 8.
+// a whole kernel piece, lengths that are no multiple of 8; units of one
+// piece and of several, out of address order.
 struct CheckPiece {
   uint64_t offset, bytes;
 };
 constexpr CheckPiece kCheckPieces[] = {{0, 65536}, {1, 4093}, {4096, 1}, {7, 65535}, {131072, 4096},
                                        {200003, 12345}, {65536, 8}, {250000, 12144}};
+constexpr CrcUnit kCheckUnits[] = {{0, 1, 0, 0, 0}, {1, 3, 0, 0, 0}, {4, 1, 0, 0, 0}, {5, 3, 0, 0, 0}};
 constexpr uint64_t kPatternBytes = 256 << 10;
 
 std::string CudaText(cudaError_t e) { return std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e); }
@@ -26,8 +31,8 @@ std::string CudaText(cudaError_t e) { return std::string(cudaGetErrorName(e)) + 
 #if !KVTIER_HAVE_CUDA_KERNELS
 // Built without nvcc: the CPU computes every CRC.
 bool CrcKernelBuilt() { return false; }
-cudaError_t LaunchCrcKernel(const KernelCrc* /*pieces*/, size_t /*count*/, uint32_t* /*raw_out*/,
-                            cudaStream_t /*stream*/) {
+cudaError_t LaunchCrcKernel(const KernelCrc* /*pieces*/, const KernelCrcUnit* /*units*/, size_t /*unit_count*/,
+                            uint32_t* /*raw_out*/, cudaStream_t /*stream*/) {
   return cudaErrorNotSupported;
 }
 #endif
@@ -57,10 +62,10 @@ bool DeviceCrc::SelfCheck(cudaStream_t stream, std::string* why) {
   if (e != cudaSuccess) return *why = "cudaMalloc: " + CudaText(e), false;
   std::vector<CrcPiece> pieces;
   for (const CheckPiece& c : kCheckPieces) {
-    pieces.push_back(CrcPiece{reinterpret_cast<uintptr_t>(dev) + c.offset, pattern.data() + c.offset, c.bytes, 0, 0});
+    pieces.push_back(CrcPiece{reinterpret_cast<uintptr_t>(dev) + c.offset, pattern.data() + c.offset, c.bytes});
   }
-  std::vector<uint32_t> raw(pieces.size(), 0);
-  const PartCrc part{pieces, raw.data()};
+  std::vector<uint32_t> raw(std::size(kCheckUnits), 0);
+  const PartCrc part{kCheckUnits, pieces, raw.data()};
   e = cudaMemcpy(dev, pattern.data(), pattern.size(), cudaMemcpyHostToDevice);
   usable_.store(true, std::memory_order_relaxed);  // Launch runs only when usable
   const CrcSlot slot = e == cudaSuccess ? Launch(part, stream) : CrcSlot{};
@@ -72,10 +77,10 @@ bool DeviceCrc::SelfCheck(cudaStream_t stream, std::string* why) {
   if (e != cudaSuccess || synced != cudaSuccess) {
     return *why = "the kernel did not run: " + CudaText(e != cudaSuccess ? e : synced), false;
   }
-  for (size_t i = 0; i < pieces.size(); ++i) {
-    if (raw[i] != CpuRawCrc(pieces[i].host_ptr, pieces[i].bytes)) {
-      return *why = "piece " + std::to_string(i) + " differs from the CPU's", false;
-    }
+  std::vector<uint32_t> cpu(raw.size(), 0);
+  Collect(CrcSlot{}, PartCrc{kCheckUnits, pieces, cpu.data()});  // no slot: the CPU computes
+  for (size_t i = 0; i < raw.size(); ++i) {
+    if (raw[i] != cpu[i]) return *why = "unit " + std::to_string(i) + " differs from the CPU's", false;
   }
   return true;
 }
@@ -108,8 +113,8 @@ void DeviceCrc::Release(CrcSlot slot) {
 }
 
 CrcSlot DeviceCrc::Launch(const PartCrc& part, cudaStream_t stream) {
-  if (part.pieces.empty() || !usable()) return CrcSlot{};
-  CrcSlot slot = Acquire(part.pieces.size());
+  if (part.units.empty() || !usable()) return CrcSlot{};
+  CrcSlot slot = Acquire(part.units.size());
   uint32_t* device_out = nullptr;
   if (slot.host == nullptr || cudaHostGetDevicePointer(reinterpret_cast<void**>(&device_out), slot.host, 0) != cudaSuccess) {
     static_cast<void>(cudaGetLastError());
@@ -117,13 +122,17 @@ CrcSlot DeviceCrc::Launch(const PartCrc& part, cudaStream_t stream) {
     return CrcSlot{};
   }
   thread_local std::vector<KernelCrc> pieces;
-  pieces.clear();
+  thread_local std::vector<KernelCrcUnit> units;
+  pieces.clear(), units.clear();
   uint64_t bytes = 0;
-  for (const CrcPiece& p : part.pieces) {
-    pieces.push_back(KernelCrc{reinterpret_cast<const void*>(static_cast<uintptr_t>(p.device_addr)), p.bytes});
-    bytes += p.bytes;
+  for (const CrcUnit& u : part.units) {
+    units.push_back(KernelCrcUnit{static_cast<uint32_t>(pieces.size()), u.pieces});
+    for (const CrcPiece& p : part.pieces.subspan(u.first_piece, u.pieces)) {
+      pieces.push_back(KernelCrc{reinterpret_cast<const void*>(static_cast<uintptr_t>(p.device_addr)), p.bytes});
+      bytes += p.bytes;
+    }
   }
-  if (LaunchCrcKernel(pieces.data(), pieces.size(), device_out, stream) != cudaSuccess) {
+  if (LaunchCrcKernel(pieces.data(), units.data(), units.size(), device_out, stream) != cudaSuccess) {
     // A launch error is not sticky (no image for this GPU): the CPU takes
     // over for good. Launches already queued for this part finish harmlessly.
     static_cast<void>(cudaGetLastError());
@@ -137,11 +146,17 @@ CrcSlot DeviceCrc::Launch(const PartCrc& part, cudaStream_t stream) {
 }
 
 void DeviceCrc::Collect(CrcSlot slot, const PartCrc& part) {
-  if (slot.host == nullptr) {
-    for (size_t i = 0; i < part.pieces.size(); ++i) part.raw[i] = CpuRawCrc(part.pieces[i].host_ptr, part.pieces[i].bytes);
+  if (slot.host == nullptr) {  // the CPU computes, from the row
+    for (size_t i = 0; i < part.units.size(); ++i) {
+      uint32_t reg = 0;
+      for (const CrcPiece& p : part.pieces.subspan(part.units[i].first_piece, part.units[i].pieces)) {
+        reg = CpuRawCrc(reg, p.host_ptr, p.bytes);
+      }
+      part.raw[i] = reg;
+    }
     return;
   }
-  std::copy(slot.host, slot.host + part.pieces.size(), part.raw);
+  std::copy(slot.host, slot.host + part.units.size(), part.raw);
   Release(slot);
 }
 

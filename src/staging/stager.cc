@@ -168,18 +168,18 @@ class StagerImpl final : public Stager {
     return crc;
   }
 
-  // Cuts each part's segments into CRC pieces; the parts' spans are taken
-  // once every piece is planned (the plan's vectors no longer move).
+  // Cuts each part's segments into CRC pieces and units; the parts' spans
+  // are taken once everything is planned (the plan's vectors no longer move).
   static void PlanCrcs(TicketCrc* crc, const std::vector<std::vector<CopySegment>>& host_pieces,
                        const std::vector<std::vector<CopySegment>>& per_device, std::vector<PartCrc>* host_crc,
                        std::vector<PartCrc>* device_crc) {
     std::vector<std::pair<size_t, size_t>> ranges;
     for (const auto& piece : host_pieces) ranges.push_back(crc->plan.Add(piece, UINT64_MAX));
     for (const auto& segments : per_device) ranges.push_back(crc->plan.Add(segments, kCrcPieceBytesMax));
-    crc->raw.assign(crc->plan.pieces().size(), 0);
+    crc->raw.assign(crc->plan.units().size(), 0);
     for (size_t i = 0; i < ranges.size(); ++i) {
       const auto [first, end] = ranges[i];
-      PartCrc part{std::span<const CrcPiece>(crc->plan.pieces()).subspan(first, end - first),
+      PartCrc part{std::span<const CrcUnit>(crc->plan.units()).subspan(first, end - first), crc->plan.pieces(),
                    crc->raw.data() + first};
       (i < host_pieces.size() ? host_crc : device_crc)->push_back(part);
     }

@@ -95,9 +95,12 @@ void HostCopyPool::Run(CopyDirection direction) {
     CopyPiece(direction, piece.segments);
     // The stand-in's "device" bytes: the source pages of a store, the
     // landed pages of a load (copied just above, by this thread).
-    for (size_t i = 0; i < piece.crc.pieces.size(); ++i) {
-      const CrcPiece& c = piece.crc.pieces[i];
-      piece.crc.raw[i] = CpuRawCrc(reinterpret_cast<const uint8_t*>(static_cast<uintptr_t>(c.device_addr)), c.bytes);
+    for (size_t i = 0; i < piece.crc.units.size(); ++i) {
+      uint32_t reg = 0;
+      for (const CrcPiece& c : piece.crc.pieces.subspan(piece.crc.units[i].first_piece, piece.crc.units[i].pieces)) {
+        reg = CpuRawCrc(reg, reinterpret_cast<const uint8_t*>(static_cast<uintptr_t>(c.device_addr)), c.bytes);
+      }
+      piece.crc.raw[i] = reg;
     }
     book_->PartDone(piece.ticket, Status::Ok());
   }

@@ -30,8 +30,8 @@ inline constexpr int kHostCopyThreadsPerDirection = 2;
 // than the copy.
 inline constexpr uint64_t kHostMinPieceBytes = uint64_t{1} << 20;
 
-// Device CRC pieces are cut to at most this: a warp takes one, and the CPU
-// folds one register per piece (a 2 MiB row: 32 products).
+// Device CRC pieces are cut to at most this: a warp's 32 lanes split one
+// piece, and a warp takes one unit (row_crc.h) of such pieces.
 inline constexpr uint64_t kCrcPieceBytesMax = uint64_t{64} << 10;
 
 // A checksummed ticket's CRC state (CopyChecksums). Each part writes raw[i]
@@ -40,14 +40,16 @@ inline constexpr uint64_t kCrcPieceBytesMax = uint64_t{64} << 10;
 struct TicketCrc {
   TicketCrc(std::span<uint8_t* const> rows, uint64_t row_bytes) : plan(rows, row_bytes) {}
   RowCrcPlan plan;
-  std::vector<uint32_t> raw;       // one per plan piece, sized once every piece is planned
+  std::vector<uint32_t> raw;       // one per plan unit, sized once every unit is planned
   std::vector<uint32_t> expected;  // a load's CopyChecksums::expected, copied
 };
 
 // A part's share of a TicketCrc: raw[i] = the register CRC (crc32c_hd.h) of
-// pieces[i], on the device side. Empty when no CRC was asked.
+// units[i], whose pieces are pieces[first_piece, +count), computed on the
+// device side. Empty when no CRC was asked.
 struct PartCrc {
-  std::span<const CrcPiece> pieces;
+  std::span<const CrcUnit> units;
+  std::span<const CrcPiece> pieces;  // every piece of the plan
   uint32_t* raw = nullptr;
 };
 
@@ -103,7 +105,7 @@ class HostCopyPool {
                                                      size_t max_pieces, uint64_t min_piece_bytes);
   int threads_per_direction() const { return threads_per_direction_; }
   // Each piece is one part of `ticket`.
-  // After copying, the worker computes `crc` (pieces within `piece`'s
+  // After copying, the worker computes `crc` (units within `piece`'s
   // segments) from the "device" side.
   void Enqueue(CopyDirection direction, uint64_t ticket, std::vector<CopySegment> piece, PartCrc crc = {});
 

@@ -1,6 +1,6 @@
 // Proves checksummed staging on a real GPU: the CRC kernel's register CRCs of
-// random device pieces (every length up to 64 KiB and beyond, odd offsets)
-// equal the CPU's (ISA-L); the stager's start-up self-check passed; a
+// random units of random device pieces (every length up to 64 KiB and
+// beyond, odd offsets, more than one launch) equal the CPU's (ISA-L); the stager's start-up self-check passed; a
 // store's row_crcs equal Crc32c of the pinned row for rows of every
 // supported size (4 KiB to 2 MiB) and through every copy path (copy
 // engines, copy kernel, staging buffer, auto), with the bytes counted as
@@ -57,20 +57,28 @@ TEST(GpuCrcKernel, PiecesEqualTheCpu) {
   ASSERT_CUDA(cudaMemcpy(dev, host.data(), host.size(), cudaMemcpyHostToDevice));
   std::vector<KernelCrc> pieces;
   std::vector<uint64_t> offsets;
+  std::vector<KernelCrcUnit> units;
   for (int i = 0; i < 3000; ++i) {  // more than one launch's descriptors
     const uint64_t len = i < 300 ? static_cast<uint64_t>(i) : 1 + rng() % (i % 10 == 0 ? (2 << 20) : 65536);
     const uint64_t off = rng() % (host.size() - len);
     offsets.push_back(off);
     pieces.push_back(KernelCrc{static_cast<uint8_t*>(dev) + off, len});
+    if (units.empty() || units.back().count == 1 + units.size() % 7) {
+      units.push_back(KernelCrcUnit{static_cast<uint32_t>(i), 0});
+    }
+    ++units.back().count;
   }
   void* managed = nullptr;
-  ASSERT_CUDA(cudaMallocManaged(&managed, pieces.size() * sizeof(uint32_t)));
+  ASSERT_CUDA(cudaMallocManaged(&managed, units.size() * sizeof(uint32_t)));
   auto* out = static_cast<uint32_t*>(managed);
-  ASSERT_CUDA(LaunchCrcKernel(pieces.data(), pieces.size(), out, nullptr));
+  ASSERT_CUDA(LaunchCrcKernel(pieces.data(), units.data(), units.size(), out, nullptr));
   ASSERT_CUDA(cudaDeviceSynchronize());
-  for (size_t i = 0; i < pieces.size(); ++i) {
-    ASSERT_EQ(out[i], CpuRawCrc(host.data() + offsets[i], pieces[i].bytes))
-        << "seed " << seed << " piece " << i << " offset " << offsets[i] << " bytes " << pieces[i].bytes;
+  for (size_t u = 0; u < units.size(); ++u) {
+    uint32_t cpu = 0;
+    for (uint32_t k = units[u].first; k < units[u].first + units[u].count; ++k) {
+      cpu = CpuRawCrc(cpu, host.data() + offsets[k], pieces[k].bytes);
+    }
+    ASSERT_EQ(out[u], cpu) << "seed " << seed << " unit " << u << " of " << units[u].count << " pieces from " << units[u].first;
   }
   static_cast<void>(cudaFree(out));
   static_cast<void>(cudaFree(dev));

@@ -169,25 +169,38 @@ TEST_F(StagerCrc, BadRequestsAreRefusedBeforeAnyCopy) {
   EXPECT_TRUE(Run(CopyDirection::kDeviceToHost, rows, Ids(2, true), {}).row_crcs.empty());
 }
 
-TEST(RowCrcPlan, CutsAtRowBoundariesAndFoldsToIsal) {
+// One segment across three adjacent rows (given out of address order), cut
+// into 1000-byte pieces: units never cross a row, hold at most
+// kCrcUnitBytesMax, and their pieces continue each other in the row.
+TEST(RowCrcPlan, CutsAtRowBoundariesGroupsUnitsAndFoldsToIsal) {
   const uint64_t seed = testing::TestSeed();
   std::mt19937_64 rng(seed);
-  std::vector<uint8_t> mem(3 * 8192);
+  constexpr uint64_t kRow = 300 << 10;  // more than one unit's worth
+  std::vector<uint8_t> mem(3 * kRow);
   for (auto& b : mem) b = static_cast<uint8_t>(rng());
-  uint8_t* const rows[] = {mem.data() + 8192, mem.data(), mem.data() + 16384};  // not in address order
-  RowCrcPlan plan(rows, 8192);
-  const CopySegment seg{reinterpret_cast<uintptr_t>(mem.data() + 100), mem.data() + 100, 3 * 8192 - 5000};
-  const auto [first, end] = plan.Add({&seg, 1}, 4096);
+  uint8_t* const rows[] = {mem.data() + kRow, mem.data(), mem.data() + 2 * kRow};
+  RowCrcPlan plan(rows, kRow);
+  const CopySegment seg{reinterpret_cast<uintptr_t>(mem.data() + 100), mem.data() + 100, 3 * kRow - 5000};
+  const auto [first, end] = plan.Add({&seg, 1}, 1000);
   ASSERT_EQ(first, 0u);
+  ASSERT_EQ(end, plan.units().size());
   std::vector<uint32_t> raw;
-  for (const CrcPiece& p : plan.pieces()) {
-    ASSERT_LE(p.row_offset + p.bytes, 8192u) << "a piece crosses a row boundary";
-    ASSERT_EQ(p.host_ptr, rows[p.row] + p.row_offset);
-    raw.push_back(CpuRawCrc(p.host_ptr, p.bytes));
+  for (const CrcUnit& u : plan.units()) {
+    ASSERT_LE(u.row_offset + u.bytes, kRow) << "a unit crosses a row boundary";
+    ASSERT_LE(u.bytes, kCrcUnitBytesMax);
+    uint32_t reg = 0;
+    const uint8_t* at = rows[u.row] + u.row_offset;
+    for (const CrcPiece& p : std::span(plan.pieces()).subspan(u.first_piece, u.pieces)) {
+      ASSERT_EQ(p.host_ptr, at) << "pieces of a unit continue each other";
+      reg = CpuRawCrc(reg, p.host_ptr, p.bytes);
+      at += p.bytes;
+    }
+    raw.push_back(reg);
   }
-  EXPECT_EQ(end, plan.pieces().size());
+  EXPECT_GT(plan.units().size(), 3u);
+  EXPECT_LT(plan.units().size(), plan.pieces().size()) << "pieces were grouped";
   const std::vector<uint32_t> crcs = plan.RowCrcs(raw);
-  for (size_t r = 0; r < 3; ++r) EXPECT_EQ(crcs[r], Crc32c({rows[r], 8192})) << "seed " << seed << " row " << r;
+  for (size_t r = 0; r < 3; ++r) EXPECT_EQ(crcs[r], Crc32c({rows[r], kRow})) << "seed " << seed << " row " << r;
 }
 
 }  // namespace
