@@ -116,7 +116,8 @@ CrcSlot DeviceCrc::Launch(const PartCrc& part, cudaStream_t stream) {
   if (part.units.empty() || !usable()) return CrcSlot{};
   CrcSlot slot = Acquire(part.units.size());
   uint32_t* device_out = nullptr;
-  if (slot.host == nullptr || cudaHostGetDevicePointer(reinterpret_cast<void**>(&device_out), slot.host, 0) != cudaSuccess) {
+  if (slot.host == nullptr ||
+      cudaHostGetDevicePointer(reinterpret_cast<void**>(&device_out), slot.host, 0) != cudaSuccess) {
     static_cast<void>(cudaGetLastError());
     Release(slot);
     return CrcSlot{};

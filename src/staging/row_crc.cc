@@ -2,6 +2,8 @@
 #include "staging/row_crc.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <iterator>
 #include <numeric>
 
 #include "staging/crc32c_hd.h"
@@ -41,7 +43,8 @@ RowCrcPlan::RowCrcPlan(std::span<uint8_t* const> rows, uint64_t row_bytes)
 
 bool RowCrcPlan::RowsDisjoint() const {
   for (size_t i = 1; i < by_address_.size(); ++i) {
-    if (static_cast<uint64_t>(by_address_[i].first - by_address_[i - 1].first) < row_bytes_) return false;
+    const uintptr_t from = reinterpret_cast<uintptr_t>(by_address_[i - 1].first);
+    if (reinterpret_cast<uintptr_t>(by_address_[i].first) - from < row_bytes_) return false;
   }
   return true;
 }

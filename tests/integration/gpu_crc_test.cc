@@ -78,7 +78,8 @@ TEST(GpuCrcKernel, PiecesEqualTheCpu) {
     for (uint32_t k = units[u].first; k < units[u].first + units[u].count; ++k) {
       cpu = CpuRawCrc(cpu, host.data() + offsets[k], pieces[k].bytes);
     }
-    ASSERT_EQ(out[u], cpu) << "seed " << seed << " unit " << u << " of " << units[u].count << " pieces from " << units[u].first;
+    ASSERT_EQ(out[u], cpu) << "seed " << seed << " unit " << u << " of " << units[u].count << " pieces from "
+                           << units[u].first;
   }
   static_cast<void>(cudaFree(out));
   static_cast<void>(cudaFree(dev));

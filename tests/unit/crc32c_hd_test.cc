@@ -113,7 +113,8 @@ TEST(Crc32cHd, RowsOfEverySizeFromOddSegmentsEqualIsal) {
     std::vector<uint8_t> row = Bytes(rng, row_bytes);
     const uint64_t used = row_bytes - (rng() % 3 == 0 ? 0 : rng() % 4096);
     std::fill(row.begin() + static_cast<std::ptrdiff_t>(used), row.end(), 0);
-    ASSERT_EQ(RowFromPieces(rng, row, used), Crc32c(row)) << "seed " << seed << " row " << row_bytes << " used " << used;
+    ASSERT_EQ(RowFromPieces(rng, row, used), Crc32c(row))
+        << "seed " << seed << " row " << row_bytes << " used " << used;
   }
 }
 
