@@ -17,6 +17,10 @@
 // the copy kernel over the link, the device staging buffer, or auto (staged
 // for small pages); the report says how many segments each path moved.
 //
+// --checksums on: stores ask the stager for each row's CRC32C and loads
+// hand them back to be checked on the device side (CopyChecksums); the probe
+// stays a plain copy, so the ratio shows what checksumming costs.
+//
 // The layout: one device slot with --tensors tensors of
 // row_bytes / (tensors x blocks_per_chunk)-byte pages, unstrided.
 #include <CLI/CLI.hpp>
@@ -56,6 +60,8 @@ struct Flags {
   uint64_t seed = 1;
   bool json = false;
   std::string copy = "auto";  // GpuCopy: auto, dma, kernel, staged
+  std::string checksums = "off";  // on: CopyChecksums on every Submit
+  bool crc() const { return checksums == "on"; }
 };
 
 GpuCopy CopyMode(const Flags& f) {
@@ -160,24 +166,46 @@ Result<double> Probe(const Flags& f, Memory* m, CopyDirection d) {
   return ProbeCuda(dst, src, bytes, to_device);
 }
 
+// Checks the finished tickets; with --checksums on, a store's CRCs are kept
+// in crcs[row] (the loads of the same rows check against them) and a load
+// must find every row intact.
+Status CheckDone(const std::vector<FinishedCopy>& done, const std::vector<std::pair<uint64_t, uint64_t>>& firsts,
+                 bool crc, std::vector<uint32_t>* crcs) {
+  if (done.size() != firsts.size()) return Internal("a ticket went missing");
+  for (const FinishedCopy& c : done) {
+    KVTIER_RETURN_IF_ERROR(c.status);
+    if (!crc) continue;
+    const auto it = std::find_if(firsts.begin(), firsts.end(), [&](const auto& t) { return t.first == c.ticket; });
+    if (it == firsts.end() || c.row_crcs.empty()) return Internal("a ticket came back without CRCs");
+    for (const Status& row : c.row_status) KVTIER_RETURN_IF_ERROR(row);
+    std::copy(c.row_crcs.begin(), c.row_crcs.end(), crcs->begin() + static_cast<std::ptrdiff_t>(it->second));
+  }
+  return Status::Ok();
+}
+
 // Every batch submitted at once, then WaitIdle; each ticket must end OK.
 Result<double> TimeStager(const Flags& f, Stager* stager, Memory* m, const std::vector<uint32_t>& ids,
-                          CopyDirection d) {
+                          CopyDirection d, std::vector<uint32_t>* crcs) {
   std::vector<uint8_t*> rows(f.rows);
   for (uint64_t i = 0; i < f.rows; ++i) rows[i] = m->host() + i * f.row_bytes;
+  const bool load = d == CopyDirection::kHostToDevice;
+  std::vector<std::pair<uint64_t, uint64_t>> firsts;  // (ticket, first row)
   const auto start = std::chrono::steady_clock::now();
-  uint64_t tickets = 0;
-  for (uint64_t first = 0; first < f.rows; first += f.batch_rows, ++tickets) {
+  for (uint64_t first = 0; first < f.rows; first += f.batch_rows) {
     const uint64_t n = std::min<uint64_t>(f.batch_rows, f.rows - first);
     std::span<uint8_t* const> batch(rows.data() + first, n);
-    KVTIER_RETURN_IF_ERROR(stager->Submit(d, batch, {ids.data() + first * f.blocks_per_chunk, n * f.blocks_per_chunk})
-                               .status());
+    CopyChecksums checksums{f.crc() && !load, {}};
+    if (f.crc() && load) checksums.expected = std::span<const uint32_t>(crcs->data() + first, n);
+    KVTIER_ASSIGN_OR_RETURN(const uint64_t ticket,
+                            stager->Submit(d, batch, {ids.data() + first * f.blocks_per_chunk, n * f.blocks_per_chunk},
+                                           checksums));
+    firsts.emplace_back(ticket, first);
   }
   KVTIER_RETURN_IF_ERROR(stager->WaitIdle(600000));
   const double s = Seconds(start);
   std::vector<FinishedCopy> done;
-  if (stager->PollFinished(&done) != tickets) return Internal("a ticket went missing");
-  for (const FinishedCopy& c : done) KVTIER_RETURN_IF_ERROR(c.status);
+  stager->PollFinished(&done);
+  KVTIER_RETURN_IF_ERROR(CheckDone(done, firsts, f.crc(), crcs));
   return s;
 }
 
@@ -214,17 +242,28 @@ Status CheckFlags(const Flags& f) {
 
 // Best-of-repeat figures for one direction (after an untimed warm-up pass).
 Result<Figures> Measure(const Flags& f, Stager* stager, Memory* m, const std::vector<uint32_t>& ids,
-                        CopyDirection d) {
+                        CopyDirection d, std::vector<uint32_t>* crcs) {
   const double gb = static_cast<double>(f.rows * f.row_bytes) / 1e9;
   Figures best;
   for (int pass = 0; pass <= f.repeat; ++pass) {
     KVTIER_ASSIGN_OR_RETURN(double probe_s, Probe(f, m, d));
-    KVTIER_ASSIGN_OR_RETURN(double kvtier_s, TimeStager(f, stager, m, ids, d));
+    KVTIER_ASSIGN_OR_RETURN(double kvtier_s, TimeStager(f, stager, m, ids, d, crcs));
     if (pass == 0) continue;
     best.probe_gbps = std::max(best.probe_gbps, gb / probe_s);
     best.kvtier_gbps = std::max(best.kvtier_gbps, gb / kvtier_s);
   }
   return best;
+}
+
+void PrintChecksums(const Flags& f, std::string_view backend, const GpuCopyCounts& counts) {
+  std::printf("checksums %s", f.checksums.c_str());
+  if (f.crc()) {
+    const char* where = backend == "host"         ? "by the host stand-in's copy workers"
+                        : counts.crc_on_device ? "on the GPU"
+                                               : "on the CPU (the device CRC failed its self-check)";
+    std::printf(" (CRC32C computed %s; %llu bytes on the device)", where,
+                static_cast<unsigned long long>(counts.crc_device_bytes));
+  }
 }
 
 void Print(const Flags& f, const Stager& stager, const Figures& h2d, const Figures& d2h) {
@@ -240,7 +279,12 @@ void Print(const Flags& f, const Stager& stager, const Figures& h2d, const Figur
                                  {"kernel_segments", counts.kernel_segments},
                                  {"dma_segments", counts.dma_segments},
                                  {"staged_segments", counts.staged_segments}};
-    std::printf("%s\n", nlohmann::json{{"h2d", one(h2d)}, {"d2h", one(d2h)}, {"copy", copy}}.dump().c_str());
+    const nlohmann::json checksums = {{"mode", f.checksums},
+                                      {"on_device", counts.crc_on_device},
+                                      {"device_bytes", counts.crc_device_bytes}};
+    std::printf("%s\n", nlohmann::json{{"h2d", one(h2d)}, {"d2h", one(d2h)}, {"copy", copy}, {"checksums", checksums}}
+                             .dump()
+                             .c_str());
     return;
   }
   std::printf("transfer_bench: backend %.*s, device %d; %llu rows x %s = %.3f GB a pass; %u tensor(s) x %u blocks "
@@ -255,7 +299,8 @@ void Print(const Flags& f, const Stager& stager, const Figures& h2d, const Figur
                 static_cast<unsigned long long>(counts.kernel_segments),
                 static_cast<unsigned long long>(counts.dma_segments));
   }
-  std::printf("%-9s %12s %12s %7s\n", "direction", "probe GB/s", "kvtier GB/s", "ratio");
+  PrintChecksums(f, backend, counts);
+  std::printf("\n%-9s %12s %12s %7s\n", "direction", "probe GB/s", "kvtier GB/s", "ratio");
   std::printf("%-9s %12.2f %12.2f %7.3f\n", "h2d", h2d.probe_gbps, h2d.kvtier_gbps, h2d.ratio());
   std::printf("%-9s %12.2f %12.2f %7.3f\n", "d2h", d2h.probe_gbps, d2h.kvtier_gbps, d2h.ratio());
 }
@@ -268,8 +313,10 @@ Status Run(const Flags& f) {
   std::vector<uint32_t> ids(f.rows * f.blocks_per_chunk);
   std::iota(ids.begin(), ids.end(), 0u);
   std::shuffle(ids.begin(), ids.end(), std::mt19937_64(f.seed));
-  KVTIER_ASSIGN_OR_RETURN(Figures d2h, Measure(f, stager.get(), &m, ids, CopyDirection::kDeviceToHost));
-  KVTIER_ASSIGN_OR_RETURN(Figures h2d, Measure(f, stager.get(), &m, ids, CopyDirection::kHostToDevice));
+  // Stores first: their CRCs are what the loads of the same rows check.
+  std::vector<uint32_t> crcs(f.rows);
+  KVTIER_ASSIGN_OR_RETURN(Figures d2h, Measure(f, stager.get(), &m, ids, CopyDirection::kDeviceToHost, &crcs));
+  KVTIER_ASSIGN_OR_RETURN(Figures h2d, Measure(f, stager.get(), &m, ids, CopyDirection::kHostToDevice, &crcs));
   Print(f, *stager, h2d, d2h);
   return Status::Ok();
 }
@@ -292,6 +339,9 @@ int main(int argc, char** argv) {
   app.add_option("--seed", f.seed, "Seed of the block-id permutation")->capture_default_str();
   app.add_option("--copy", f.copy, "CUDA copy path: auto, dma (copy engines), kernel or staged")
       ->check(CLI::IsMember({"auto", "dma", "kernel", "staged"}))
+      ->capture_default_str();
+  app.add_option("--checksums", f.checksums, "on: stores return each row's CRC32C and loads check it (CopyChecksums)")
+      ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
   app.add_flag("--json", f.json, "Print {\"h2d\": {...}, \"d2h\": {...}} only");
   try {

@@ -19,23 +19,45 @@ thread_local const TicketBook* t_running_callback_of = nullptr;
 
 }  // namespace
 
-uint64_t TicketBook::Open(size_t parts) {
+uint64_t TicketBook::Open(size_t parts, std::unique_ptr<TicketCrc> crc) {
   std::lock_guard<std::mutex> lock(mu_);
   const uint64_t ticket = next_ticket_++;
-  open_.emplace(ticket, OpenTicket{parts, Status::Ok()});
+  open_.emplace(ticket, OpenTicket{parts, Status::Ok(), std::move(crc)});
   ++busy_;
   return ticket;
 }
 
+void TicketBook::FoldCrcs(const TicketCrc& crc, FinishedCopy* done) {
+  done->row_crcs = crc.plan.RowCrcs(crc.raw);
+  for (size_t r = 0; r < crc.expected.size(); ++r) {
+    const uint32_t got = done->row_crcs[r], want = crc.expected[r];
+    done->row_status.push_back(got == want ? Status::Ok()
+                                           : Status(StatusCode::kCorruption,
+                                                    "row " + std::to_string(r) + ": CRC32C of the staged bytes is " +
+                                                        std::to_string(got) + ", the block's is " +
+                                                        std::to_string(want)));
+  }
+}
+
 void TicketBook::PartDone(uint64_t ticket, Status status) {
+  FinishedCopy done;
+  std::unique_ptr<TicketCrc> crc;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = open_.find(ticket);
     if (it == open_.end()) return;  // cannot happen: every part was counted at Open
     if (it->second.status.ok() && !status.ok()) it->second.status = std::move(status);
     if (--it->second.parts_left > 0) return;
-    finished_.push_back(FinishedCopy{ticket, std::move(it->second.status)});
+    done = FinishedCopy{ticket, std::move(it->second.status), {}, {}};
+    crc = std::move(it->second.crc);
     open_.erase(it);
+  }
+  // Folded outside the lock: the other parts wrote their raw values before
+  // their PartDone, which the lock orders before this.
+  if (crc && done.status.ok()) FoldCrcs(*crc, &done);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    finished_.push_back(std::move(done));
   }
   if (on_finished_) {
     t_running_callback_of = this;
@@ -94,9 +116,14 @@ class StagerImpl final : public Stager {
 
   uint64_t row_bytes() const override { return layout_.row_bytes(); }
 
+  using Stager::Submit;
   Result<uint64_t> Submit(CopyDirection direction, std::span<uint8_t* const> rows,
-                          std::span<const uint32_t> gpu_blocks) override {
+                          std::span<const uint32_t> gpu_blocks, const CopyChecksums& checksums) override {
     KVTIER_RETURN_IF_ERROR(layout_.CheckBatch(rows, gpu_blocks));
+    std::unique_ptr<TicketCrc> crc;
+    if (checksums.wanted()) {
+      KVTIER_ASSIGN_OR_RETURN(crc, NewTicketCrc(direction, rows, checksums));
+    }
     // Every part is known before the ticket opens: a part may finish (on
     // another thread) before the next one is even started.
     std::vector<std::vector<CopySegment>> host_pieces;
@@ -110,9 +137,13 @@ class StagerImpl final : public Stager {
     for (size_t k = 0; k < cuda_slots_.size(); ++k) {
       layout_.AppendSegments(cuda_slots_[k], rows, gpu_blocks, &per_device[k]);
     }
-    const uint64_t ticket = book_.Open(host_pieces.size() + per_device.size());
-    for (auto& piece : host_pieces) host_->Enqueue(direction, ticket, std::move(piece));
-    if (cuda_) cuda_->Start(ticket, direction, per_device);
+    std::vector<PartCrc> host_crc, device_crc;
+    if (crc) PlanCrcs(crc.get(), host_pieces, per_device, &host_crc, &device_crc);
+    const uint64_t ticket = book_.Open(host_pieces.size() + per_device.size(), std::move(crc));
+    for (size_t i = 0; i < host_pieces.size(); ++i) {
+      host_->Enqueue(direction, ticket, std::move(host_pieces[i]), host_crc.empty() ? PartCrc{} : host_crc[i]);
+    }
+    if (cuda_) cuda_->Start(ticket, direction, per_device, device_crc);
     return ticket;
   }
 
@@ -122,6 +153,38 @@ class StagerImpl final : public Stager {
   GpuCopyCounts gpu_copy_counts() const override { return cuda_ ? cuda_->counts() : GpuCopyCounts{}; }
 
  private:
+  Result<std::unique_ptr<TicketCrc>> NewTicketCrc(CopyDirection direction, std::span<uint8_t* const> rows,
+                                                  const CopyChecksums& checksums) const {
+    if (!checksums.expected.empty() && direction != CopyDirection::kHostToDevice) {
+      return InvalidArgument("expected CRCs are for loads (host to device) only");
+    }
+    if (!checksums.expected.empty() && checksums.expected.size() != rows.size()) {
+      return InvalidArgument(std::to_string(checksums.expected.size()) + " expected CRCs for " +
+                             std::to_string(rows.size()) + " rows");
+    }
+    auto crc = std::make_unique<TicketCrc>(rows, layout_.row_bytes());
+    if (!crc->plan.RowsDisjoint()) return InvalidArgument("checksummed rows overlap");
+    crc->expected.assign(checksums.expected.begin(), checksums.expected.end());
+    return crc;
+  }
+
+  // Cuts each part's segments into CRC pieces and units; the parts' spans
+  // are taken once everything is planned (the plan's vectors no longer move).
+  static void PlanCrcs(TicketCrc* crc, const std::vector<std::vector<CopySegment>>& host_pieces,
+                       const std::vector<std::vector<CopySegment>>& per_device, std::vector<PartCrc>* host_crc,
+                       std::vector<PartCrc>* device_crc) {
+    std::vector<std::pair<size_t, size_t>> ranges;
+    for (const auto& piece : host_pieces) ranges.push_back(crc->plan.Add(piece, UINT64_MAX));
+    for (const auto& segments : per_device) ranges.push_back(crc->plan.Add(segments, kCrcPieceBytesMax));
+    crc->raw.assign(crc->plan.units().size(), 0);
+    for (size_t i = 0; i < ranges.size(); ++i) {
+      const auto [first, end] = ranges[i];
+      PartCrc part{std::span<const CrcUnit>(crc->plan.units()).subspan(first, end - first), crc->plan.pieces(),
+                   crc->raw.data() + first};
+      (i < host_pieces.size() ? host_crc : device_crc)->push_back(part);
+    }
+  }
+
   const RowLayout layout_;
   const GpuCopy gpu_copy_;
   const std::vector<std::span<uint8_t>> host_ranges_;

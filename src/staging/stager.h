@@ -59,11 +59,37 @@ struct GpuCopyCounts {
   uint64_t kernel_segments = 0;  // the kernel over the link
   uint64_t dma_segments = 0;     // the copy engines, page by page
   uint64_t staged_segments = 0;  // through the staging buffer
+  uint64_t crc_device_bytes = 0;  // bytes whose CRC32C the GPU computed (CopyChecksums)
+  bool crc_on_device = false;     // the device CRC passed its start-up self-check
+};
+
+// What a Submit asks of checksums (FORMAT.md L60/L102: the CRC32C of the
+// whole row, padding included). The CRCs are computed where the data is on
+// the device side: on the GPU by a kernel on the copy's own stream (the
+// source pages of a store, the landed pages of a load), on the host stand-in
+// by its copy workers; the CPU only folds per-piece CRCs together and reads
+// the row's padding (row_crc.h). If the device's CRC failed its start-up
+// self-check, the CPU computes the CRCs from the row instead.
+struct CopyChecksums {
+  // FinishedCopy::row_crcs gets each row's CRC32C (after a store: of what the
+  // row now holds; after a load: of what landed on the device, with the
+  // row's own padding).
+  bool compute = false;
+  // A load only: one CRC32C per row, the one the block carries. A row whose
+  // landed bytes differ gets kCorruption in FinishedCopy::row_status (the
+  // other rows of the ticket are unaffected). Implies compute.
+  std::span<const uint32_t> expected;
+  bool wanted() const { return compute || !expected.empty(); }
 };
 
 struct FinishedCopy {
   uint64_t ticket = 0;
   Status status;  // OK, or why the copy failed (the rows' contents are then undefined)
+  // With CopyChecksums and status OK: one per row, in the order of `rows`.
+  std::vector<uint32_t> row_crcs;
+  // With CopyChecksums::expected and status OK: one per row; kCorruption for
+  // a row whose CRC differs from the expected one.
+  std::vector<Status> row_status;
 };
 
 class Stager {
@@ -83,8 +109,16 @@ class Stager {
   // device. gpu_blocks.size() must be rows.size() * blocks_per_chunk and every
   // id < num_blocks (else kInvalidArgument, nothing copied). Returns a ticket
   // at once; the rows must stay valid until the ticket is polled.
+  // With `checksums` (CopyChecksums), the ticket also reports each row's
+  // CRC32C and, for a load, which rows arrived corrupt; kInvalidArgument for
+  // expected CRCs on a store, a count other than rows.size(), or rows that
+  // overlap. The expected CRCs are copied; the span need not outlive the call.
   virtual Result<uint64_t> Submit(CopyDirection direction, std::span<uint8_t* const> rows,
-                                  std::span<const uint32_t> gpu_blocks) = 0;
+                                  std::span<const uint32_t> gpu_blocks, const CopyChecksums& checksums) = 0;
+  Result<uint64_t> Submit(CopyDirection direction, std::span<uint8_t* const> rows,
+                          std::span<const uint32_t> gpu_blocks) {
+    return Submit(direction, rows, gpu_blocks, CopyChecksums{});
+  }
   // Appends finished tickets to `out`; never blocks. Returns how many.
   virtual size_t PollFinished(std::vector<FinishedCopy>* out) = 0;
   // Blocks until nothing is in flight; kTimedOut after timeout_ms.

@@ -27,6 +27,7 @@
 #include <thread>
 
 #include "staging/copy_kernel.h"
+#include "staging/device_crc.h"
 #include "staging/staged_copy.h"
 #endif
 
@@ -89,6 +90,8 @@ struct Pending {
   DeviceStreams* dev = nullptr;
   cudaEvent_t event = nullptr;  // null: nothing to wait for (the issue failed)
   Status status;                // an error while issuing
+  PartCrc crc;                  // this part's CRC pieces (CopyChecksums), if any
+  CrcSlot crc_slot;             // where the CRC kernel writes them
 };
 
 // A stream's completion thread and its queue, in the stream's order.
@@ -106,6 +109,7 @@ struct DeviceStreams {
   cudaStream_t stream[2] = {nullptr, nullptr};  // by CopyDirection
   Lane lanes[2];                                // by CopyDirection
   std::unique_ptr<StagedCopier> staged[2];      // by CopyDirection
+  std::unique_ptr<DeviceCrc> crc;               // checksummed staging (self-checked)
   std::mutex event_mu;
   std::vector<cudaEvent_t> free_events;  // recycled once their copies are seen done
   std::vector<cudaEvent_t> all_events;   // destroyed with the copier
@@ -116,11 +120,16 @@ class CudaCopierImpl final : public CudaCopier {
   CudaCopierImpl(TicketBook* book, GpuCopy mode) : book_(book), mode_(mode) {}
   ~CudaCopierImpl() override;
   Status Init(const CudaCopierOptions& options);
-  void Start(uint64_t ticket, CopyDirection direction,
-             std::span<const std::vector<CopySegment>> per_device) override;
+  void Start(uint64_t ticket, CopyDirection direction, std::span<const std::vector<CopySegment>> per_device,
+             std::span<const PartCrc> crc_per_device) override;
   GpuCopyCounts counts() const override {
-    return {kernel_segments_.load(std::memory_order_relaxed), dma_segments_.load(std::memory_order_relaxed),
-            staged_segments_.load(std::memory_order_relaxed)};
+    GpuCopyCounts c{kernel_segments_.load(std::memory_order_relaxed), dma_segments_.load(std::memory_order_relaxed),
+                    staged_segments_.load(std::memory_order_relaxed), 0, !devices_.empty()};
+    for (const auto& dev : devices_) {
+      c.crc_device_bytes += dev->crc->device_bytes();
+      c.crc_on_device = c.crc_on_device && dev->crc->usable();
+    }
+    return c;
   }
 
  private:
@@ -134,7 +143,10 @@ class CudaCopierImpl final : public CudaCopier {
                      cudaStream_t stream);
   Status IssueDma(const DeviceStreams& dev, bool to_host, std::span<const CopySegment> segments,
                   cudaStream_t stream);
-  Pending Issue(DeviceStreams* dev, CopyDirection direction, std::span<const CopySegment> segments);
+  Status IssueCopy(DeviceStreams* dev, CopyDirection direction, std::span<const CopySegment> segments,
+                   cudaStream_t stream);
+  Pending Issue(DeviceStreams* dev, CopyDirection direction, std::span<const CopySegment> segments,
+                const PartCrc& crc);
   Result<cudaEvent_t> TakeEvent(DeviceStreams* dev);
   static void Hand(Lane* lane, Pending pending);
   void RunLane(DeviceStreams* dev, Lane* lane);
@@ -166,6 +178,7 @@ Status CudaCopierImpl::Init(const CudaCopierOptions& options) {
         return CudaIoError(ordinal, "cudaStreamCreateWithFlags", e);
       }
     }
+    dev->crc = std::make_unique<DeviceCrc>(ordinal, dev->stream[0]);
     devices_.push_back(std::move(dev));
   }
   KeepMappedRanges(options.host_ranges);
@@ -205,38 +218,46 @@ CudaCopierImpl::~CudaCopierImpl() {
 }
 
 void CudaCopierImpl::Start(uint64_t ticket, CopyDirection direction,
-                           std::span<const std::vector<CopySegment>> per_device) {
+                           std::span<const std::vector<CopySegment>> per_device,
+                           std::span<const PartCrc> crc_per_device) {
   for (size_t k = 0; k < devices_.size(); ++k) {
-    Pending pending = Issue(devices_[k].get(), direction, per_device[k]);
+    Pending pending = Issue(devices_[k].get(), direction, per_device[k],
+                            crc_per_device.empty() ? PartCrc{} : crc_per_device[k]);
     pending.ticket = ticket;
     Hand(&devices_[k]->lanes[static_cast<int>(direction)], std::move(pending));
   }
 }
 
+Status CudaCopierImpl::IssueCopy(DeviceStreams* dev, CopyDirection direction,
+                                 std::span<const CopySegment> segments, cudaStream_t stream) {
+  const bool to_host = direction == CopyDirection::kDeviceToHost;
+  switch (ChoosePath(*dev, direction, segments)) {
+    case Path::kStaged:
+      return IssueStaged(dev, direction, segments, stream);
+    case Path::kKernel:
+      return IssueKernel(dev, to_host, segments, stream);
+    case Path::kDma:
+      break;
+  }
+  return IssueDma(*dev, to_host, segments, stream);
+}
+
 Pending CudaCopierImpl::Issue(DeviceStreams* dev, CopyDirection direction,
-                              std::span<const CopySegment> segments) {
+                              std::span<const CopySegment> segments, const PartCrc& crc) {
   Pending p;
   p.dev = dev;
+  p.crc = crc;
   ScopedDevice scope(dev->ordinal);
   if (scope.status() != cudaSuccess) {
     p.status = CudaIoError(dev->ordinal, "cudaSetDevice", scope.status());
     return p;
   }
   cudaStream_t stream = dev->stream[static_cast<int>(direction)];
-  const bool to_host = direction == CopyDirection::kDeviceToHost;
   // On an error the event is still recorded below: copies already queued
   // must end before the ticket reports, since they use the caller's rows.
-  switch (ChoosePath(*dev, direction, segments)) {
-    case Path::kStaged:
-      p.status = IssueStaged(dev, direction, segments, stream);
-      break;
-    case Path::kKernel:
-      p.status = IssueKernel(dev, to_host, segments, stream);
-      break;
-    case Path::kDma:
-      p.status = IssueDma(*dev, to_host, segments, stream);
-      break;
-  }
+  p.status = IssueCopy(dev, direction, segments, stream);
+  // After the copy on the same stream: a load's CRC reads what landed.
+  if (p.status.ok()) p.crc_slot = dev->crc->Launch(crc, stream);
   Result<cudaEvent_t> event = TakeEvent(dev);
   if (!event.ok()) {
     if (p.status.ok()) p.status = event.status();
@@ -406,6 +427,7 @@ void CudaCopierImpl::Finish(Pending p) {
   if (p.event != nullptr) {
     const cudaError_t e = cudaEventSynchronize(p.event);
     if (e != cudaSuccess && p.status.ok()) p.status = CudaIoError(p.dev->ordinal, "copy", e);
+    if (p.status.ok()) p.dev->crc->Collect(p.crc_slot, p.crc);
     std::lock_guard<std::mutex> lock(p.dev->event_mu);
     p.dev->free_events.push_back(p.event);
   }

@@ -71,11 +71,12 @@ std::vector<std::vector<CopySegment>> HostCopyPool::Split(std::span<const CopySe
   return out;
 }
 
-void HostCopyPool::Enqueue(CopyDirection direction, uint64_t ticket, std::vector<CopySegment> piece) {
+void HostCopyPool::Enqueue(CopyDirection direction, uint64_t ticket, std::vector<CopySegment> piece,
+                           PartCrc crc) {
   Lane& lane = lanes_[static_cast<int>(direction)];
   {
     std::lock_guard<std::mutex> lock(mu_);
-    lane.queue.push_back(Piece{ticket, std::move(piece)});
+    lane.queue.push_back(Piece{ticket, std::move(piece), crc});
   }
   lane.cv.notify_one();
 }
@@ -92,6 +93,15 @@ void HostCopyPool::Run(CopyDirection direction) {
       lane.queue.pop_front();
     }
     CopyPiece(direction, piece.segments);
+    // The stand-in's "device" bytes: the source pages of a store, the
+    // landed pages of a load (copied just above, by this thread).
+    for (size_t i = 0; i < piece.crc.units.size(); ++i) {
+      uint32_t reg = 0;
+      for (const CrcPiece& c : piece.crc.pieces.subspan(piece.crc.units[i].first_piece, piece.crc.units[i].pieces)) {
+        reg = CpuRawCrc(reg, reinterpret_cast<const uint8_t*>(static_cast<uintptr_t>(c.device_addr)), c.bytes);
+      }
+      piece.crc.raw[i] = reg;
+    }
     book_->PartDone(piece.ticket, Status::Ok());
   }
 }

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "kvtier/result.h"
+#include "staging/row_crc.h"
 #include "staging/row_layout.h"
 #include "staging/stager.h"
 
@@ -29,6 +30,29 @@ inline constexpr int kHostCopyThreadsPerDirection = 2;
 // than the copy.
 inline constexpr uint64_t kHostMinPieceBytes = uint64_t{1} << 20;
 
+// Device CRC pieces are cut to at most this: a warp's 32 lanes split one
+// piece, and a warp takes one unit (row_crc.h) of such pieces.
+inline constexpr uint64_t kCrcPieceBytesMax = uint64_t{64} << 10;
+
+// A checksummed ticket's CRC state (CopyChecksums). Each part writes raw[i]
+// for its own pieces only, before it reports to the TicketBook; the book
+// folds them once the last part is in.
+struct TicketCrc {
+  TicketCrc(std::span<uint8_t* const> rows, uint64_t row_bytes) : plan(rows, row_bytes) {}
+  RowCrcPlan plan;
+  std::vector<uint32_t> raw;       // one per plan unit, sized once every unit is planned
+  std::vector<uint32_t> expected;  // a load's CopyChecksums::expected, copied
+};
+
+// A part's share of a TicketCrc: raw[i] = the register CRC (crc32c_hd.h) of
+// units[i], whose pieces are pieces[first_piece, +count), computed on the
+// device side. Empty when no CRC was asked.
+struct PartCrc {
+  std::span<const CrcUnit> units;
+  std::span<const CrcPiece> pieces;  // every piece of the plan
+  uint32_t* raw = nullptr;
+};
+
 // Tickets and their outstanding parts. A Submit opens a ticket with the
 // number of parts its backends will report (host pieces, one per CUDA
 // device); the ticket becomes pollable when the last part is done, with the
@@ -37,8 +61,9 @@ class TicketBook {
  public:
   explicit TicketBook(std::function<void()> on_finished) : on_finished_(std::move(on_finished)) {}
 
-  // parts > 0.
-  uint64_t Open(size_t parts);
+  // parts > 0. `crc` (may be null) is folded into FinishedCopy::row_crcs
+  // and row_status when the last part is done.
+  uint64_t Open(size_t parts, std::unique_ptr<TicketCrc> crc = nullptr);
   // Called by backends without their locks held: on the ticket's last part
   // it runs on_finished on the calling thread.
   void PartDone(uint64_t ticket, Status status);
@@ -50,7 +75,9 @@ class TicketBook {
   struct OpenTicket {
     size_t parts_left = 0;
     Status status;
+    std::unique_ptr<TicketCrc> crc;
   };
+  static void FoldCrcs(const TicketCrc& crc, FinishedCopy* done);
 
   const std::function<void()> on_finished_;
   std::mutex mu_;
@@ -78,12 +105,15 @@ class HostCopyPool {
                                                      size_t max_pieces, uint64_t min_piece_bytes);
   int threads_per_direction() const { return threads_per_direction_; }
   // Each piece is one part of `ticket`.
-  void Enqueue(CopyDirection direction, uint64_t ticket, std::vector<CopySegment> piece);
+  // After copying, the worker computes `crc` (units within `piece`'s
+  // segments) from the "device" side.
+  void Enqueue(CopyDirection direction, uint64_t ticket, std::vector<CopySegment> piece, PartCrc crc = {});
 
  private:
   struct Piece {
     uint64_t ticket = 0;
     std::vector<CopySegment> segments;
+    PartCrc crc;
   };
   struct Lane {  // one direction
     std::deque<Piece> queue;
@@ -105,9 +135,11 @@ class CudaCopier {
  public:
   virtual ~CudaCopier() = default;
   // per_device[k] holds the segments for the k-th ordinal given to
-  // MakeCudaCopier; each device is one part of `ticket`.
+  // MakeCudaCopier; each device is one part of `ticket`. crc_per_device is
+  // empty or holds each device's PartCrc (pieces within its segments).
   virtual void Start(uint64_t ticket, CopyDirection direction,
-                     std::span<const std::vector<CopySegment>> per_device) = 0;
+                     std::span<const std::vector<CopySegment>> per_device,
+                     std::span<const PartCrc> crc_per_device) = 0;
   virtual GpuCopyCounts counts() const = 0;
 };
 
