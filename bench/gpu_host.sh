@@ -28,7 +28,8 @@
 # figures come back in output_tail and under files_at (summary.md,
 # summary.json, raw.tar.gz). A second call, should one be needed, runs only
 # the steps still missing, e.g. `bash bench/gpu_host.sh --only vllm,sglang
-# --budget-s 240`, then give_back.
+# --budget-s 200` (right away: the machine stays warm 30 s after a call, and
+# a fresh start costs minutes), then give_back.
 #
 # Steps, in order (--only takes these names, comma-separated):
 #   machine   GPU (nvidia-smi), CPU, memory, the disk under the work
@@ -45,7 +46,8 @@
 #   vllm      bench/vllm_tier.py: kvtier against vLLM's own fs tier, 2 rounds,
 #             --checksums on, then off
 #   sglang    bench/sglang_backends.py: kvtier against SGLang's HiCacheFile and
-#             fio, 2 rounds, --checksums on, then off
+#             fio, 2 rounds, --checksums on, then off (kvtier alone: HiCacheFile
+#             has no checksums)
 #
 # --smoke: the same steps on any machine, with the host stand-in
 # (transfer_bench --device -1), tiny sizes and 1 round, in under 2 minutes:
@@ -217,10 +219,12 @@ transfer_sweep() {
     note "transfer_bench has no --checksums flag: the sweep runs without it (the stager's own default, checksums off)"
   fi
   for size in "${TB_SIZES[@]}"; do
-    bytes=$(bytes_of "$size") rows=$(( TB_PASS_BYTES / bytes ))
+    # At most 65536 rows a pass: the smallest rows cost the stager per row, and
+    # a slow path must not eat the budget (4 KiB rows: 256 MiB a pass).
+    bytes=$(bytes_of "$size") rows=$(( TB_PASS_BYTES / bytes < 65536 ? TB_PASS_BYTES / bytes : 65536 ))
     for ck in "${modes[@]}"; do
       [[ ${#modes[@]} == 2 ]] && flag=(--checksums "$ck")
-      step "transfer: $size rows, checksums $ck" 5 90 "transfer_${size}_$ck.json" \
+      step "transfer: $size rows, checksums $ck" 5 60 "transfer_${size}_$ck.json" \
         "$BIN/transfer_bench" --device "$DEVICE" --row-bytes "$bytes" --rows "$rows" \
         --blocks-per-chunk "$(pages_for "$bytes")" --repeat "$TB_REPEAT" "${flag[@]}" --json
     done
@@ -273,11 +277,13 @@ sglang_bench() {
   "$PY" -c 'import torch' >/dev/null 2>&1 || { note "SGLang benchmark skipped: $PY has no torch"; return 0; }
   shared=$(shared_dir sglang/bench_backends.py) || { note "SGLang benchmark skipped: no SGLang kit (.gpu-carry/shared/sglang or ../shared/sglang)"; return 0; }
   mkdir -p "$WORK/sglang"
+  # HiCacheFile has no checksums: measured once, in the "on" run.
+  local backends=("HiCacheFile,kvtier v1,kvtier generic" "kvtier v1,kvtier generic") i=0
   for ck in on off; do
     KVTIER_SHARED_DIR=$shared PYTHONPATH=$KVTIER_PYPATH PYTHONUNBUFFERED=1 \
       step "sglang: kvtier vs HiCacheFile and fio, checksums $ck" 40 150 "sglang_$ck.txt" \
       "$PY" "$REPO/bench/sglang_backends.py" "$WORK/sglang" --pages "$SGL_PAGES" --rounds "$ROUNDS" \
-      --checksums "$ck" --json "$RAW/sglang_$ck.json"
+      --backends "${backends[i++]}" --checksums "$ck" --json "$RAW/sglang_$ck.json"
   done
 }
 

@@ -148,6 +148,13 @@ def md_tests(rows):
     return lines + table(["binary", "tests", "passed", "failed", "skipped", "note"], body)
 
 
+def crc_where(c):
+    """Where transfer_bench says the rows' CRC32C ran (its JSON's "checksums" object, when it has one)."""
+    if not c or c.get("mode") != "on":
+        return ""
+    return " (GPU, %.2f GB)" % (c.get("device_bytes", 0) / 1e9) if c.get("on_device") else " (CPU)"
+
+
 def md_transfers(rows):
     lines = ["", "## 2. Staging: transfer_bench against the pinned-copy probe (GB = 1e9 B; target >= %.2f)" % TARGET_RATIO, ""]
     body, ratios = [], []
@@ -160,8 +167,9 @@ def md_transfers(rows):
         path = ", ".join("%s %d" % (k[:-9], v) for k, v in sorted(c.items()) if k.endswith("_segments") and v)
         h, d = j["h2d"], j["d2h"]
         ratios += [h["ratio"], d["ratio"]]
-        body.append((r["row"], r["checksums"], f3(h["kvtier_gbps"]), f3(h["probe_gbps"]), f3(h["ratio"]),
-                     f3(d["kvtier_gbps"]), f3(d["probe_gbps"]), f3(d["ratio"]), path))
+        body.append((r["row"], r["checksums"] + crc_where(j.get("checksums")), f3(h["kvtier_gbps"]),
+                     f3(h["probe_gbps"]), f3(h["ratio"]), f3(d["kvtier_gbps"]), f3(d["probe_gbps"]), f3(d["ratio"]),
+                     path))
     lines += table(["row", "checksums", "h2d GB/s", "probe", "h2d ratio", "d2h GB/s", "probe", "d2h ratio",
                     "segments by path"], body)
     if ratios:
@@ -209,7 +217,28 @@ def md_sglang(res):
                                ("p99_ms", "p99 128-page read ms", None)):
             body.append([label] + [f3(med[c][key]) for c in cols] + [f3(fio[fk]) if fio and fk else ""])
         lines += table([""] + cols + ["fio"], body) + [""]
+        base = (res.get("on") or {}).get("medians", {}).get("HiCacheFile")
+        for c in (c for c in cols if c.startswith("kvtier") and base):
+            m = med[c]
+            lines.append("%s / HiCacheFile%s: set %.2fx, get %.2fx (target >= 3x); CPU/GB set %.2fx, get %.2fx "
+                         "(target <= 0.3x)%s" % (
+                             c, "" if ck == "on" else " (HiCacheFile of the checksums-on run)", m["set_gbs"] / base["set_gbs"],
+                             m["get_gbs"] / base["get_gbs"], m["set_cpu"] / base["set_cpu"],
+                             m["get_cpu"] / base["get_cpu"],
+                             "; / fio: set %.2fx, get %.2fx (target >= 0.9x)" % (
+                                 m["set_gbs"] / fio["write"], m["get_gbs"] / fio["read"]) if fio else ""))
+        lines.append("")
     return lines
+
+
+def guarded(fn, arg):
+    """One section's lines; a tool whose output is not what the section expects costs that
+    section only (named, with the error), never the summary."""
+    try:
+        return fn(arg)
+    except (KeyError, IndexError, TypeError, ValueError, ZeroDivisionError, AttributeError) as e:
+        return ["", "## %s: unexpected output (%s: %s); the raw files are in raw.tar.gz" % (
+            fn.__name__[3:], type(e).__name__, e)]
 
 
 def main():
@@ -218,8 +247,9 @@ def main():
     notes = (read(os.path.join(raw, "notes.txt")) or "").splitlines()
     tests, tb, fc = gpu_tests(raw), transfers(raw), fio_compare(raw)
     vl, sg = engine(raw, "vllm_tier_%s.json"), engine(raw, "sglang_%s.json")
-    md = md_machine(info, mode, wall) + md_steps(st, notes) + md_tests(tests) + md_transfers(tb)
-    md += md_fio(fc) + md_vllm(vl) + md_sglang(sg)
+    md = md_machine(info, mode, wall) + md_steps(st, notes)
+    for fn, arg in ((md_tests, tests), (md_transfers, tb), (md_fio, fc), (md_vllm, vl), (md_sglang, sg)):
+        md += guarded(fn, arg)
     with open(os.path.join(out, "summary.md"), "w") as f:
         f.write("\n".join(md) + "\n")
     with open(os.path.join(out, "summary.json"), "w") as f:
