@@ -24,14 +24,15 @@
 #     carry:     [".gpu-carry"]
 #     timeout_s: 540
 # (the script's own budget is 450 s, checked between steps, and each step
-# runs under its own `timeout`; building and tarring come on top). The
+# runs under its own `timeout` cut to what is left of it; the summary and
+# the tarball take a few seconds more). The
 # figures come back in output_tail and under files_at (summary.md,
 # summary.json, raw.tar.gz). A second call, should one be needed, runs only
 # the steps still missing, e.g. `bash bench/gpu_host.sh --only vllm,sglang
 # --budget-s 200` (right away: the machine stays warm 30 s after a call, and
 # a fresh start costs minutes), then give_back.
 #
-# Steps, in order (--only takes these names, comma-separated):
+# Steps, in order (--only takes these names, comma-separated; machine always runs):
 #   machine   GPU (nvidia-smi), CPU, memory, the disk under the work
 #             directory, kernel, OS, glibc (against what .gpu-carry needs),
 #             Python and torch
