@@ -54,8 +54,9 @@
 # (transfer_bench --device -1), tiny sizes and 1 round, in under 2 minutes:
 # the script's logic, parsing and summary, tested where there is no GPU.
 #
-# Environment: OUT (results), GPU_HOST_DIR (work directory on the disk under
-# test; default .gpu-host-work in the repository), GPU_HOST_CARRY (default
+# Environment: OUT (results), GPU_HOST_DIR (where the work directory goes, on
+# the disk under test: a fresh kvtier-gpu-host.* in it, removed at the end;
+# default .gpu-host-work in the repository), GPU_HOST_CARRY (default
 # .gpu-carry), GPU_HOST_PYTHON (the interpreter with numpy and torch; default:
 # the first of python3 and /usr/bin/python3 that imports the kvtier package).
 set -euo pipefail
@@ -75,7 +76,10 @@ while [[ $# -gt 0 ]]; do
 done
 abspath() { case $1 in /*) printf '%s\n' "$1" ;; *) printf '%s\n' "$CALLER_PWD/$1" ;; esac; }
 OUT=$(abspath "${OUT:-gpu-host-out}")
-WORK=$(abspath "${GPU_HOST_DIR:-$REPO/.gpu-host-work}")
+# A fresh directory of this run's own under GPU_HOST_DIR (made in main):
+# only it is removed at the end.
+WORK_BASE=$(abspath "${GPU_HOST_DIR:-$REPO/.gpu-host-work}")
+WORK=$WORK_BASE/run
 CARRY=$(abspath "${GPU_HOST_CARRY:-$REPO/.gpu-carry}")
 RAW=$WORK/raw
 BIN=$CARRY/bin
@@ -302,6 +306,7 @@ finish() {
   [[ -f $OUT/summary.md ]] && cat "$OUT/summary.md"
   recap
   rm -rf "$WORK"
+  rmdir "$WORK_BASE" 2>/dev/null || true
   say "$MODE run done in $(used) s: $OUT/summary.md, summary.json, raw.tar.gz"
   exit "$rc"
 }
@@ -315,8 +320,9 @@ recap() {
 }
 
 main() {
-  rm -rf "$WORK"
-  mkdir -p "$RAW" "$OUT"
+  mkdir -p "$WORK_BASE" "$OUT"
+  WORK=$(mktemp -d "$WORK_BASE/kvtier-gpu-host.XXXXXX") RAW=$WORK/raw
+  mkdir -p "$RAW"
   rm -f "$OUT/summary.md" "$OUT/summary.json" "$OUT/raw.tar.gz"
   printf 'step\tlog\tstatus\tseconds\tdetail\n' >"$RAW/steps.tsv"
   trap finish EXIT
