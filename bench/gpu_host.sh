@@ -200,6 +200,9 @@ machine_info() {
     echo "repo: $(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo unknown)"
   } >"$RAW/machine.txt"
   cat "$RAW/machine.txt" >&2
+  if (( DEVICE >= 0 )) && ! nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
+    note "no GPU listed by nvidia-smi: the GPU tests skip and transfer_bench --device $DEVICE fails (--smoke uses the host stand-in)"
+  fi
 }
 
 gpu_tests() {

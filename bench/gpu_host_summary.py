@@ -94,7 +94,9 @@ def transfers(raw):
     for path in glob.glob(os.path.join(raw, "transfer_*_o*.json")):
         size, ck = re.match(r"transfer_(\w+?)_(on|off)\.json$", os.path.basename(path)).groups()
         j = last_json(path)
-        rows.append({"row": size, "checksums": ck, "result": j, "log": os.path.basename(path)})
+        last = [l for l in (read(path) or "").splitlines() if l.strip()][-1:] or ["(empty)"]
+        rows.append({"row": size, "checksums": ck, "result": j, "log": os.path.basename(path),
+                     "error": None if j else last[0][:160].replace("|", "/")})
     unit = {"KiB": 1 << 10, "MiB": 1 << 20}
     rows.sort(key=lambda r: (int(r["row"][:-3]) * unit[r["row"][-3:]], r["checksums"] == "off"))
     return rows
@@ -161,7 +163,7 @@ def md_transfers(rows):
     for r in rows:
         j = r["result"]
         if not j:
-            body.append((r["row"], r["checksums"], "", "", "", "", "", "", "no JSON: see " + r["log"]))
+            body.append((r["row"], r["checksums"], "", "", "", "", "", "", "%s: %s" % (r["log"], r["error"])))
             continue
         c = j.get("copy", {})
         path = ", ".join("%s %d" % (k[:-9], v) for k, v in sorted(c.items()) if k.endswith("_segments") and v)
