@@ -181,6 +181,28 @@ vllm_tree() {
   echo "$WORK/vllm-tree"
 }
 
+# The engine benchmarks' sizes assume a disk of about 1.5 GB/s (their I/O is
+# ~28 GB for fio_compare, ~8 GB per vllm_tier run, ~6 GB per sglang run):
+# one 1 GiB direct write first, and a slower disk gets proportionally fewer
+# rows, so that every benchmark still fits the budget (never under a floor).
+size_for_disk() {
+  local gbps scale
+  command -v fio >/dev/null || return 0
+  mkdir -p "$WORK/probe"
+  gbps=$(fio --name=probe --directory="$WORK/probe" --rw=write --bs=1M --size=1G --ioengine=io_uring --direct=1 \
+           --iodepth=32 --output-format=json 2>/dev/null | "${PY:-python3}" -c \
+           'import json, sys; print("%.3f" % (json.load(sys.stdin)["jobs"][0]["write"]["bw_bytes"] / 1e9))' 2>/dev/null) || true
+  rm -rf "$WORK/probe"
+  [[ -n $gbps ]] || return 0
+  echo "disk_write_gbps: $gbps (fio, 1 GiB, 1 MiB writes, direct, QD 32)" >>"$RAW/machine.txt"
+  scale=$(awk -v g="$gbps" 'BEGIN {s = g / 1.5; print (s > 1 ? 1 : s < 0.125 ? 0.125 : s)}')
+  [[ $scale == 1 ]] && return 0
+  FIO_ROWS=$(awk -v n="$FIO_ROWS" -v s="$scale" 'BEGIN {printf "%d", n * s < 128 ? 128 : n * s}')
+  VLLM_ROWS=$(awk -v n="$VLLM_ROWS" -v s="$scale" 'BEGIN {printf "%d", n * s < 256 ? 256 : n * s}')
+  SGL_PAGES=$(awk -v n="$SGL_PAGES" -v s="$scale" 'BEGIN {printf "%d", n * s < 256 ? 256 : n * s}')
+  note "the disk writes $gbps GB/s: engine benchmarks scaled by $scale (fio_compare $FIO_ROWS rows, vllm_tier $VLLM_ROWS, sglang $SGL_PAGES pages)"
+}
+
 # ---- the steps -------------------------------------------------------------------
 machine_info() {
   {
@@ -333,6 +355,7 @@ main() {
   check_carry || exit 1
   pick_python || true
   machine_info
+  [[ $MODE == smoke ]] || size_for_disk
   wants tests && gpu_tests
   wants transfer && transfer_sweep
   wants fio && fio_compare
