@@ -18,7 +18,7 @@
 #
 # THE DEVICE CALL (one call, ~8 minutes of the session's 15; the machine's
 # start comes on top). On the development machine first:
-#     bench/gpu_host_prepare.sh            # once, ~10-15 min at -j2; prints the size
+#     bench/gpu_host_prepare.sh            # ~6 min at -j2 the first time; prints the size
 # then the device tool's run with
 #     command:   bash bench/gpu_host.sh
 #     carry:     [".gpu-carry"]

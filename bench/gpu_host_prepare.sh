@@ -36,7 +36,7 @@
 # Needs: nvcc (/usr/local/cuda), pyenv's Python 3.12 (PY312, default
 # /root/.pyenv/versions/3.12.1/bin/python3.12), Debian's pybind11-dev and
 # python3-cbor2, and Debian's source index for fio (fetched with apt-get
-# into /tmp, the system's apt lists untouched). Takes about 10-15 minutes
+# into /tmp, the system's apt lists untouched). Takes about 6 minutes
 # with -j2 on the 2-core VM from a cold cache.
 set -euo pipefail
 
