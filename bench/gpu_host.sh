@@ -63,7 +63,7 @@ set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 CALLER_PWD=$PWD
-SMOKE=0 BUDGET_S= ONLY=machine,tests,transfer,fio,vllm,sglang
+SMOKE=0 BUDGET_S='' ONLY=machine,tests,transfer,fio,vllm,sglang
 while [[ $# -gt 0 ]]; do
   case $1 in
     --smoke) SMOKE=1 ;;
@@ -154,7 +154,7 @@ pick_python() {
       fi
     done
   done
-  PY= KVTIER_PYPATH=
+  PY='' KVTIER_PYPATH=''
   note "Python benchmarks skipped: no interpreter among '${GPU_HOST_PYTHON:-python3 /usr/bin/python3}' imports kvtier" \
        "and numpy from $CARRY/python or $REPO/build/python (the carried module is for CPython $(sed -n 's/^python //p' "$CARRY/MANIFEST" 2>/dev/null))"
   return 1
