@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """SGLang HiCache L3 backends on one disk: SGLang's HiCacheFile against kvtier.sglang, and fio.
 
-    bench/sglang_backends.py DIR [--pages 1024] [--rounds 3]
+    bench/sglang_backends.py DIR [--pages 1024] [--rounds 3] [--checksums on|off] [--json FILE]
 
 Runs ../shared/sglang/bench_backends.py (SGLang's factory and controller call
 pattern, a mock host pool with SGLang's layout; MHA page_first, page size 64, 32 layers, 2 KV
@@ -93,9 +93,21 @@ def child(argv):
     return rc
 
 
+def backend_args(name, checksums):
+    """CONFIGS[name], with kvtier's checksum_blocks off when asked (HiCacheFile has none)."""
+    argv = list(CONFIGS[name])
+    if name.startswith("kvtier") and checksums == "off":
+        i = argv.index("--extra-config") + 1
+        argv[i] = json.dumps(dict(json.loads(argv[i]), checksum_blocks=False))
+    return argv
+
+
 def run_one(tree, name, args, root):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([tree, os.path.join(REPO, "build", "python")]))
-    argv = [sys.executable, os.path.abspath(__file__), "--child", "--"] + CONFIGS[name] + [
+    # The caller's PYTHONPATH last: a kvtier package built elsewhere (a carried one) is found
+    # when build/python has none.
+    path = [tree, os.path.join(REPO, "build", "python")] + [p for p in [os.environ.get("PYTHONPATH")] if p]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(path))
+    argv = [sys.executable, os.path.abspath(__file__), "--child", "--"] + backend_args(name, args.checksums) + [
         "--pages", str(args.pages), "--rounds", "1", "--root", root]
     out = subprocess.run(argv, env=env, capture_output=True, text=True).stdout
     med = re.search(r"^\s*median\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)", out, re.M)
@@ -148,6 +160,9 @@ def main():
     ap.add_argument("--backends", default=",".join(CONFIGS), help="comma-separated, of: " + ", ".join(CONFIGS))
     ap.add_argument("--aligned-pool", action="store_true", help="host pools start on a 4 KiB boundary (as SGLang's "
                     "pinned CUDA host pools do) for every backend; default: the mock's torch.zeros, 64-byte aligned")
+    ap.add_argument("--checksums", choices=("on", "off"), default="on",
+                    help="kvtier's CRC32C per page (checksum_blocks; default on, as shipped)")
+    ap.add_argument("--json", help="also write the medians (and fio's GB/s) here")
     args = ap.parse_args()
     os.environ["KVTIER_BENCH_ALIGNED_POOL"] = "1" if args.aligned_pool else "0"
     names = args.backends.split(",")
@@ -168,7 +183,11 @@ def main():
         f = fio(os.path.join(work, "fio"), args.pages, 2 << 20)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    report(rows, f, args)
+    med = report(rows, f, args)
+    if args.json:
+        with open(args.json, "w") as out:
+            json.dump({"pages": args.pages, "rounds": args.rounds, "checksums": args.checksums,
+                       "aligned_pool": args.aligned_pool, "medians": med, "fio": f}, out, indent=1)
     return 0
 
 
@@ -179,7 +198,8 @@ def report(rows, f, args):
         med[n]["p99_ms"] = p99([s for x in xs for s in x["batches"]]) * 1e3
         med[n]["n_batches"] = sum(len(x["batches"]) for x in xs)
     dropped = all(x["dropped"] for xs in rows.values() for x in xs)
-    print(f"host pool {'4 KiB-aligned' if args.aligned_pool else 'as the mock allocates it (64-byte aligned)'}; "
+    print(f"kvtier checksums {args.checksums}; "
+          f"host pool {'4 KiB-aligned' if args.aligned_pool else 'as the mock allocates it (64-byte aligned)'}; "
           f"{args.pages} pages x 2 MiB per run, {args.rounds} interleaved rounds, medians; page cache dropped "
           f"before reads: {'yes' if dropped else 'NO (not root?)'}; GB = 10^9 bytes")
     cols = list(med)
@@ -203,6 +223,7 @@ def report(rows, f, args):
         if f:
             line += f"; {n}/fio: set {m['set_gbs'] / f['write']:.2f}x, get {m['get_gbs'] / f['read']:.2f}x (target >= 0.9x)"
         print(line)
+    return med
 
 
 if __name__ == "__main__":

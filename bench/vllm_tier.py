@@ -15,10 +15,11 @@ Printed per row size, for each tier: store and load GB/s, CPU seconds per GB (th
 process, tier threads included), scheduler-thread time per step (time spent inside the tier's
 calls, i.e. what the engine's thread pays), p99 load-job latency, and kvtier/vLLM ratios against
 the targets set for this comparison (throughput >= 1.0x, scheduler time <= 0.5x, CPU/GB <= 1.0x).
-kvtier runs with its CRC32C checksums on (its default); vLLM's tier at 7cfb97e has none.
+kvtier runs with its CRC32C checksums on (its default; --checksums off turns them off); vLLM's
+tier at 7cfb97e has none.
 
     /usr/bin/python3 bench/vllm_tier.py --dir /path/on/the/disk [--rows 4000] [--row-bytes 1MiB,64KiB]
-        [--rounds 3] [--qd 32] [--keys-per-job 4] [--step-ms 2] [--json out.json]
+        [--rounds 3] [--qd 32] [--keys-per-job 4] [--step-ms 2] [--checksums on|off] [--json out.json]
 
 Needs the kvtier package (PYTHONPATH=build/python or installed) and ../shared/vllm (or
 --vllm-tree DIR, a tree made by ../shared/vllm/assemble.sh).
@@ -60,6 +61,8 @@ def args():
     ap.add_argument("--keys-per-job", type=int, default=4)
     ap.add_argument("--step-ms", type=float, default=2.0, help="engine step period")
     ap.add_argument("--vllm-tree", help="a tree made by ../shared/vllm/assemble.sh (default: assemble one)")
+    ap.add_argument("--checksums", choices=("on", "off"), default="on",
+                    help="kvtier's CRC32C per block (checksum_blocks; default on, as shipped)")
     ap.add_argument("--json", help="write the figures here")
     return ap.parse_args()
 
@@ -264,7 +267,8 @@ def main():
             "end": ScheduleEndContext(new_req_ids=(), preempted_req_ids=())}
     work = Path(opts.dir).resolve()
     work.mkdir(parents=True, exist_ok=True)
-    tiers = {"vllm": {"type": "fs"}, "kvtier": {"type": "KvtierFsTier", "module_path": "kvtier.vllm"}}
+    tiers = {"vllm": {"type": "fs"}, "kvtier": {"type": "KvtierFsTier", "module_path": "kvtier.vllm",
+                                                 "checksum_blocks": opts.checksums == "on"}}
     out = {"machine": os.uname().nodename, "cores": os.cpu_count(), "options": vars(opts), "sizes": {}}
     for rb in (parse_size(s) for s in opts.row_bytes.split(",")):
         region = Region(opts.rows, rb)
