@@ -12,7 +12,7 @@
 //    process still exits 0; and the abandoned open, from its start to that
 //    late end, registers no destructor to run at exit (counted by an
 //    interposed __cxa_atexit): it constructs no static that exit destroys,
-//    which is what its thread could outlive (it did: the tier's clock).
+//    which is what its thread could outlive.
 #include <gtest/gtest.h>
 #include <dlfcn.h>
 #include <fcntl.h>
