@@ -25,13 +25,28 @@ root that already holds --start-sizes blocks (sparse files of --row-bytes made o
 directory directly), plus what it does in the background until its calls stop for --quiet-s (at most
 --settle-s; "+" marks a tier still busy then), at --start-delay-ms.
 
-Prints one markdown table, kvtier/vLLM ratios included (below 1: kvtier takes less). kvtier
+Then, at 0 ms (calls do not depend on the latency), filesystem calls per block with each tier
+under vLLM's real tiering manager (tests/python/vllm_harness.py: the manager's own lookups and its
+promotions into the CPU tier included), for --manager-prompts prompts of 4 blocks, keys made so
+that pairs share a shard directory ("<hhh>/<hh>_g0"); each phase divided by the blocks it concerns:
+  lookup miss (no shard)   the lookups that settle new prompts whose shards do not exist
+  store (fresh shard)      storing those prompts (shard directories made)
+  lookup miss (shard)      lookups of new keys whose shard directories exist
+  store (present shard)    storing them, right after (kvtier: its shard directory fds still held)
+  hit: lookup + load (fresh engine)
+                           a second engine (fresh manager and tier: no directory held) fetches the
+                           first keys: the manager's lookup finds each in the fs tier and reads it
+                           into its CPU tier, from which the request loads.
+(tests/integration/fs_tier_dirfd_test.cc prints kvtier's counts per tier call.)
+
+Prints markdown tables, kvtier/vLLM ratios included (below 1: kvtier takes less). kvtier
 runs with its defaults (checksums on, io_backend auto); vLLM's tier as vLLM configures it.
 
     bench/network_fs.sh [--delays-ms 0,0.5,2] [--blocks 256] [--row-bytes 256KiB]
-        [--start-sizes 256,16384] [--json out.json] [--smoke]
+        [--start-sizes 256,16384] [--manager-prompts 8] [--json out.json] [--smoke]
 
---smoke: 8 blocks at 0 ms, start sizes 8 and 64 (what ctest runs, so the script cannot rot).
+--smoke: 8 blocks at 0 ms, start sizes 8 and 64, 1 prompt under the manager (what ctest runs, so
+the script cannot rot).
 Needs root (or fusermount3) and /dev/fuse, the kvtier package and kvtier_faultfs built in
 --build, and ../shared/vllm ($KVTIER_SHARED_DIR/vllm; or --vllm-tree DIR, a tree made by its
 assemble.sh). Exits 77 (ctest: skipped) where FUSE or vLLM's code is missing.
@@ -77,10 +92,12 @@ def args():
     ap.add_argument("--dir", help="work directory (default: a temporary one, removed after)")
     ap.add_argument("--vllm-tree", help="a tree made by ../shared/vllm/assemble.sh (default: assemble one)")
     ap.add_argument("--json", help="write every figure here")
-    ap.add_argument("--smoke", action="store_true", help="8 blocks at 0 ms, start sizes 8 and 64")
+    ap.add_argument("--manager-prompts", type=int, default=8, help="prompts of 4 blocks under vLLM's manager (0: none)")
+    ap.add_argument("--smoke", action="store_true", help="8 blocks at 0 ms, start sizes 8 and 64, 1 manager prompt")
     opts = ap.parse_args()
     if opts.smoke:
         opts.delays_ms, opts.blocks, opts.start_sizes, opts.settle_s, opts.quiet_s = "0", 8, "8,64", 5.0, 0.3
+        opts.manager_prompts = 1
     return opts
 
 
@@ -258,6 +275,73 @@ def start_phase(fs, tree_backing, opts, vllm, region, sizes):
     return results
 
 
+def manager_keys(vllm, prompts, salt):
+    """`prompts` lists of 4 keys; salt 0 and 1 give keys pairwise in the same shard directory."""
+    out = []
+    for p in range(prompts):
+        keys = []
+        for c in range(4):
+            n = p * 4 + c
+            prefix = ((n * 2654435761) & 0xFFFFF).to_bytes(3, "big")  # 2.5 bytes name the shard
+            keys.append(vllm["make_key"](prefix + bytes([salt]) + os.urandom(28), 0))
+        out.append(keys)
+    return out
+
+
+def manager_tier(name, root, fs, opts, vllm):
+    """One tier under vLLM's tiering manager on a fresh root: calls per block of each phase."""
+    import vllm_harness as h
+
+    cfg = h.vllm_tier(root) if name == "vllm" else h.kvtier_tier(root)
+    first, second = manager_keys(vllm, opts.manager_prompts, 0), manager_keys(vllm, opts.manager_prompts, 1)
+    blocks, out = 4 * opts.manager_prompts, {}
+    eng = h.Engine([cfg], cpu_rows=8)
+    settle(fs, opts.settle_s, opts.quiet_s)  # a tier's start-up is not a per-block cost
+
+    def store(prompts, miss_phase, store_phase):
+        with Meter(fs) as m:
+            ctxs = [(eng.request(), keys) for keys in prompts]
+            for ctx, keys in ctxs:
+                assert eng.settle(keys, ctx) == 0
+        out[miss_phase] = m.figures(blocks)
+        with Meter(fs) as m:
+            for ctx, keys in ctxs:  # one prompt at a time: the CPU tier holds 8 rows
+                eng.step(stores=[(ctx, keys)], finished=[ctx])
+                eng.idle()
+        out[store_phase] = m.figures(blocks)
+
+    store(first, "lookup miss (no shard)", "store (fresh shard)")
+    store(second, "lookup miss (shard)", "store (present shard)")
+    eng2 = h.Engine([cfg], cpu_rows=8)
+    settle(fs, opts.settle_s, opts.quiet_s)
+    with Meter(fs) as m:
+        for keys in first:  # promoted into the CPU tier while the lookup settles, loaded from there
+            n, data = eng2.fetch(keys)
+            assert n == len(keys) and data == [h.content(k) for k in keys], (name, n)
+        eng2.idle()
+    out["hit: lookup + load (fresh engine)"] = m.figures(blocks)
+    eng2.shutdown()
+    eng.shutdown()
+    return out
+
+
+def manager_lines(manager_results, opts):
+    """Calls per block under vLLM's manager, per phase, and by kind."""
+    lines = [f"\ncalls per block under vLLM's tiering manager, at 0 ms ({4 * opts.manager_prompts} blocks per phase):\n",
+             "| phase | vLLM calls/block | kvtier calls/block | kvtier/vLLM calls |", "|---|---|---|---|"]
+    for phase, v in manager_results["vllm"].items():
+        kv = manager_results["kvtier"][phase]
+        lines.append(f"| {phase} | {v['calls_per_block']:.1f} | {kv['calls_per_block']:.1f} | "
+                     f"{ratio(kv['calls_per_block'], v['calls_per_block'])} |")
+    lines.append("")
+    for phase in manager_results["vllm"]:
+        for name in TIERS:
+            r = manager_results[name][phase]
+            kinds = " ".join(f"{op}={n / r['blocks']:.2f}" for op, n in sorted(r["calls_by_op"].items()))
+            lines.append(f"  {phase:33} {name:7} {kinds}")
+    return "\n".join(lines)
+
+
 def ratio(kv, v):
     return f"{kv / v:.2f}" if v else "-"
 
@@ -337,7 +421,7 @@ def main():
     work = Path(opts.dir or tempfile.mkdtemp(prefix="kvtier-netfs-")).resolve()
     region = vt.Region(opts.blocks, vt.parse_size(opts.row_bytes))
     started = time.monotonic()
-    ops_results, start_results = {}, {}
+    ops_results, start_results, manager_results = {}, {}, {}
     try:
         with FaultFs(work / "backing", work / "mnt", binary=faultfs_bin) as fs:
             for delay in (float(x) for x in opts.delays_ms.split(",")):
@@ -350,6 +434,10 @@ def main():
                 print(f"# {delay:g} ms done at {time.monotonic() - started:.0f} s", flush=True)
             sizes = [int(x) for x in opts.start_sizes.split(",")]
             start_results = start_phase(fs, work / "backing", opts, vllm, region, sizes)
+            if opts.manager_prompts:
+                fs.clear()
+                manager_results = {name: manager_tier(name, Path(fs.mountpoint) / f"manager-{name}", fs, opts, vllm)
+                                   for name in TIERS}
     finally:
         region.close()
         if not opts.dir:
@@ -360,9 +448,11 @@ def main():
     print(table(ops_results, start_results, opts))
     print(by_op(ops_results))
     print(floor_lines(ops_results))
+    if manager_results:
+        print(manager_lines(manager_results, opts))
     if opts.json:
         Path(opts.json).write_text(json.dumps({"options": vars(opts), "operations": ops_results,
-                                               "start": start_results}, indent=2))
+                                               "start": start_results, "manager": manager_results}, indent=2))
     return 0
 
 

@@ -97,9 +97,10 @@ class StoreOp final : public FsBlockOp {
       case kSyncDir: return (sync_dir_res_ = res, Go(kCloseDir));
       case kCloseDir:
         if (sync_dir_res_ < 0) return Finish(sync_dir_res_, "fsync " + Shown(SyncDirPath()));
-        // Directories this store created must be durable in their parents too.
-        if (++sync_dir_level_ < (mkdirs_done_ ? 4 : 1)) return Go(kOpenDir);
-        return Finish(0, "");
+        // Directories this store created must be durable in their parents too
+        // (one found made, EEXIST, is its maker's to sync): see SyncDirPath.
+        while (++sync_dir_level_ <= 3 && (made_ >> (3 - sync_dir_level_) & 1) == 0) {}
+        return sync_dir_level_ <= 3 ? Go(kOpenDir) : Finish(0, "");
       case kUnlinkTmp: return Go(kDone);
       case kDone: return;
     }
@@ -206,8 +207,8 @@ class StoreOp final : public FsBlockOp {
     const uint64_t n = (shared_->tmp_base + shared_->tmp_counter.fetch_add(1)) & ((uint64_t{1} << 63) - 1);
     tmp_ = format::BlockTmpName(dest_, n);  // FORMAT.md L55
   }
-  // Durability full fsyncs the file's directory, then (when this store
-  // created them) the shard directories' parents.
+  // Durability full fsyncs the file's directory, then the parent of each
+  // directory this store created: level L, that of mkdir level 3 - L's.
   const char* SyncDirPath() const {
     switch (sync_dir_level_) {
       case 0: return shard2_.c_str();
@@ -399,11 +400,9 @@ class StoreOp final : public FsBlockOp {
     if (dir_fd_ >= 0 && !keep) CloseDirFd();
     if (MkdirAgain(res)) return;
     if (res < 0 && res != -EEXIST) return Finish(res, "mkdir " + Shown(MkdirShown()));
+    if (res >= 0) made_ |= 1u << mkdir_level_;
     if (mkdir_level_ == 1) NoteParent(res == -EEXIST);
-    if (++mkdir_level_ == 3) {
-      mkdirs_done_ = true;
-      return Go(shared_->hold_shard_dirs ? kOpenShard : kOpen);
-    }
+    if (++mkdir_level_ == 3) return Go(shared_->hold_shard_dirs ? kOpenShard : kOpen);
     Go(kMkdirParent);
   }
   void AfterWrite(int64_t res) {
@@ -482,7 +481,8 @@ class StoreOp final : public FsBlockOp {
   int64_t sync_dir_res_ = 0;
   uint64_t mkdir_first_ns_ = 0;  // when this store first found a shard directory missing
   bool staged_ = false;  // written through a staging row (Stageable)
-  bool direct_ = false, mkdirs_done_ = false, tmp_created_ = false, cleanup_ = false;
+  unsigned made_ = 0;  // bit L: the mkdir of level L (MkdirName) created its directory
+  bool direct_ = false, tmp_created_ = false, cleanup_ = false;
   bool final_ = false;      // `result` is the outcome
   bool abandoned_ = false;  // OnAbandon ran: only cleanup is left
   bool mkdir_searching_ = false;  // this round has made no directory yet (AfterMkdirParent)

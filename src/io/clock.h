@@ -28,9 +28,11 @@ class MonotonicClockSource final : public Clock {
   uint64_t NowNs() const override { return MonotonicNowNs(); }
 };
 
+// Never destroyed: an open abandoned on a hung mount (io_watch.h) may make
+// its tier, and read this clock, while the process is already exiting.
 inline const Clock& MonotonicClock() {
-  static const MonotonicClockSource clock;
-  return clock;
+  static const MonotonicClockSource* const clock = new MonotonicClockSource;
+  return *clock;
 }
 
 }  // namespace kvtier::internal

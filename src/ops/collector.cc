@@ -216,11 +216,36 @@ void SayChange(const State& s, const CollectorLease& lease, CollectorLease::Stat
   if (now != was && now == CollectorLease::State::kObserving && !lease.root_replaced()) Say(s, "lost the collector lease " + where + "; watching it");
 }
 
+// What a standing-by watch said last: the holder, and when to say it again.
+struct Standby {
+  std::string holder;
+  Clock::time_point again{};
+};
+
+// A watch behind another collector's lease removes nothing: it says so at
+// once, naming the holder as its lease's owner record does (FORMAT.md L195),
+// and again every --interval (where a holder says its pass) while it lasts.
+void SayStandby(const State& s, const CollectorLease& lease, Standby* said) {
+  std::string holder = lease.OtherHolder();
+  const auto now = Clock::now();
+  if (holder.empty()) {
+    said->holder.clear();  // holding, or no lease there: a holder seen later is news
+    return;
+  }
+  if (holder == said->holder && now < said->again) return;
+  Say(s, std::string(holder == said->holder ? "still standing by" : "standing by") + ": the collector lease " +
+             lease.lease_path() + " is held by " + holder + "; this watch removes nothing until that lease is given up " +
+             "or goes unrefreshed for the collector TTL (" + std::to_string(s.o.collector_ttl_ms) + " ms), then takes it over");
+  said->holder = std::move(holder);
+  said->again = now + std::chrono::milliseconds(s.o.interval_ms);
+}
+
 // Ticks the lease until `t.done`.
 void LeaseLoop(State& s, LeaseThread& t) {
   CollectorLease::State was = CollectorLease::State::kObserving;
   uint64_t problem_seq = 0;
   bool said_replaced = false;
+  Standby standby;
   const std::function<bool()> done = [&t] { return t.done.load(); };
   while (!t.done) {
     std::shared_ptr<CollectorLease> lease = s.slot.Get();
@@ -229,6 +254,7 @@ void LeaseLoop(State& s, LeaseThread& t) {
     SayChange(s, *lease, was, now);
     if (lease->problem_seq() != problem_seq) Say(s, lease->problem());
     problem_seq = lease->problem_seq();
+    SayStandby(s, *lease, &standby);
     was = now;
     if (lease->root_replaced() && Rehome(s, &said_replaced)) {
       problem_seq = 0;

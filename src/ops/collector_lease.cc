@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <chrono>
 #include <ctime>
@@ -84,7 +85,44 @@ std::string LeaseBody(const std::string& token, uint64_t ttl_ms) {
          ", \"started\": " + std::to_string(std::time(nullptr)) + ", \"ttl_ms\": " + std::to_string(ttl_ms) + "}\n";
 }
 
+// The value of `"key": ` in a lease body (L121): a string's characters or a
+// number's digits; "" when absent. For the log only: no decision reads it.
+std::string Member(const std::string& body, const std::string& key) {
+  const std::string at = "\"" + key + "\": ";
+  const size_t start = body.find(at);
+  if (start == std::string::npos) return "";
+  size_t i = start + at.size();
+  if (i < body.size() && body[i] == '"') {
+    const size_t end = body.find('"', ++i);
+    return end == std::string::npos ? "" : body.substr(i, std::min<size_t>(end - i, 256));
+  }
+  const size_t end = body.find_first_not_of("0123456789", i);
+  return body.substr(i, std::min<size_t>((end == std::string::npos ? body.size() : end) - i, 20));
+}
+
+// "collector <token> (pid <pid>) since <UTC>" from an owner record, or what
+// stands in for it (a lease not written by kvtier, or unreadable).
+std::string OwnerOf(const std::string& body) {
+  if (body.empty()) return "a collector whose lease cannot be read here";
+  const std::string token = Member(body, "token"), pid = Member(body, "pid"), started = Member(body, "started");
+  if (token.empty()) return "an unknown owner (its " + std::to_string(body.size()) + " bytes are no kvtier owner record)";
+  std::string since = "an unknown time";
+  if (!started.empty()) {
+    const time_t t = static_cast<time_t>(std::strtoll(started.c_str(), nullptr, 10));
+    struct tm utc {};
+    char text[32];
+    if (gmtime_r(&t, &utc) != nullptr && std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &utc) != 0) since = text;
+  }
+  return "collector " + token + " (pid " + (pid.empty() ? "?" : pid) + ") since " + since;
+}
+
 }  // namespace
+
+std::string CollectorLease::OtherHolder() const {
+  const bool watching = state_ == State::kObserving && !root_replaced_ && seen_since_ns_ != 0;
+  if (!watching || !S_ISREG(seen_mode_) || seen_ == body_) return "";
+  return OwnerOf(seen_);
+}
 
 Result<std::unique_ptr<CollectorLease>> CollectorLease::Open(const std::string& root, uint64_t ttl_ms) {
   UniqueFd root_fd;

@@ -86,6 +86,11 @@ class CollectorLease {
   // The root path no longer names the directory of this lease (moved,
   // removed): the lease was given up and this object collects no more.
   bool root_replaced() const { return root_replaced_.load(); }
+  // Lease thread only. The live-or-not lease of another collector that this
+  // observer watches (a regular file at gc.lease, not its own), as its owner
+  // record says (FORMAT.md L121, L195): "collector <token> (pid <pid>) since
+  // <UTC time>"; "" while it holds the lease, finds none, or a non-lease.
+  std::string OtherHolder() const;
   // Whether the root path names the directory of this lease now: one stat,
   // announced to the io watch of the calling thread (ops/io_watch.h).
   bool RootStill() const;

@@ -113,7 +113,9 @@ class IoScope {
 // Runs `fn` on a thread of its own under a fresh watch, rooted at `root`, and
 // waits for it; returns kTimedOut, naming the path, as soon as one
 // file-system call of it has run longer than timeout_ms (fn is then
-// abandoned: it must own what it touches, through its captures). With
+// abandoned: it must own what it touches, through its captures, and since
+// it may run on during the process's exit, construct no static that exit
+// destroys: kvtier's are allocated and never freed). With
 // timeout_ms 0 it runs fn on the calling thread, unwatched.
 Status RunWatched(uint64_t timeout_ms, std::string root, std::function<void()> fn);
 

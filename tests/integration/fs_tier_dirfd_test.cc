@@ -21,7 +21,11 @@
 //    ("<hhh>") missing, later stores into new ones make it without looking
 //    it up first (lookups taking the namespace directory's lock between the
 //    mkdirs the kernel serializes there), and blocks land whole at their
-//    paths; a new instance over that tree opens first, as it always did.
+//    paths; a new instance over that tree opens first, as it always did;
+//  * with durability "full", a store fsyncs its shard directory and the
+//    parent of each directory it made, and not the parent of one it found
+//    made already (mkdir's EEXIST), made first or not (CRASH_INVARIANTS.md
+//    step 9).
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -92,10 +96,11 @@ std::map<std::string, uint64_t> ParseCounts(const std::string& line) {
 
 class TierFixture {
  public:
-  void Open(const std::string& root, IoBackendKind backend) {
+  void Open(const std::string& root, IoBackendKind backend, Durability durability = Durability::kNone) {
     FsTierOpenOptions o;
     o.tier.root_dir = root;
     o.tier.io_backend = backend;
+    o.tier.durability = durability;
     o.tier.n_read_threads = 2;
     o.tier.n_write_threads = 2;
     o.ns = Spec();
@@ -238,6 +243,35 @@ TEST_P(DirFdCallsTest, FreshTreeStoresMakeFirstLevelDirectoriesFirst) {
   Open(mount_->mountpoint(), GetParam());
   Count("store, present <hhh>, new shard, new instance",
         [&] { EXPECT_EQ(Outcome(Store(Key(0x10101, 2), rows)), KeyOutcome::kOk); });
+}
+
+// Each directory fsync opens the directory (O_RDONLY: an OPENDIR, counted
+// under "readdir" by this mount), and a store opens no other directory (its
+// shard directories are O_PATH opens, which the daemon never sees).
+TEST_P(DirFdCallsTest, FullDurabilitySyncsOnlyParentsOfDirectoriesTheStoreMade) {
+  Close();
+  Open(mount_->mountpoint(), GetParam(), Durability::kFull);
+  testing::AlignedRows rows(1, kRow, 13), back(1, kRow, 14);
+  auto syncs = [&](const char* what, const OffloadKey& key) {
+    const Delta d = Count(what, [&] { EXPECT_EQ(Outcome(Store(key, rows)), KeyOutcome::kOk); });
+    EXPECT_EQ(Outcome(Load(key, back)), KeyOutcome::kOk);
+    return d.Of("readdir");
+  };
+  const fs::path mnt = mount_->mountpoint();
+  // A fresh tree: this store finds its <hhh> missing, so later stores into
+  // unknown <hhh> make them first.
+  syncs("store, full, fresh tree", Key(0x10001, 1));
+  // It made <hhh> and the shard directory: syncs both and the block directory.
+  EXPECT_EQ(syncs("store, full, new <hhh>", Key(0x20002, 1)), 3u);
+  // A new shard directory in a <hhh> it knows: that directory and <hhh>.
+  EXPECT_EQ(syncs("store, full, new shard in known <hhh>", Key(0x20012, 2)), 2u);
+  // Another client made <hhh> and the shard directory, unknown to this tier:
+  // made first, both mkdirs find them (EEXIST): the shard directory only.
+  ASSERT_TRUE(fs::create_directories((mnt / Rel(Key(0x30003, 1))).parent_path()));
+  EXPECT_EQ(syncs("store, full, both made by another", Key(0x30003, 1)), 1u);
+  // Another client made <hhh> only: the shard directory and <hhh>.
+  ASSERT_TRUE(fs::create_directory((mnt / Rel(Key(0x40004, 1))).parent_path().parent_path()));
+  EXPECT_EQ(syncs("store, full, <hhh> made by another", Key(0x40004, 1)), 2u);
 }
 
 size_t OpenFds() {

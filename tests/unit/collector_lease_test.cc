@@ -10,7 +10,9 @@
 // moved aside after the TTL without being followed or opened (a symlink's
 // target keeps its bytes, a directory its entries) and the lease taken. A
 // holder whose root path comes to name another directory gives its lease up
-// (in the directory it was taken in) and collects no more.
+// (in the directory it was taken in) and collects no more. An observer names
+// the holder of the lease it watches from the owner record (token, pid, UTC
+// start), and a planted body without one as an unknown owner (L195).
 //
 // Method: several CollectorLease objects on one real directory, each ticked
 // by hand with TickAt(now) on a made-up steady clock, so that the TTL,
@@ -92,6 +94,29 @@ TEST(CollectorLease, ALiveHolderIsNeverTakenOver) {
     ASSERT_EQ(b->TickAt(t), State::kObserving) << "at " << t / kMs << " ms";
   }
   EXPECT_EQ(b->acquisitions(), 0u);
+}
+
+TEST(CollectorLease, AnObserverNamesTheHolderFromItsOwnerRecord) {
+  TempDir dir;
+  auto a = Open(dir.path()), b = Open(dir.path());
+  HoldFromZero(a.get());
+  EXPECT_EQ(a->OtherHolder(), "");  // its own lease
+  EXPECT_EQ(b->OtherHolder(), "");  // not looked yet
+  ASSERT_EQ(b->TickAt(kSettle), State::kObserving);
+  const std::string pid = std::to_string(getpid());
+  EXPECT_EQ(b->OtherHolder().rfind("collector " + a->token() + " (pid " + pid + ") since 20", 0), 0u) << b->OtherHolder();
+  EXPECT_EQ(b->OtherHolder().back(), 'Z') << b->OtherHolder();
+  // Planted bodies: never a crash, never a member that is not there.
+  const fs::path lease = dir.path() / ".kvtier" / "gc.lease";
+  for (const char* body : {"{\"pid\": 1}\n", "{\"token\": \"t\", \"started\": 99999999999999999999999}",
+                           "{\"token\": \"unterminated"}) {
+    a->Release();
+    std::ofstream(lease) << body;
+    ASSERT_EQ(b->TickAt(kSettle + kR), State::kObserving);
+    const std::string holder = b->OtherHolder();
+    EXPECT_TRUE(holder.rfind("an unknown owner", 0) == 0 || holder.rfind("collector t (pid ?) since ", 0) == 0)
+        << body << " -> " << holder;
+  }
 }
 
 TEST(CollectorLease, OfTwoObserversOfAStaleLeaseExactlyOneTakesIt) {
