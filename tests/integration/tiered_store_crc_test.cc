@@ -14,7 +14,8 @@
 //    load, and the CPU row is dropped (a new lookup misses it);
 //  * a corrupt block replaced by a good one between its read and its
 //    removal stays (FORMAT.md L69);
-//  * checksum_blocks off stages no CRC.
+//  * checksum_blocks off, and a sealed tier (its GCM tag is the check,
+//    FORMAT.md L169), stage no CRC and still load byte-exact.
 // Content is seeded (the seed is printed) and compared byte for byte.
 #include <gtest/gtest.h>
 #include <sys/xattr.h>
@@ -348,6 +349,27 @@ TEST_F(TieredStoreCrcTest, ChecksumsOffStageNoCrc) {
     EXPECT_EQ(store->Metrics().crc_staged_bytes, 0u);
   }
   auto store = Open(Config(root, R"(, "checksum_blocks": false)"));
+  ASSERT_NE(store, nullptr);
+  const TransferResult r = LookupAndLoad(store.get(), 2, keys);
+  EXPECT_EQ(r.OkPrefix(), keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) EXPECT_TRUE(ChunkLanded(keys[i], i)) << i;
+  EXPECT_EQ(store->Metrics().crc_staged_bytes, 0u);
+}
+
+TEST_F(TieredStoreCrcTest, ASealedTierKeepsItsOwnCheck) {
+  SCOPED_TRACE("seed " + std::to_string(seed_));
+  const std::string key = (dir_.path() / "seal.key").string();
+  testing::WriteFileOrDie(key, "a1a2a3a4a5a6a7a8a9aaabacadaeafb0b1b2b3b4b5b6b7b8b9babbbcbdbebfc0\n");
+  const std::string config = Config((dir_.path() / "root").string(), R"(, "seal_key_file": ")" + key + "\"");
+  const std::vector<OffloadKey> keys = RandomKeys(3);
+  {
+    auto store = Open(config);
+    ASSERT_NE(store, nullptr) << open_error_.ToString();
+    EXPECT_EQ(store->secondary_tier(0).checksum_place(), "seal");
+    StoreAll(store.get(), 1, keys);
+    EXPECT_EQ(store->Metrics().crc_staged_bytes, 0u);
+  }
+  auto store = Open(config);
   ASSERT_NE(store, nullptr);
   const TransferResult r = LookupAndLoad(store.get(), 2, keys);
   EXPECT_EQ(r.OkPrefix(), keys.size());
