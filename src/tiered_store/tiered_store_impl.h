@@ -10,7 +10,8 @@
 // This class owns the CPU tier, the region and the Stager, and ties them
 // together, split over tiered_store_*.cc by concern: open (setup), lookup
 // (prefix walk, secondary verdicts, promotions), jobs (store, load,
-// prefetch), progress (completion handling on the progress thread) and
+// prefetch), progress (completion handling on the progress thread), crc
+// (checksums computed and checked at the copies, fs/staged_crc.h) and
 // metrics.
 //
 // Concurrency: one mutex (mu_) guards all state, the three parts included
