@@ -152,6 +152,12 @@ struct TieredStoreMetrics {
   std::vector<TierUsage> tiers;  // cpu first, then secondary tiers in order
   uint64_t row_bytes = 0;
   uint64_t pins_refused = 0;     // chunks not pinned because of pinned_bytes_max
+  // With checksums on: bytes of rows whose CRC32C their copy computed (to
+  // the CPU) or checked (to the GPU) where the data is, on the GPU (the host
+  // stand-in's copy workers without one), instead of the fs tier on the CPU
+  // (docs/gpu.md); and the rows that failed that check (corrupt blocks).
+  uint64_t crc_staged_bytes = 0;
+  uint64_t crc_staged_mismatches = 0;
 };
 
 class KVTIER_API TieredStore {

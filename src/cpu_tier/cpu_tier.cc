@@ -137,4 +137,13 @@ void CpuTier::Release(std::span<const OffloadKey> keys) {
   }
 }
 
+bool CpuTier::Discard(const OffloadKey& key) {
+  const RowStatus* status = policy_->Get(key);
+  if (status == nullptr || status->ref_cnt != 0) return false;
+  --evictable_;
+  free_.push_back(status->row);
+  policy_->Remove(key);
+  return true;
+}
+
 }  // namespace kvtier::internal

@@ -75,6 +75,9 @@ class CpuTier {
   // Returns their rows in order.
   std::vector<uint32_t> Acquire(std::span<const OffloadKey> keys);
   void Release(std::span<const OffloadKey> keys);
+  // Drops a ready key that no reader holds (its row failed a check): true
+  // if it was dropped; a held key stays (its next check fails again).
+  bool Discard(const OffloadKey& key);
   void Touch(std::span<const OffloadKey> keys) { policy_->Touch(keys); }
 
   // Rows currently holding data or being written (used), being written, held.

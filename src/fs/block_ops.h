@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -225,9 +226,20 @@ struct BlockPathParts {
   std::string block_dir, shard1, shard2, file;
 };
 
-std::unique_ptr<FsBlockOp> MakeStoreOp(TierShared* shared, BlockPathParts path, RowPieces row);
+struct LoadedBlock;  // fs/staged_crc.h
+
+// `crc`: the row's CRC32C computed by its copy (staged_crc.h), written
+// instead of one computed here.
+std::unique_ptr<FsBlockOp> MakeStoreOp(TierShared* shared, BlockPathParts path, RowPieces row,
+                                       std::optional<uint32_t> crc = std::nullopt);
 // `rel_path`: the block's path relative to root_dir (Namespace::BlockRelPath).
-std::unique_ptr<FsBlockOp> MakeLoadOp(TierShared* shared, std::string rel_path, RowPieces row);
+// `unchecked`: no CRC check; the CRC the block carries and the file's
+// identity go there (staged_crc.h).
+std::unique_ptr<FsBlockOp> MakeLoadOp(TierShared* shared, std::string rel_path, RowPieces row,
+                                      LoadedBlock* unchecked = nullptr);
+// Removes the block at `rel_path` if it is still the file `read` describes
+// (L69); the key's outcome is kCorrupt (staged_crc.h, SubmitRemoveCorrupt).
+std::unique_ptr<FsBlockOp> MakeRemoveCorruptOp(TierShared* shared, std::string rel_path, const LoadedBlock& read);
 std::unique_ptr<FsBlockOp> MakeLookupOp(TierShared* shared, std::string rel_path);
 
 // Request builders the ops share: each sets the fields of one syscall on a

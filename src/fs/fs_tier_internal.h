@@ -81,6 +81,12 @@ Status CheckRows(size_t keys, const Rows& rows, uint64_t row_bytes) {
   return Status::Ok();
 }
 
+// The scheduler's limits from the tier's options (n_read_threads, ...; an
+// abandon deadline io_timeout_ms + kAbandonGraceMs after a request's issue).
+SchedulerLimits SchedulerLimitsFor(const FsTierOpenOptions& o);
+// Where a store writes `key`'s block (L8), relative to root_dir.
+BlockPathParts BlockParts(const Namespace& ns, const OffloadKey& key);
+
 // Starts the I/O thread over a prepared namespace and backend; `clock`
 // must outlive the tier.
 std::unique_ptr<FsTier> MakeFsTierImpl(const FsTierOpenOptions& options, Namespace ns,

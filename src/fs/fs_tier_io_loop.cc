@@ -21,10 +21,10 @@
 #include <unordered_map>
 
 #include "fs/backpressure.h"
-#include "format/layout_names.h"
 #include "fs/fs_tier_internal.h"
 #include "fs/root_health.h"
 #include "fs/sick_volume_policy.h"
+#include "fs/staged_crc.h"
 #include "fs/tier_metrics.h"
 #include "fs/tier_space.h"
 #include "util/keep_forever.h"
@@ -51,13 +51,13 @@ struct Submission {
   uint64_t enqueued_ns = 0;
 };
 
-class FsTierImpl final : public FsTier {
+class FsTierImpl final : public FsTier, public StagedCrcTier {
  public:
   FsTierImpl(const FsTierOpenOptions& o, Namespace ns, std::unique_ptr<TierShared> shared,
              std::unique_ptr<IoBackend> backend, std::unique_ptr<Lease> lease, const Clock& clock)
       : options_(o), clock_(clock), ns_(std::move(ns)), shared_(std::move(shared)), backend_(std::move(backend)),
         lease_(std::move(lease)),
-        scheduler_limits_(Limits(o)), scheduler_(scheduler_limits_), detector_(o.tier.backpressure), health_(kMissesToDown, kProbeIntervalNs),
+        scheduler_limits_(SchedulerLimitsFor(o)), scheduler_(scheduler_limits_), detector_(o.tier.backpressure), health_(kMissesToDown, kProbeIntervalNs),
         space_(TierSpace::Start(o.tier, shared_->local_root, shared_->root.get(), ns_.block_dir_name(), shared_->file_bytes())) {
     io_thread_ = std::thread([this] { Run(); });
   }
@@ -86,24 +86,27 @@ class FsTierImpl final : public FsTier {
   }
 
   Result<uint64_t> SubmitStore(std::span<const OffloadKey> keys,
-                               std::span<const std::span<const uint8_t>> rows) override {
-    return StoreRows(keys, rows);
-  }
-  Result<uint64_t> SubmitLoad(std::span<const OffloadKey> keys, std::span<const std::span<uint8_t>> rows) override {
-    return LoadRows(keys, rows);
-  }
+                               std::span<const std::span<const uint8_t>> rows) override { return StoreRows(keys, rows); }
+  Result<uint64_t> SubmitLoad(std::span<const OffloadKey> keys,
+                              std::span<const std::span<uint8_t>> rows) override { return LoadRows(keys, rows); }
   Result<uint64_t> SubmitStorePieces(std::span<const OffloadKey> keys,
-                                     std::span<const std::vector<std::span<const uint8_t>>> rows) override {
-    return StoreRows(keys, rows);
-  }
+                                     std::span<const std::vector<std::span<const uint8_t>>> rows) override { return StoreRows(keys, rows); }
   Result<uint64_t> SubmitLoadPieces(std::span<const OffloadKey> keys,
-                                    std::span<const std::vector<std::span<uint8_t>>> rows) override {
-    return LoadRows(keys, rows);
+                                    std::span<const std::vector<std::span<uint8_t>>> rows) override { return LoadRows(keys, rows); }
+
+  // staged_crc.h (its wrappers check the counts).
+  Result<uint64_t> StoreWithCrcs(std::span<const OffloadKey> keys, std::span<const std::span<const uint8_t>> rows,
+                                 std::span<const uint32_t> crcs) override { return StoreRows(keys, rows, crcs); }
+  Result<uint64_t> LoadUnchecked(std::span<const OffloadKey> keys, std::span<const std::span<uint8_t>> rows,
+                                 std::span<LoadedBlock> out) override { return LoadRows(keys, rows, out); }
+  Result<uint64_t> RemoveCorrupt(std::span<const OffloadKey> keys, std::span<const LoadedBlock> read) override {
+    return LoadJob(keys, [&](size_t i) { return MakeRemoveCorruptOp(shared_.get(), ns_.BlockRelPath(keys[i]), read[i]); });
   }
 
   // Rows are spans (one piece) or lists of pieces (RowPieces).
   template <class Row>
-  Result<uint64_t> StoreRows(std::span<const OffloadKey> keys, std::span<const Row> rows) {
+  Result<uint64_t> StoreRows(std::span<const OffloadKey> keys, std::span<const Row> rows,
+                             std::span<const uint32_t> crcs = {}) {
     KVTIER_RETURN_IF_ERROR(CheckRows(keys.size(), rows, options_.row_bytes));
     const uint64_t bytes = keys.size() * options_.row_bytes;
     if (!health_.up()) return Drop(keys.size(), root_down_why_.c_str());
@@ -121,7 +124,8 @@ class FsTierImpl final : public FsTier {
     }
     Submission sub = NewSubmission(JobKind::kStore, keys.size(), IoClass::kWrite);
     for (size_t i = 0; i < keys.size(); ++i) {
-      sub.ops.push_back(MakeStoreOp(shared_.get(), Parts(keys[i]), RowPieces(rows[i])));
+      const std::optional<uint32_t> crc = crcs.empty() ? std::nullopt : std::optional(crcs[i]);
+      sub.ops.push_back(MakeStoreOp(shared_.get(), BlockParts(ns_, keys[i]), RowPieces(rows[i]), crc));
     }
     for (std::string& path : evict) sub.ops.push_back(MakeEvictOp(shared_.get(), std::move(path)));
     sub.job->remaining = sub.ops.size();
@@ -130,15 +134,22 @@ class FsTierImpl final : public FsTier {
   }
 
   template <class Row>
-  Result<uint64_t> LoadRows(std::span<const OffloadKey> keys, std::span<const Row> rows) {
+  Result<uint64_t> LoadRows(std::span<const OffloadKey> keys, std::span<const Row> rows,
+                            std::span<LoadedBlock> unchecked = {}) {
     KVTIER_RETURN_IF_ERROR(CheckRows(keys.size(), rows, options_.row_bytes));
+    return LoadJob(keys, [&](size_t i) {
+      LoadedBlock* out = unchecked.empty() ? nullptr : &unchecked[i];
+      return MakeLoadOp(shared_.get(), ns_.BlockRelPath(keys[i]), RowPieces(rows[i]), out);
+    });
+  }
+  // A load job of make_op(i) per key: loads, or removals of corrupt blocks.
+  template <class MakeOp>
+  Result<uint64_t> LoadJob(std::span<const OffloadKey> keys, MakeOp make_op) {
     if (!health_.up()) return FailNow(JobKind::kLoad, keys.size());
     Submission sub = NewSubmission(JobKind::kLoad, keys.size(), IoClass::kRead);
     sub.job->capacity_keys = space_->Keys(keys);
     space_->PinLoads(sub.job->capacity_keys);  // not evicted while read
-    for (size_t i = 0; i < keys.size(); ++i) {
-      sub.ops.push_back(MakeLoadOp(shared_.get(), ns_.BlockRelPath(keys[i]), RowPieces(rows[i])));
-    }
+    for (size_t i = 0; i < keys.size(); ++i) sub.ops.push_back(make_op(i));
     return Enqueue(std::move(sub));
   }
 
@@ -189,21 +200,6 @@ class FsTierImpl final : public FsTier {
   }
 
  private:
-  static SchedulerLimits Limits(const FsTierOpenOptions& o) {
-    SchedulerLimits limits;
-    limits.reads_in_flight_max = o.tier.n_read_threads;
-    limits.writes_in_flight_max = o.tier.n_write_threads;
-    limits.stores_while_loading_max = o.tier.stores_while_loading_max;
-    if (o.tier.io_timeout_ms > 0) limits.abandon_after_ns = (uint64_t{o.tier.io_timeout_ms} + kAbandonGraceMs) * 1'000'000;
-    return limits;
-  }
-
-  BlockPathParts Parts(const OffloadKey& key) const {
-    const std::string hex = key.hash.Hex();
-    return {ns_.block_dir_name(), format::Shard1Name(hex), format::Shard2Name(hex, key.group_idx),
-            format::BlockFileName(hex)};
-  }
-
   Submission NewSubmission(JobKind kind, size_t n, IoClass cls) {
     Submission sub;
     sub.job = std::make_unique<Job>();

@@ -12,6 +12,8 @@
 // checksum_blocks off there is no fgetxattr and no CRC (L102), but a trailer
 // is still read and its record checked: only a valid one says that the file's
 // extra page is not part of a longer row (L66).
+// An unchecked load (staged_crc.h) hands the CRC back instead: its caller
+// checks the row after copying it to the GPU.
 // Also the lookup op: one statx per key (L70).
 // Both name the block in its shard directory's fd when a store left a fresh
 // one cached (shard_dirs.h, FORMAT.md L145-L147; network and FUSE volumes
@@ -27,6 +29,7 @@
 #include <cerrno>
 
 #include "fs/block_ops.h"
+#include "fs/staged_crc.h"
 #include "format/layout_names.h"
 #include "util/crc32c.h"
 
@@ -72,8 +75,8 @@ BlockAt FindBlockAt(TierShared* shared, const std::string& rel) {
 
 class LoadOp final : public FsBlockOp {
  public:
-  LoadOp(TierShared* shared, std::string rel_path, RowPieces row)
-      : shared_(shared), rel_(std::move(rel_path)), row_(std::move(row)) {
+  LoadOp(TierShared* shared, std::string rel_path, RowPieces row, LoadedBlock* unchecked)
+      : shared_(shared), rel_(std::move(rel_path)), row_(std::move(row)), unchecked_(unchecked) {
     // A bounce row is page-aligned whatever the caller's pieces are; without
     // bounce rows an unaligned row reads into a staging row (block_ops.h).
     pool_ = shared_->bounce != nullptr       ? shared_->bounce.get()
@@ -264,16 +267,24 @@ class LoadOp final : public FsBlockOp {
     }
     if (shared_->seal) return OpenSealed();
     if (trailer_ != nullptr && !TrailerSays()) return;
-    if (has_crc_) {
+    if (has_crc_ || unchecked_ != nullptr) {
       const uint32_t want = uint32_t{crc_be_[0]} << 24 | uint32_t{crc_be_[1]} << 16 |
                             uint32_t{crc_be_[2]} << 8 | crc_be_[3];
-      if (TimedCrc32c(shared_, Target()) != want) {
+      if (unchecked_ != nullptr) {
+        HandBack(want);
+      } else if (TimedCrc32c(shared_, Target()) != want) {
         return Close(KeyOutcome::kCorrupt, ErrnoToStatus(EBADMSG, Path() + ": CRC32C mismatch"), /*unlink=*/true);
       }
     }
     // Whole and verified: only now does the caller's row see the bytes.
     if (bounce_ != nullptr) row_.ScatterFrom(bounce_);
     Served();
+  }
+  // Unchecked (staged_crc.h): the caller checks the row after its copy
+  // against the CRC the block carries, and removes this very file if not.
+  void HandBack(uint32_t want) {
+    *unchecked_ = LoadedBlock{has_crc_,           want, stx_.stx_ino, stx_.stx_size, stx_.stx_dev_major,
+                              stx_.stx_dev_minor, stx_.stx_mtime.tv_sec, stx_.stx_mtime.tv_nsec};
   }
   void Served() {
     bytes = row_.size();
@@ -399,6 +410,7 @@ class LoadOp final : public FsBlockOp {
   std::string rel_;
   BlockAt at_;  // where rel_ is named (held until the op is freed)
   RowPieces row_;
+  LoadedBlock* unchecked_;  // an unchecked load's hand-back (staged_crc.h), else nullptr
   BouncePool* pool_ = nullptr;  // where bounce_ comes from (bounce, else stage); nullptr: none
   uint8_t* bounce_ = nullptr;   // from pool_, held until the op is freed
   RowPieces bounce_row_;       // bounce_ as one piece
@@ -474,8 +486,8 @@ class LookupOp final : public FsBlockOp {
 
 }  // namespace
 
-std::unique_ptr<FsBlockOp> MakeLoadOp(TierShared* shared, std::string rel_path, RowPieces row) {
-  return std::make_unique<LoadOp>(shared, std::move(rel_path), std::move(row));
+std::unique_ptr<FsBlockOp> MakeLoadOp(TierShared* shared, std::string rel_path, RowPieces row, LoadedBlock* unchecked) {
+  return std::make_unique<LoadOp>(shared, std::move(rel_path), std::move(row), unchecked);
 }
 
 std::unique_ptr<FsBlockOp> MakeLookupOp(TierShared* shared, std::string rel_path) {

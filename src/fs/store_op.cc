@@ -18,7 +18,6 @@
 // ESTALE) is opened again by its path, made if missing, and the store goes on.
 #include <fcntl.h>
 #include <sys/stat.h>
-
 #include <unistd.h>
 
 #include <algorithm>
@@ -42,8 +41,8 @@ constexpr uint64_t kMkdirRetryNs = 2'000'000'000;
 
 class StoreOp final : public FsBlockOp {
  public:
-  StoreOp(TierShared* shared, BlockPathParts path, RowPieces row)
-      : shared_(shared), row_(std::move(row)) {
+  StoreOp(TierShared* shared, BlockPathParts path, RowPieces row, std::optional<uint32_t> crc)
+      : shared_(shared), row_(std::move(row)), given_crc_(crc) {
     shard1_ = path.block_dir + "/" + path.shard1;
     shard2_ = shard1_ + "/" + path.shard2;
     dest_ = shard2_ + "/" + path.file;
@@ -244,7 +243,7 @@ class StoreOp final : public FsBlockOp {
     if (staged_) Stage();
     statted_ = true;
     if (shared_->checksum) {
-      const uint32_t crc = TimedCrc32c(shared_, Data());
+      const uint32_t crc = given_crc_ ? *given_crc_ : TimedCrc32c(shared_, Data());
       for (int i = 0; i < 4; ++i) crc_be_[i] = static_cast<uint8_t>(crc >> (24 - 8 * i));  // big-endian
       if (shared_->trailer()) AddTrailer(crc);
     }
@@ -463,6 +462,7 @@ class StoreOp final : public FsBlockOp {
 
   TierShared* shared_;
   RowPieces row_;
+  std::optional<uint32_t> given_crc_;  // the row's CRC32C from its copy (staged_crc.h)
   uint8_t* stage_ = nullptr;  // from shared_->stage, held until the op is freed
   RowPieces stage_row_;       // stage_ as one piece
   TrailerPage trailer_;       // the trailer page (L131), when the CRC goes there
@@ -493,8 +493,8 @@ class StoreOp final : public FsBlockOp {
 
 }  // namespace
 
-std::unique_ptr<FsBlockOp> MakeStoreOp(TierShared* shared, BlockPathParts path, RowPieces row) {
-  return std::make_unique<StoreOp>(shared, std::move(path), std::move(row));
+std::unique_ptr<FsBlockOp> MakeStoreOp(TierShared* shared, BlockPathParts path, RowPieces row, std::optional<uint32_t> crc) {
+  return std::make_unique<StoreOp>(shared, std::move(path), std::move(row), crc);
 }
 
 }  // namespace kvtier::internal

@@ -40,6 +40,8 @@ struct CopyRecord {
   std::vector<OffloadKey> keys;
   std::vector<size_t> index;  // position of each key in the job's chunks
   uint64_t bytes = 0;
+  std::vector<uint32_t> rows;  // the CPU rows of the keys
+  bool checksums = false;      // the copy computes (a store) or checks (a load) each row's CRC32C
 };
 
 class JobTable {

@@ -20,8 +20,16 @@ void TierRouter::AttachRows(std::span<uint8_t> region, uint64_t row_bytes) {
   row_bytes_ = row_bytes;
 }
 
-void TierRouter::AddTier(std::string name, std::unique_ptr<FsTier> fs) {
-  tiers_.push_back(Tier{std::move(name), std::move(fs), {}, 0, 0, 0, 0});
+void TierRouter::AddTier(std::string name, std::unique_ptr<FsTier> fs, bool staged_crc) {
+  // "xattr" or "trailer": checksums on and unsealed ("seal": the GCM tag is
+  // the check, L169; "off": none; "mixed": several roots).
+  const std::string_view place = fs->checksum_place();
+  StagedCrcTier* staged = staged_crc && (place == "xattr" || place == "trailer") ? dynamic_cast<StagedCrcTier*>(fs.get()) : nullptr;
+  tiers_.push_back(Tier{std::move(name), std::move(fs), staged, {}, 0, 0, 0, 0});
+}
+
+bool TierRouter::any_staged() const {
+  return std::any_of(tiers_.begin(), tiers_.end(), [](const Tier& t) { return t.staged != nullptr; });
 }
 
 std::optional<size_t> TierRouter::NextTier(size_t t) const {
@@ -46,13 +54,14 @@ Status TierRouter::Submit(size_t t, FsJobRecord& record) {
   return Status::Ok();
 }
 
-Result<uint64_t> TierRouter::Start(Tier& tier, const FsJobRecord& record) {
+Result<uint64_t> TierRouter::Start(Tier& tier, FsJobRecord& record) {
   switch (record.kind) {
     case FsJobRecord::Kind::kWriteThrough: {
       std::vector<std::span<const uint8_t>> spans;
       spans.reserve(record.rows.size());
       for (uint32_t row : record.rows)
         spans.emplace_back(region_.data() + uint64_t{row} * row_bytes_, row_bytes_);
+      if (tier.staged != nullptr && !record.crcs.empty()) return tier.staged->SubmitStoreWithCrcs(record.keys, spans, record.crcs);
       return tier.fs->SubmitStore(record.keys, spans);
     }
     case FsJobRecord::Kind::kPromote: {
@@ -60,10 +69,17 @@ Result<uint64_t> TierRouter::Start(Tier& tier, const FsJobRecord& record) {
       spans.reserve(record.rows.size());
       for (uint32_t row : record.rows)
         spans.emplace_back(region_.data() + uint64_t{row} * row_bytes_, row_bytes_);
-      return tier.fs->SubmitLoad(record.keys, spans);
+      if (tier.staged == nullptr) return tier.fs->SubmitLoad(record.keys, spans);
+      // Written by the tier's I/O thread before the job is pollable; the
+      // vector's buffer moves with the record (Submit), never reallocated.
+      record.loaded.assign(record.keys.size(), LoadedBlock{});
+      return tier.staged->SubmitLoadUnchecked(record.keys, spans, record.loaded);
     }
     case FsJobRecord::Kind::kLookup:
       return tier.fs->SubmitLookup(record.keys);
+    case FsJobRecord::Kind::kRemove:
+      if (tier.staged == nullptr) return Status(StatusCode::kInvalidArgument, "removal on a tier that checks its own loads");
+      return tier.staged->SubmitRemoveCorrupt(record.keys, record.loaded);
   }
   return Status(StatusCode::kInternal, "unknown fs job kind");
 }

@@ -36,6 +36,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "fs/staged_crc.h"
 #include "kvtier/fs_tier.h"
 #include "kvtier/tiered_store.h"
 #include "tiered_store/request_table.h"  // TierVerdict
@@ -44,12 +45,20 @@ namespace kvtier::internal {
 
 // An fs tier job started by the store.
 struct FsJobRecord {
-  enum class Kind { kWriteThrough, kPromote, kLookup } kind = Kind::kLookup;
+  // kRemove: blocks whose promoted rows failed their check after the copy
+  // to the GPU (staged_crc.h).
+  enum class Kind { kWriteThrough, kPromote, kLookup, kRemove } kind = Kind::kLookup;
   std::vector<OffloadKey> keys;
   std::vector<uint32_t> rows;  // kWriteThrough, kPromote: the CPU rows of the keys
   uint64_t request_id = 0;     // kLookup: whose verdicts these are
   uint64_t job_id = 0;         // kPromote from Prefetch: the user job, else 0
   std::vector<size_t> index;   // kPromote from Prefetch: positions in the job
+  // kWriteThrough: each row's CRC32C from its copy, written by a staged tier
+  // instead of its own (empty: the tier computes them).
+  std::vector<uint32_t> crcs;
+  // kPromote on a staged tier: what each unchecked load read (filled by the
+  // tier); kRemove: the files to remove.
+  std::vector<LoadedBlock> loaded;
 };
 
 class TierRouter {
@@ -65,17 +74,25 @@ class TierRouter {
   // Setup, before any Submit: the CPU rows (row r is region[r * row_bytes,
   // (r + 1) * row_bytes)) and the tiers, in lookup order.
   void AttachRows(std::span<uint8_t> region, uint64_t row_bytes);
-  void AddTier(std::string name, std::unique_ptr<FsTier> fs);
+  // `staged_crc`: the copies compute and check rows' CRC32C (staged_crc.h),
+  // so a tier that can (checksums on, unsealed, one root) neither computes
+  // nor checks them itself.
+  void AddTier(std::string name, std::unique_ptr<FsTier> fs, bool staged_crc = false);
 
   size_t size() const { return tiers_.size(); }
   bool empty() const { return tiers_.empty(); }
   // Tier t; std::out_of_range beyond size() (the public API's contract).
   const FsTier& tier(size_t t) const { return *tiers_.at(t).fs; }
+  // Tier t stores given CRCs and loads unchecked (AddTier); any tier does.
+  bool staged(size_t t) const { return tiers_[t].staged != nullptr; }
+  bool any_staged() const;
   // The tier a prefetched key that tier t missed is tried in next.
   std::optional<size_t> NextTier(size_t t) const;
 
   // Starts the job `record` describes on tier t (a store of its rows, a load
-  // into its rows, or a lookup of its keys) and keeps the record. On error
+  // into its rows, a lookup of its keys, or the removal of corrupt blocks:
+  // kRemove on a staged tier only) and keeps the record. A staged tier
+  // stores record.crcs when given and loads unchecked into record.loaded. On error
   // nothing started and `record` is left as it was, for the caller to undo.
   // kInvalidArgument: no tier t, or a row outside the attached memory.
   [[nodiscard]] Status Submit(size_t t, FsJobRecord& record);
@@ -100,10 +117,11 @@ class TierRouter {
   struct Tier {
     std::string name;
     std::unique_ptr<FsTier> fs;
+    StagedCrcTier* staged = nullptr;  // fs, where AddTier's staged_crc applies
     std::unordered_map<uint64_t, FsJobRecord> jobs;  // by fs job id
     uint64_t hits = 0, misses = 0, promotions = 0, promotions_failed = 0;
   };
-  Result<uint64_t> Start(Tier& tier, const FsJobRecord& record);
+  Result<uint64_t> Start(Tier& tier, FsJobRecord& record);
 
   std::span<uint8_t> region_;
   uint64_t row_bytes_ = 0;

@@ -10,7 +10,8 @@
 // This class owns the CPU tier, the region and the Stager, and ties them
 // together, split over tiered_store_*.cc by concern: open (setup), lookup
 // (prefix walk, secondary verdicts, promotions), jobs (store, load,
-// prefetch), progress (completion handling on the progress thread) and
+// prefetch), progress (completion handling on the progress thread), crc
+// (checksums computed and checked at the copies, fs/staged_crc.h) and
 // metrics.
 //
 // Concurrency: one mutex (mu_) guards all state, the three parts included
@@ -65,8 +66,20 @@ struct CpuCounters {
   uint64_t hits = 0, misses = 0;  // each request chunk once, at its first definite verdict
   uint64_t rows_in = 0, bytes_in = 0, rows_out = 0, bytes_out = 0;
   uint64_t stores_no_space = 0;
+  uint64_t crc_staged_bytes = 0;       // rows whose CRC32C their copy computed or checked
+  uint64_t crc_staged_mismatches = 0;  // rows that failed the check after their copy to the GPU
   BusyClock in_clock, out_clock;  // GPU->CPU, CPU->GPU
   BusyClock& clock(CopyDirection d) { return d == CopyDirection::kDeviceToHost ? in_clock : out_clock; }
+};
+
+// What a CPU row promoted unchecked (staged_crc.h) must be checked against
+// when it is copied to the GPU: the CRC its block carries, and the file it
+// came from, removed if the check fails (FORMAT.md L67, L69).
+struct RowCheck {
+  bool armed = false;         // the row's copies to the GPU check it
+  bool removal_sent = false;  // its block's removal was submitted already
+  size_t tier = 0;            // the tier it was promoted from
+  LoadedBlock read;           // read.crc: what the row must hash to
 };
 
 class TieredStoreImpl final : public TieredStore {
@@ -97,6 +110,7 @@ class TieredStoreImpl final : public TieredStore {
  private:
   // --- setup (tiered_store_open.cc)
   Status OpenSecondaryTiers();
+  bool StagerChecksums() const;
   // --- lookup (tiered_store_lookup.cc); all with mu_ held
   PrefixLookup WalkPrefix(uint64_t request_id, RequestState& req, size_t first_chunk);
   // The walk of one Lookup call: what it must start and what it protects.
@@ -114,15 +128,20 @@ class TieredStoreImpl final : public TieredStore {
   std::vector<uint32_t> PlanStoreCopies(std::span<const OffloadKey> keys, std::span<const size_t> index,
                                         const std::optional<PreparedWrite>& prepared,
                                         std::span<const uint32_t> gpu_blocks, CopyRecord* record);
-  void SubmitCopy(CopyRecord record, std::span<const uint32_t> rows, std::vector<uint32_t> gpu_blocks);
+  void SubmitCopy(CopyRecord record, std::vector<uint32_t> gpu_blocks, const CopyChecksums& checksums = {});
+  // --- checksums at the copies (tiered_store_crc.cc); all with mu_ held
+  void SubmitLoadCopies(CopyRecord record, std::vector<uint32_t> rows, std::span<const uint32_t> gpu_blocks);
+  void OnLoadCopied(CopyRecord& record, const Status& status, const FinishedCopy* done);
+  ChunkResult DropCorruptRow(const CopyRecord& record, size_t k, std::vector<FsJobRecord>* removals);
+  void NoteRowCheck(size_t tier, const FsJobRecord& record, size_t k);
   void MaybeFinishJob(uint64_t job_id);
   // --- progress (tiered_store_progress.cc)
   void Wake();
   void ProgressLoop();
   void ApplyCompletions(std::vector<FinishedCopy>& copies, std::vector<std::vector<JobResult>>& fs_results);
-  void OnCopyFinished(CopyRecord& record, const Status& status);
-  void OnStoreCopied(CopyRecord& record);
-  void WriteThrough(std::span<const OffloadKey> keys);
+  void OnCopyFinished(CopyRecord& record, const Status& status, FinishedCopy* done = nullptr);
+  void OnStoreCopied(CopyRecord& record, std::vector<uint32_t> crcs);
+  void WriteThrough(std::span<const OffloadKey> keys, std::span<const uint32_t> crcs);
   void OnFsJobFinished(size_t tier, FsJobRecord& record, JobResult& result);
   void OnPromotionFinished(size_t tier, FsJobRecord& record, JobResult& result);
   void OnLookupFinished(size_t tier, FsJobRecord& record, JobResult& result);
@@ -132,6 +151,10 @@ class TieredStoreImpl final : public TieredStore {
   const TieredStoreOptions options_;
   const OffloadConfig config_;
   uint64_t row_bytes_ = 0;
+  // Rows' CRC32C are computed by their copy from the GPU and written by the
+  // fs tiers that can (TierRouter::staged); promoted rows are checked by
+  // their copy to the GPU (row_checks_).
+  bool staged_crc_ = false;
 
   // Wake-ups from completion threads (never held with mu_ by those threads).
   std::mutex wake_mu_;
@@ -150,6 +173,7 @@ class TieredStoreImpl final : public TieredStore {
   RequestTable requests_;
   JobTable jobs_;
   CpuCounters cpu_stats_;
+  std::vector<RowCheck> row_checks_;  // per CPU row
 
   std::thread progress_;
 };

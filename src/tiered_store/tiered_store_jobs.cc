@@ -49,9 +49,14 @@ Result<uint64_t> TieredStoreImpl::Store(uint64_t request_id, size_t first_chunk,
     }
   }
   std::optional<PreparedWrite> prepared = cpu_->PrepareWrite(keys, /*apply_threshold=*/true);
-  CopyRecord record{CopyDirection::kDeviceToHost, job_id, request_id, first_chunk, {}, {}, 0};
+  CopyRecord record{CopyDirection::kDeviceToHost, job_id, request_id, first_chunk, {}, {}, 0, {}, false};
   std::vector<uint32_t> blocks = PlanStoreCopies(keys, index, prepared, gpu_blocks, &record);
-  if (!record.keys.empty()) SubmitCopy(std::move(record), prepared->rows, std::move(blocks));
+  if (!record.keys.empty()) {
+    record.rows = prepared->rows;
+    CopyChecksums checksums;
+    checksums.compute = staged_crc_;  // for the fs tiers to write (WriteThrough)
+    SubmitCopy(std::move(record), std::move(blocks), checksums);
+  }
   MaybeFinishJob(job_id);
   return job_id;
 }
@@ -92,7 +97,7 @@ Result<uint64_t> TieredStoreImpl::Load(uint64_t request_id, size_t first_chunk, 
   const size_t bpc = config_.blocks_per_chunk, n = gpu_blocks.size() / bpc;
   KVTIER_RETURN_IF_ERROR(requests_.CheckChunkRange(*req, first_chunk, gpu_blocks.size(), bpc));
   const uint64_t job_id = jobs_.Create(TransferKind::kLoad, request_id, n);
-  CopyRecord record{CopyDirection::kHostToDevice, job_id, request_id, first_chunk, {}, {}, 0};
+  CopyRecord record{CopyDirection::kHostToDevice, job_id, request_id, first_chunk, {}, {}, 0, {}, false};
   for (size_t i = 0; i < n; ++i) {
     const OffloadKey& key = req->chunk_keys()[first_chunk + i];
     if (!cpu_->ReadyRow(key)) {
@@ -106,8 +111,7 @@ Result<uint64_t> TieredStoreImpl::Load(uint64_t request_id, size_t first_chunk, 
   if (!record.keys.empty()) {
     cpu_->Touch(record.keys);
     std::vector<uint32_t> rows = cpu_->Acquire(record.keys);
-    std::vector<uint32_t> blocks(gpu_blocks.begin(), gpu_blocks.begin() + record.keys.size() * bpc);
-    SubmitCopy(std::move(record), rows, std::move(blocks));
+    SubmitLoadCopies(std::move(record), std::move(rows), gpu_blocks);
   }
   MaybeFinishJob(job_id);
   return job_id;
@@ -116,7 +120,7 @@ Result<uint64_t> TieredStoreImpl::Load(uint64_t request_id, size_t first_chunk, 
 Result<uint64_t> TieredStoreImpl::Prefetch(std::span<const OffloadKey> keys) {
   std::lock_guard lock(mu_);
   const uint64_t job_id = jobs_.Create(TransferKind::kPrefetch, 0, keys.size());
-  FsJobRecord batch{FsJobRecord::Kind::kPromote, {}, {}, 0, job_id, {}};
+  FsJobRecord batch{FsJobRecord::Kind::kPromote, {}, {}, 0, job_id, {}, {}, {}};
   for (size_t i = 0; i < keys.size(); ++i) {
     if (cpu_->Contains(keys[i])) {
       jobs_.Settle(job_id, i, Outcome(ChunkOutcome::kAlreadyCached));
@@ -142,14 +146,15 @@ Result<uint64_t> TieredStoreImpl::Prefetch(std::span<const OffloadKey> keys) {
   return job_id;
 }
 
-// With mu_ held. `rows` and `gpu_blocks` line up with record.keys.
-void TieredStoreImpl::SubmitCopy(CopyRecord record, std::span<const uint32_t> rows, std::vector<uint32_t> gpu_blocks) {
+// With mu_ held. record.rows and `gpu_blocks` line up with record.keys.
+void TieredStoreImpl::SubmitCopy(CopyRecord record, std::vector<uint32_t> gpu_blocks, const CopyChecksums& checksums) {
   std::vector<uint8_t*> ptrs;
-  ptrs.reserve(rows.size());
-  for (uint32_t row : rows) ptrs.push_back(RowPtr(row));
-  record.bytes = rows.size() * row_bytes_;
+  ptrs.reserve(record.rows.size());
+  for (uint32_t row : record.rows) ptrs.push_back(RowPtr(row));
+  record.bytes = record.rows.size() * row_bytes_;
+  record.checksums = checksums.wanted();
   for (size_t k : record.index) jobs_.Expect(record.job_id, k);
-  Result<uint64_t> ticket = stager_->Submit(record.direction, ptrs, gpu_blocks);
+  Result<uint64_t> ticket = stager_->Submit(record.direction, ptrs, gpu_blocks, checksums);
   if (!ticket.ok()) {
     OnCopyFinished(record, ticket.status());
     return;

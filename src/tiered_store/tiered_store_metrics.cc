@@ -62,6 +62,8 @@ TieredStoreMetrics TieredStoreImpl::Metrics() const {
   TieredStoreMetrics m;
   m.row_bytes = row_bytes_;
   m.pins_refused = requests_.pins_refused();
+  m.crc_staged_bytes = cpu_stats_.crc_staged_bytes;
+  m.crc_staged_mismatches = cpu_stats_.crc_staged_mismatches;
   TierUsage cpu;
   cpu.name = "cpu";
   const CpuCounters& c = cpu_stats_;
@@ -105,6 +107,9 @@ std::string TieredStoreImpl::PrometheusText() const {
     Family(&own, "kvtier_cpu_copy_busy_seconds_total", "counter", labels + ",direction=\"cpu_to_gpu\"", t.out_busy_s);
   }
   Family(&own, "kvtier_cpu_pins_refused_total", "counter", "tier=\"cpu\"", static_cast<double>(m.pins_refused));
+  Family(&own, "kvtier_cpu_crc_staged_bytes_total", "counter", "tier=\"cpu\"", static_cast<double>(m.crc_staged_bytes));
+  Family(&own, "kvtier_cpu_crc_staged_mismatches_total", "counter", "tier=\"cpu\"",
+         static_cast<double>(m.crc_staged_mismatches));
   texts.push_back(std::move(own));
   for (size_t t = 0; t < router_.size(); ++t) texts.push_back(router_.PrometheusText(t));
   return MergeExpositions(texts);

@@ -78,11 +78,13 @@ Status TieredStoreImpl::Init() {
                        {}};
   stager.host_ranges = {region_->bytes()};
   KVTIER_ASSIGN_OR_RETURN(stager_, Stager::Create(std::move(stager)));
+  row_checks_.assign(rows, RowCheck{});
   cpu_ = std::make_unique<CpuTier>(config_.eviction_policy, static_cast<uint32_t>(rows), config_.store_threshold,
                                    config_.max_tracker_size);
   requests_.set_pin_rows_max(options_.pinned_bytes_max / row_bytes_);
   router_.AttachRows(region_->bytes(), row_bytes_);
   KVTIER_RETURN_IF_ERROR(OpenSecondaryTiers());
+  staged_crc_ = StagerChecksums() && router_.any_staged();
   progress_ = std::thread([this] { ProgressLoop(); });
   return Status::Ok();
 }
@@ -103,9 +105,18 @@ Status TieredStoreImpl::OpenSecondaryTiers() {
       return Status(tier.status().code(), "secondary_tiers[" + std::to_string(i) + "] (" + fs.root_dir +
                                               "): " + tier.status().message());
     }
-    router_.AddTier("fs" + std::to_string(i), std::move(tier).value());
+    router_.AddTier("fs" + std::to_string(i), std::move(tier).value(), StagerChecksums());
   }
   return Status::Ok();
+}
+
+// Whether the copies compute the rows' CRC32C where the data is (staged_crc.h):
+// on the GPU once its CRC kernel passed its start-up self-check (else the
+// stager would compute them on the CPU from the row, which the fs tier does as
+// well); the host stand-in's copy workers compute them too, so that tests
+// without a GPU run this path.
+bool TieredStoreImpl::StagerChecksums() const {
+  return stager_->backend_name() == "host" || stager_->gpu_copy_counts().crc_on_device;
 }
 
 TieredStoreImpl::~TieredStoreImpl() {

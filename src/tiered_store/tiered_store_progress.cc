@@ -45,7 +45,7 @@ void TieredStoreImpl::ApplyCompletions(std::vector<FinishedCopy>& copies,
     std::optional<CopyRecord> record = jobs_.TakeCopy(done.ticket);
     if (!record) continue;
     cpu_stats_.clock(record->direction).Stop();
-    OnCopyFinished(*record, done.status);
+    OnCopyFinished(*record, done.status, &done);
   }
   for (size_t t = 0; t < router_.size(); ++t) {
     for (JobResult& result : fs_results[t]) {
@@ -55,28 +55,25 @@ void TieredStoreImpl::ApplyCompletions(std::vector<FinishedCopy>& copies,
   }
 }
 
-void TieredStoreImpl::OnCopyFinished(CopyRecord& record, const Status& status) {
+void TieredStoreImpl::OnCopyFinished(CopyRecord& record, const Status& status, FinishedCopy* done) {
+  if (status.ok() && record.checksums) cpu_stats_.crc_staged_bytes += record.bytes;
   if (record.direction == CopyDirection::kDeviceToHost) {
     if (status.ok()) {
-      OnStoreCopied(record);
+      OnStoreCopied(record, record.checksums && done != nullptr ? std::move(done->row_crcs) : std::vector<uint32_t>{});
     } else {
       cpu_->CompleteWrite(record.keys, /*success=*/false);
       for (size_t k : record.index) jobs_.Complete(record.job_id, k, ChunkResult{ChunkOutcome::kError, status});
     }
   } else {
-    cpu_->Release(record.keys);
-    if (status.ok()) {
-      cpu_stats_.rows_out += record.keys.size();
-      cpu_stats_.bytes_out += record.bytes;
-    }
-    const ChunkOutcome outcome = status.ok() ? ChunkOutcome::kOk : ChunkOutcome::kError;
-    for (size_t k : record.index) jobs_.Complete(record.job_id, k, ChunkResult{outcome, status});
+    OnLoadCopied(record, status, done);
   }
   MaybeFinishJob(record.job_id);
 }
 
-void TieredStoreImpl::OnStoreCopied(CopyRecord& record) {
+// `crcs`: each row's CRC32C from its copy (empty: not computed).
+void TieredStoreImpl::OnStoreCopied(CopyRecord& record, std::vector<uint32_t> crcs) {
   cpu_->CompleteWrite(record.keys, /*success=*/true);
+  for (uint32_t row : record.rows) row_checks_[row] = RowCheck{};  // the GPU's bytes, checked by nothing later
   cpu_stats_.rows_in += record.keys.size();
   cpu_stats_.bytes_in += record.bytes;
   RequestState* req = requests_.FindOrNull(record.request_id);
@@ -84,14 +81,17 @@ void TieredStoreImpl::OnStoreCopied(CopyRecord& record) {
     jobs_.Complete(record.job_id, record.index[k], ChunkResult{ChunkOutcome::kOk, Status::Ok()});
     if (req != nullptr) PinIfWanted(*req, record.first_chunk + record.index[k], record.keys[k]);
   }
-  WriteThrough(record.keys);
+  WriteThrough(record.keys, crcs.size() == record.keys.size() ? std::span<const uint32_t>(crcs) : std::span<const uint32_t>());
 }
 
 // With mu_ held. Each secondary tier holds a reader reference on the rows
 // until its store finishes, so they cannot be evicted while being written.
-void TieredStoreImpl::WriteThrough(std::span<const OffloadKey> keys) {
+// Tiers that can (TierRouter::staged) write `crcs`, the rows' CRC32C from
+// their copy, instead of computing their own.
+void TieredStoreImpl::WriteThrough(std::span<const OffloadKey> keys, std::span<const uint32_t> crcs) {
   for (size_t t = 0; t < router_.size(); ++t) {
-    FsJobRecord record{FsJobRecord::Kind::kWriteThrough, {keys.begin(), keys.end()}, cpu_->Acquire(keys), 0, 0, {}};
+    FsJobRecord record{FsJobRecord::Kind::kWriteThrough, {keys.begin(), keys.end()}, cpu_->Acquire(keys), 0, 0, {}, {}, {}};
+    if (router_.staged(t)) record.crcs.assign(crcs.begin(), crcs.end());
     if (!router_.Submit(t, record).ok()) cpu_->Release(keys);
   }
 }
@@ -107,18 +107,21 @@ void TieredStoreImpl::OnFsJobFinished(size_t tier, FsJobRecord& record, JobResul
     case FsJobRecord::Kind::kLookup:
       OnLookupFinished(tier, record, result);
       break;
+    case FsJobRecord::Kind::kRemove:  // counted by the tier (a corrupt load)
+      break;
   }
 }
 
 // With mu_ held. Loaded rows become ready; a Prefetch key that missed tries
 // the next tier with the same reserved row; other failures free the row.
 void TieredStoreImpl::OnPromotionFinished(size_t tier, FsJobRecord& record, JobResult& result) {
-  FsJobRecord next{FsJobRecord::Kind::kPromote, {}, {}, 0, record.job_id, {}};
+  FsJobRecord next{FsJobRecord::Kind::kPromote, {}, {}, 0, record.job_id, {}, {}, {}};
   for (size_t k = 0; k < record.keys.size(); ++k) {
     const OffloadKey one[] = {record.keys[k]};
     const KeyResult& r = result.keys[k];
     const bool from_prefetch = record.job_id != 0;
     if (r.outcome == KeyOutcome::kOk) {
+      NoteRowCheck(tier, record, k);
       cpu_->CompleteWrite(one, /*success=*/true);
       router_.CountPromotion(tier, /*ok=*/true);
       if (from_prefetch) jobs_.Complete(record.job_id, record.index[k], ChunkResult{ChunkOutcome::kOk, Status::Ok()});

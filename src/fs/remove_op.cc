@@ -1,0 +1,70 @@
+// The removal of a block that failed its check outside the tier (a row
+// checked on the GPU after its copy, staged_crc.h): the same end as a load's
+// CRC mismatch (FORMAT.md L67), the file removed only if its path still names
+// the file that was read (L69: same device, inode, size and mtime), so a good
+// block another writer renamed over it meanwhile stays.
+#include <cerrno>
+
+#include "fs/block_ops.h"
+#include "fs/staged_crc.h"
+
+namespace kvtier::internal {
+namespace {
+
+class RemoveCorruptOp final : public FsBlockOp {
+ public:
+  RemoveCorruptOp(TierShared* shared, std::string rel_path, const LoadedBlock& read)
+      : shared_(shared), rel_(std::move(rel_path)), read_(read) {
+    result = {KeyOutcome::kCorrupt, ErrnoToStatus(EBADMSG, Path() + ": CRC32C mismatch (checked after the copy)")};
+  }
+
+  bool NextRequest(IoRequest* req) override {
+    if (state_ == kDone) return false;
+    *req = IoRequest{};
+    req->deadline_ns = DeadlineNs(*shared_);
+    if (state_ == kRecheck) {
+      StatxNoFollow(req, shared_->root.get(), rel_.c_str(), &stx_);
+    } else {
+      req->op = IoOp::kUnlink;
+      req->dirfd = shared_->root.get();
+      req->path = rel_.c_str();
+    }
+    return true;
+  }
+  void OnCompletion(int64_t res) override {
+    if (state_ == kRecheck && res == 0 && !abandoned_ && Same()) {
+      state_ = kUnlink;
+      return;
+    }
+    // Gone already, or replaced (L69): nothing to remove. A failed unlink
+    // leaves the file to gc; either way this key was corrupt.
+    state_ = kDone;
+  }
+  void OnAbandon() override { abandoned_ = true; }
+
+ private:
+  enum State { kRecheck, kUnlink, kDone };
+  std::string Path() const { return JoinRoot(shared_->root_dir, rel_); }
+  bool Same() const {
+    LoadedBlock now;
+    now.ino = stx_.stx_ino, now.size = stx_.stx_size;
+    now.dev_major = stx_.stx_dev_major, now.dev_minor = stx_.stx_dev_minor;
+    now.mtime_s = stx_.stx_mtime.tv_sec, now.mtime_ns = stx_.stx_mtime.tv_nsec;
+    return S_ISREG(stx_.stx_mode) && now.SameFile(read_);
+  }
+
+  TierShared* shared_;
+  std::string rel_;
+  LoadedBlock read_;
+  struct statx stx_{};
+  State state_ = kRecheck;
+  bool abandoned_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<FsBlockOp> MakeRemoveCorruptOp(TierShared* shared, std::string rel_path, const LoadedBlock& read) {
+  return std::make_unique<RemoveCorruptOp>(shared, std::move(rel_path), read);
+}
+
+}  // namespace kvtier::internal
