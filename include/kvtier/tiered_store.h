@@ -155,9 +155,12 @@ struct TieredStoreMetrics {
   // With checksums on: bytes of rows whose CRC32C their copy computed (to
   // the CPU) or checked (to the GPU) where the data is, on the GPU (the host
   // stand-in's copy workers without one), instead of the fs tier on the CPU
-  // (docs/gpu.md); and the rows that failed that check (corrupt blocks).
+  // (docs/gpu.md); the rows that failed that check (corrupt blocks); and the
+  // failed checks whose CPU row hashed right on the CPU (the copy went
+  // wrong: the chunk is kError, the row and its block are kept).
   uint64_t crc_staged_bytes = 0;
   uint64_t crc_staged_mismatches = 0;
+  uint64_t crc_staged_copy_faults = 0;
 };
 
 class KVTIER_API TieredStore {
@@ -191,6 +194,11 @@ class KVTIER_API TieredStore {
   virtual Result<uint64_t> Store(uint64_t request_id, size_t first_chunk, std::span<const uint32_t> gpu_blocks) = 0;
   // Copies the ready CPU rows of chunks [first_chunk, first_chunk + n) into
   // GPU blocks; the first chunk that is not ready and all after it are kMiss.
+  // The result is a prefix: a chunk not served (a failed copy, kError, or a
+  // row that failed its check after the copy, kMiss or kError; docs/gpu.md)
+  // makes every later chunk kMiss, though their copies ran.
+  // kInvalidArgument for a bad range or block id (nothing started);
+  // kNotFound: unknown request.
   virtual Result<uint64_t> Load(uint64_t request_id, size_t first_chunk, std::span<const uint32_t> gpu_blocks) = 0;
   // Promotes keys from the secondary tiers (in order) into the CPU tier.
   virtual Result<uint64_t> Prefetch(std::span<const OffloadKey> keys) = 0;

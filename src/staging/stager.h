@@ -10,6 +10,7 @@
 // Thread-safety: all methods may be called from any thread.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -132,5 +133,11 @@ class Stager {
 // True when kvtier was built with CUDA and at least one CUDA device is usable
 // (detected at run time).
 bool CudaDevicePresent();
+
+// Fault injection, for tests only: while n > 0, each piece the host
+// stand-in copies to the "GPU" gets its first landed byte flipped before its
+// CRC32C is taken, and n drops by one (a copy that went wrong on the way,
+// the CPU row untouched). 0, the default: no fault.
+std::atomic<int>& HostLoadFaultsForTest();
 
 }  // namespace kvtier::internal

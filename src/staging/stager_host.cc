@@ -21,7 +21,23 @@ void CopyPiece(CopyDirection direction, const std::vector<CopySegment>& segments
   }
 }
 
+// The first landed byte of a load's piece, flipped (HostLoadFaultsForTest).
+void MaybeInjectLoadFault(CopyDirection direction, const std::vector<CopySegment>& segments) {
+  if (direction != CopyDirection::kHostToDevice || segments.empty()) return;
+  std::atomic<int>& faults = HostLoadFaultsForTest();
+  int n = faults.load();
+  while (n > 0 && !faults.compare_exchange_weak(n, n - 1)) {
+  }
+  if (n <= 0) return;
+  *reinterpret_cast<uint8_t*>(static_cast<uintptr_t>(segments[0].device_addr)) ^= 0x5a;
+}
+
 }  // namespace
+
+std::atomic<int>& HostLoadFaultsForTest() {
+  static std::atomic<int> faults{0};
+  return faults;
+}
 
 HostCopyPool::HostCopyPool(TicketBook* book, int threads_per_direction)
     : book_(book), threads_per_direction_(std::max(1, threads_per_direction)) {
@@ -93,6 +109,7 @@ void HostCopyPool::Run(CopyDirection direction) {
       lane.queue.pop_front();
     }
     CopyPiece(direction, piece.segments);
+    MaybeInjectLoadFault(direction, piece.segments);
     // The stand-in's "device" bytes: the source pages of a store, the
     // landed pages of a load (copied just above, by this thread).
     for (size_t i = 0; i < piece.crc.units.size(); ++i) {

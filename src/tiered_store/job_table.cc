@@ -1,6 +1,8 @@
 // The job table (see job_table.h).
 #include "tiered_store/job_table.h"
 
+#include <algorithm>
+
 namespace kvtier::internal {
 
 uint64_t JobTable::Create(TransferKind kind, uint64_t request_id, size_t chunks) {
@@ -43,10 +45,19 @@ bool JobTable::Complete(uint64_t job_id, size_t index, ChunkResult result) {
   return true;
 }
 
+void JobTable::EndPrefix(uint64_t job_id, size_t index) {
+  auto it = jobs_.find(job_id);
+  if (it != jobs_.end()) it->second.prefix_end = std::min(it->second.prefix_end, index);
+}
+
 bool JobTable::FinishIfDone(uint64_t job_id) {
   auto it = jobs_.find(job_id);
   if (it == jobs_.end() || it->second.outstanding > 0) return false;
   Job& job = it->second;
+  for (size_t i = job.prefix_end + 1; job.prefix_end != SIZE_MAX && i < job.chunks.size(); ++i) {
+    if (job.chunks[i].outcome != ChunkOutcome::kOk) continue;
+    job.chunks[i] = ChunkResult{ChunkOutcome::kMiss, Status::Ok()};  // as a load's settled misses
+  }
   finished_.push_back(TransferResult{job_id, job.kind, job.request_id, std::move(job.chunks)});
   jobs_.erase(it);
   return true;

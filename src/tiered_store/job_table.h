@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstddef>
 #include <optional>
 #include <unordered_map>
 #include <vector>
@@ -42,6 +43,7 @@ struct CopyRecord {
   uint64_t bytes = 0;
   std::vector<uint32_t> rows;  // the CPU rows of the keys
   bool checksums = false;      // the copy computes (a store) or checks (a load) each row's CRC32C
+  std::vector<uint32_t> expected;  // a checked load: the CRC32C each row must hash to
 };
 
 class JobTable {
@@ -57,6 +59,10 @@ class JobTable {
   // A pending chunk's result. False (nothing changes) for an unknown or
   // finished job, an index out of range, or a chunk not pending.
   bool Complete(uint64_t job_id, size_t index, ChunkResult result);
+  // A load serves a prefix only: chunk `index` was not served, so every later
+  // chunk that is kOk when the job finishes becomes kMiss (its copy ran, but
+  // the engine may only use the prefix before `index`). Unknown job: no-op.
+  void EndPrefix(uint64_t job_id, size_t index);
   // Finishes the job if no chunk is pending. True if it finished now.
   bool FinishIfDone(uint64_t job_id);
   // Appends finished jobs to `out` (oldest first) and forgets them.
@@ -82,6 +88,7 @@ class JobTable {
     std::vector<ChunkResult> chunks;
     std::vector<bool> pending;  // per chunk: waiting for Complete
     size_t outstanding = 0;     // chunks pending
+    size_t prefix_end = SIZE_MAX;  // EndPrefix: chunks after it are not served
   };
   Job* FindChunk(uint64_t job_id, size_t index);
 

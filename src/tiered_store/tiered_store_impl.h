@@ -68,6 +68,7 @@ struct CpuCounters {
   uint64_t stores_no_space = 0;
   uint64_t crc_staged_bytes = 0;       // rows whose CRC32C their copy computed or checked
   uint64_t crc_staged_mismatches = 0;  // rows that failed the check after their copy to the GPU
+  uint64_t crc_staged_copy_faults = 0;  // failed checks whose CPU row was good (the copy went wrong)
   BusyClock in_clock, out_clock;  // GPU->CPU, CPU->GPU
   BusyClock& clock(CopyDirection d) { return d == CopyDirection::kDeviceToHost ? in_clock : out_clock; }
 };
@@ -125,6 +126,7 @@ class TieredStoreImpl final : public TieredStore {
   void SubmitPromotion(size_t tier, FsJobRecord record);
   void PinIfWanted(RequestState& req, size_t chunk, const OffloadKey& key);
   // --- jobs (tiered_store_jobs.cc); all with mu_ held
+  Status CheckGpuBlocks(std::span<const uint32_t> gpu_blocks) const;
   std::vector<uint32_t> PlanStoreCopies(std::span<const OffloadKey> keys, std::span<const size_t> index,
                                         const std::optional<PreparedWrite>& prepared,
                                         std::span<const uint32_t> gpu_blocks, CopyRecord* record);
@@ -132,6 +134,7 @@ class TieredStoreImpl final : public TieredStore {
   // --- checksums at the copies (tiered_store_crc.cc); all with mu_ held
   void SubmitLoadCopies(CopyRecord record, std::vector<uint32_t> rows, std::span<const uint32_t> gpu_blocks);
   void OnLoadCopied(CopyRecord& record, const Status& status, const FinishedCopy* done);
+  ChunkResult CheckFailed(const CopyRecord& record, size_t k, std::vector<FsJobRecord>* removals);
   ChunkResult DropCorruptRow(const CopyRecord& record, size_t k, std::vector<FsJobRecord>* removals);
   void NoteRowCheck(size_t tier, const FsJobRecord& record, size_t k);
   void MaybeFinishJob(uint64_t job_id);

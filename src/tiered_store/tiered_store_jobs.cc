@@ -12,6 +12,23 @@ ChunkResult Outcome(ChunkOutcome outcome, Status status = Status::Ok()) { return
 
 }  // namespace
 
+// Every GPU block id below each device's num_blocks: checked before a job
+// starts, so a bad id fails the call, not one copy of a job whose other
+// copies already run.
+Status TieredStoreImpl::CheckGpuBlocks(std::span<const uint32_t> gpu_blocks) const {
+  uint32_t limit = UINT32_MAX;
+  for (const DeviceKvCache& device : options_.devices) {
+    if (!device.tensors.empty()) limit = std::min(limit, device.tensors[0].num_blocks);
+  }
+  for (size_t k = 0; k < gpu_blocks.size(); ++k) {
+    if (gpu_blocks[k] >= limit) {
+      return InvalidArgument("gpu_blocks[" + std::to_string(k) + "] = " + std::to_string(gpu_blocks[k]) +
+                             " is out of range: the KV cache has " + std::to_string(limit) + " blocks");
+    }
+  }
+  return Status::Ok();
+}
+
 Status TieredStoreImpl::StartRequest(uint64_t request_id, RequestSpec spec) {
   std::lock_guard lock(mu_);
   return requests_.Start(request_id, std::move(spec));
@@ -37,6 +54,7 @@ Result<uint64_t> TieredStoreImpl::Store(uint64_t request_id, size_t first_chunk,
   KVTIER_ASSIGN_OR_RETURN(RequestState * req, requests_.Find(request_id));
   const size_t bpc = config_.blocks_per_chunk, n = gpu_blocks.size() / bpc;
   KVTIER_RETURN_IF_ERROR(requests_.CheckChunkRange(*req, first_chunk, gpu_blocks.size(), bpc));
+  KVTIER_RETURN_IF_ERROR(CheckGpuBlocks(gpu_blocks));
   const uint64_t job_id = jobs_.Create(TransferKind::kStore, request_id, n);
   std::vector<OffloadKey> keys;  // the chunks within the offloadable range
   std::vector<size_t> index;     // their positions in the job
@@ -49,7 +67,7 @@ Result<uint64_t> TieredStoreImpl::Store(uint64_t request_id, size_t first_chunk,
     }
   }
   std::optional<PreparedWrite> prepared = cpu_->PrepareWrite(keys, /*apply_threshold=*/true);
-  CopyRecord record{CopyDirection::kDeviceToHost, job_id, request_id, first_chunk, {}, {}, 0, {}, false};
+  CopyRecord record{CopyDirection::kDeviceToHost, job_id, request_id, first_chunk, {}, {}, 0, {}, false, {}};
   std::vector<uint32_t> blocks = PlanStoreCopies(keys, index, prepared, gpu_blocks, &record);
   if (!record.keys.empty()) {
     record.rows = prepared->rows;
@@ -96,8 +114,9 @@ Result<uint64_t> TieredStoreImpl::Load(uint64_t request_id, size_t first_chunk, 
   KVTIER_ASSIGN_OR_RETURN(RequestState * req, requests_.Find(request_id));
   const size_t bpc = config_.blocks_per_chunk, n = gpu_blocks.size() / bpc;
   KVTIER_RETURN_IF_ERROR(requests_.CheckChunkRange(*req, first_chunk, gpu_blocks.size(), bpc));
+  KVTIER_RETURN_IF_ERROR(CheckGpuBlocks(gpu_blocks));
   const uint64_t job_id = jobs_.Create(TransferKind::kLoad, request_id, n);
-  CopyRecord record{CopyDirection::kHostToDevice, job_id, request_id, first_chunk, {}, {}, 0, {}, false};
+  CopyRecord record{CopyDirection::kHostToDevice, job_id, request_id, first_chunk, {}, {}, 0, {}, false, {}};
   for (size_t i = 0; i < n; ++i) {
     const OffloadKey& key = req->chunk_keys()[first_chunk + i];
     if (!cpu_->ReadyRow(key)) {

@@ -64,6 +64,7 @@ TieredStoreMetrics TieredStoreImpl::Metrics() const {
   m.pins_refused = requests_.pins_refused();
   m.crc_staged_bytes = cpu_stats_.crc_staged_bytes;
   m.crc_staged_mismatches = cpu_stats_.crc_staged_mismatches;
+  m.crc_staged_copy_faults = cpu_stats_.crc_staged_copy_faults;
   TierUsage cpu;
   cpu.name = "cpu";
   const CpuCounters& c = cpu_stats_;
@@ -110,6 +111,8 @@ std::string TieredStoreImpl::PrometheusText() const {
   Family(&own, "kvtier_cpu_crc_staged_bytes_total", "counter", "tier=\"cpu\"", static_cast<double>(m.crc_staged_bytes));
   Family(&own, "kvtier_cpu_crc_staged_mismatches_total", "counter", "tier=\"cpu\"",
          static_cast<double>(m.crc_staged_mismatches));
+  Family(&own, "kvtier_cpu_crc_staged_copy_faults_total", "counter", "tier=\"cpu\"",
+         static_cast<double>(m.crc_staged_copy_faults));
   texts.push_back(std::move(own));
   for (size_t t = 0; t < router_.size(); ++t) texts.push_back(router_.PrometheusText(t));
   return MergeExpositions(texts);

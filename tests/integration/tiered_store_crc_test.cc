@@ -12,6 +12,13 @@
 //    fails its check after the copy: the chunk is a miss with a corruption
 //    status (never ok), its file is removed, the fs tier counts a corrupt
 //    load, and the CPU row is dropped (a new lookup misses it);
+//    and every chunk after it is a miss too (a load serves a prefix);
+//  * a row whose bytes go wrong only on the way to the GPU (injected in
+//    the host stand-in) fails its check but hashes right on the CPU: the
+//    chunk is kError, row and file stay, a copy fault is counted, and the
+//    next load serves it; a row that passed its check is not checked again;
+//  * a GPU block id out of range fails Load and Store at once, nothing
+//    started (no job to poll);
 //  * a corrupt block replaced by a good one between its read and its
 //    removal stays (FORMAT.md L69);
 //  * checksum_blocks off, and a sealed tier (its GCM tag is the check,
@@ -31,6 +38,7 @@
 #include "kvtier/fs_tier.h"
 #include "kvtier/tiered_store.h"
 #include "staging/host_kv_cache.h"
+#include "staging/stager.h"
 #include "support/test_support.h"
 
 namespace kvtier {
@@ -281,10 +289,12 @@ TEST_F(TieredStoreCrcTest, ACorruptBlockIsAMissRemovedAndCounted) {
     ASSERT_EQ(r.chunks.size(), keys.size());
     EXPECT_EQ(r.chunks[2].outcome, ChunkOutcome::kMiss);
     EXPECT_EQ(r.chunks[2].status.code(), StatusCode::kCorruption) << r.chunks[2].status.ToString();
-    for (size_t i : {0, 1, 3}) {
+    for (size_t i : {0, 1}) {
       EXPECT_EQ(r.chunks[i].outcome, ChunkOutcome::kOk) << i;
       EXPECT_TRUE(ChunkLanded(keys[i], i)) << i;
     }
+    // A load serves a prefix: the good chunk after the corrupt one is a miss.
+    EXPECT_EQ(r.chunks[3].outcome, ChunkOutcome::kMiss);
     EXPECT_FALSE(fs::exists(bad)) << "the corrupt block was not removed";
     const FsTierMetrics m = store->secondary_tier(0).Metrics();
     EXPECT_EQ(m.rows_corrupt, 1u);
@@ -296,6 +306,68 @@ TEST_F(TieredStoreCrcTest, ACorruptBlockIsAMissRemovedAndCounted) {
     EXPECT_EQ(again.hit_chunks, 2u);
     ASSERT_OK(store->FinishRequest(3));
   }
+}
+
+TEST_F(TieredStoreCrcTest, ACopyFaultKeepsTheRowAndItsBlock) {
+  SCOPED_TRACE("seed " + std::to_string(seed_));
+  const std::string root = dir_.path().string();
+  const std::vector<OffloadKey> keys = RandomKeys(2);
+  {
+    auto store = Open(Config(root));
+    ASSERT_NE(store, nullptr) << open_error_.ToString();
+    StoreAll(store.get(), 1, keys);
+  }
+  auto store = Open(Config(root));  // every row comes from fs, armed
+  ASSERT_NE(store, nullptr);
+  internal::HostLoadFaultsForTest() = 1;  // one landed byte flipped, the CPU row untouched
+  const TransferResult r = LookupAndLoad(store.get(), 2, keys);
+  internal::HostLoadFaultsForTest() = 0;
+  ASSERT_EQ(r.chunks.size(), keys.size());
+  size_t f = 0;
+  for (; f < keys.size() && r.chunks[f].outcome == ChunkOutcome::kOk; ++f) EXPECT_TRUE(ChunkLanded(keys[f], f)) << f;
+  ASSERT_LT(f, keys.size()) << "the faulty copy was served";
+  EXPECT_EQ(r.chunks[f].outcome, ChunkOutcome::kError) << r.chunks[f].status.ToString();
+  for (size_t i = f + 1; i < keys.size(); ++i) EXPECT_EQ(r.chunks[i].outcome, ChunkOutcome::kMiss) << i;
+  for (const OffloadKey& key : keys) EXPECT_TRUE(fs::exists(store->secondary_tier(0).BlockPath(key)));
+  EXPECT_EQ(store->Metrics().crc_staged_copy_faults, 1u);
+  EXPECT_EQ(store->Metrics().crc_staged_mismatches, 0u);
+  EXPECT_EQ(store->secondary_tier(0).Metrics().rows_corrupt, 0u);
+  EXPECT_NE(store->PrometheusText().find("kvtier_cpu_crc_staged_copy_faults_total{tier=\"cpu\"} 1"), std::string::npos);
+  // The row stayed in the CPU tier (still armed): the next load checks and serves it.
+  const TransferResult again = LookupAndLoad(store.get(), 3, keys);
+  EXPECT_EQ(again.OkPrefix(), keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) EXPECT_TRUE(ChunkLanded(keys[i], i)) << i;
+  // Both rows passed their check now: a third load checks nothing.
+  const uint64_t checked = store->Metrics().crc_staged_bytes;
+  EXPECT_EQ(LookupAndLoad(store.get(), 4, keys).OkPrefix(), keys.size());
+  EXPECT_EQ(store->Metrics().crc_staged_bytes, checked) << "a row that passed its check was checked again";
+}
+
+TEST_F(TieredStoreCrcTest, AGpuBlockOutOfRangeStartsNothing) {
+  SCOPED_TRACE("seed " + std::to_string(seed_));
+  const std::string root = dir_.path().string();
+  const std::vector<OffloadKey> keys = RandomKeys(2);
+  {
+    auto store = Open(Config(root));
+    ASSERT_NE(store, nullptr) << open_error_.ToString();
+    StoreAll(store.get(), 1, {keys[0]});
+  }
+  auto store = Open(Config(root));
+  ASSERT_NE(store, nullptr);
+  StoreAll(store.get(), 1, {keys[1]});  // chunk 1: a row from the GPU, chunk 0 promoted armed below
+  ASSERT_OK(store->StartRequest(2, RequestSpec{keys, 0, std::nullopt, 0}));
+  ASSERT_OK_AND_ASSIGN(const PrefixLookup lookup, store->LookupWait(2, 0, 20000));
+  ASSERT_EQ(lookup.hit_chunks, keys.size());
+  const uint32_t bad = gpu_.num_blocks();
+  const std::vector<uint32_t> blocks = {32, 33, 34, bad};
+  EXPECT_EQ(store->Load(2, 0, blocks).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(store->Store(2, 0, blocks).status().code(), StatusCode::kInvalidArgument);
+  ASSERT_OK(store->WaitIdle(30000));
+  std::vector<TransferResult> done;
+  EXPECT_EQ(store->PollFinished(&done), 0u) << "a job started with a bad GPU block id";
+  ASSERT_OK(store->FinishRequest(2));
+  const TransferResult r = LookupAndLoad(store.get(), 3, keys);
+  EXPECT_EQ(r.OkPrefix(), keys.size());
 }
 
 TEST_F(TieredStoreCrcTest, ABlockReplacedAfterItsReadIsNotRemoved) {
