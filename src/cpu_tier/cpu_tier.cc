@@ -133,13 +133,18 @@ void CpuTier::Release(std::span<const OffloadKey> keys) {
     if (--status->ref_cnt == 0) {
       ++evictable_;
       policy_->MarkEvictable(key);
+      if (doomed_.erase(key) > 0) Discard(key);
     }
   }
 }
 
 bool CpuTier::Discard(const OffloadKey& key) {
   const RowStatus* status = policy_->Get(key);
-  if (status == nullptr || status->ref_cnt != 0) return false;
+  if (status == nullptr || status->ref_cnt < 0) return false;  // absent, or being written
+  if (status->ref_cnt > 0) {
+    doomed_.insert(key);
+    return false;
+  }
   --evictable_;
   free_.push_back(status->row);
   policy_->Remove(key);

@@ -75,8 +75,10 @@ class CpuTier {
   // Returns their rows in order.
   std::vector<uint32_t> Acquire(std::span<const OffloadKey> keys);
   void Release(std::span<const OffloadKey> keys);
-  // Drops a ready key that no reader holds (its row failed a check): true
-  // if it was dropped; a held key stays (its next check fails again).
+  // Drops a ready key (its row failed a check): true if it was dropped now.
+  // A key a reader holds (a pin, a copy) stays until its last Release, which
+  // drops it then (its next check fails again meanwhile), so a later store
+  // of the key writes fresh bytes instead of finding it cached.
   bool Discard(const OffloadKey& key);
   void Touch(std::span<const OffloadKey> keys) { policy_->Touch(keys); }
 
@@ -101,6 +103,7 @@ class CpuTier {
   uint32_t evictable_ = 0;       // ready rows with ref_cnt 0
   uint32_t write_pending_ = 0;   // rows with ref_cnt -1
   CpuTierCounters counters_;
+  OffloadKeySet doomed_;  // held keys Discard asked to drop: dropped at their last Release
   // store_threshold's lookup counts, most recent last (an LRU of keys).
   std::list<OffloadKey> count_order_;
   std::unordered_map<OffloadKey, std::pair<uint32_t, std::list<OffloadKey>::iterator>, OffloadKeyHasher> counts_;

@@ -103,9 +103,10 @@ ChunkResult TieredStoreImpl::CheckFailed(const CopyRecord& record, size_t k, std
 }
 
 // With mu_ held. Row k of `record` failed its check: dropped from the CPU
-// tier (once no reader holds it; until then each copy fails its check
-// again), its fs verdicts forgotten, its block's removal added to
-// `removals` (once per row).
+// tier (a held row at its last release, CpuTier::Discard; until then each
+// copy fails its check again), its fs verdicts forgotten, its block's
+// removal added to `removals` (once per row). A row dropped later keeps its
+// stale check until reused: a store or promotion into it sets a new one.
 ChunkResult TieredStoreImpl::DropCorruptRow(const CopyRecord& record, size_t k, std::vector<FsJobRecord>* removals) {
   ++cpu_stats_.crc_staged_mismatches;
   const OffloadKey& key = record.keys[k];

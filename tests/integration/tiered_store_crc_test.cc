@@ -17,6 +17,8 @@
 //    the host stand-in) fails its check but hashes right on the CPU: the
 //    chunk is kError, row and file stay, a copy fault is counted, and the
 //    next load serves it; a row that passed its check is not checked again;
+//  * a corrupt row that a request pins is dropped when the pin ends, so
+//    the engine's fresh store of the key is written then;
 //  * a GPU block id out of range fails Load and Store at once, nothing
 //    started (no job to poll);
 //  * a corrupt block replaced by a good one between its read and its
@@ -91,6 +93,7 @@ class TieredStoreCrcTest : public ::testing::Test {
     options.engine.gpu_block_size_tokens = kBlockTokens;
     options.ns.model_name = "test/model";
     options.devices = {gpu_.Registration()};
+    options.pinned_bytes_max = pinned_bytes_max_;
     Result<std::unique_ptr<TieredStore>> store = TieredStore::Open(options);
     if (!store.ok()) open_error_ = store.status();
     return store.ok() ? std::move(store).value() : nullptr;
@@ -190,6 +193,7 @@ class TieredStoreCrcTest : public ::testing::Test {
   }
 
   uint64_t seed_ = 0;
+  uint64_t pinned_bytes_max_ = 0;
   std::mt19937_64 rng_;
   Status open_error_;
   HostKvCache gpu_{{{2048, 2560}, {1024, 0}}, 64};
@@ -341,6 +345,33 @@ TEST_F(TieredStoreCrcTest, ACopyFaultKeepsTheRowAndItsBlock) {
   const uint64_t checked = store->Metrics().crc_staged_bytes;
   EXPECT_EQ(LookupAndLoad(store.get(), 4, keys).OkPrefix(), keys.size());
   EXPECT_EQ(store->Metrics().crc_staged_bytes, checked) << "a row that passed its check was checked again";
+}
+
+TEST_F(TieredStoreCrcTest, APinnedCorruptRowIsDroppedWhenThePinEnds) {
+  SCOPED_TRACE("seed " + std::to_string(seed_));
+  const std::string root = dir_.path().string();
+  const std::vector<OffloadKey> keys = RandomKeys(1);
+  {
+    auto store = Open(Config(root));
+    ASSERT_NE(store, nullptr) << open_error_.ToString();
+    StoreAll(store.get(), 1, keys);
+  }
+  pinned_bytes_max_ = kRowBytes;
+  auto store = Open(Config(root));
+  ASSERT_NE(store, nullptr);
+  FlipByte(store->secondary_tier(0).BlockPath(keys[0]), 7);
+  ASSERT_OK(store->StartRequest(2, RequestSpec{keys, 0, std::nullopt, kBpc * kBlockTokens}));  // pins chunk 0
+  ASSERT_OK_AND_ASSIGN(const PrefixLookup lookup, store->LookupWait(2, 0, 20000));
+  ASSERT_EQ(lookup.hit_chunks, 1u);
+  ASSERT_EQ(store->Metrics().tiers[0].rows_pinned, 1u);
+  const std::vector<uint32_t> blocks = {32, 33};
+  EXPECT_EQ(Wait(store.get(), store->Load(2, 0, blocks).value()).chunks[0].outcome, ChunkOutcome::kMiss);
+  ASSERT_OK(store->WaitIdle(30000));
+  ASSERT_OK(store->FinishRequest(2));  // the pin ends: the corrupt row goes
+  StoreAll(store.get(), 3, keys);      // the engine's recomputed KV is kept, not "already cached"
+  const TransferResult r = LookupAndLoad(store.get(), 4, keys);
+  EXPECT_EQ(r.OkPrefix(), 1u);
+  EXPECT_TRUE(ChunkLanded(keys[0], 0));
 }
 
 TEST_F(TieredStoreCrcTest, AGpuBlockOutOfRangeStartsNothing) {

@@ -2,7 +2,9 @@
 // allocate not-ready rows (fresh rows first, then freed ones), present keys
 // are skipped, eviction is all or nothing and never takes a key of the same
 // batch, an extra protected set or a held row; failed writes free their rows;
-// store_threshold filters stores by lookup count within an LRU tracker.
+// store_threshold filters stores by lookup count within an LRU tracker;
+// Discard drops an unheld key at once and a held one (pinned, being copied)
+// at its last release, so a later store of the key is written, not skipped.
 #include "cpu_tier/cpu_tier.h"
 
 #include <gtest/gtest.h>
@@ -104,6 +106,28 @@ TEST(CpuTierTest, StoreThresholdCountsLookupsInABoundedTracker) {
   EXPECT_EQ(cpu.counters().stores_skipped_threshold, 2u);
   // Promotions are never filtered.
   EXPECT_EQ(cpu.PrepareWrite(once, false)->disposition[0], WriteDisposition::kAllocated);
+}
+
+TEST(CpuTierTest, DiscardDropsAHeldKeyAtItsLastRelease) {
+  CpuTier cpu(EvictionPolicy::kLru, 4, 0, 100);
+  ASSERT_TRUE(cpu.PrepareWrite(Keys(0, 2), false));
+  cpu.CompleteWrite(Keys(0, 2), true);
+  EXPECT_TRUE(cpu.Discard(Key(1)));  // no reader: dropped now
+  EXPECT_EQ(cpu.Lookup(Key(1)), CpuVerdict::kMiss);
+  const std::vector<OffloadKey> held = {Key(0)};
+  cpu.Acquire(held);  // a pin
+  cpu.Acquire(held);  // and a copy in flight
+  EXPECT_FALSE(cpu.Discard(Key(0)));
+  EXPECT_EQ(cpu.ReadyRow(Key(0)), 0u) << "a held row was dropped under its readers";
+  cpu.Release(held);
+  EXPECT_TRUE(cpu.Contains(Key(0)));
+  cpu.Release(held);  // the last reader: dropped now
+  EXPECT_FALSE(cpu.Contains(Key(0)));
+  EXPECT_EQ(cpu.used_rows(), 0u);
+  EXPECT_EQ(cpu.evictable_rows(), 0u);
+  std::optional<PreparedWrite> w = cpu.PrepareWrite(held, false);
+  ASSERT_TRUE(w);
+  EXPECT_EQ(w->disposition, (std::vector<WriteDisposition>{WriteDisposition::kAllocated}));
 }
 
 }  // namespace
