@@ -42,6 +42,7 @@ struct Job {
   std::vector<KeyResult> results;
   size_t remaining = 0;
   std::vector<CapacityKey> capacity_keys;  // per key, with max_bytes (tier_space.h)
+  bool removal = false;  // RemoveCorrupt's: counts corrupt blocks, neither loads nor load latency
 };
 
 struct Submission {
@@ -100,7 +101,7 @@ class FsTierImpl final : public FsTier, public StagedCrcTier {
   Result<uint64_t> LoadUnchecked(std::span<const OffloadKey> keys, std::span<const std::span<uint8_t>> rows,
                                  std::span<LoadedBlock> out) override { return LoadRows(keys, rows, out); }
   Result<uint64_t> RemoveCorrupt(std::span<const OffloadKey> keys, std::span<const LoadedBlock> read) override {
-    return LoadJob(keys, [&](size_t i) { return MakeRemoveCorruptOp(shared_.get(), ns_.BlockRelPath(keys[i]), read[i]); });
+    return LoadJob(keys, [&](size_t i) { return MakeRemoveCorruptOp(shared_.get(), ns_.BlockRelPath(keys[i]), read[i]); }, true);
   }
 
   // Rows are spans (one piece) or lists of pieces (RowPieces).
@@ -144,9 +145,10 @@ class FsTierImpl final : public FsTier, public StagedCrcTier {
   }
   // A load job of make_op(i) per key: loads, or removals of corrupt blocks.
   template <class MakeOp>
-  Result<uint64_t> LoadJob(std::span<const OffloadKey> keys, MakeOp make_op) {
+  Result<uint64_t> LoadJob(std::span<const OffloadKey> keys, MakeOp make_op, bool removal = false) {
     if (!health_.up()) return FailNow(JobKind::kLoad, keys.size());
     Submission sub = NewSubmission(JobKind::kLoad, keys.size(), IoClass::kRead);
+    sub.job->removal = removal;
     sub.job->capacity_keys = space_->Keys(keys);
     space_->PinLoads(sub.job->capacity_keys);  // not evicted while read
     for (size_t i = 0; i < keys.size(); ++i) sub.ops.push_back(make_op(i));
@@ -300,7 +302,8 @@ class FsTierImpl final : public FsTier, public StagedCrcTier {
 
   void ReportKey(Job* job, FsBlockOp* op) {
     const uint64_t latency_ns = clock_.NowNs() - op->start_ns;
-    metrics_.Record(job->kind, op->result.outcome, op->bytes, latency_ns);
+    if (job->removal) metrics_.RecordRemoval(op->result.outcome);
+    if (!job->removal) metrics_.Record(job->kind, op->result.outcome, op->bytes, latency_ns);
     if (job->kind == JobKind::kStore && op->result.outcome == KeyOutcome::kOk) {
       detector_.Add(op->bytes, latency_ns);
       metrics_.SetBackpressure(detector_.pressured(), detector_.ema());

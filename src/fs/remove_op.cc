@@ -41,6 +41,9 @@ class RemoveCorruptOp final : public FsBlockOp {
     state_ = kDone;
   }
   void OnAbandon() override { abandoned_ = true; }
+  // A statx and an unlink, no block data: it must not hold stores back as a
+  // load does (stores_while_loading_max).
+  bool ReadsData() const override { return false; }
 
  private:
   enum State { kRecheck, kUnlink, kDone };

@@ -14,6 +14,11 @@ namespace kvtier::internal {
 class TierMetricsCounters {
  public:
   void Record(JobKind kind, KeyOutcome outcome, uint64_t bytes, uint64_t latency_ns);
+  // A corrupt block's removal (staged_crc.h): a corrupt load, but no load
+  // and no latency sample (its read was counted when it was loaded).
+  void RecordRemoval(KeyOutcome outcome) {
+    if (outcome == KeyOutcome::kCorrupt) ++rows_corrupt_;
+  }
   void SetQueues(size_t read_queued, size_t write_queued, size_t in_flight);
   void SetBackpressure(bool active, double ema_s_per_mib) {
     backpressure_active_ = active;

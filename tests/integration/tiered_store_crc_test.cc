@@ -11,8 +11,9 @@
 //  * a block corrupted on disk after its store is promoted unchecked, then
 //    fails its check after the copy: the chunk is a miss with a corruption
 //    status (never ok), its file is removed, the fs tier counts a corrupt
-//    load, and the CPU row is dropped (a new lookup misses it);
-//    and every chunk after it is a miss too (a load serves a prefix);
+//    load (its removal adds no load nor load-latency sample), and the CPU
+//    row is dropped (a new lookup misses it);
+//    every chunk after it in the load is a miss too (a load serves a prefix);
 //  * a row whose bytes go wrong only on the way to the GPU (injected in
 //    the host stand-in) fails its check but hashes right on the CPU: the
 //    chunk is kError, row and file stay, a copy fault is counted, and the
@@ -302,6 +303,9 @@ TEST_F(TieredStoreCrcTest, ACorruptBlockIsAMissRemovedAndCounted) {
     EXPECT_FALSE(fs::exists(bad)) << "the corrupt block was not removed";
     const FsTierMetrics m = store->secondary_tier(0).Metrics();
     EXPECT_EQ(m.rows_corrupt, 1u);
+    uint64_t load_samples = 0;
+    for (uint64_t n : m.load_latency_us) load_samples += n;
+    EXPECT_EQ(load_samples, m.rows_loaded) << "the removal counted as a load";
     EXPECT_EQ(m.checksum_ns, 0u) << "the fs tier checked CRCs on the CPU";
     EXPECT_EQ(store->Metrics().crc_staged_mismatches, 1u);
     // The CPU row was dropped and the file is gone: the prefix ends there.
