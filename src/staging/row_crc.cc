@@ -39,14 +39,39 @@ RowCrcPlan::RowCrcPlan(std::span<uint8_t* const> rows, uint64_t row_bytes)
     : rows_(rows.begin(), rows.end()), row_bytes_(row_bytes) {
   for (size_t i = 0; i < rows_.size(); ++i) by_address_.emplace_back(rows_[i], static_cast<uint32_t>(i));
   std::sort(by_address_.begin(), by_address_.end());
+  for (size_t i = 1; i < by_address_.size(); ++i) has_equal_ |= by_address_[i - 1].first == by_address_[i].first;
+  if (has_equal_) covered_.resize(rows_.size());
 }
 
-bool RowCrcPlan::RowsDisjoint() const {
+bool RowCrcPlan::RowsDisjoint(bool allow_equal) const {
   for (size_t i = 1; i < by_address_.size(); ++i) {
     const uintptr_t from = reinterpret_cast<uintptr_t>(by_address_[i - 1].first);
-    if (reinterpret_cast<uintptr_t>(by_address_[i].first) - from < row_bytes_) return false;
+    const uintptr_t gap = reinterpret_cast<uintptr_t>(by_address_[i].first) - from;
+    if (gap < row_bytes_ && !(allow_equal && gap == 0)) return false;
   }
   return true;
+}
+
+// Which of the rows at rows_[row]'s address the bytes [offset, offset+bytes)
+// belong to: segments come in row order for each tensor (RowLayout), so the
+// first row whose pieces do not cover those bytes yet.
+size_t RowCrcPlan::Claim(size_t row, uint64_t offset, uint64_t bytes) {
+  if (!has_equal_) return row;
+  using Entry = std::pair<const uint8_t*, uint32_t>;
+  const auto first = std::lower_bound(by_address_.begin(), by_address_.end(), Entry(rows_[row], 0));
+  const auto last = std::upper_bound(first, by_address_.end(), Entry(rows_[row], UINT32_MAX));
+  size_t pick = row;
+  for (auto it = first; it != last; ++it) {
+    const auto& spans = covered_[it->second];
+    const bool free = std::none_of(spans.begin(), spans.end(),
+                                   [&](const auto& c) { return c.first < offset + bytes && offset < c.second; });
+    if (free) {
+      pick = it->second;
+      break;
+    }
+  }
+  covered_[pick].emplace_back(offset, offset + bytes);
+  return pick;
 }
 
 size_t RowCrcPlan::RowOf(const uint8_t* p) const {
@@ -62,7 +87,7 @@ std::pair<size_t, size_t> RowCrcPlan::Add(std::span<const CopySegment> segments,
       const size_t row = RowOf(s.host_ptr);
       const uint64_t offset = static_cast<uint64_t>(s.host_ptr - rows_[row]);
       const uint64_t take = std::min({s.bytes, row_bytes_ - offset, piece_bytes_max});
-      AddPiece(CrcPiece{s.device_addr, s.host_ptr, take}, static_cast<uint32_t>(row), offset);
+      AddPiece(CrcPiece{s.device_addr, s.host_ptr, take}, static_cast<uint32_t>(Claim(row, offset, take)), offset);
       s.device_addr += take;
       s.host_ptr += take;
       s.bytes -= take;

@@ -55,13 +55,17 @@ class RowCrcPlan {
   const std::vector<CrcPiece>& pieces() const { return pieces_; }
   const std::vector<CrcUnit>& units() const { return units_; }
   // False when two rows overlap: a row's CRC would then mix two rows' pieces.
-  bool RowsDisjoint() const;
+  // `allow_equal`: rows at the very same address are fine (a load: each
+  // copy's pieces are told apart by which of them already covers the bytes,
+  // and each is checked at its own destination); partial overlaps are not.
+  bool RowsDisjoint(bool allow_equal = false) const;
 
   // Crc32c of each row, given raw[u] for every unit (raw.size() == units().size()).
   std::vector<uint32_t> RowCrcs(std::span<const uint32_t> raw) const;
 
  private:
   size_t RowOf(const uint8_t* p) const;
+  size_t Claim(size_t row, uint64_t offset, uint64_t bytes);
   void AddPiece(const CrcPiece& piece, uint32_t row, uint64_t row_offset);
 
   std::vector<uint8_t*> rows_;
@@ -70,6 +74,8 @@ class RowCrcPlan {
   std::vector<CrcPiece> pieces_;
   std::vector<CrcUnit> units_;
   size_t open_from_ = 0;  // units before this are closed (Add starts a new run)
+  bool has_equal_ = false;  // two rows share an address (Claim)
+  std::vector<std::vector<std::pair<uint64_t, uint64_t>>> covered_;  // with has_equal_: per row, [from, to)
 };
 
 // The register CRC after the n bytes at p, from `reg`, on the CPU (ISA-L):

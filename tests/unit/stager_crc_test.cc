@@ -7,8 +7,9 @@
 // reports a byte flipped in one row before the copy (in data or in padding)
 // as that row's kCorruption and only that row's; bad checksum requests are
 // refused before anything is copied. Also RowCrcPlan's cut at row
-// boundaries, and that a load's CRC is of the bytes that landed. Seeds are
-// printed.
+// boundaries, that a load's CRC is of the bytes that landed, and that a
+// load may name one row twice (each occurrence checked on its own). Seeds
+// are printed.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -147,6 +148,35 @@ TEST_F(StagerCrc, LoadChecksWhatLandedNotTheRow) {
   ASSERT_EQ(done.row_status.size(), 2u);
   EXPECT_EQ(done.row_status[0].code(), StatusCode::kCorruption) << "row 0's bytes were overwritten on the device";
   EXPECT_OK(done.row_status[1]);
+}
+
+// A load may name one row twice (each copy is checked at its destination):
+// over several slots, tensors and pieces, each occurrence gets its own CRC,
+// and a fault in one destination is that occurrence's alone. A store of one
+// row twice stays refused (BadRequestsAreRefusedBeforeAnyCopy).
+TEST_F(StagerCrc, ALoadMayNameOneRowTwice) {
+  SCOPED_TRACE("seed " + std::to_string(seed_));
+  Make(2, 2, 3000, 3072, 3, 32);
+  const std::vector<uint8_t*> two = Rows(2, 1);
+  for (uint8_t* row : two) std::memset(row + 36000, 0, stager_->row_bytes() - 36000);
+  const std::vector<uint8_t*> rows = {two[0], two[1], two[0]};
+  const std::vector<uint32_t> expected = {RowCrc(two[0]), RowCrc(two[1]), RowCrc(two[0])};
+  FinishedCopy done = Run(CopyDirection::kHostToDevice, rows, Ids(3, false), {false, expected});
+  ASSERT_OK(done.status);
+  ASSERT_EQ(done.row_status.size(), 3u);
+  for (size_t r = 0; r < 3; ++r) EXPECT_TRUE(done.row_status[r].ok()) << r << ": " << done.row_status[r].ToString();
+  // Row 0's copy into the blocks of index 1 lands over index 1's pages
+  // (one piece: one worker, in order), so index 1 holds row 0's bytes.
+  Make(1, 1, 4096, 4096, 1, 8);
+  const std::vector<uint8_t*> small = Rows(2, 1);
+  const std::vector<uint8_t*> again = {small[0], small[1], small[0]};
+  const uint32_t want[] = {RowCrc(small[0]), RowCrc(small[1]), RowCrc(small[0])};
+  done = Run(CopyDirection::kHostToDevice, again, {3, 5, 5}, {false, want});
+  ASSERT_OK(done.status);
+  ASSERT_EQ(done.row_status.size(), 3u);
+  EXPECT_OK(done.row_status[0]);
+  EXPECT_EQ(done.row_status[1].code(), StatusCode::kCorruption) << "index 1's destination was overwritten";
+  EXPECT_OK(done.row_status[2]);
 }
 
 TEST_F(StagerCrc, BadRequestsAreRefusedBeforeAnyCopy) {
