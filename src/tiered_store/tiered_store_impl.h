@@ -75,9 +75,10 @@ struct CpuCounters {
 
 // What a CPU row promoted unchecked (staged_crc.h) must be checked against
 // when it is copied to the GPU: the CRC its block carries, and the file it
-// came from, removed if the check fails (FORMAT.md L67, L69).
+// came from, removed if the check fails and the CPU row hashes wrong too
+// (FORMAT.md L67, L69). Cleared once a copy passes.
 struct RowCheck {
-  bool armed = false;         // the row's copies to the GPU check it
+  bool armed = false;         // the row's copies to the GPU check it (until one passes)
   bool removal_sent = false;  // its block's removal was submitted already
   size_t tier = 0;            // the tier it was promoted from
   LoadedBlock read;           // read.crc: what the row must hash to
