@@ -4,7 +4,9 @@
 // chunk, and settling or expecting a pending chunk change nothing; finished
 // jobs are polled once, oldest first, with their request id and every
 // chunk's outcome; copy records are taken once; Idle ignores results still
-// waiting for Poll. A seeded random run checks completions against a model.
+// waiting for Poll; a chunk that ends a load's prefix (EndPrefix) turns the
+// later kOk chunks into kMiss when the job finishes, whatever order they
+// completed in. A seeded random run checks completions against a model.
 #include "tiered_store/job_table.h"
 
 #include <gtest/gtest.h>
@@ -126,6 +128,27 @@ TEST(JobTableTest, CopyRecordsAreTakenOnce) {
 
 // Random jobs with chunks settled, expected and completed (some twice, some
 // for unknown ids); a model says when each job must finish and what it holds.
+TEST(JobTableTest, EndPrefixMakesLaterOkChunksMisses) {
+  JobTable jobs;
+  const uint64_t id = jobs.Create(TransferKind::kLoad, 1, 5);
+  for (size_t i = 0; i < 4; ++i) ASSERT_TRUE(jobs.Expect(id, i));
+  ASSERT_TRUE(jobs.Settle(id, 4, Result(ChunkOutcome::kMiss)));
+  EXPECT_TRUE(jobs.Complete(id, 3, Result(ChunkOutcome::kOk)));  // later chunks may finish first
+  EXPECT_TRUE(jobs.Complete(id, 0, Result(ChunkOutcome::kOk)));
+  jobs.EndPrefix(id, 2);
+  jobs.EndPrefix(id, 3);  // a later end changes nothing
+  EXPECT_TRUE(jobs.Complete(id, 2, ChunkResult{ChunkOutcome::kError, Status(StatusCode::kIoError, "x")}));
+  EXPECT_TRUE(jobs.Complete(id, 1, Result(ChunkOutcome::kOk)));
+  ASSERT_TRUE(jobs.FinishIfDone(id));
+  std::vector<TransferResult> out;
+  ASSERT_EQ(jobs.Poll(&out), 1u);
+  std::vector<ChunkOutcome> got;
+  for (const ChunkResult& c : out[0].chunks) got.push_back(c.outcome);
+  EXPECT_EQ(got, (std::vector<ChunkOutcome>{ChunkOutcome::kOk, ChunkOutcome::kOk, ChunkOutcome::kError,
+                                            ChunkOutcome::kMiss, ChunkOutcome::kMiss}));
+  jobs.EndPrefix(id, 0);  // a finished job: nothing happens
+}
+
 TEST(JobTableTest, RandomCompletionsMatchAModel) {
   const uint64_t seed = testing::TestSeed();
   std::mt19937_64 rng(seed);
