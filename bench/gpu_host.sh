@@ -27,7 +27,8 @@
 # runs under its own `timeout` cut to what is left of it; the summary and
 # the tarball take a few seconds more). The
 # figures come back in output_tail and under files_at (summary.md,
-# summary.json, raw.tar.gz). A second call, should one be needed, runs only
+# summary.json, raw.tar.gz), rewritten after each step: a run the tool
+# kills at its limit keeps the steps that ended. A second call, should one be needed, runs only
 # the steps still missing, e.g. `bash bench/gpu_host.sh --only vllm,sglang
 # --budget-s 200` (right away: the machine stays warm 30 s after a call, and
 # a fresh start costs minutes), then give_back.
@@ -116,10 +117,32 @@ step() {
   fi
   (( cap < left )) || cap=$left
   say "$name (at most $cap s; log $log)"
-  timeout -k 5 "$cap" "$@" >"$RAW/$log" 2>&1 </dev/null || rc=$?
+  # In the background, then `wait`: timeout runs the step in a process group
+  # of its own, so the device tool's SIGTERM reaches only this script, and
+  # bash runs a trap only once a foreground command has ended (up to the
+  # step's cap later); a `wait` returns at once and the trap stops the step.
+  STEP_T0=$SECONDS
+  timeout -k 5 "$cap" "$@" >"$RAW/$log" 2>&1 </dev/null &
+  STEP_PID=$! STEP_NAME=$name STEP_LOG=$log
+  wait "$STEP_PID" || rc=$?
+  STEP_PID=''
   case $rc in 0) status=ok ;; 124|137) status=timeout ;; *) status=failed ;; esac
   [[ $status == ok ]] || say "  $name: $status (exit $rc): see $log"
   printf '%s\t%s\t%s\t%s\t%s\n' "$name" "$log" "$status" "$(( SECONDS - t0 ))" "exit $rc" >>"$RAW/steps.tsv"
+  snapshot partial
+}
+STEP_PID='' STEP_NAME='' STEP_LOG='' STEP_T0=0  # the step in flight
+
+# The interrupt trap: the step in flight (its own process group) gets the
+# TERM too; the EXIT trap then writes the summary.
+interrupted() {
+  note "interrupted after $(used) s"
+  if [[ -n $STEP_PID ]]; then
+    kill -TERM "$STEP_PID" 2>/dev/null || true
+    printf '%s\t%s\tinterrupted\t%s\tstopped by the signal\n' "$STEP_NAME" "$STEP_LOG" "$(( SECONDS - STEP_T0 ))" \
+      >>"$RAW/steps.tsv"
+  fi
+  exit 130
 }
 
 # A line in notes.txt, shown under the summary's steps (why something was
@@ -319,15 +342,29 @@ sglang_bench() {
 
 # ---- results: summary.md, summary.json and one tarball of the raw files
 # (the device tool brings back at most 8 files from $OUT) -------------------------
-finish() {
-  local rc=$? py
-  trap - EXIT INT TERM
+# What has ended so far, into $OUT, after every step as well as at the end:
+# a run the device tool kills (SIGKILL after its SIGTERM) keeps the summary
+# and logs of the steps that ended. Each file is replaced whole (written
+# beside it, then renamed), so $OUT holds 3 files, at most 3 more in flight.
+# $1: "partial" between steps. Never fatal.
+snapshot() {
+  local py
   py=$(command -v python3 || command -v /usr/bin/python3 || true)
   mkdir -p "$OUT"
   if [[ -n $py ]]; then
-    "$py" "$REPO/bench/gpu_host_summary.py" "$RAW" "$OUT" "$MODE" "$(used)" || say "the summary failed (exit $?)"
+    "$py" "$REPO/bench/gpu_host_summary.py" "$RAW" "$OUT" "$MODE" "$(used)" "$@" || say "the summary failed (exit $?)"
   fi
-  tar -czf "$OUT/raw.tar.gz" -C "$WORK" raw
+  if tar -czf "$OUT/raw.tar.gz.part" -C "$WORK" raw; then
+    mv -f "$OUT/raw.tar.gz.part" "$OUT/raw.tar.gz"
+  else
+    say "the tarball failed: $OUT/raw.tar.gz holds an earlier state"
+  fi
+}
+
+finish() {
+  local rc=$?
+  trap - EXIT INT TERM
+  snapshot
   [[ -f $OUT/summary.md ]] && cat "$OUT/summary.md"
   recap
   rm -rf "$WORK"
@@ -348,10 +385,10 @@ main() {
   mkdir -p "$WORK_BASE" "$OUT"
   WORK=$(mktemp -d "$WORK_BASE/kvtier-gpu-host.XXXXXX") RAW=$WORK/raw
   mkdir -p "$RAW"
-  rm -f "$OUT/summary.md" "$OUT/summary.json" "$OUT/raw.tar.gz"
+  rm -f "$OUT"/summary.md* "$OUT"/summary.json* "$OUT"/raw.tar.gz*
   printf 'step\tlog\tstatus\tseconds\tdetail\n' >"$RAW/steps.tsv"
   trap finish EXIT
-  trap 'note "interrupted after $(used) s"; exit 130' INT TERM
+  trap interrupted INT TERM
   check_carry || exit 1
   pick_python || true
   machine_info

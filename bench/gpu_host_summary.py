@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """bench/gpu_host.sh's summary: reads the raw files of one run and writes summary.md and summary.json.
 
-    gpu_host_summary.py RAW_DIR OUT_DIR MODE WALL_S
+    gpu_host_summary.py RAW_DIR OUT_DIR MODE WALL_S [partial]
 
 One table per item: the machine, the steps (ok / failed / timeout / skipped, with why), the GPU
 tests, the stager against the pinned-copy probe per row size, direction and checksum mode, and
@@ -245,6 +245,7 @@ def guarded(fn, arg):
 
 def main():
     raw, out, mode, wall = sys.argv[1:5]
+    partial = sys.argv[5:6] == ["partial"]  # a snapshot between steps (gpu_host.sh's snapshot)
     info, st = machine(raw), steps(raw)
     notes = (read(os.path.join(raw, "notes.txt")) or "").splitlines()
     tests, tb, fc = gpu_tests(raw), transfers(raw), fio_compare(raw)
@@ -252,11 +253,17 @@ def main():
     md = md_machine(info, mode, wall) + md_steps(st, notes)
     for fn, arg in ((md_tests, tests), (md_transfers, tb), (md_fio, fc), (md_vllm, vl), (md_sglang, sg)):
         md += guarded(fn, arg)
-    with open(os.path.join(out, "summary.md"), "w") as f:
+    if partial:
+        md[1:1] = ["", "**Partial: written after the last step that ended; the run had not finished.**"]
+    # Each file replaced whole: a run killed while writing keeps the previous one.
+    with open(os.path.join(out, "summary.md.part"), "w") as f:
         f.write("\n".join(md) + "\n")
-    with open(os.path.join(out, "summary.json"), "w") as f:
-        json.dump({"mode": mode, "wall_s": int(wall), "machine": info, "steps": st, "notes": notes,
-                   "gpu_tests": tests, "transfer": tb, "fio_compare": fc, "vllm_tier": vl, "sglang": sg}, f, indent=1)
+    os.replace(os.path.join(out, "summary.md.part"), os.path.join(out, "summary.md"))
+    with open(os.path.join(out, "summary.json.part"), "w") as f:
+        json.dump({"mode": mode, "partial": partial, "wall_s": int(wall), "machine": info, "steps": st,
+                   "notes": notes, "gpu_tests": tests, "transfer": tb, "fio_compare": fc, "vllm_tier": vl,
+                   "sglang": sg}, f, indent=1)
+    os.replace(os.path.join(out, "summary.json.part"), os.path.join(out, "summary.json"))
 
 
 if __name__ == "__main__":

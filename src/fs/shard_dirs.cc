@@ -75,6 +75,22 @@ void ShardDirs::SawParent(const std::string& parent, bool existed, bool probed) 
   parents_.insert(parent);
 }
 
+bool ShardDirs::EntrySynced(const std::string& dir) const {
+  std::lock_guard lock(mu_);
+  return synced_.count(dir) != 0;
+}
+
+void ShardDirs::NoteEntrySynced(const std::string& dir) {
+  std::lock_guard lock(mu_);
+  if (synced_.size() >= kSyncedMax) synced_.clear();
+  synced_.insert(dir);
+}
+
+void ShardDirs::ForgetEntrySynced(const std::string& dir) {
+  std::lock_guard lock(mu_);
+  synced_.erase(dir);
+}
+
 // The fd itself closes when the last op holding the entry lets go of it.
 void ShardDirs::EraseLocked(Lru::iterator it) {
   index_.erase(it->first);

@@ -83,6 +83,36 @@ class ShardDirs {
   void SawParent(const std::string& parent, bool existed, bool probed);
   static constexpr size_t kParentsMax = 65536;  // 4096 per block directory
 
+  // Directories (relative to root_dir) whose entry in their parent this
+  // process has made durable: an fsync of the parent succeeded while the
+  // directory was there. A store with durability full fsyncs the parent of
+  // each directory on its path that is not in here, made by it or not: the
+  // maker may never sync it (another store whose write then fails, an
+  // engine, an instance with durability none), and a block it acknowledges
+  // must survive a power loss (CRASH_INVARIANTS.md C1). Used on every volume
+  // kind. Bounded like the parents above: when full it starts over, which
+  // costs a sync of some parents again, never a missed one.
+  bool EntrySynced(const std::string& dir) const;
+  void NoteEntrySynced(const std::string& dir);
+  // `dir` was made just now (again, after gc removed it): its entry is new.
+  void ForgetEntrySynced(const std::string& dir);
+  static constexpr size_t kSyncedMax = 65536;
+
+  // Rounds of shard-directory creation after a lost race: at least
+  // kMkdirRoundsMin, and more while the first lost race is under
+  // kMkdirRetryNs old, up to kMkdirRoundsMax. A count alone is not enough on
+  // a network filesystem: GlusterFS kept saying ENOENT inside a directory
+  // that the other client had just made for longer than 4 fast rounds took.
+  static constexpr int kMkdirRoundsMin = 4;
+  static constexpr int kMkdirRoundsMax = 64;
+  static constexpr uint64_t kMkdirRetryNs = 2'000'000'000;
+  // Whether a store that has run `rounds` rounds, the first lost race at
+  // `first_ns`, may run another at `now_ns`.
+  static bool MkdirRoundLeft(int rounds, uint64_t first_ns, uint64_t now_ns) {
+    if (rounds < kMkdirRoundsMin) return true;
+    return rounds < kMkdirRoundsMax && now_ns - first_ns < kMkdirRetryNs;
+  }
+
  private:
   using Lru = std::list<std::pair<std::string, Ref>>;  // most recently used first
   void EraseLocked(Lru::iterator it);
@@ -93,6 +123,7 @@ class ShardDirs {
   Lru lru_;
   std::unordered_map<std::string, Lru::iterator> index_;
   std::unordered_set<std::string> parents_;  // first-level shard directories seen to exist
+  std::unordered_set<std::string> synced_;   // directories whose entry is durable (EntrySynced)
   int missing_score_ = 0;  // + for each unknown <hhh> found missing, - found present (bounded)
 };
 

@@ -30,15 +30,6 @@
 namespace kvtier::internal {
 namespace {
 
-// Rounds of shard-directory creation after a lost race: at least
-// kMkdirRoundsMin, and more while the first lost race is under
-// kMkdirRetryNs old, up to kMkdirRoundsMax. A count alone is not enough on a
-// network filesystem: GlusterFS kept saying ENOENT inside a directory that
-// the other client had just made for longer than 4 fast rounds took.
-constexpr int kMkdirRoundsMin = 4;
-constexpr int kMkdirRoundsMax = 64;
-constexpr uint64_t kMkdirRetryNs = 2'000'000'000;
-
 class StoreOp final : public FsBlockOp {
  public:
   StoreOp(TierShared* shared, BlockPathParts path, RowPieces row, std::optional<uint32_t> crc)
@@ -96,9 +87,8 @@ class StoreOp final : public FsBlockOp {
       case kSyncDir: return (sync_dir_res_ = res, Go(kCloseDir));
       case kCloseDir:
         if (sync_dir_res_ < 0) return Finish(sync_dir_res_, "fsync " + Shown(SyncDirPath()));
-        // Directories this store created must be durable in their parents too
-        // (one found made, EEXIST, is its maker's to sync): see SyncDirPath.
-        while (++sync_dir_level_ <= 3 && (made_ >> (3 - sync_dir_level_) & 1) == 0) {}
+        if (sync_dir_level_ > 0) shared_->shard_dirs.NoteEntrySynced(SyncedEntry());
+        while (++sync_dir_level_ <= 3 && !ParentToSync()) {}
         return sync_dir_level_ <= 3 ? Go(kOpenDir) : Finish(0, "");
       case kUnlinkTmp: return Go(kDone);
       case kDone: return;
@@ -206,8 +196,17 @@ class StoreOp final : public FsBlockOp {
     const uint64_t n = (shared_->tmp_base + shared_->tmp_counter.fetch_add(1)) & ((uint64_t{1} << 63) - 1);
     tmp_ = format::BlockTmpName(dest_, n);  // FORMAT.md L55
   }
-  // Durability full fsyncs the file's directory, then the parent of each
-  // directory this store created: level L, that of mkdir level 3 - L's.
+  // Durability full fsyncs the file's directory (level 0), then at level L
+  // the parent of SyncedEntry(), where this store made that directory or
+  // this process has not seen its entry synced (ShardDirs::EntrySynced):
+  // whoever else made it may never sync it.
+  const std::string& SyncedEntry() const {
+    return sync_dir_level_ == 1 ? shard2_ : sync_dir_level_ == 2 ? shard1_ : block_dir_;
+  }
+  bool ParentToSync() const {
+    const bool made = (made_ >> (3 - sync_dir_level_) & 1) != 0;  // mkdir level 3 - L made it
+    return made || !shared_->shard_dirs.EntrySynced(SyncedEntry());
+  }
   const char* SyncDirPath() const {
     switch (sync_dir_level_) {
       case 0: return shard2_.c_str();
@@ -374,8 +373,7 @@ class StoreOp final : public FsBlockOp {
   bool MkdirRoundLeft() {
     const uint64_t now = MonotonicNowNs();
     if (mkdir_rounds_ == 0) mkdir_first_ns_ = now;
-    if (mkdir_rounds_ < kMkdirRoundsMin) return true;
-    return mkdir_rounds_ < kMkdirRoundsMax && now - mkdir_first_ns_ < kMkdirRetryNs;
+    return ShardDirs::MkdirRoundLeft(mkdir_rounds_, mkdir_first_ns_, now);
   }
   void AfterMkdirParent(int64_t res) {
     // Up only while searching (before this round's first mkdirat): after it,
@@ -399,7 +397,7 @@ class StoreOp final : public FsBlockOp {
     if (dir_fd_ >= 0 && !keep) CloseDirFd();
     if (MkdirAgain(res)) return;
     if (res < 0 && res != -EEXIST) return Finish(res, "mkdir " + Shown(MkdirShown()));
-    if (res >= 0) made_ |= 1u << mkdir_level_;
+    if (res >= 0) made_ |= 1u << mkdir_level_, shared_->shard_dirs.ForgetEntrySynced(MkdirShown());
     if (mkdir_level_ == 1) NoteParent(res == -EEXIST);
     if (++mkdir_level_ == 3) return Go(shared_->hold_shard_dirs ? kOpenShard : kOpen);
     Go(kMkdirParent);

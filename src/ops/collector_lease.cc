@@ -16,6 +16,7 @@
 #include "format/layout_names.h"
 #include "fs/tier_dirs.h"
 #include "ops/io_watch.h"
+#include "util/name_escape.h"
 
 namespace kvtier::internal {
 namespace {
@@ -87,6 +88,7 @@ std::string LeaseBody(const std::string& token, uint64_t ttl_ms) {
 
 // The value of `"key": ` in a lease body (L121): a string's characters or a
 // number's digits; "" when absent. For the log only: no decision reads it.
+// The characters are as written (OwnerOf quotes them for the log).
 std::string Member(const std::string& body, const std::string& key) {
   const std::string at = "\"" + key + "\": ";
   const size_t start = body.find(at);
@@ -113,7 +115,9 @@ std::string OwnerOf(const std::string& body) {
     char text[32];
     if (gmtime_r(&t, &utc) != nullptr && std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &utc) != 0) since = text;
   }
-  return "collector " + token + " (pid " + (pid.empty() ? "?" : pid) + ") since " + since;
+  // Any writer of the root can plant the token: quoted where it holds a
+  // newline, a control byte or a quote, so it cannot forge or split a log line.
+  return "collector " + QuoteName(token) + " (pid " + (pid.empty() ? "?" : pid) + ") since " + since;
 }
 
 }  // namespace

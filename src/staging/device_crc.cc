@@ -66,21 +66,30 @@ bool DeviceCrc::SelfCheck(cudaStream_t stream, std::string* why) {
   }
   std::vector<uint32_t> raw(std::size(kCheckUnits), 0);
   const PartCrc part{kCheckUnits, pieces, raw.data()};
-  e = cudaMemcpy(dev, pattern.data(), pattern.size(), cudaMemcpyHostToDevice);
+  // The copy goes on the kernel's own stream: a cudaMemcpy from pageable
+  // memory may return before its DMA lands, and it runs on the legacy
+  // default stream, which orders nothing on a non-blocking stream.
+  e = cudaMemcpyAsync(dev, pattern.data(), pattern.size(), cudaMemcpyHostToDevice, stream);
   usable_.store(true, std::memory_order_relaxed);  // Launch runs only when usable
   const CrcSlot slot = e == cudaSuccess ? Launch(part, stream) : CrcSlot{};
   usable_.store(false, std::memory_order_relaxed);
-  const cudaError_t synced = slot.host != nullptr ? cudaStreamSynchronize(stream) : cudaErrorNotSupported;
-  if (synced == cudaSuccess) Collect(slot, part);
-  static_cast<void>(cudaFree(dev));
+  // Whatever was queued ends before `dev` and the pattern go.
+  const cudaError_t synced = e == cudaSuccess ? cudaStreamSynchronize(stream) : cudaSuccess;
+  if (synced == cudaSuccess && slot.host != nullptr) Collect(slot, part);
+  const cudaError_t freed = cudaFree(dev);
   device_bytes_.store(0, std::memory_order_relaxed);
-  if (e != cudaSuccess || synced != cudaSuccess) {
-    return *why = "the kernel did not run: " + CudaText(e != cudaSuccess ? e : synced), false;
-  }
-  std::vector<uint32_t> cpu(raw.size(), 0);
-  Collect(CrcSlot{}, PartCrc{kCheckUnits, pieces, cpu.data()});  // no slot: the CPU computes
-  for (size_t i = 0; i < raw.size(); ++i) {
-    if (raw[i] != cpu[i]) return *why = "unit " + std::to_string(i) + " differs from the CPU's", false;
+  if (e != cudaSuccess) return *why = "cudaMemcpyAsync: " + CudaText(e), false;
+  if (synced != cudaSuccess) return *why = "cudaStreamSynchronize: " + CudaText(synced), false;
+  if (slot.host == nullptr) return *why = "the kernel did not launch", false;
+  if (freed != cudaSuccess) return *why = "cudaFree: " + CudaText(freed), false;
+  return SameAsCpu(part, why);
+}
+
+bool DeviceCrc::SameAsCpu(const PartCrc& part, std::string* why) {
+  std::vector<uint32_t> cpu(part.units.size(), 0);
+  Collect(CrcSlot{}, PartCrc{part.units, part.pieces, cpu.data()});  // no slot: the CPU computes
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    if (part.raw[i] != cpu[i]) return *why = "unit " + std::to_string(i) + " differs from the CPU's", false;
   }
   return true;
 }

@@ -50,6 +50,8 @@ class DeviceCrc {
 
  private:
   bool SelfCheck(cudaStream_t stream, std::string* why);
+  // Whether the CRCs in part.raw are those the CPU computes from the pieces.
+  bool SameAsCpu(const PartCrc& part, std::string* why);
   CrcSlot Acquire(size_t count);
   void Release(CrcSlot slot);
 

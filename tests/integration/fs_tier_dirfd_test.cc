@@ -248,7 +248,13 @@ TEST_P(DirFdCallsTest, FreshTreeStoresMakeFirstLevelDirectoriesFirst) {
 // Each directory fsync opens the directory (O_RDONLY: an OPENDIR, counted
 // under "readdir" by this mount), and a store opens no other directory (its
 // shard directories are O_PATH opens, which the daemon never sees).
-TEST_P(DirFdCallsTest, FullDurabilitySyncsOnlyParentsOfDirectoriesTheStoreMade) {
+// Durability full: an acknowledged block must survive a power loss, so a
+// store fsyncs the parent of each directory on its path whose entry this
+// tier has not yet seen synced, whoever made it (a maker that found its
+// write fail, an engine, a durability-none instance may never sync it):
+// the first store into a directory syncs its parents, later ones only the
+// directory (1 fsync per store in steady state).
+TEST_P(DirFdCallsTest, FullDurabilitySyncsParentsOfEntriesNotYetSynced) {
   Close();
   Open(mount_->mountpoint(), GetParam(), Durability::kFull);
   testing::AlignedRows rows(1, kRow, 13), back(1, kRow, 14);
@@ -259,19 +265,26 @@ TEST_P(DirFdCallsTest, FullDurabilitySyncsOnlyParentsOfDirectoriesTheStoreMade) 
   };
   const fs::path mnt = mount_->mountpoint();
   // A fresh tree: this store finds its <hhh> missing, so later stores into
-  // unknown <hhh> make them first.
+  // unknown <hhh> make them first. It syncs the block directory's entry too.
   syncs("store, full, fresh tree", Key(0x10001, 1));
   // It made <hhh> and the shard directory: syncs both and the block directory.
   EXPECT_EQ(syncs("store, full, new <hhh>", Key(0x20002, 1)), 3u);
-  // A new shard directory in a <hhh> it knows: that directory and <hhh>.
+  EXPECT_EQ(syncs("store, full, same shard again", Key(0x20002, 2)), 1u);
+  // A new shard directory in a <hhh> whose entry is synced: that directory and <hhh>.
   EXPECT_EQ(syncs("store, full, new shard in known <hhh>", Key(0x20012, 2)), 2u);
-  // Another client made <hhh> and the shard directory, unknown to this tier:
-  // made first, both mkdirs find them (EEXIST): the shard directory only.
+  // Another client made <hhh> and the shard directory and never synced them:
+  // both mkdirs find them (EEXIST), and both entries are synced all the same.
   ASSERT_TRUE(fs::create_directories((mnt / Rel(Key(0x30003, 1))).parent_path()));
-  EXPECT_EQ(syncs("store, full, both made by another", Key(0x30003, 1)), 1u);
-  // Another client made <hhh> only: the shard directory and <hhh>.
+  EXPECT_EQ(syncs("store, full, both made by another", Key(0x30003, 1)), 3u);
+  EXPECT_EQ(syncs("store, full, both made by another, again", Key(0x30003, 2)), 1u);
+  // Another client made <hhh> only: the shard directory, <hhh> and the block directory.
   ASSERT_TRUE(fs::create_directory((mnt / Rel(Key(0x40004, 1))).parent_path().parent_path()));
-  EXPECT_EQ(syncs("store, full, <hhh> made by another", Key(0x40004, 1)), 2u);
+  EXPECT_EQ(syncs("store, full, <hhh> made by another", Key(0x40004, 1)), 3u);
+  // Another client made a shard directory in a <hhh> this tier knows: the
+  // store opens it without any mkdir, and still syncs its entry in <hhh>.
+  ASSERT_TRUE(fs::create_directory((mnt / Rel(Key(0x20022, 1))).parent_path()));
+  EXPECT_EQ(syncs("store, full, shard made by another, opened", Key(0x20022, 1)), 2u);
+  EXPECT_EQ(syncs("store, full, shard made by another, again", Key(0x20022, 2)), 1u);
 }
 
 size_t OpenFds() {

@@ -248,7 +248,8 @@ TEST_F(FaultTest, DurabilityModesIssueTheirSyncs) {
     ASSERT_EQ(Wait(tier.get(), tier->SubmitStore(keys, Const(rows)).value()).OkPrefix(), 2u);
     const int datasyncs = count(internal::IoOp::kFdatasync), fsyncs = count(internal::IoOp::kFsync);
     EXPECT_EQ(datasyncs, d == Durability::kNone ? 0 : 2) << static_cast<int>(d);
-    // full: each file's directory, plus the two parents of directories a store created.
+    // full: each file's directory, plus the parents of the directories whose
+    // entry was not yet synced (the two the first store created, the block directory).
     EXPECT_GE(fsyncs, d == Durability::kFull ? 4 : 0) << static_cast<int>(d);
     if (d != Durability::kFull) {
       EXPECT_EQ(fsyncs, 0);

@@ -12,7 +12,8 @@
 // holder whose root path comes to name another directory gives its lease up
 // (in the directory it was taken in) and collects no more. An observer names
 // the holder of the lease it watches from the owner record (token, pid, UTC
-// start), and a planted body without one as an unknown owner (L195).
+// start), and a planted body without one as an unknown owner (L195); a
+// planted token with newlines or control bytes is printed escaped.
 //
 // Method: several CollectorLease objects on one real directory, each ticked
 // by hand with TickAt(now) on a made-up steady clock, so that the TTL,
@@ -117,6 +118,15 @@ TEST(CollectorLease, AnObserverNamesTheHolderFromItsOwnerRecord) {
     EXPECT_TRUE(holder.rfind("an unknown owner", 0) == 0 || holder.rfind("collector t (pid ?) since ", 0) == 0)
         << body << " -> " << holder;
   }
+  // A planted token cannot forge a log line: a newline, an escape sequence
+  // or any control byte is printed escaped, in $'...' quotes.
+  a->Release();
+  std::ofstream(lease) << "{\"token\": \"x\nkvtier: forged line\x1b[31m\x01\x7f'\", \"pid\": 7}\n";
+  ASSERT_EQ(b->TickAt(kSettle + kR), State::kObserving);
+  const std::string holder = b->OtherHolder();
+  EXPECT_EQ(holder.rfind("collector $'x\\nkvtier: forged line\\x1b[31m\\x01\\x7f\\'' (pid 7) since ", 0), 0u)
+      << holder;
+  for (const char c : holder) EXPECT_TRUE(c >= 0x20 && c < 0x7f) << "an unprintable byte in: " << holder;
 }
 
 TEST(CollectorLease, OfTwoObserversOfAStaleLeaseExactlyOneTakesIt) {

@@ -8,7 +8,8 @@
 // and that a store into an unknown first-level directory makes it first only
 // while unknown ones have lately been missing (a fresh tree), never after
 // they have lately been present (a restarted instance on a full volume),
-// and that the directories seen to exist are remembered, within a bound.
+// and that the directories seen to exist are remembered, within a bound; so
+// are the directories whose entry is synced, forgotten when made again.
 #include "fs/shard_dirs.h"
 
 #include <fcntl.h>
@@ -123,6 +124,19 @@ TEST(ShardDirsTest, KnownParentsStayWithinTheirBound) {
   for (size_t i = 0; i <= ShardDirs::kParentsMax; ++i) dirs.SawParent(std::to_string(i), true, false);
   EXPECT_TRUE(dirs.ParentKnown(std::to_string(ShardDirs::kParentsMax)));
   EXPECT_FALSE(dirs.ParentKnown("0")) << "past the bound the set starts again";
+}
+
+TEST(ShardDirsTest, SyncedEntriesAreForgottenWhenMadeAgainAndStayWithinTheirBound) {
+  ShardDirs dirs(4, 1000);
+  EXPECT_FALSE(dirs.EntrySynced("ns_r0/abc/de_g0")) << "nothing is synced before a parent's fsync";
+  dirs.NoteEntrySynced("ns_r0/abc/de_g0");
+  EXPECT_TRUE(dirs.EntrySynced("ns_r0/abc/de_g0"));
+  EXPECT_FALSE(dirs.EntrySynced("ns_r0/abc")) << "each directory's entry on its own";
+  dirs.ForgetEntrySynced("ns_r0/abc/de_g0");  // made again: a new entry
+  EXPECT_FALSE(dirs.EntrySynced("ns_r0/abc/de_g0"));
+  for (size_t i = 0; i <= ShardDirs::kSyncedMax; ++i) dirs.NoteEntrySynced(std::to_string(i));
+  EXPECT_TRUE(dirs.EntrySynced(std::to_string(ShardDirs::kSyncedMax)));
+  EXPECT_FALSE(dirs.EntrySynced("0")) << "past the bound the set starts again (a sync more, never one less)";
 }
 
 }  // namespace
