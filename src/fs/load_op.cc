@@ -273,6 +273,9 @@ class LoadOp final : public FsBlockOp {
       if (unchecked_ != nullptr) {
         HandBack(want);
       } else if (TimedCrc32c(shared_, Target()) != want) {
+        // First from a fresh open again: a file replaced under the fd can mix two
+        // blocks' attribute and bytes (GlusterFS's open-behind), a good block.
+        if (!reread_ && Replaced(-ESTALE)) return void(reread_ = true);
         return Close(KeyOutcome::kCorrupt, ErrnoToStatus(EBADMSG, Path() + ": CRC32C mismatch"), /*unlink=*/true);
       }
     }
@@ -371,10 +374,10 @@ class LoadOp final : public FsBlockOp {
 
   // On a shared network volume (NFS, GlusterFS) another instance's rename can
   // replace the file under an open fd, which then fails with ESTALE or
-  // ENOENT. The block is not corrupt: close and open the path again (a few
-  // times), then call it a miss.
+  // ENOENT (EBADFD: GlusterFS's open-behind). The block is not corrupt: close
+  // and open the path again (a few times), then call it a miss.
   bool Replaced(int64_t res) {
-    if (res != -ESTALE && res != -ENOENT) return false;
+    if (res != -ESTALE && res != -ENOENT && res != -EBADFD) return false;
     if (++reopens_ > kReopensMax) {
       Close(KeyOutcome::kMiss, Status());
       return true;
@@ -422,7 +425,7 @@ class LoadOp final : public FsBlockOp {
   State state_ = kOpen;
   int fd_ = -1;
   uint64_t read_ = 0;
-  bool direct_ = false, has_crc_ = false, unlink_ = false, reopen_ = false;
+  bool direct_ = false, has_crc_ = false, unlink_ = false, reopen_ = false, reread_ = false;
   bool final_ = false;      // `result` is the outcome; what is left is cleanup
   bool row_read_ = false;   // a read was issued into the caller's row itself
   bool abandoned_ = false;  // OnAbandon ran: only closing an fd is left

@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <random>
 #include <thread>
 
@@ -351,6 +352,51 @@ TEST_F(FaultTest, AFileReplacedUnderAnOpenFdIsLookedUpAfreshBeforeEachReopen) {
   const std::vector<std::string> want = {"open", "forced statx", "open", "forced statx", "open",
                                          "forced statx", "open"};
   EXPECT_EQ(steps, want) << "three reopens, each after a forced lookup, then a miss";
+}
+
+// GlusterFS's open-behind answers an fd whose file another mount's rename
+// replaced with EBADFD: as ESTALE, the load reopens the path (and, if it
+// stays so, misses); never an error, never a removal.
+TEST_F(FaultTest, EbadfdOnAnOpenFdIsAReplacedFileNotAnError) {
+  auto keys = Keys(1);
+  auto rows = Rows(1);
+  ASSERT_NO_FATAL_FAILURE(StoreClean(keys, rows));
+  testing::FaultPlan plan = AlwaysFail(internal::IoOp::kStatx, EBADFD);
+  plan.error_fd_only = true;
+  auto tier = Open(plan);
+  auto back = Rows(1);
+  const JobResult r = Wait(tier.get(), tier->SubmitLoad(keys, Mut(back)).value());
+  ASSERT_EQ(r.keys.size(), 1u);
+  EXPECT_EQ(r.keys[0].outcome, KeyOutcome::kMiss) << r.keys[0].status.ToString();
+  EXPECT_TRUE(fs::exists(tier->BlockPath(keys[0])));
+}
+
+// A CRC mismatch is read once more from a fresh open before the block is
+// called corrupt: a file replaced under the fd can mix one block's
+// attribute with another's bytes (GlusterFS's open-behind), and removing it
+// would drop a good block. Here the first read "completes" without filling
+// the row (its bytes mismatch); the second, real one serves the block.
+TEST_F(FaultTest, AMismatchIsReadAgainFromAFreshOpenBeforeTheBlockIsRemoved) {
+  auto keys = Keys(1);
+  auto rows = Rows(1);
+  ASSERT_NO_FATAL_FAILURE(StoreClean(keys, rows));
+  auto tier = Open({});
+  auto reads = std::make_shared<int>(0);
+  fake_->HoldWhere([reads](const internal::IoRequest& q) {
+    return (q.op == internal::IoOp::kRead || q.op == internal::IoOp::kReadv) && (*reads)++ == 0;
+  });
+  auto back = Rows(2);  // other bytes than rows[0]
+  back.resize(1);
+  const uint64_t id = tier->SubmitLoad(keys, Mut(back)).value();
+  for (int i = 0; i < 10000 && fake_->Release({}, static_cast<int64_t>(kRow)) == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  const JobResult r = Wait(tier.get(), id);
+  ASSERT_EQ(r.keys.size(), 1u);
+  EXPECT_EQ(r.keys[0].outcome, KeyOutcome::kOk) << r.keys[0].status.ToString() << " seed " << seed_;
+  EXPECT_TRUE(back[0] == rows[0]) << "the row is the block's, seed " << seed_;
+  EXPECT_TRUE(fs::exists(tier->BlockPath(keys[0])));
+  EXPECT_EQ(tier->Metrics().rows_corrupt, 0u);
 }
 
 TEST_F(FaultTest, BackpressureDropsStoresButNeverLoads) {
