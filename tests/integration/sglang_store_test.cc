@@ -306,8 +306,7 @@ TEST_P(SglangStoreTest, AFlippedByteInAStagedPageNeverReachesThePieces) {
   EXPECT_EQ(back[0].Concat(), std::string(kPage, '\x77')) << "a bad page touched the pieces";
   EXPECT_EQ(back[1].Concat(), pages[1].Concat());
   EXPECT_EQ(store->Metrics().rows_corrupt, 1u);
-  EXPECT_EQ(store->Metrics().staged_ios, 5u)
-      << "two stores and three loads (the bad one read O_DIRECT too, twice: a mismatch is read again, L67)";
+  EXPECT_EQ(store->Metrics().staged_ios, 5u) << "two stores, three loads (the bad one O_DIRECT too, twice: L67)";
 }
 
 TEST_P(SglangStoreTest, ExistsPrefixCountsOnlyTheConsecutivePrefix) {
