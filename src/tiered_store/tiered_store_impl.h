@@ -127,6 +127,8 @@ class TieredStoreImpl final : public TieredStore {
   void SubmitPromotion(size_t tier, FsJobRecord record);
   void PinIfWanted(RequestState& req, size_t chunk, const OffloadKey& key);
   // --- jobs (tiered_store_jobs.cc); all with mu_ held
+  Result<uint64_t> OpenJob(TransferKind kind, uint64_t request_id, size_t first_chunk,
+                           std::span<const uint32_t> gpu_blocks, RequestState** req);
   Status CheckGpuBlocks(std::span<const uint32_t> gpu_blocks) const;
   std::vector<uint32_t> PlanStoreCopies(std::span<const OffloadKey> keys, std::span<const size_t> index,
                                         const std::optional<PreparedWrite>& prepared,

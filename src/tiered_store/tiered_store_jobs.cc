@@ -12,6 +12,16 @@ ChunkResult Outcome(ChunkOutcome outcome, Status status = Status::Ok()) { return
 
 }  // namespace
 
+// The checks a Store or Load makes before its job exists: the request, the
+// chunk range and every GPU block id (a bad one fails the call, nothing runs).
+Result<uint64_t> TieredStoreImpl::OpenJob(TransferKind kind, uint64_t request_id, size_t first_chunk,
+                                          std::span<const uint32_t> gpu_blocks, RequestState** req) {
+  KVTIER_ASSIGN_OR_RETURN(*req, requests_.Find(request_id));
+  KVTIER_RETURN_IF_ERROR(requests_.CheckChunkRange(**req, first_chunk, gpu_blocks.size(), config_.blocks_per_chunk));
+  KVTIER_RETURN_IF_ERROR(CheckGpuBlocks(gpu_blocks));
+  return jobs_.Create(kind, request_id, gpu_blocks.size() / config_.blocks_per_chunk);
+}
+
 // Every GPU block id below each device's num_blocks: checked before a job
 // starts, so a bad id fails the call, not one copy of a job whose other
 // copies already run.
@@ -51,11 +61,9 @@ Status TieredStoreImpl::FinishRequest(uint64_t request_id) {
 
 Result<uint64_t> TieredStoreImpl::Store(uint64_t request_id, size_t first_chunk, std::span<const uint32_t> gpu_blocks) {
   std::lock_guard lock(mu_);
-  KVTIER_ASSIGN_OR_RETURN(RequestState * req, requests_.Find(request_id));
+  RequestState* req = nullptr;
+  KVTIER_ASSIGN_OR_RETURN(const uint64_t job_id, OpenJob(TransferKind::kStore, request_id, first_chunk, gpu_blocks, &req));
   const size_t bpc = config_.blocks_per_chunk, n = gpu_blocks.size() / bpc;
-  KVTIER_RETURN_IF_ERROR(requests_.CheckChunkRange(*req, first_chunk, gpu_blocks.size(), bpc));
-  KVTIER_RETURN_IF_ERROR(CheckGpuBlocks(gpu_blocks));
-  const uint64_t job_id = jobs_.Create(TransferKind::kStore, request_id, n);
   std::vector<OffloadKey> keys;  // the chunks within the offloadable range
   std::vector<size_t> index;     // their positions in the job
   for (size_t i = 0; i < n; ++i) {
@@ -111,11 +119,9 @@ std::vector<uint32_t> TieredStoreImpl::PlanStoreCopies(std::span<const OffloadKe
 
 Result<uint64_t> TieredStoreImpl::Load(uint64_t request_id, size_t first_chunk, std::span<const uint32_t> gpu_blocks) {
   std::lock_guard lock(mu_);
-  KVTIER_ASSIGN_OR_RETURN(RequestState * req, requests_.Find(request_id));
+  RequestState* req = nullptr;
+  KVTIER_ASSIGN_OR_RETURN(const uint64_t job_id, OpenJob(TransferKind::kLoad, request_id, first_chunk, gpu_blocks, &req));
   const size_t bpc = config_.blocks_per_chunk, n = gpu_blocks.size() / bpc;
-  KVTIER_RETURN_IF_ERROR(requests_.CheckChunkRange(*req, first_chunk, gpu_blocks.size(), bpc));
-  KVTIER_RETURN_IF_ERROR(CheckGpuBlocks(gpu_blocks));
-  const uint64_t job_id = jobs_.Create(TransferKind::kLoad, request_id, n);
   CopyRecord record{CopyDirection::kHostToDevice, job_id, request_id, first_chunk, {}, {}, 0, {}, false, {}};
   for (size_t i = 0; i < n; ++i) {
     const OffloadKey& key = req->chunk_keys()[first_chunk + i];
