@@ -17,6 +17,7 @@
 
 #include "cpu_tier/host_region.h"
 #include "staging/stager.h"
+#include "support/gpu_test_support.h"
 #include "support/test_support.h"
 #include "util/crc32c.h"
 
@@ -30,23 +31,10 @@
 namespace kvtier::internal {
 namespace {
 
-#define KVTIER_REQUIRE_GPU()                                                                         \
-  do {                                                                                               \
-    if (!CudaDevicePresent()) {                                                                      \
-      GTEST_SKIP() << "no CUDA device present (or kvtier built without CUDA): device CRC32C untested"; \
-    }                                                                                                \
-  } while (0)
-
 #if KVTIER_HAVE_CUDA
 
-#define ASSERT_CUDA(expr)                                                                  \
-  do {                                                                                     \
-    const cudaError_t kvtier_e_ = (expr);                                                  \
-    ASSERT_EQ(kvtier_e_, cudaSuccess) << #expr << ": " << cudaGetErrorString(kvtier_e_); \
-  } while (0)
-
 TEST(GpuCrcKernel, PiecesEqualTheCpu) {
-  KVTIER_REQUIRE_GPU();
+  KVTIER_REQUIRE_GPU("device CRC32C");
   if (!CrcKernelBuilt()) GTEST_SKIP() << "kvtier was built without nvcc: no CRC kernel";
   const uint64_t seed = testing::TestSeed();
   std::mt19937_64 rng(seed);
@@ -148,7 +136,7 @@ class GpuCrc : public ::testing::Test {
 };
 
 TEST_F(GpuCrc, StoreAndLoadCrcsEqualTheCpuAtEveryRowSizeAndPath) {
-  KVTIER_REQUIRE_GPU();
+  KVTIER_REQUIRE_GPU("device CRC32C");
   SCOPED_TRACE("seed " + std::to_string(seed_));
   for (GpuCopy mode : {GpuCopy::kAuto, GpuCopy::kDma, GpuCopy::kKernel, GpuCopy::kStaged}) {
     for (uint64_t row : {uint64_t{4} << 10, uint64_t{16} << 10, uint64_t{64} << 10, uint64_t{256} << 10,
@@ -181,8 +169,8 @@ TEST_F(GpuCrc, StoreAndLoadCrcsEqualTheCpuAtEveryRowSizeAndPath) {
 
 #else  // !KVTIER_HAVE_CUDA
 
-TEST(GpuCrcKernel, PiecesEqualTheCpu) { KVTIER_REQUIRE_GPU(); }
-TEST(GpuCrc, StoreAndLoadCrcsEqualTheCpuAtEveryRowSizeAndPath) { KVTIER_REQUIRE_GPU(); }
+TEST(GpuCrcKernel, PiecesEqualTheCpu) { KVTIER_REQUIRE_GPU("device CRC32C"); }
+TEST(GpuCrc, StoreAndLoadCrcsEqualTheCpuAtEveryRowSizeAndPath) { KVTIER_REQUIRE_GPU("device CRC32C"); }
 
 #endif  // KVTIER_HAVE_CUDA
 

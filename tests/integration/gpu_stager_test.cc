@@ -21,6 +21,7 @@
 #include <random>
 #include <thread>
 
+#include "support/gpu_test_support.h"
 #include "support/test_support.h"
 #include "cpu_tier/host_region.h"
 #include "staging/stager.h"
@@ -38,20 +39,7 @@ namespace {
 constexpr uint8_t kGapSentinel = 0xA5;
 constexpr uint8_t kRowSentinel = 0x5A;
 
-#define KVTIER_REQUIRE_GPU()                                                                      \
-  do {                                                                                            \
-    if (!CudaDevicePresent()) {                                                                   \
-      GTEST_SKIP() << "no CUDA device present (or kvtier built without CUDA): GPU staging untested"; \
-    }                                                                                             \
-  } while (0)
-
 #if KVTIER_HAVE_CUDA
-
-#define ASSERT_CUDA(expr)                                                    \
-  do {                                                                       \
-    const cudaError_t kvtier_e_ = (expr);                                    \
-    ASSERT_EQ(kvtier_e_, cudaSuccess) << #expr << ": " << cudaGetErrorString(kvtier_e_); \
-  } while (0)
 
 // One KV tensor: device memory plus the host copy the test expects it to hold.
 struct GpuTensor {
@@ -187,7 +175,7 @@ class GpuStager : public ::testing::Test {
 };
 
 TEST_F(GpuStager, StridedTensorsRoundTripByteExact) {
-  KVTIER_REQUIRE_GPU();
+  KVTIER_REQUIRE_GPU("GPU staging");
   SCOPED_TRACE("seed " + std::to_string(seed_));
   ASSERT_NO_FATAL_FAILURE(AddTensor(0, 4096, 4096 + 512, 128));
   ASSERT_NO_FATAL_FAILURE(AddTensor(0, 2048, 2048, 128));  // unstrided: merges where ids allow
@@ -197,7 +185,7 @@ TEST_F(GpuStager, StridedTensorsRoundTripByteExact) {
 }
 
 TEST_F(GpuStager, CopyEnginesAloneRoundTripByteExact) {
-  KVTIER_REQUIRE_GPU();
+  KVTIER_REQUIRE_GPU("GPU staging");
   SCOPED_TRACE("seed " + std::to_string(seed_));
   ASSERT_NO_FATAL_FAILURE(AddTensor(0, 4096, 4096 + 512, 128));
   ASSERT_NO_FATAL_FAILURE(AddTensor(0, 100, 103, 128));
@@ -208,7 +196,7 @@ TEST_F(GpuStager, CopyEnginesAloneRoundTripByteExact) {
 }
 
 TEST_F(GpuStager, CopyKernelAloneRoundTripsByteExact) {
-  KVTIER_REQUIRE_GPU();
+  KVTIER_REQUIRE_GPU("GPU staging");
   if (!CopyKernelBuilt()) GTEST_SKIP() << "kvtier was built without nvcc: no copy kernel";
   SCOPED_TRACE("seed " + std::to_string(seed_));
   ASSERT_NO_FATAL_FAILURE(AddTensor(0, 4096, 4096 + 512, 128));
@@ -221,7 +209,7 @@ TEST_F(GpuStager, CopyKernelAloneRoundTripsByteExact) {
 }
 
 TEST_F(GpuStager, StagingBufferAloneRoundTripsByteExact) {
-  KVTIER_REQUIRE_GPU();
+  KVTIER_REQUIRE_GPU("GPU staging");
   if (!CopyKernelBuilt()) GTEST_SKIP() << "kvtier was built without nvcc: no copy kernel";
   SCOPED_TRACE("seed " + std::to_string(seed_));
   ASSERT_NO_FATAL_FAILURE(AddTensor(0, 4096, 4096 + 512, 128));
@@ -236,7 +224,7 @@ TEST_F(GpuStager, StagingBufferAloneRoundTripsByteExact) {
 // More than kStagingBytes in one ticket: the batch moves in several rounds
 // through the one buffer, and tickets from several threads share it.
 TEST_F(GpuStager, StagedBatchesLargerThanTheBufferMoveInRounds) {
-  KVTIER_REQUIRE_GPU();
+  KVTIER_REQUIRE_GPU("GPU staging");
   if (!CopyKernelBuilt()) GTEST_SKIP() << "kvtier was built without nvcc: no copy kernel";
   SCOPED_TRACE("seed " + std::to_string(seed_));
   // 48 rows of 16 pages of 120 KiB (never merged: strided) = 90 MiB a ticket.
@@ -250,7 +238,7 @@ TEST_F(GpuStager, StagedBatchesLargerThanTheBufferMoveInRounds) {
 // Small pages: the store (one round trip's first half) by the kernel, the
 // load staged; large pages: the copy engines both ways.
 TEST_F(GpuStager, AutoPicksThePathByDirectionAndPageSize) {
-  KVTIER_REQUIRE_GPU();
+  KVTIER_REQUIRE_GPU("GPU staging");
   if (!CopyKernelBuilt()) GTEST_SKIP() << "kvtier was built without nvcc: no copy kernel";
   SCOPED_TRACE("seed " + std::to_string(seed_));
   ASSERT_NO_FATAL_FAILURE(AddTensor(0, 16384, 16384 + 4096, 64));
@@ -269,7 +257,7 @@ TEST_F(GpuStager, AutoPicksThePathByDirectionAndPageSize) {
 }
 
 TEST_F(GpuStager, RowsOutsideTheMappedRangesNeverReachTheKernel) {
-  KVTIER_REQUIRE_GPU();
+  KVTIER_REQUIRE_GPU("GPU staging");
   SCOPED_TRACE("seed " + std::to_string(seed_));
   ASSERT_NO_FATAL_FAILURE(AddTensor(0, 4096, 4096, 64));
   ASSERT_NO_FATAL_FAILURE(Create(1, 32, GpuCopy::kKernel, /*map_rows=*/false));
@@ -279,7 +267,7 @@ TEST_F(GpuStager, RowsOutsideTheMappedRangesNeverReachTheKernel) {
 }
 
 TEST_F(GpuStager, OneTicketSpansEveryGpuAndTheHostStandIn) {
-  KVTIER_REQUIRE_GPU();
+  KVTIER_REQUIRE_GPU("GPU staging");
   SCOPED_TRACE("seed " + std::to_string(seed_));
   int count = 0;
   ASSERT_CUDA(cudaGetDeviceCount(&count));
@@ -290,7 +278,7 @@ TEST_F(GpuStager, OneTicketSpansEveryGpuAndTheHostStandIn) {
 }
 
 TEST_F(GpuStager, ManyTicketsFromSeveralThreadsLeaveTheCallersDeviceAlone) {
-  KVTIER_REQUIRE_GPU();
+  KVTIER_REQUIRE_GPU("GPU staging");
   SCOPED_TRACE("seed " + std::to_string(seed_));
   constexpr int kThreads = 4, kTickets = 32;
   ASSERT_NO_FATAL_FAILURE(AddTensor(0, 16384, 16384, 1024));
@@ -324,7 +312,7 @@ TEST_F(GpuStager, ManyTicketsFromSeveralThreadsLeaveTheCallersDeviceAlone) {
 
 #else  // !KVTIER_HAVE_CUDA
 
-TEST(GpuStager, SkippedWithoutCuda) { KVTIER_REQUIRE_GPU(); }
+TEST(GpuStager, SkippedWithoutCuda) { KVTIER_REQUIRE_GPU("GPU staging"); }
 
 #endif  // KVTIER_HAVE_CUDA
 
