@@ -17,7 +17,7 @@
 
 #include "cpu_tier/host_region.h"
 #include "staging/stager.h"
-#include "support/gpu_test_support.h"
+#include "support/stager_test_support.h"
 #include "support/test_support.h"
 #include "util/crc32c.h"
 
@@ -119,12 +119,7 @@ class GpuCrc : public ::testing::Test {
   }
   FinishedCopy Run(CopyDirection d, const std::vector<uint8_t*>& rows, const std::vector<uint32_t>& ids,
                    const CopyChecksums& crc) {
-    auto ticket = stager_->Submit(d, rows, ids, crc);
-    EXPECT_OK(ticket.status());
-    EXPECT_OK(stager_->WaitIdle(60000));
-    std::vector<FinishedCopy> done;
-    EXPECT_EQ(stager_->PollFinished(&done), 1u);
-    return done.empty() ? FinishedCopy{} : std::move(done[0]);
+    return testing::RunTicket(stager_.get(), d, rows, ids, crc, 60000);
   }
 
   uint64_t seed_ = 0;

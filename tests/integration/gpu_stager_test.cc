@@ -21,7 +21,7 @@
 #include <random>
 #include <thread>
 
-#include "support/gpu_test_support.h"
+#include "support/stager_test_support.h"
 #include "support/test_support.h"
 #include "cpu_tier/host_region.h"
 #include "staging/stager.h"

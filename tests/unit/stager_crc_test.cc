@@ -20,6 +20,7 @@
 
 #include "staging/row_crc.h"
 #include "staging/stager.h"
+#include "support/stager_test_support.h"
 #include "support/test_support.h"
 #include "util/crc32c.h"
 
@@ -68,12 +69,7 @@ class StagerCrc : public ::testing::Test {
 
   FinishedCopy Run(CopyDirection d, const std::vector<uint8_t*>& rows, const std::vector<uint32_t>& ids,
                    const CopyChecksums& crc) {
-    auto ticket = stager_->Submit(d, rows, ids, crc);
-    EXPECT_OK(ticket.status());
-    EXPECT_OK(stager_->WaitIdle(30000));
-    std::vector<FinishedCopy> done;
-    EXPECT_EQ(stager_->PollFinished(&done), 1u);
-    return done.empty() ? FinishedCopy{} : std::move(done[0]);
+    return testing::RunTicket(stager_.get(), d, rows, ids, crc, 30000);
   }
 
   uint32_t RowCrc(const uint8_t* row) const { return Crc32c({row, stager_->row_bytes()}); }
