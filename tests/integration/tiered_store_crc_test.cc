@@ -127,15 +127,7 @@ class TieredStoreCrcTest : public ::testing::Test {
     EXPECT_EQ(done[0].OkPrefix(), keys.size());
   }
 
-  std::vector<OffloadKey> RandomKeys(size_t n) {
-    std::vector<OffloadKey> keys(n);
-    for (OffloadKey& key : keys) {
-      uint8_t bytes[32];
-      for (uint8_t& b : bytes) b = static_cast<uint8_t>(rng_());
-      key.hash = BlockHash::FromBytes(bytes).value();
-    }
-    return keys;
-  }
+  std::vector<OffloadKey> RandomKeys(size_t n) { return testing::RandomKeys(n, rng_); }
 
   static uint64_t Content(const OffloadKey& key, uint32_t j) {
     uint64_t s = 0;

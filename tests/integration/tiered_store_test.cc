@@ -67,15 +67,7 @@ class TieredStoreTest : public ::testing::Test {
     return store.ok() ? std::move(store).value() : nullptr;
   }
 
-  std::vector<OffloadKey> RandomKeys(size_t n) {
-    std::vector<OffloadKey> keys(n);
-    for (OffloadKey& key : keys) {
-      uint8_t bytes[32];
-      for (uint8_t& b : bytes) b = static_cast<uint8_t>(rng_());
-      key.hash = BlockHash::FromBytes(bytes).value();
-    }
-    return keys;
-  }
+  std::vector<OffloadKey> RandomKeys(size_t n) { return testing::RandomKeys(n, rng_); }
 
   // GPU blocks for chunks [0, n): chunk i uses blocks base + 2i, base + 2i + 1.
   static std::vector<uint32_t> Blocks(size_t n, uint32_t base = 0) {

@@ -185,6 +185,16 @@ OffloadKey Key(uint64_t i, const KeyShape& shape) {
   return {BlockHash::FromBytes(bytes).value(), 0};
 }
 
+std::vector<OffloadKey> RandomKeys(size_t n, std::mt19937_64& rng) {
+  std::vector<OffloadKey> keys(n);
+  for (OffloadKey& key : keys) {
+    uint8_t bytes[32];
+    for (uint8_t& b : bytes) b = static_cast<uint8_t>(rng());
+    key.hash = BlockHash::FromBytes(bytes).value();
+  }
+  return keys;
+}
+
 NamespaceSpec Spec(const std::string& model, std::vector<std::string> layers) {
   NamespaceSpec spec;
   spec.model_name = model;

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <optional>
+#include <random>
 #include <span>
 #include <string>
 #include <vector>
@@ -138,6 +139,8 @@ struct KeyShape {
 // Byte 31 is the low byte of the big-endian value that picks a block's root
 // among several (FORMAT.md L99): tests of several roots set it per key.
 OffloadKey Key(uint64_t i, const KeyShape& shape = {});
+// n keys of 32 random bytes each (group 0), drawn from `rng` (the test's seed).
+std::vector<OffloadKey> RandomKeys(size_t n, std::mt19937_64& rng);
 
 // A vLLM namespace of `model`: one full-attention group of 16-token blocks
 // over `layers`, every other field NamespaceSpec's default.
