@@ -119,12 +119,24 @@ class FsckRun {
       return o_.verify_data && VerifyOne(b, dir_fd);
     }
     // L136: the row and its trailer, beside plain rows.
-    if (b.size == row->second + format::kTrailerBytes && TrailerOf(b, dir_fd) == format::TrailerState::kValid) {
-      return o_.verify_data && VerifyOne(b, dir_fd);
+    if (b.size == row->second + format::kTrailerBytes) {
+      const format::TrailerState trailer = TrailerOf(b, dir_fd);
+      if (trailer == format::TrailerState::kValid) return o_.verify_data && VerifyOne(b, dir_fd);
+      if (trailer == format::TrailerState::kDamaged) return DamagedTrailer(b);
     }
     // A plain row beside trailer blocks? Not where the operator gave the row size.
     if (o_.row_bytes == 0 && b.size + format::kTrailerBytes == row->second) return Defer(ns, b);
     return WrongSize(b, row->second);
+  }
+
+  // L67, L131: the trailer's magic with a record that fails its own CRC (or
+  // names another length) is a corrupt block, as docs/checksums.md says, not
+  // a longer row: reported as a CRC mismatch and removed with --repair.
+  bool DamagedTrailer(const ScannedFile& b) {
+    std::string detail = std::to_string(b.size) + " bytes: the row and a damaged checksum trailer";
+    const RepairAction action = Remove(b, &detail);
+    Add(FindingKind::kCrcMismatch, b.rel, "L67", action, detail);
+    return action == RepairAction::kRemoved;
   }
 
   // L80 (L182 in a sealed namespace): a block not of the size `want`.

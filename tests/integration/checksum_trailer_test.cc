@@ -11,7 +11,8 @@
 //    cut into its row is short, and removed (L65);
 //  * a plain row as vLLM writes it (exact size, no trailer) loads (L68);
 //  * checksum_place "xattr" refuses to open there, naming the ways out;
-//  * fsck --verify-data finds a trailer block's flipped byte; du counts the
+//  * fsck --verify-data finds a trailer block's flipped byte, and fsck takes
+//    a damaged trailer record for a corrupt block (removed by --repair); du counts the
 //    files' real bytes; gc and fsck take plain rows beside trailer blocks
 //    as neither short nor long, whichever is the most common size (L136),
 //    and gc's capacity bound, like the tier's max_bytes, counts the files'
@@ -215,6 +216,45 @@ TEST_F(NoXattrTest, FsckVerifyDataCatchesATrailerBlockAndToolsSizeItRight) {
   ASSERT_OK_AND_ASSIGN(GcReport collected, Gc(gc));
   for (const auto& r : collected.reclaimed) ADD_FAILURE() << "gc removed " << r.path << " (" << r.reason << ")";
   for (const std::string& p : plain_paths) EXPECT_TRUE(fs::exists(p));
+}
+
+// L67: a trailer block whose trailer magic is there but whose record fails
+// its own CRC is corrupt, not a longer row: fsck reports it as a CRC mismatch
+// (with or without --verify-data, the record is read either way) and --repair
+// removes it; the intact trailer blocks and the plain rows beside it stay.
+TEST_F(NoXattrTest, FsckTakesADamagedTrailerForACorruptBlockAndRepairRemovesIt) {
+  FsTier* tier = Open(Options(root_));
+  ASSERT_NE(tier, nullptr);
+  const auto keys = Keys(3, 0x3a);
+  testing::AlignedRows rows(3, kRow, seed_);
+  ASSERT_EQ(testing::WaitForJob(tier, tier->SubmitStore(keys, rows.Const()).value()).OkPrefix(), 3u);
+  std::vector<std::string> kept;
+  for (const OffloadKey& plain : Keys(5, 0x3b)) {  // vLLM's plain rows, the most common size
+    kept.push_back(tier->BlockPath(plain));
+    fs::create_directories(fs::path(kept.back()).parent_path());
+    std::ofstream(kept.back(), std::ios::binary).write(reinterpret_cast<const char*>(rows.Row(0).data()), kRow);
+  }
+  const std::string bad = tier->BlockPath(keys[1]);
+  kept.push_back(tier->BlockPath(keys[0]));
+  kept.push_back(tier->BlockPath(keys[2]));
+  const std::string bad_backing = Backing(keys[1]);
+  tier_.reset();
+  Poke(bad_backing, kFile - 20);  // inside the 64-byte record at the file's end
+
+  for (const bool verify : {false, true}) {
+    SCOPED_TRACE(verify ? "--verify-data" : "structure only");
+    FsckOptions check;
+    check.root = root_.string();
+    check.verify_data = verify;
+    check.repair = verify;
+    ASSERT_OK_AND_ASSIGN(FsckReport report, Fsck(check));
+    ASSERT_EQ(report.findings.size(), 1u) << FindingKindName(report.findings[0].kind);
+    EXPECT_EQ(report.findings[0].kind, FindingKind::kCrcMismatch) << FindingKindName(report.findings[0].kind);
+    EXPECT_EQ(root_ / report.findings[0].path, fs::path(bad));
+    EXPECT_EQ(report.findings[0].action, verify ? RepairAction::kRemoved : RepairAction::kNone);
+  }
+  EXPECT_FALSE(fs::exists(bad));
+  for (const std::string& p : kept) EXPECT_TRUE(fs::exists(p)) << p;
 }
 
 // L136: when none of the sampled blocks of the most common size (trailer
