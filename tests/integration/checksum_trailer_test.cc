@@ -95,6 +95,17 @@ class NoXattrTest : public ::testing::Test {
     tier_ = tier.ok() ? std::move(tier).value() : nullptr;
     return tier_.get();
   }
+  // Plain rows as vLLM writes them (no trailer) under the tier's names for
+  // `keys`; their paths.
+  std::vector<std::string> WritePlainRows(const std::vector<OffloadKey>& keys, const void* row) const {
+    std::vector<std::string> paths;
+    for (const OffloadKey& key : keys) {
+      paths.push_back(tier_->BlockPath(key));
+      fs::create_directories(fs::path(paths.back()).parent_path());
+      std::ofstream(paths.back(), std::ios::binary).write(static_cast<const char*>(row), kRow);
+    }
+    return paths;
+  }
   std::string Backing(const OffloadKey& key) const {
     const std::string path = tier_->BlockPath(key);
     return (dir_.path() / "backing" / fs::relative(path, dir_.path() / "mnt")).string();
@@ -181,12 +192,7 @@ TEST_F(NoXattrTest, FsckVerifyDataCatchesATrailerBlockAndToolsSizeItRight) {
   // Plain rows beside the trailer blocks (vLLM wrote them), the most common
   // size: the trailer blocks are neither long (fsck reads their records) nor
   // the plain rows short.
-  std::vector<std::string> plain_paths;
-  for (const OffloadKey& plain : Keys(5, 0x35)) {
-    plain_paths.push_back(tier->BlockPath(plain));
-    fs::create_directories(fs::path(plain_paths.back()).parent_path());
-    std::ofstream(plain_paths.back(), std::ios::binary).write(reinterpret_cast<const char*>(rows.Row(1).data()), kRow);
-  }
+  std::vector<std::string> plain_paths = WritePlainRows(Keys(5, 0x35), rows.Row(1).data());
   const std::string bad = tier->BlockPath(keys[2]);
   tier_.reset();
   Poke((dir_.path() / "backing" / fs::relative(bad, dir_.path() / "mnt")).string(), 100);
@@ -228,12 +234,8 @@ TEST_F(NoXattrTest, FsckTakesADamagedTrailerForACorruptBlockAndRepairRemovesIt) 
   const auto keys = Keys(3, 0x3a);
   testing::AlignedRows rows(3, kRow, seed_);
   ASSERT_EQ(testing::WaitForJob(tier, tier->SubmitStore(keys, rows.Const()).value()).OkPrefix(), 3u);
-  std::vector<std::string> kept;
-  for (const OffloadKey& plain : Keys(5, 0x3b)) {  // vLLM's plain rows, the most common size
-    kept.push_back(tier->BlockPath(plain));
-    fs::create_directories(fs::path(kept.back()).parent_path());
-    std::ofstream(kept.back(), std::ios::binary).write(reinterpret_cast<const char*>(rows.Row(0).data()), kRow);
-  }
+  // vLLM's plain rows, the most common size.
+  std::vector<std::string> kept = WritePlainRows(Keys(5, 0x3b), rows.Row(0).data());
   const std::string bad = tier->BlockPath(keys[1]);
   kept.push_back(tier->BlockPath(keys[0]));
   kept.push_back(tier->BlockPath(keys[2]));
@@ -267,12 +269,7 @@ TEST_F(NoXattrTest, FsckRemovesNoPlainRowWhenNoSampledBlockCouldBeRead) {
   const auto keys = Keys(5, 0x36);
   testing::AlignedRows rows(5, kRow, seed_);
   ASSERT_EQ(testing::WaitForJob(tier, tier->SubmitStore(keys, rows.Const()).value()).OkPrefix(), 5u);
-  std::vector<std::string> plain_paths;
-  for (const OffloadKey& plain : Keys(2, 0x37)) {
-    plain_paths.push_back(tier->BlockPath(plain));
-    fs::create_directories(fs::path(plain_paths.back()).parent_path());
-    std::ofstream(plain_paths.back(), std::ios::binary).write(reinterpret_cast<const char*>(rows.Row(0).data()), kRow);
-  }
+  std::vector<std::string> plain_paths = WritePlainRows(Keys(2, 0x37), rows.Row(0).data());
   for (const OffloadKey& key : keys) {
     ASSERT_OK(faultfs_->Fail("read", EIO, fs::path(tier->BlockPath(key)).filename().string()));
   }
