@@ -88,8 +88,7 @@ void RegisterBenchFs(CLI::App* bench, CliContext* ctx) {
       ->required()
       ->transform(CLI::AsSizeValue(false));
   cmd->add_option("--rows", o.rows, "Rows to store and load")->required();
-  cmd->add_option("--queue-depth", o.queue_depth,
-                  "Rows in flight; also n_read_threads = n_write_threads")
+  cmd->add_option("--queue-depth", o.queue_depth, "Rows in flight; also n_read_threads = n_write_threads")
       ->capture_default_str();
   cmd->add_option("--backend", flags->backend, "auto | uring | syscall")
       ->check(CLI::IsMember({"auto", "uring", "syscall"}))
@@ -101,6 +100,7 @@ void RegisterBenchFs(CLI::App* bench, CliContext* ctx) {
   cmd->add_flag("--no-checksum", flags->no_checksum,
                 "checksum_blocks: false (no CRC32C, no xattr), as vLLM's default");
   cmd->add_option("--seal-key-file", o.seal_key_file, "Seal the namespace with this key (AES-256-GCM, docs/sealed.md)");
+  AddSealKeyGroupReadFlag(cmd, &o.seal_key_group_read);
   cmd->add_option("--inline-metadata", flags->inline_metadata,
                   "The tier's inline_metadata: auto | on | off (docs/config.md)")
       ->check(CLI::IsMember({"auto", "on", "off"}))

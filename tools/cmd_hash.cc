@@ -42,6 +42,7 @@ struct HashFlags {
   bool explain = false;
   std::string io_timeout = "30s";  // with --root: the deadline of each stat
   std::optional<std::string> seal_key_file;  // the sealed namespace's paths (L184)
+  bool seal_key_group_read = false;          // L174: a group-readable key file is accepted
   // Whether --hash-block-size / --blocks-per-chunk were given (not defaults).
   bool hash_block_size_given = false;
   bool blocks_per_chunk_given = false;
@@ -140,9 +141,9 @@ Status TakeChunkingFromNamespace(const HashFlags& f, const NamespaceSpec& ns, Ha
 // L184: --seal-key-file names a sealed namespace by its key's id; the key
 // itself is wiped here, unused. A sealed config.json names one too: they
 // must agree.
-Status TakeSealKey(const std::string& path, HashQuery* q) {
+Status TakeSealKey(const std::string& path, bool group_read, HashQuery* q) {
   if (!q->ns) return InvalidArgument("--seal-key-file: give the namespace too (--model or --namespace-config)");
-  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<SealKey> key, SealKey::FromFile(path));
+  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<SealKey> key, SealKey::FromFile(path, group_read));
   if (q->seal_key_id && *q->seal_key_id != key->key_id_hex()) {
     return InvalidArgument("--seal-key-file: key id " + key->key_id_hex() + ", but --namespace-config is sealed with " +
                            *q->seal_key_id);
@@ -176,7 +177,7 @@ Result<HashQuery> QueryFromFlags(const HashFlags& f) {
   q.group_idx = f.group;
   q.root_dir = f.root;
   q.explain = f.explain;
-  if (f.seal_key_file) KVTIER_RETURN_IF_ERROR(TakeSealKey(*f.seal_key_file, &q));
+  if (f.seal_key_file) KVTIER_RETURN_IF_ERROR(TakeSealKey(*f.seal_key_file, f.seal_key_group_read, &q));
   return q;
 }
 
@@ -300,7 +301,7 @@ std::string FlagOfOtherEngine(CLI::App* cmd, const std::string& engine) {
   static const char* const kVllmOnly[] = {
       "--input", "--algo", "--seed", "--no-seed", "--hash-block-size", "--num-layers", "--layer-name-template",
       "--blocks-per-chunk", "--group", "--pcp", "--dcp", "--rank", "--not-parallel-agnostic", "--lora-name",
-      "--explain", "--seal-key-file"};
+      "--explain", "--seal-key-file", "--seal-key-group-read"};
   return engine == "sglang" ? FirstGiven(cmd, {std::begin(kVllmOnly), std::end(kVllmOnly)})
                             : FirstGiven(cmd, {std::begin(kSglangOnly), std::end(kSglangOnly)});
 }
@@ -345,6 +346,7 @@ void RegisterHashCommand(CLI::App* app, CliContext* ctx) {
                   "(the ranks from --tp-rank, --pp-rank, --cp-rank)");
   cmd->add_option("--root", flags->root, "root_dir: print absolute paths and whether each file exists");
   cmd->add_option("--seal-key-file", flags->seal_key_file, "A seal key: its sealed namespace's paths (docs/sealed.md)");
+  AddSealKeyGroupReadFlag(cmd, &flags->seal_key_group_read);
   cmd->add_option("--lora-name", flags->lora, "LoRA adapter name");
   cmd->add_option("--cache-salt", flags->salt, "Request cache_salt (vLLM: an extra key; SGLang: seeds the chain, see --extra-key)");
   cmd->add_flag("--json", flags->json, "Machine-readable output");
@@ -366,8 +368,7 @@ void RegisterHashCommand(CLI::App* app, CliContext* ctx) {
     flags->sg.first_geometry_flag = FirstGiven(cmd, kSglangGeometryFlags);
     flags->hash_block_size_given = cmd->get_option("--hash-block-size")->count() > 0;
     flags->blocks_per_chunk_given = cmd->get_option("--blocks-per-chunk")->count() > 0;
-    // With --root in a child process (RunGuarded): a stat stuck on a hung
-    // mount cannot keep the operator's shell waiting.
+    // With --root in a child process (RunGuarded): a stat stuck on a hung mount never holds the shell.
     ctx->exit_code = flags->root ? RunGuarded([&] { return RunHash(*flags); }) : RunHash(*flags);
   });
 }

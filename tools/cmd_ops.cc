@@ -129,18 +129,21 @@ void RegisterFsck(CLI::App* app, CliContext* ctx) {
   CLI::Option* verify_flag =
       fsck->add_flag("--verify-data", *verify, "Read every block and check its CRC32C (a sealed block: its tag, given its key)");
   fsck->add_option("--tmp-grace", f->tmp_grace, "Temp and probe files younger than this are in flight")->capture_default_str();
-  fsck->add_option("--row-bytes", *row_bytes, "Expected block size (default: each namespace's most common size)");
+  fsck->add_option("--row-bytes", *row_bytes, "Expected block size (default: an SGLang namespace's declared page_bytes, else its most common size, which removes nothing but empty blocks: FORMAT.md L196)");
   auto seal_keys = std::make_shared<std::vector<std::string>>();
   fsck->add_option("--seal-key-file", *seal_keys,
                    "A seal key (repeatable: the primary and read keys): with --verify-data, check the tag of every "
                    "block of the sealed namespaces it sealed (docs/sealed.md)")
       ->needs(verify_flag);
+  auto group_read = std::make_shared<bool>(false);
+  AddSealKeyGroupReadFlag(fsck, group_read.get());
   fsck->callback(Guarded([=] {
     FsckOptions o;
     if (!Fill(*f, "fsck", &o)) return void(ctx->exit_code = 8);
     o.repair = *repair;
     o.verify_data = *verify;
     o.seal_key_files = *seal_keys;
+    o.seal_key_group_read = *group_read;
     if (!row_bytes->empty() && !Take(ParseSizeBytes(*row_bytes), "fsck", "--row-bytes", &o.row_bytes)) {
       return void(ctx->exit_code = 8);
     }
@@ -313,6 +316,11 @@ void RegisterGc(CLI::App* app, CliContext* ctx) {
 }
 
 }  // namespace
+
+void AddSealKeyGroupReadFlag(CLI::App* cmd, bool* allow) {
+  cmd->add_flag("--seal-key-group-read", *allow,
+                "Accept a group-readable seal key file (a Kubernetes secret with fsGroup; FORMAT.md L174)");
+}
 
 void RegisterOpsCommands(CLI::App* app, CliContext* ctx) {
   RegisterDu(app, ctx);

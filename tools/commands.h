@@ -30,5 +30,7 @@ void RegisterReplayCommand(CLI::App* app, CliContext* ctx);
 // --layers N and --kv-groups FILE.json (the model's KV-cache groups, which
 // name the fs namespace) on a command that writes one (tools/cli/kv_groups.h).
 void AddKvGroupFlags(CLI::App* cmd, KvGroupFlags* flags);
+// --seal-key-group-read on a command that reads --seal-key-file (FORMAT.md L174).
+void AddSealKeyGroupReadFlag(CLI::App* cmd, bool* allow);
 
 }  // namespace kvtier::internal

@@ -143,6 +143,10 @@ struct FsTierOptions {
   std::string seal_key_file;
   int seal_key_fd = -1;
   std::vector<std::string> seal_read_key_files;
+  // FORMAT.md L174: a key file must be owned by this user or root and
+  // readable by nobody else; true also accepts one readable by its group
+  // (a Kubernetes secret mounted with fsGroup). Never one others can write.
+  bool seal_key_group_read = false;
   bool sealed() const { return !seal_key_file.empty() || seal_key_fd >= 0; }
 
   bool operator==(const FsTierOptions&) const = default;

@@ -185,6 +185,11 @@ enum class FindingKind {
   // seal record, a damaged one, another key's (L182), or a tag that fails
   // under the key (verify_data with FsckOptions::seal_key_files, L183).
   kSealMismatch,
+  // A namespace whose blocks disagree on their size with nothing trusted to
+  // say which size is its row (FORMAT.md L196): no row size given, none
+  // declared; files a co-tenant plants can make any size the most common,
+  // so no block was removed for its size alone. One finding per namespace.
+  kSuspectSizes,
 };
 // Stable lower-case name of a kind ("config_missing", "not_regular", ...),
 // as the CLI's JSON and the Python binding report it.
@@ -216,8 +221,11 @@ struct FsckOptions : ScanOptions {
   // are checked tag by tag (FORMAT.md L183); other sealed namespaces' blocks
   // are checked for structure only (L182), as they are without keys. A key
   // file that cannot be read or is not a key fails the call
-  // (kInvalidArgument naming the path, never the content).
+  // (kInvalidArgument naming the path, never the content); so does one
+  // whose owner or mode FORMAT.md L174 refuses (kPermissionDenied), a
+  // group-readable one unless seal_key_group_read.
   std::vector<std::string> seal_key_files;
+  bool seal_key_group_read = false;
 };
 
 struct FsckReport {

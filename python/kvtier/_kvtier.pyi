@@ -392,10 +392,12 @@ def du(root: str, *, jobs: int = 4, force: bool = False, tmp_grace_s: int = 3600
 
 def fsck(root: str, *, repair: bool = False, verify_data: bool = False, row_bytes: int = 0, jobs: int = 4,
          force: bool = False, tmp_grace_s: int = 3600, io_timeout_s: float | None = 30.0,
-         seal_key_files: Sequence[str] = ()) -> FsckReport:
+         seal_key_files: Sequence[str] = (), seal_key_group_read: bool = False) -> FsckReport:
     """Findings that cite layout-spec/FORMAT.md rules (``kvtier fsck``); changes nothing without ``repair``.
     With ``verify_data``, the blocks of sealed namespaces whose keys ``seal_key_files`` names (paths of
-    key files, docs/sealed.md) are checked tag by tag; other sealed blocks for structure only."""
+    key files, docs/sealed.md) are checked tag by tag; other sealed blocks for structure only. A key
+    file must be this user's or root's and readable by nobody else (FORMAT.md L174);
+    ``seal_key_group_read`` also accepts a group-readable one (a Kubernetes secret with fsGroup)."""
 
 def gc(root: str, *, older_than_s: int | None = None, max_bytes: int | None = None,
        low_water_bytes: int | None = None, keep: Sequence[str] = (), dry_run: bool = False,

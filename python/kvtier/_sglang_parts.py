@@ -21,7 +21,7 @@ FS_KEYS = frozenset({
     "root_dir", "path_sharding", "n_read_threads", "n_write_threads", "enable_kv_events", "locality",
     "backpressure", "io_timeout_ms", "stores_while_loading_max", "durability", "store_queue_bytes_max",
     "io_backend", "o_direct", "inline_metadata", "bounce_loads", "checksum_blocks", "checksum_place",
-    "startup_scan", "seal_key_file", "seal_key_fd", "seal_read_key_files",
+    "startup_scan", "seal_key_file", "seal_key_fd", "seal_read_key_files", "seal_key_group_read",
 })
 # Keys that name the namespace (FORMAT.md's SGLang fields), beside what SGLang's config gives.
 SPEC_KEYS = frozenset({"model_path", "model_revision"})

@@ -104,9 +104,10 @@ DuReport PyDu(const std::string& root, pb::object jobs, bool force, pb::object t
 
 FsckReport PyFsck(const std::string& root, bool repair, bool verify_data, pb::object row_bytes, pb::object jobs,
                   bool force, pb::object tmp_grace_s, std::optional<double> io_timeout_s,
-                  const std::vector<std::string>& seal_key_files) {
+                  const std::vector<std::string>& seal_key_files, bool seal_key_group_read) {
   FsckOptions o;
   o.seal_key_files = seal_key_files;
+  o.seal_key_group_read = seal_key_group_read;
   SetScan(o, {root, jobs, force, tmp_grace_s, io_timeout_s});
   o.repair = repair;
   o.verify_data = verify_data;
@@ -332,7 +333,7 @@ void BindOps(pb::module_& m) {
   m.def("fsck", &PyFsck, pb::arg("root"), pb::kw_only(), pb::arg("repair") = false,
         pb::arg("verify_data") = false, pb::arg("row_bytes") = 0, pb::arg("jobs") = 4, pb::arg("force") = false,
         pb::arg("tmp_grace_s") = 3600, pb::arg("io_timeout_s") = io_timeout_s,
-        pb::arg("seal_key_files") = std::vector<std::string>{},
+        pb::arg("seal_key_files") = std::vector<std::string>{}, pb::arg("seal_key_group_read") = false,
         "Findings citing FORMAT.md rules (kvtier fsck); repairs only with repair=True; with verify_data, "
         "checks the tags of sealed namespaces whose keys seal_key_files names.");
   m.def("gc", &PyGc, pb::arg("root"), pb::kw_only(), pb::arg("older_than_s") = pb::none(),

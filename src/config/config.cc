@@ -337,12 +337,12 @@ constexpr KeySpec<FsTierOptions> kFsTierKeys[] = {
     BoolKey<&FsTierOptions::o_direct>("o_direct", kKvtier),
     EnumKey<&FsTierOptions::inline_metadata, kInlineMetadataNames>("inline_metadata", kKvtier),
     EnumKey<&FsTierOptions::bounce_loads, kBounceLoadsNames>("bounce_loads", kKvtier),
-    // vLLM PR #57912; kvtier checks blocks unless told not to.
-    BoolKey<&FsTierOptions::checksum_blocks>("checksum_blocks", kVllm, /*vllm_default=*/"false"),
+    BoolKey<&FsTierOptions::checksum_blocks>("checksum_blocks", kVllm, /*vllm_default=*/"false"),  // PR #57912
     EnumKey<&FsTierOptions::checksum_place, kChecksumPlaceNames>("checksum_place", kKvtier),
     {"seal_key_file", kKvtier, kOptional, &internal::ParseSealKeyFile, &internal::EmitSealKeyFile},
     {"seal_key_fd", kKvtier, kOptional, &internal::ParseSealKeyFd, &internal::EmitSealKeyFd},
     {"seal_read_key_files", kKvtier, kOptional, &internal::ParseSealReadKeyFiles, &internal::EmitSealReadKeyFiles},
+    {"seal_key_group_read", kKvtier, kOptional, &internal::ParseSealKeyGroupRead, &internal::EmitSealKeyGroupRead},
 };
 
 constexpr KeySpec<OffloadConfig> kTopLevelKeys[] = {

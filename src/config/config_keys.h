@@ -33,6 +33,9 @@ Status ParseSealReadKeyFiles(const Json& value, const std::string& path, FsTierO
 void EmitSealKeyFile(const FsTierOptions& out, std::string_view name, Json& obj);
 void EmitSealKeyFd(const FsTierOptions& out, std::string_view name, Json& obj);
 void EmitSealReadKeyFiles(const FsTierOptions& out, std::string_view name, Json& obj);
+// seal_key_group_read (FORMAT.md L174): printed only when true, as the keys are only when set.
+Status ParseSealKeyGroupRead(const Json& value, const std::string& path, FsTierOptions& out);
+void EmitSealKeyGroupRead(const FsTierOptions& out, std::string_view name, Json& obj);
 // Across the seal keys: one primary key (file or fd, not both); read keys
 // only with a primary key. `path`: the tier's key path ("" for vLLM's factory).
 Status CheckSealKeys(const FsTierOptions& tier, const std::string& path);

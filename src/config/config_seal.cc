@@ -48,6 +48,13 @@ void EmitSealReadKeyFiles(const FsTierOptions& out, std::string_view name, Json&
   if (!out.seal_read_key_files.empty()) obj[std::string(name)] = out.seal_read_key_files;
 }
 
+Status ParseSealKeyGroupRead(const Json& value, const std::string& path, FsTierOptions& out) {
+  return ReadBool(value, path, &out.seal_key_group_read);
+}
+void EmitSealKeyGroupRead(const FsTierOptions& out, std::string_view name, Json& obj) {
+  if (out.seal_key_group_read) obj[std::string(name)] = true;
+}
+
 Status CheckSealKeys(const FsTierOptions& tier, const std::string& path) {
   if (!tier.seal_key_file.empty() && tier.seal_key_fd >= 0) {
     return KeyError(JoinKeyPath(path, "seal_key_fd"), "give the key by seal_key_file or by seal_key_fd, not both");

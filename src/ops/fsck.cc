@@ -20,53 +20,13 @@
 #include "ops/io_watch.h"
 #include "ops/ops_internal.h"
 #include "ops/block_verify.h"
+#include "ops/row_basis.h"
 #include "ops/seal_check.h"
 #include "ops/trailer_sizes.h"
 #include "util/crc32c.h"
 
 namespace kvtier {
 namespace internal {
-
-int TreeEditor::Remove(const ScannedFile& f) const {
-  const auto [dir, name] = SplitRel(f.rel);
-  IoScope io(f.rel);
-  if (io.cancelled()) return ECANCELED;  // the call was abandoned at a hang: change nothing more
-  UniqueFd fd;
-  if (const int err = OpenDir(dir, &fd)) return err == ENOENT ? 0 : err;
-  return UnlinkIfSameAt(fd.get(), name, f.dev, f.ino, S_ISDIR(f.mode));
-}
-
-int TreeEditor::RemoveAt(int dir_fd, const ScannedFile& f) const {
-  IoScope io(f.rel);
-  if (io.cancelled()) return ECANCELED;
-  return UnlinkIfSameAt(dir_fd, SplitRel(f.rel).second, f.dev, f.ino, S_ISDIR(f.mode));
-}
-
-int TreeEditor::RemoveEmptyDir(const std::string& rel) const {
-  const auto [dir, name] = SplitRel(rel);
-  IoScope io(rel);
-  if (io.cancelled()) return ECANCELED;
-  UniqueFd fd;
-  if (const int err = OpenDir(dir, &fd)) return err;
-  return unlinkat(fd.get(), name.c_str(), AT_REMOVEDIR) == 0 ? 0 : errno;
-}
-
-std::optional<ScannedFile> TreeEditor::LookAtDir(const std::string& rel) const {
-  const auto [parent, leaf] = SplitRel(rel);
-  IoScope io(rel);
-  UniqueFd fd;
-  struct stat st;
-  if (io.cancelled() || OpenDir(parent, &fd) != 0 || fstatat(fd.get(), leaf.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 ||
-      !S_ISDIR(st.st_mode)) {
-    return std::nullopt;
-  }
-  ScannedFile dir;
-  dir.rel = rel;
-  dir.mtime = st.st_mtim.tv_sec;
-  dir.dev = st.st_dev, dir.ino = st.st_ino;
-  dir.mode = st.st_mode;
-  return dir;
-}
 
 namespace {
 
@@ -82,9 +42,8 @@ class FsckRun {
       // A seal member in a config.json that fails its digest (L79) may be an
       // edit: its blocks are judged by it but none is removed for it.
       if (info.sealed && !info.digest_matches) seal_untrusted_.insert(name);
-      const uint64_t trailer = info.sealed ? format::kSealTrailerBytes : 0;
-      rows_[name] = o_.row_bytes != 0 ? o_.row_bytes + trailer : MostCommonSize(ns);
-      if (!info.sealed && ns.blocks.count != 0 && !ns.blocks.sizes.All(rows_[name])) mixed_.insert(name);
+      rows_[name] = RowBasisOf(ns, info, o_.row_bytes);  // L196
+      if (!info.sealed && ns.blocks.count != 0 && !ns.blocks.sizes.All(rows_[name].bytes)) mixed_.insert(name);
     }
   }
 
@@ -96,7 +55,7 @@ class FsckRun {
       if (first.namespaces.at(name).blocks.count != 0) return true;  // L182: each block's record is read
     }
     for (const auto& [name, ns] : first.namespaces) {
-      if (ns.blocks.count != 0 && (ns.blocks.oversize != 0 || !ns.blocks.sizes.All(rows_.at(name)))) return true;
+      if (ns.blocks.count != 0 && (ns.blocks.oversize != 0 || !ns.blocks.sizes.All(rows_.at(name).bytes))) return true;
     }
     return false;
   }
@@ -109,24 +68,26 @@ class FsckRun {
     }
     const auto row = rows_.find(ns);
     if (row == rows_.end()) return false;  // a namespace new since the first walk: judged next time
+    const RowBasis& basis = row->second;
     if (const auto sealed = sealed_.find(ns); sealed != sealed_.end()) {
       const bool trusted = !seal_untrusted_.count(ns);
-      return b.size == row->second ? SealedBlock(sealed->second, trusted, b, dir_fd)
-                                   : WrongSize(b, row->second, trusted);
+      if (b.size == basis.bytes) return SealedBlock(sealed->second, trusted, b, dir_fd);
+      // L196: by the most common size alone a block is judged by its own record.
+      return basis.trusted() ? WrongSize(ns, b, basis, trusted) : SealedOtherSize(ns, sealed->second, trusted, b, dir_fd);
     }
-    if (b.size == row->second) {
+    if (b.size == basis.bytes) {
       SampleMode(ns, b, dir_fd);
       return o_.verify_data && VerifyOne(b, dir_fd);
     }
     // L136: the row and its trailer, beside plain rows.
-    if (b.size == row->second + format::kTrailerBytes) {
+    if (b.size == basis.bytes + format::kTrailerBytes) {
       const format::TrailerState trailer = TrailerOf(b, dir_fd);
       if (trailer == format::TrailerState::kValid) return o_.verify_data && VerifyOne(b, dir_fd);
       if (trailer == format::TrailerState::kDamaged) return DamagedTrailer(b);
     }
-    // A plain row beside trailer blocks? Not where the operator gave the row size.
-    if (o_.row_bytes == 0 && b.size + format::kTrailerBytes == row->second) return Defer(ns, b);
-    return WrongSize(b, row->second);
+    // A plain row beside trailer blocks? Not where the row size is given or declared.
+    if (!basis.trusted() && b.size + format::kTrailerBytes == basis.bytes) return Defer(ns, b);
+    return WrongSize(ns, b, basis);
   }
 
   // L67, L131: the trailer's magic with a record that fails its own CRC (or
@@ -139,24 +100,58 @@ class FsckRun {
     return action == RepairAction::kRemoved;
   }
 
-  // L80 (L182 in a sealed namespace): a block not of the size `want`.
-  bool WrongSize(const ScannedFile& b, uint64_t want, bool removable = true) {
-    const std::string basis = o_.row_bytes != 0 ? "given row size " : "most common size ";
-    std::string detail = std::to_string(b.size) + " bytes, " + basis + std::to_string(want);
-    if (o_.row_bytes != 0 && want != o_.row_bytes) detail += " (the row and its seal trailer)";
+  // L80 (L182 in a sealed namespace): a block not of the size `basis` says.
+  bool WrongSize(const std::string& ns, const ScannedFile& b, const RowBasis& basis, bool removable = true) {
+    std::string detail = std::to_string(b.size) + " bytes, " + basis.name() + std::to_string(basis.bytes);
+    if (basis.bytes != o_.row_bytes && sealed_.count(ns)) detail += " (the row and its seal trailer)";
     // L109: never read, whatever the row (a sparse terabyte costs a stat).
     if (b.size > kBlockBytesMax) detail += "; larger than any block (" + std::to_string(kBlockBytesMax) + " bytes): not read";
-    // Short files are what vLLM itself deletes (L65); longer ones may be
-    // rows of a 64 K-page host (L66) and are only reported.
-    const RepairAction action = b.size < want ? RemoveIf(removable, b, &detail) : RepairAction::kNone;
+    // Short files are what vLLM itself deletes (L65), where the row is known
+    // (L196); longer ones may be rows of a 64 K-page host (L66) and are only reported.
+    RepairAction action = RepairAction::kNone;
+    if (RemovableShort(b.size, basis)) {
+      action = RemoveIf(removable, b, &detail);
+    } else if (!basis.trusted() && b.size < basis.bytes) {
+      detail += "; not removed: no row size is given or declared (L196)";
+      Suspect(ns);  // a longer one is kept whatever the basis (L66)
+    }
     Add(FindingKind::kSizeMismatch, b.rel, "L80", action, detail);
     return action == RepairAction::kRemoved;
+  }
+
+  // L196: a block of a sealed namespace not of its most common size, judged
+  // by its own seal record (and with the key, its tag) as L182/L183 judge
+  // one of that size: no record of the namespace's key, or a failed tag, is
+  // a seal_mismatch; a sound one is reported, never removed for its size.
+  bool SealedOtherSize(const std::string& ns, const std::string& key_id, bool removable, const ScannedFile& b,
+                       int dir_fd) {
+    bool tag_checked = false;
+    const std::optional<bool> removed = JudgeSealed(key_id, removable, b, dir_fd, &tag_checked);
+    if (removed) return *removed;
+    const RowBasis& basis = rows_.at(ns);
+    std::string detail = std::to_string(b.size) + " bytes, " + basis.name() + std::to_string(basis.bytes) +
+                         (tag_checked ? "; its tag checks under the key: a sealed block of another row size"
+                                      : "; its seal record is sound, and only its tag (--seal-key-file with "
+                                        "--verify-data) can judge it: not removed (L196)");
+    if (!tag_checked && b.size < basis.bytes) Suspect(ns);  // a longer one is kept whatever the basis (L66)
+    Add(FindingKind::kSizeMismatch, b.rel, "L196", RepairAction::kNone, detail);
+    return false;
+  }
+
+  void Suspect(const std::string& ns) {
+    std::lock_guard lock(mu_);
+    ++suspect_[ns];
   }
 
   // L182, L183: a block of a sealed namespace, of its size: its seal record
   // and key id against config.json's, and with verify_data and the key
   // among FsckOptions::seal_key_files its tag. Whether it was removed.
   bool SealedBlock(const std::string& key_id, bool removable, const ScannedFile& b, int dir_fd) {
+    return JudgeSealed(key_id, removable, b, dir_fd).value_or(false);
+  }
+  // The same, nullopt where the block is sound (*tag_checked: by its tag).
+  std::optional<bool> JudgeSealed(const std::string& key_id, bool removable, const ScannedFile& b, int dir_fd,
+                                  bool* tag_checked = nullptr) {
     IoScope io(b.rel);
     UniqueFd fd;
     struct stat st;
@@ -176,8 +171,10 @@ class FsckRun {
       uint64_t read_bytes = 0;
       verdict = SealTag(fd.get(), size, b.rel, *keys_, key, &io, &detail, &read_bytes);
       read_bytes_ += read_bytes;
+      if (tag_checked != nullptr) *tag_checked = true;
     }
-    if (verdict == SealVerdict::kSound || verdict == SealVerdict::kUnjudged) return false;
+    if (verdict == SealVerdict::kSound) return std::nullopt;
+    if (verdict == SealVerdict::kUnjudged) return false;
     // L165: a later version's record is reported, never removed.
     const RepairAction action = verdict == SealVerdict::kBroken ? RemoveIf(removable, b, &detail) : RepairAction::kNone;
     Add(FindingKind::kSealMismatch, b.rel, rule, action, detail);
@@ -187,8 +184,8 @@ class FsckRun {
   // L136: blocks one trailer smaller than the most common size, judged once
   // the walk has sampled whether that size's blocks carry trailers: if one
   // does, they are plain rows of the same row size (and are verified as
-  // such); if those sampled do not, they are short (L65); with none sampled
-  // they are reported, never removed by their size alone.
+  // such); else they are reported, never removed by their size alone (L196:
+  // the most common size may be files a co-tenant planted).
   void JudgeDeferred() {
     for (const auto& [ns, b] : deferred_) {
       const ModeTrailer mode = mode_trailer_[ns];
@@ -197,12 +194,21 @@ class FsckRun {
         if (o_.verify_data && editor_.OpenDir(SplitRel(b.rel).first, &dir) == 0) VerifyOne(b, dir.get());
         continue;
       }
-      std::string detail = std::to_string(b.size) + " bytes, most common size " + std::to_string(rows_.at(ns));
-      if (mode.sampled == 0) detail += "; no block of that size could be read for a trailer (L136): not removed";
-      const RepairAction action = mode.sampled == 0 ? RepairAction::kNone : Remove(b, &detail);
-      Add(FindingKind::kSizeMismatch, b.rel, "L80", action, detail);
+      std::string detail = std::to_string(b.size) + " bytes, most common size " + std::to_string(rows_.at(ns).bytes);
+      detail += mode.sampled == 0 ? "; no block of that size could be read for a trailer (L136): not removed"
+                                  : "; those sampled carry no trailer, and no row size is given or declared (L196): "
+                                    "not removed";
+      Suspect(ns);
+      Add(FindingKind::kSizeMismatch, b.rel, "L80", RepairAction::kNone, detail);
     }
     Unlisted(FindingKind::kSizeMismatch, deferred_.more());
+    // L196: one finding per namespace whose sizes nothing trusted can settle.
+    for (const auto& [ns, n] : suspect_) {
+      Add(FindingKind::kSuspectSizes, ns, "L196", RepairAction::kNone,
+          std::to_string(n) + " blocks not of the most common size (" + std::to_string(rows_.at(ns).bytes) +
+              " bytes) were kept: files planted by a co-tenant can make any size the most common; give --row-bytes"
+              " (or, sealed, --seal-key-file with --verify-data) to judge them");
+    }
   }
 
   void Namespace(const NsScan& ns) {
@@ -433,7 +439,8 @@ class FsckRun {
   FsckReport* report_;
   int64_t now_;
   const ExtraBlockCheck& extra_;
-  std::map<std::string, uint64_t> rows_;  // by namespace: the size its blocks must have
+  std::map<std::string, RowBasis> rows_;  // by namespace: the size its blocks must have (L196)
+  std::map<std::string, uint64_t> suspect_;  // by namespace: blocks kept by L196 (guarded by mu_)
   std::set<std::string> mixed_;           // namespaces whose blocks are not all of that size
   std::map<std::string, std::string> sealed_;  // sealed namespaces (L182): the key id config.json names
   std::set<std::string> seal_untrusted_;       // those whose config.json fails its digest (L79)
@@ -456,7 +463,7 @@ namespace internal {
 Result<FsckReport> FsckScanned(const FsckOptions& options, const TreeScan& first, const ExtraBlockCheck& extra) {
   IoRootScope io_root(first.root);
   FsckReport report;
-  KVTIER_ASSIGN_OR_RETURN(const SealKeys keys, SealKeys::Load(options.seal_key_files));
+  KVTIER_ASSIGN_OR_RETURN(const SealKeys keys, SealKeys::Load(options.seal_key_files, options.seal_key_group_read));
   FsckRun run(options, first, &report, extra, &keys);
   const TreeScan* scan = &first;
   std::optional<TreeScan> second;

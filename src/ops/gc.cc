@@ -1,5 +1,6 @@
 // gc: reclaims orphaned namespaces, enforces a capacity bound by least recent
-// use, and always removes stale temp/probe files and short (corrupt) blocks.
+// use, and always removes stale temp/probe files and short (corrupt) blocks
+// where the row is known (FORMAT.md L196).
 // Only layout files are deleted, each only if it is still the file scanned,
 // and a namespace gc cannot fully read (its leases above all) is kept.
 //
@@ -32,7 +33,7 @@
 #include "ops/use_time.h"
 #include "ops/io_watch.h"
 #include "ops/ops_internal.h"
-#include "ops/trailer_sizes.h"
+#include "ops/row_basis.h"
 
 namespace kvtier {
 namespace internal {
@@ -133,7 +134,7 @@ class GcRun {
     const Fate fate = FateOf(ns);
     if (fate == Fate::kKept) return false;
     if (fate == Fate::kOrphaned) return Reclaim(b, "orphaned_namespace", dir_fd);
-    if (ShortBlock(b.size, rows_.at(ns))) return Reclaim(b, "corrupt", dir_fd);  // L65, L80, L136
+    if (RemovableShort(b.size, rows_.at(ns))) return Reclaim(b, "corrupt", dir_fd);  // L65, L80, L196
     histogram_.Add(UseHistogram::Bucket(now_, b.activity()), b.bytes);
     live_bytes_ += b.bytes;
     return false;
@@ -142,7 +143,7 @@ class GcRun {
   // The third walk: blocks older than the cut-off bucket go; in the bucket
   // itself, blocks in walk order until the bound is met.
   bool CapacityBlock(const std::string& ns, const ScannedFile& b, int dir_fd) {
-    if (FateOf(ns) != Fate::kLive || ShortBlock(b.size, rows_.at(ns))) return false;
+    if (FateOf(ns) != Fate::kLive || RemovableShort(b.size, rows_.at(ns))) return false;
     const int bucket = UseHistogram::Bucket(now_, b.activity());
     if (bucket < cut_.bucket) return false;
     if (bucket == cut_.bucket) {
@@ -195,7 +196,7 @@ class GcRun {
   FirstWalkUse* first_use_;                  // the first walk's histogram and candidates, when it made them
   mutable std::mutex mu_;                    // guards report_
   std::map<std::string, Fate> fate_;         // by namespace, from the first walk
-  std::map<std::string, uint64_t> rows_;     // by namespace: its most common size
+  std::map<std::string, RowBasis> rows_;     // by namespace: what its sizes are judged by (L196)
   uint64_t kept_bytes_ = 0;
   std::atomic<uint64_t> live_bytes_{0}, dirs_removed_{0};
   UseHistogram histogram_;  // of the second walk
@@ -211,7 +212,7 @@ void GcRun::Decide(const TreeScan& first) {
   for (const auto& [name, ns] : first.namespaces) {
     report_->unreadable.insert(report_->unreadable.end(), ns.unreadable.begin(), ns.unreadable.end());
     report_->unreadable_unlisted += ns.unreadable.more();
-    rows_[name] = MostCommonSize(ns);
+    rows_[name] = RowBasisOf(ns, ParseConfig(ns), /*given_row_bytes=*/0);
     if (keep.count(name) > 0) {
       fate_[name] = Fate::kKept;
       kept_bytes_ += ns.blocks.bytes;
@@ -230,7 +231,7 @@ bool GcRun::NeedsSecondWalk(const TreeScan& first) const {
   for (const auto& [name, ns] : first.namespaces) {
     const Fate fate = fate_.at(name);
     if (fate == Fate::kOrphaned) return true;
-    if (fate == Fate::kLive && ns.blocks.count != 0 && !ns.blocks.sizes.All(rows_.at(name))) return true;  // short blocks?
+    if (fate == Fate::kLive && ns.blocks.count != 0 && !ns.blocks.sizes.All(rows_.at(name).bytes)) return true;  // short blocks?
   }
   return false;
 }

@@ -51,6 +51,7 @@ ConfigInfo ParseConfig(const NsScan& ns) {
   info.blocks_per_file = get_int("blocks_per_file");
   info.tp_size = get_int("tp_size");
   info.page_size = get_int("page_size");
+  info.page_bytes = get_int("page_bytes");
   auto get_string = [&](const char* key) {
     return fields.contains(key) && fields[key].is_string() ? fields[key].get<std::string>() : std::string();
   };
@@ -145,7 +146,8 @@ std::string_view FindingKindName(FindingKind kind) {
   static constexpr std::string_view kNames[] = {"config_missing", "config_torn", "config_digest_mismatch",
                                                 "bad_name", "size_mismatch", "crc_mismatch", "stale_tmp",
                                                 "probe_leftover", "stray_file", "empty_dir", "unreadable",
-                                                "not_regular", "wrong_root", "seal_mismatch"};
+                                                "not_regular", "wrong_root", "seal_mismatch",
+                                                "suspect_sizes"};
   return kNames[static_cast<int>(kind)];
 }
 

@@ -117,10 +117,10 @@ SealVerdict StreamRow(int fd, uint64_t row, SealTagChecker* c, IoScope* io, std:
 
 }  // namespace
 
-Result<SealKeys> SealKeys::Load(const std::vector<std::string>& files) {
+Result<SealKeys> SealKeys::Load(const std::vector<std::string>& files, bool group_read) {
   auto ring = std::make_shared<SealKeyring>();
   for (const std::string& file : files) {
-    KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<SealKey> key, SealKey::FromFile(file));
+    KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<SealKey> key, SealKey::FromFile(file, group_read));
     ring->keys.push_back(std::move(key));
   }
   SealKeys keys;

@@ -23,7 +23,7 @@ class SealKeys {
  public:
   // Each file as a tier reads a key (L161, L173); the first that fails
   // fails the call, naming "seal key file PATH", never the content.
-  static Result<SealKeys> Load(const std::vector<std::string>& files);
+  static Result<SealKeys> Load(const std::vector<std::string>& files, bool group_read);
   // The index of the key whose id is `key_id_hex` (32 hex digits), or -1.
   int Find(const std::string& key_id_hex) const;
   const std::shared_ptr<const SealKeyring>& ring() const { return ring_; }

@@ -10,14 +10,6 @@
 
 namespace kvtier::internal {
 
-// L136: a block smaller than its namespace's most common size is short
-// (corrupt: gc and fsck --repair remove it, as vLLM's reader does) unless
-// it is exactly one trailer smaller: then it may be a plain row beside
-// trailer blocks of that row, and no tool removes it by its size alone.
-inline bool ShortBlock(uint64_t size, uint64_t common) {
-  return size < common && size + format::kTrailerBytes != common;
-}
-
 // L133: the record in the last kTrailerRecordBytes of the open file `fd`
 // of `size` bytes (one pread). kAbsent for a file too small to hold a
 // trailer or a read that fails; `read_failed` (if given) tells the two apart.

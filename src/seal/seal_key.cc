@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "seal/key_file_access.h"
 #include "util/log.h"
 
 namespace kvtier::internal {
@@ -123,7 +124,7 @@ Result<std::unique_ptr<SealKey>> SealKey::FromSource(int fd, bool seekable, std:
   return key;
 }
 
-Result<std::unique_ptr<SealKey>> SealKey::FromFile(const std::string& path) {
+Result<std::unique_ptr<SealKey>> SealKey::FromFile(const std::string& path, bool group_read) {
   const std::string what = "seal key file " + path;
   // Symlinks are followed: a Kubernetes Secret's files are links into ..data/.
   const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
@@ -136,6 +137,8 @@ Result<std::unique_ptr<SealKey>> SealKey::FromFile(const std::string& path) {
     key = BadKey(what, "is a directory");
   } else if (!S_ISREG(st.st_mode)) {
     key = BadKey(what, "is not a regular file");
+  } else if (Status access = CheckKeyFileAccess(st, path, group_read, what); !access.ok()) {
+    key = std::move(access);  // L174: read nothing from a file a co-tenant may have chosen
   } else {
     key = FromSource(fd, /*seekable=*/true, what);
   }
@@ -170,10 +173,10 @@ Result<std::shared_ptr<const SealKeyring>> LoadSealKeyring(const FsTierOptions& 
   auto ring = std::make_shared<SealKeyring>();
   KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<SealKey> primary, tier.seal_key_fd >= 0
                                                                 ? SealKey::FromFd(tier.seal_key_fd)
-                                                                : SealKey::FromFile(tier.seal_key_file));
+                                                                : SealKey::FromFile(tier.seal_key_file, tier.seal_key_group_read));
   ring->keys.push_back(std::move(primary));
   for (const std::string& path : tier.seal_read_key_files) {
-    KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<SealKey> old, SealKey::FromFile(path));
+    KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<SealKey> old, SealKey::FromFile(path, tier.seal_key_group_read));
     ring->keys.push_back(std::move(old));
   }
   return std::shared_ptr<const SealKeyring>(std::move(ring));

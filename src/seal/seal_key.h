@@ -29,8 +29,10 @@ inline constexpr size_t kSealKeyBytes = 32;
 class SealKey {
  public:
   // L161: 32 raw bytes, or 64 hex digits and at most one trailing "\n" or
-  // "\r\n". kInvalidArgument (or the errno's code) naming `path`.
-  static Result<std::unique_ptr<SealKey>> FromFile(const std::string& path);
+  // "\r\n". kInvalidArgument (or the errno's code) naming `path`; first
+  // the file's access as L174 says (kPermissionDenied), group-readable only
+  // with `group_read`.
+  static Result<std::unique_ptr<SealKey>> FromFile(const std::string& path, bool group_read);
   // The same from an fd the caller keeps: read from offset 0 (pread) where
   // it can seek, else read to its end; never closed here.
   static Result<std::unique_ptr<SealKey>> FromFd(int fd);

@@ -242,6 +242,37 @@ TEST_F(OpsSglangTest, TornAndCorruptPagesAreFoundAndRepaired) {
   EXPECT_TRUE(after.findings.empty());
 }
 
+// L196: the page an SGLang namespace declares (page_bytes, under a digest
+// no co-tenant can change) is what sizes are judged by, not a majority:
+// 30 planted longer files never make the 10 real pages short, and 30 planted
+// short ones are removed as short although they are the most common size.
+TEST_F(OpsSglangTest, APlantedMajorityCannotOutvoteTheDeclaredPage) {
+  const std::string sg = MakeNamespace("m");
+  const std::vector<std::string> pages = WritePages(sg, 0, 10);
+  const std::vector<std::string> longer = WritePages(sg, 0, 30, /*first_token=*/1000);
+  const std::vector<std::string> shorter = WritePages(sg, 0, 30, /*first_token=*/5000);
+  for (const std::string& rel : longer) fs::resize_file(P(rel), kPageBytes * 2);
+  for (const std::string& rel : shorter) fs::resize_file(P(rel), kPageBytes / 2);
+  FsckOptions fo = Opts<FsckOptions>();
+  fo.repair = true;
+  fo.dir_grace_s = 0;
+  ASSERT_OK_AND_ASSIGN(FsckReport repaired, Fsck(fo));
+  size_t removed = 0, reported = 0;
+  for (const Finding& f : repaired.findings) {
+    EXPECT_NE(f.kind, FindingKind::kSuspectSizes) << f.detail;  // a declared page settles every size
+    if (f.kind != FindingKind::kSizeMismatch) continue;
+    EXPECT_NE(f.detail.find("declared page size 128"), std::string::npos) << f.detail;
+    (f.action == RepairAction::kRemoved ? removed : reported) += 1;
+  }
+  EXPECT_EQ(removed, shorter.size());
+  EXPECT_EQ(reported, longer.size());  // L66: longer ones are only reported
+  for (const std::string& rel : pages) EXPECT_TRUE(fs::exists(P(rel))) << rel;
+  for (const std::string& rel : shorter) EXPECT_FALSE(fs::exists(P(rel))) << rel;
+  ASSERT_OK_AND_ASSIGN(GcReport gc, Gc(Opts<GcOptions>()));
+  EXPECT_TRUE(gc.reclaimed.empty());
+  for (const std::string& rel : pages) EXPECT_TRUE(fs::exists(P(rel))) << "gc removed a real page: " << rel;
+}
+
 TEST_F(OpsSglangTest, ConfigWhoseFieldsChangedIsADigestMismatch) {
   const std::string sg = MakeNamespace("m");
   WritePages(sg, 0, 2);

@@ -76,8 +76,8 @@ std::map<int, int> Opens(int fd) {
 
 TEST(SealedRoots, EachKeyFileIsReadOnceAndEveryRootGetsThePrimaryKey) {
   testing::TempDir dir;
-  testing::WriteFileOrDie(dir.path() / "primary.key", kKeyA);
-  testing::WriteFileOrDie(dir.path() / "old.key", kKeyB);
+  testing::WriteKeyFileOrDie(dir.path() / "primary.key", kKeyA);
+  testing::WriteKeyFileOrDie(dir.path() / "old.key", kKeyB);
   FsTierOpenOptions o = RootsOptions(dir.path(), "sealed/roots");
   o.tier.seal_key_file = (dir.path() / "primary.key").string();
   o.tier.seal_read_key_files = {(dir.path() / "old.key").string()};

@@ -63,7 +63,7 @@ const std::string kKeyB = "RAW-KEY-B-0123456789-abcdefghijk";  // 32 raw bytes
 class SealedTierTest : public ::testing::TestWithParam<IoBackendKind> {
  protected:
   std::string KeyFile(const std::string& name, const std::string& content) {
-    testing::WriteFileOrDie(dir_.path() / name, content);
+    testing::WriteKeyFileOrDie(dir_.path() / name, content);
     return (dir_.path() / name).string();
   }
   FsTierOpenOptions Options(const std::string& key_file, const std::string& model = "sealed/model") {
@@ -422,7 +422,7 @@ TEST(SealedTieredStore, TheConfigsSealKeysReachTheFsTier) {
     options.devices = {gpu.Registration()};
     return TieredStore::Open(options);
   };
-  testing::WriteFileOrDie(dir.path() / "good.key", kKeyA);
+  testing::WriteKeyFileOrDie(dir.path() / "good.key", kKeyA);
   auto store = open((dir.path() / "good.key").string());
   ASSERT_TRUE(store.ok()) << store.status().ToString();
   store->reset();
@@ -432,7 +432,7 @@ TEST(SealedTieredStore, TheConfigsSealKeysReachTheFsTier) {
     sealed_configs += testing::ReadJsonOrDie(entry.path() / "config.json").contains("kvtier_seal");
   }
   EXPECT_EQ(sealed_configs, 1u);
-  testing::WriteFileOrDie(dir.path() / "bad.key", kKeyB + "!");
+  testing::WriteKeyFileOrDie(dir.path() / "bad.key", kKeyB + "!");
   const auto bad = open((dir.path() / "bad.key").string());
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().ToString().find("bad.key"), std::string::npos) << bad.status().ToString();

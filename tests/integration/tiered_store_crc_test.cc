@@ -458,7 +458,7 @@ TEST_F(TieredStoreCrcTest, ChecksumsOffStageNoCrc) {
 TEST_F(TieredStoreCrcTest, ASealedTierKeepsItsOwnCheck) {
   SCOPED_TRACE("seed " + std::to_string(seed_));
   const std::string key = (dir_.path() / "seal.key").string();
-  testing::WriteFileOrDie(key, "a1a2a3a4a5a6a7a8a9aaabacadaeafb0b1b2b3b4b5b6b7b8b9babbbcbdbebfc0\n");
+  testing::WriteKeyFileOrDie(key, "a1a2a3a4a5a6a7a8a9aaabacadaeafb0b1b2b3b4b5b6b7b8b9babbbcbdbebfc0\n");
   const std::string config = Config((dir_.path() / "root").string(), R"(, "seal_key_file": ")" + key + "\"");
   const std::vector<OffloadKey> keys = RandomKeys(3);
   {

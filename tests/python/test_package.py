@@ -193,8 +193,11 @@ def test_ops_return_objects(tmp_path, tier):
     assert du.namespaces[0].bytes == 4 * ROW
     os.truncate(tier.block_path(keys[0]), ROW // 2)  # a torn block
     report = kvtier.fsck(str(tmp_path))
-    assert [f.kind for f in report.findings] == ["size_mismatch"] and report.exit_code == 4
+    # FORMAT.md L196: kept against the most common size, the namespace reported suspect.
+    assert [f.kind for f in report.findings] == ["size_mismatch", "suspect_sizes"] and report.exit_code == 4
     assert report.findings[0].rule.startswith("L")
+    given = kvtier.fsck(str(tmp_path), row_bytes=ROW)
+    assert [f.kind for f in given.findings] == ["size_mismatch"], [f.kind for f in given.findings]
     gc = kvtier.gc(str(tmp_path), max_bytes=2 * ROW, dry_run=True)
     assert gc.dry_run and gc.reclaimed and all(r.bytes > 0 for r in gc.reclaimed)
     assert kvtier.du(str(tmp_path)).total_blocks == 4, "a dry run deletes nothing"

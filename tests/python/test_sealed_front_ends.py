@@ -28,6 +28,7 @@ def key_file(tmp_path, content=KEY_HEX + "\n"):
     path = tmp_path / "secret" / "seal.key"
     path.parent.mkdir(exist_ok=True)
     path.write_text(content)
+    path.chmod(0o600)  # FORMAT.md L174
     return str(path)
 
 

@@ -6,14 +6,15 @@ planted or damaged by hand where a rule says what a tool must find.
 
 Proves: ``du`` reports the sealed namespace with its key id (the HMAC-SHA256 identity of L161,
 computed here independently) and the unsealed one as unsealed; ``gc`` needs no key, counts a
-sealed block as row + 4096, keeps every sound sealed block and a plain row one trailer short
-(L181), and removes a truncated sealed block as corrupt; ``fsck`` without a key checks each sealed
+sealed block as row + 4096, keeps every sound sealed block, a plain row one trailer short and a
+truncated block (L181, L196: no row is declared), and removes an empty one as corrupt; ``fsck`` without a key checks each sealed
 block's structure and reports a checksum-trailer block, a damaged record and another key's block
 as ``seal_mismatch`` (L182) but cannot see a block moved from another path or a flipped bit, which
 ``--verify-data --seal-key-file`` then catches (L183), ``--repair`` removing them all; a key file
 that is no key fails fsck naming the path and never its bytes; ``hash --seal-key-file`` (or a
 sealed config.json) prints the sealed tier's own paths; a key mounted as a Kubernetes Secret
-(symlinks) works; ``bench fs --seal-key-file`` round-trips through a sealed tier and removes the
+(symlinks, mode 0440 with ``seal_key_group_read``) works, and is refused without it; a key file
+others can write is refused by the tier and every tool, naming the path (L174); ``bench fs --seal-key-file`` round-trips through a sealed tier and removes the
 sealed namespace it wrote.
 """
 
@@ -59,6 +60,8 @@ def vol(tmp_path):
     ka, kb = tmp_path / "a.key", tmp_path / "b.key"
     ka.write_bytes(bytes(range(32)))
     kb.write_bytes(bytes(range(100, 132)))
+    ka.chmod(0o600)  # L174: readable by nobody else
+    kb.chmod(0o600)
     sealed = {"root_dir": str(root), "seal_key_file": str(ka)}
     with kvtier.FsTier(namespace(), ROW, sealed) as t:
         rows = [bytearray(bytes([i]) * ROW) for i in range(6)]
@@ -104,23 +107,31 @@ def test_gc_needs_no_key_and_sizes_sealed_blocks(kvtier_bin, vol):
     plain_row = vol.paths[0]
     with open(plain_row, "r+b") as f:  # one trailer short: a plain row's size (L181: kept by gc)
         f.truncate(ROW)
-    with open(vol.paths[1], "r+b") as f:  # truncated mid-row: short, never a sealed block
+    with open(vol.paths[1], "r+b") as f:  # truncated mid-row: kept by gc (L196: no row is declared)
         f.truncate(ROW // 2)
+    empty = vol.paths[5]
+    Path(empty).write_bytes(b"")  # empty: no row is, whatever the majority (L196)
     gc = json.loads(cli(kvtier_bin, "gc", "--json", vol.root).stdout)
     assert [(os.path.basename(r["path"]), r["reason"]) for r in gc["reclaimed"]] == \
-        [(os.path.basename(vol.paths[1]), "corrupt")], gc
-    assert os.path.exists(plain_row) and all(os.path.exists(p) for p in vol.paths[2:])
+        [(os.path.basename(empty), "corrupt")], gc
+    assert os.path.exists(plain_row) and all(os.path.exists(p) for p in vol.paths[1:5])
+    # fsck judges the truncated one by its own record (L182, L196): none, so not a sealed block.
+    report, rc = fsck(kvtier_bin, vol, "--repair", ok=(1, 4))
+    assert ("seal_mismatch", os.path.basename(vol.paths[1]), "L182", "removed") in found(report), report
+    assert ("seal_mismatch", os.path.basename(plain_row), "L182", "removed") in found(report), report
+    vol.paths = vol.paths[2:5]  # what is left of the sealed blocks
+    assert all(os.path.exists(p) for p in vol.paths)
     # The capacity bound counts row + 4096 per sealed block: with the sealed blocks the least
-    # recently used (oldest first), 3 of them, the unsealed namespace's 2 rows and the plain
-    # row fit in exactly this many bytes, so exactly the oldest sealed block goes.
+    # recently used (oldest first), 2 of the 3 and the unsealed namespace's 2 rows fit in
+    # exactly this many bytes, so exactly the oldest sealed block goes.
     now = time.time()
-    for i, path in enumerate(vol.paths[2:]):
+    for i, path in enumerate(vol.paths):
         os.utime(path, (now - 1000 + i, now - 1000 + i))
-    budget = 3 * (ROW + TRAILER) + 3 * ROW
+    budget = 2 * (ROW + TRAILER) + 2 * ROW
     gc = json.loads(cli(kvtier_bin, "gc", "--json", "--ignore-lease", "--max-bytes", budget, vol.root).stdout)
     assert [(os.path.basename(r["path"]), r["bytes"], r["reason"]) for r in gc["reclaimed"]] == \
-        [(os.path.basename(vol.paths[2]), ROW + TRAILER, "capacity")], gc
-    assert all(os.path.getsize(p) == ROW + TRAILER for p in vol.paths[3:])
+        [(os.path.basename(vol.paths[0]), ROW + TRAILER, "capacity")], gc
+    assert all(os.path.getsize(p) == ROW + TRAILER for p in vol.paths[1:])
 
 
 def plant_trailer_block(path):
@@ -192,6 +203,7 @@ def test_fsck_refuses_a_key_file_that_is_no_key_without_printing_it(kvtier_bin, 
     bad = tmp_path / "bad.key"
     secret = b"S3CRET-NOT-A-KEY-" * 3
     bad.write_bytes(secret)
+    bad.chmod(0o600)
     proc = cli(kvtier_bin, "fsck", "--verify-data", "--seal-key-file", bad, vol.root, ok=(8,))
     assert str(bad) in proc.stderr and b"S3CRET".decode() not in proc.stdout + proc.stderr, proc.stderr
     proc = cli(kvtier_bin, "fsck", "--seal-key-file", vol.a, vol.root, ok=(106, 105, 2, 8, 1))
@@ -223,17 +235,42 @@ def test_a_key_mounted_as_a_kubernetes_secret_works(kvtier_bin, vol, tmp_path):
     (the kubelet swaps ``..data`` on update): the tier and the tools follow it."""
     secret = tmp_path / "secret"
     (secret / "..2026_11_27_00_00_00.000000001").mkdir(parents=True)
-    shutil.copyfile(vol.a, secret / "..2026_11_27_00_00_00.000000001" / "seal.key")
+    stamped = secret / "..2026_11_27_00_00_00.000000001" / "seal.key"
+    shutil.copyfile(vol.a, stamped)
+    stamped.chmod(0o440)  # defaultMode 0440 with fsGroup: group-readable
     (secret / "..data").symlink_to("..2026_11_27_00_00_00.000000001")
     (secret / "seal.key").symlink_to("..data/seal.key")
     mounted = dict(vol.sealed, seal_key_file=str(secret / "seal.key"))
+    with pytest.raises(kvtier.KvtierError, match="seal_key_group_read"):
+        kvtier.FsTier(namespace(), ROW, mounted)
+    mounted["seal_key_group_read"] = True
     with kvtier.FsTier(namespace(), ROW, mounted) as t:
         out = [bytearray(ROW)]
         assert run_job(t, t.submit_load([keys()[3]], out)).outcomes == ["ok"] and out[0] == bytes([3]) * ROW
-    report, rc = fsck(kvtier_bin, vol, "--verify-data", "--seal-key-file", secret / "seal.key")
+    refused = cli(kvtier_bin, "fsck", "--verify-data", "--seal-key-file", secret / "seal.key", vol.root, ok=(8,))
+    assert "seal-key-group-read" in refused.stderr, refused.stderr
+    report, rc = fsck(kvtier_bin, vol, "--verify-data", "--seal-key-file", secret / "seal.key",
+                      "--seal-key-group-read")
     assert rc == 0 and report["summary"]["sealed_verified"] == 6, report
-    py = kvtier.fsck(str(vol.root), verify_data=True, seal_key_files=[str(secret / "seal.key")])
+    py = kvtier.fsck(str(vol.root), verify_data=True, seal_key_files=[str(secret / "seal.key")],
+                     seal_key_group_read=True)
     assert py.exit_code == 0 and py.sealed_checked == 6 and py.sealed_verified == 6
+
+
+def test_a_key_file_others_can_write_is_refused_everywhere(kvtier_bin, vol):
+    """L174: whoever can write the key file chooses the key; the tier, fsck, hash and bench all
+    refuse it before reading it, naming the path."""
+    vol.a.chmod(0o622)
+    with pytest.raises(kvtier.KvtierError, match=str(vol.a)):
+        kvtier.FsTier(namespace(), ROW, vol.sealed)
+    for args in (["fsck", "--verify-data", "--seal-key-file", vol.a, vol.root],
+                 ["hash", "--tokens", ",".join(map(str, TOKENS)), "--seed", "tools", "--model", MODEL,
+                  "--num-layers", "1", "--layer-name-template", "l{}", "--seal-key-file", vol.a],
+                 ["bench", "fs", "--root", vol.root, "--row-bytes", 4096, "--rows", 1, "--seal-key-file", vol.a]):
+        proc = cli(kvtier_bin, *args, ok=(2, 8, 1))
+        assert str(vol.a) in proc.stderr and "writable by its group or others" in proc.stderr, (args, proc.stderr)
+    with pytest.raises(kvtier.KvtierError, match="writable"):
+        kvtier.fsck(str(vol.root), verify_data=True, seal_key_files=[str(vol.a)], seal_key_group_read=True)
 
 
 def test_bench_fs_runs_sealed_and_removes_its_sealed_namespace(kvtier_bin, vol, tmp_path):

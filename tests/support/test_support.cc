@@ -67,6 +67,14 @@ void WriteFileOrDie(const std::filesystem::path& path, const std::string& bytes)
   if (!out) ADD_FAILURE() << "cannot write " << path;
 }
 
+void WriteKeyFileOrDie(const std::filesystem::path& path, const std::string& bytes) {
+  WriteFileOrDie(path, bytes);
+  std::error_code ec;
+  std::filesystem::permissions(path, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write,
+                               std::filesystem::perm_options::replace, ec);
+  if (ec) ADD_FAILURE() << "cannot chmod " << path << ": " << ec.message();
+}
+
 JobResult WaitForJob(FsTier* tier, uint64_t id, int timeout_ms) {
   std::vector<JobResult> done;
   for (int waited = 0; waited < timeout_ms; ++waited) {

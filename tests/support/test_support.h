@@ -61,6 +61,8 @@ std::string ReadFileOrDie(const std::filesystem::path& path);
 // returns null) rather than throwing.
 nlohmann::json ReadJsonOrDie(const std::filesystem::path& path);
 void WriteFileOrDie(const std::filesystem::path& path, const std::string& bytes);
+// A seal key file as FORMAT.md L174 wants it: mode 0600, this user's.
+void WriteKeyFileOrDie(const std::filesystem::path& path, const std::string& bytes);
 
 // Polls `tier` until job `id` is finished and returns its result; fails the
 // test (and returns an empty result) after timeout_ms. Other finished jobs

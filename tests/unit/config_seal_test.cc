@@ -4,7 +4,9 @@
 // are printed back as the paths and fd they are (never a key: the config
 // holds none) and only when set; both primary forms at once, read keys
 // without a primary key, empty paths and wrong types are refused naming the
-// key; an inline key has no key to go in (an unknown key, refused).
+// key; an inline key has no key to go in (an unknown key, refused);
+// seal_key_group_read (L174) parses, is printed only when true, and a
+// non-boolean is refused naming it.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -68,6 +70,19 @@ TEST(ConfigSeal, BrokenRulesAreRefusedNamingTheKey) {
   EXPECT_EQ(inline_key.find("00112233"), std::string::npos) << inline_key;
   const auto both = ParseFsTierConfig(R"({"root_dir": "/mnt/kv", "seal_key_file": "/k", "seal_key_fd": 3})");
   EXPECT_FALSE(both.ok());
+}
+
+TEST(ConfigSeal, GroupReadParsesAndPrintsOnlyWhenTrue) {
+  const auto r = Parse(R"(, "seal_key_file": "/k", "seal_key_group_read": true)");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->secondary_tiers[0].fs.seal_key_group_read);
+  EXPECT_NE(OffloadConfigToJson(*r).find("\"seal_key_group_read\": true"), std::string::npos);
+  const auto off = Parse(R"(, "seal_key_file": "/k", "seal_key_group_read": false)");
+  ASSERT_TRUE(off.ok());
+  EXPECT_FALSE(off->secondary_tiers[0].fs.seal_key_group_read);
+  EXPECT_EQ(OffloadConfigToJson(*off).find("group_read"), std::string::npos);
+  EXPECT_NE(Error(R"(, "seal_key_file": "/k", "seal_key_group_read": "yes")").find("seal_key_group_read"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -45,8 +45,8 @@ constexpr uint64_t kFile = kRow + format::kSealTrailerBytes;
 class SealCheckTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    testing::WriteFileOrDie(dir_.path() / "seal.key", kKey);
-    auto keys = SealKeys::Load({(dir_.path() / "seal.key").string()});
+    testing::WriteKeyFileOrDie(dir_.path() / "seal.key", kKey);
+    auto keys = SealKeys::Load({(dir_.path() / "seal.key").string()}, /*group_read=*/false);
     ASSERT_TRUE(keys.ok()) << keys.status().ToString();
     keys_.emplace(std::move(keys).value());
     std::vector<uint8_t> block(kFile);

@@ -56,39 +56,39 @@ void ExpectKeyless(const Status& s, const std::string& path) {
 TEST(SealKey, RawAndHexFilesGiveOneKeyIdAndBadFilesNameThePathOnly) {
   testing::TempDir dir;
   auto write = [&](const std::string& name, const std::string& bytes) {
-    testing::WriteFileOrDie(dir.path() / name, bytes);
+    testing::WriteKeyFileOrDie(dir.path() / name, bytes);
     return (dir.path() / name).string();
   };
   std::string raw(32, '\0');
   for (size_t i = 0; i < 32; ++i) raw[i] = static_cast<char>(std::stoi(kHexKey.substr(2 * i, 2), nullptr, 16));
-  auto a = SealKey::FromFile(write("raw", raw));
-  auto b = SealKey::FromFile(write("hex", kHexKey));
-  auto c = SealKey::FromFile(write("hexnl", kHexKey + "\n"));
-  auto d = SealKey::FromFile(write("hexcrlf", kHexKey + "\r\n"));
+  auto a = SealKey::FromFile(write("raw", raw), false);
+  auto b = SealKey::FromFile(write("hex", kHexKey), false);
+  auto c = SealKey::FromFile(write("hexnl", kHexKey + "\n"), false);
+  auto d = SealKey::FromFile(write("hexcrlf", kHexKey + "\r\n"), false);
   ASSERT_TRUE(a.ok() && b.ok() && c.ok() && d.ok()) << a.status().ToString();
   EXPECT_EQ((*a)->key_id_hex().size(), 32u);
   EXPECT_EQ((*a)->key_id_hex(), (*b)->key_id_hex());
   EXPECT_EQ((*a)->key_id_hex(), (*c)->key_id_hex());
   EXPECT_EQ((*a)->key_id_hex(), (*d)->key_id_hex());
   EXPECT_EQ((*a)->key_id_hex().find("c0ffee"), std::string::npos);
-  ExpectKeyless(SealKey::FromFile((dir.path() / "missing").string()).status(), "missing");
+  ExpectKeyless(SealKey::FromFile((dir.path() / "missing").string(), false).status(), "missing");
   fs::create_directory(dir.path() / "adir");
-  ExpectKeyless(SealKey::FromFile((dir.path() / "adir").string()).status(), "adir");
+  ExpectKeyless(SealKey::FromFile((dir.path() / "adir").string(), false).status(), "adir");
   for (const std::string& bad : {kRawKey.substr(0, 31), kRawKey + "x", kHexKey.substr(0, 63) + "g",
                                  kHexKey + "\n\n", kHexKey + kHexKey, std::string()}) {
     const std::string path = write("bad", bad);
-    const Status s = SealKey::FromFile(path).status();
+    const Status s = SealKey::FromFile(path, false).status();
     ExpectKeyless(s, path);
     EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
   }
-  EXPECT_NE(SealKey::FromFile(write("short", kRawKey.substr(0, 31))).status().ToString().find("31 bytes"),
+  EXPECT_NE(SealKey::FromFile(write("short", kRawKey.substr(0, 31)), false).status().ToString().find("31 bytes"),
             std::string::npos);
 }
 
 TEST(SealKey, AnFdGivesTheSameKeyFromAFileOrAPipeAndIsLeftOpen) {
   testing::TempDir dir;
-  testing::WriteFileOrDie(dir.path() / "k", kHexKey + "\n");
-  auto from_file = SealKey::FromFile((dir.path() / "k").string());
+  testing::WriteKeyFileOrDie(dir.path() / "k", kHexKey + "\n");
+  auto from_file = SealKey::FromFile((dir.path() / "k").string(), false);
   ASSERT_TRUE(from_file.ok());
   const int fd = open((dir.path() / "k").c_str(), O_RDONLY | O_CLOEXEC);
   ASSERT_GE(fd, 0);

@@ -426,7 +426,7 @@ Result<std::unique_ptr<FsTier>> OpenBenchTier(const BenchFsOptions& o, const Nam
   topt.tier.io_backend = o.backend;
   topt.tier.o_direct = o.o_direct;
   topt.tier.checksum_blocks = o.checksum_blocks;
-  topt.tier.seal_key_file = o.seal_key_file;
+  topt.tier.seal_key_file = o.seal_key_file, topt.tier.seal_key_group_read = o.seal_key_group_read;
   topt.tier.inline_metadata = o.inline_metadata;
   topt.tier.bounce_loads = o.bounce_loads;
   topt.tier.io_timeout_ms = o.io_timeout_ms;

@@ -65,6 +65,7 @@ struct BenchFsOptions {
   int stores_while_loading_max = FsTierOptions{}.stores_while_loading_max;  // the tier's default
   KvGroupFlags kv_groups;          // the model's KV-cache groups (name the namespace)
   std::string seal_key_file;       // the tier's seal_key_file: a sealed namespace (docs/sealed.md)
+  bool seal_key_group_read = false;  // the tier's seal_key_group_read (FORMAT.md L174)
 };
 
 struct BenchFsMixed {

@@ -8,7 +8,7 @@ Result<Namespace> BenchNamespace(const BenchFsOptions& o, const NamespaceSpec& s
   KVTIER_ASSIGN_OR_RETURN(Namespace ns, Namespace::Create(spec));
   if (o.seal_key_file.empty()) return ns;
   // The key is read once more here only for its id (L161), and wiped.
-  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<SealKey> key, SealKey::FromFile(o.seal_key_file));
+  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<SealKey> key, SealKey::FromFile(o.seal_key_file, o.seal_key_group_read));
   return ns.Sealed(key->key_id_hex());
 }
 
