@@ -104,10 +104,18 @@ bool NetworkMountType(const std::string& type) {
   return type.rfind("fuse", 0) == 0;  // fuse, fuse.bindfs, fuseblk, fuse.juicefs, ...
 }
 
+std::string FuseServedName(const std::string& fs_name, const std::string& mount_type) {
+  if (fs_name != "fuse") return fs_name;
+  if (mount_type == "fuse.ceph-fuse" || mount_type == "fuse.ceph") return "ceph";
+  if (mount_type == "fuse.glusterfs") return "glusterfs";
+  return fs_name;
+}
+
 Result<VolumeKind> ClassifyVolume(const std::string& dir) {
   Result<VolumeKind> kind = ClassifyMagic(dir);
   if (!kind.ok()) return kind;
   FindMount(dir, &*kind);
+  kind->fs_name = FuseServedName(kind->fs_name, kind->mount_type);  // the magic says only "fuse"
   if (!kind->local && !kind->network_or_fuse && NetworkMountType(kind->mount_type)) kind->network_or_fuse = true;
   return kind;
 }

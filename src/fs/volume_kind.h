@@ -29,6 +29,11 @@ struct VolumeKind {
 // magic, and every FUSE type: ClassifyVolume counts such a mount as network.
 bool NetworkMountType(const std::string& type);
 
+// The filesystem a FUSE mount serves, where its daemon is a known client of
+// a network filesystem: "ceph" for ceph-fuse (CephFS), "glusterfs" for
+// GlusterFS's client; else `fs_name` unchanged ("fuse").
+std::string FuseServedName(const std::string& fs_name, const std::string& mount_type);
+
 // statfs(dir) plus the mount table. Fails (naming `dir`) only when statfs does.
 Result<VolumeKind> ClassifyVolume(const std::string& dir);
 

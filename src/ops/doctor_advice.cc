@@ -56,11 +56,10 @@ void NfsAdvice(DoctorReport* r) {
               "delegations: every open is a round trip");
 }
 
-// From the filesystem's kind (statfs magic, mount type).
-void KindAdvice(DoctorReport* r) {
+// Lustre, CephFS and Storage Scale: what their semantics mean for a tier.
+void ParallelFsAdvice(DoctorReport* r) {
   auto& w = r->warnings;
   const std::string& fs = r->volume.fs_name;
-  if (fs == "nfs") NfsAdvice(r);
   if (fs == "lustre") {
     w.push_back("Lustre before 2.16 refuses O_DIRECT at offsets or buffers that are not page-aligned; it keeps an "
                 "atime only when it is more than 60 s newer (atime_diff); user xattrs need the user_xattr mount option");
@@ -68,11 +67,23 @@ void KindAdvice(DoctorReport* r) {
   if (fs == "ceph") {
     w.push_back("CephFS keeps no atime of its own; a directory fragment past mds_bal_fragment_size_max (100,000 "
                 "entries) refuses new files with ENOSPC unless the MDS splits it");
+    if (MountIs(*r, "fuse.ceph-fuse")) {
+      w.push_back("CephFS through ceph-fuse (user space): each call the client's capabilities do not cover is a "
+                  "round trip to the MDS, and a client the MDS evicts gets errors until it is remounted");
+    }
   }
   if (fs == "gpfs") {
     w.push_back("Storage Scale transfers directly only in 512-byte multiples (4 KiB on 4K-sector disks), "
                 "otherwise it runs the I/O buffered with O_SYNC");
   }
+}
+
+// From the filesystem's kind (statfs magic, mount type).
+void KindAdvice(DoctorReport* r) {
+  auto& w = r->warnings;
+  const std::string& fs = r->volume.fs_name;
+  if (fs == "nfs") NfsAdvice(r);
+  ParallelFsAdvice(r);
   if (MountIs(*r, "wekafs")) {
     w.push_back("WekaFS's default writecache mount mode is not coherent across hosts: mount with -o coherent "
                 "(or readcache) where instances on several hosts share this root");
@@ -91,7 +102,7 @@ void KindAdvice(DoctorReport* r) {
     w.push_back(fs + " is a local filesystem: only instances on this machine can share this root");
   }
   if (fs == "tmpfs") w.push_back("tmpfs is memory: blocks are gone at reboot, and only this machine sees them");
-  if (fs == "fuse" && r->volume.mount_type != "fuse.glusterfs" && r->volume.mount_type != "fuse.juicefs") {
+  if (fs == "fuse" && r->volume.mount_type != "fuse.juicefs") {  // GlusterFS and ceph-fuse are named (FuseServedName)
     w.push_back("a FUSE filesystem (" + (r->volume.mount_type.empty() ? std::string("type unknown") : r->volume.mount_type) +
                 "): every call goes through its daemon; how it caches and shares depends on that daemon");
   }

@@ -47,6 +47,16 @@ TEST(VolumeKind, NetworkMountTypesWithoutAKnownMagic) {
   }
 }
 
+// A FUSE mount's magic says only "fuse": a known network client's mount
+// type names the filesystem it serves (doctor's CephFS advice, issue 42).
+TEST(VolumeKind, AKnownFuseClientNamesTheFilesystemItServes) {
+  EXPECT_EQ(internal::FuseServedName("fuse", "fuse.ceph-fuse"), "ceph");
+  EXPECT_EQ(internal::FuseServedName("fuse", "fuse.glusterfs"), "glusterfs");
+  EXPECT_EQ(internal::FuseServedName("fuse", "fuse.bindfs"), "fuse");
+  EXPECT_EQ(internal::FuseServedName("fuse", ""), "fuse");
+  EXPECT_EQ(internal::FuseServedName("ext4", "fuse.ceph-fuse"), "ext4") << "only a FUSE magic is refined";
+}
+
 TEST(VolumeKind, MountinfoFieldsAreUnescapedOnlyWhereOctal) {
   EXPECT_EQ(internal::UnescapeMountField("/mnt/a\\040b\\011c"), "/mnt/a b\tc");
   EXPECT_EQ(internal::UnescapeMountField("/mnt/back\\134slash"), "/mnt/back\\slash");
