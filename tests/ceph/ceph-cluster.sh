@@ -67,6 +67,7 @@ mon osd full ratio = 0.97
 mon osd nearfull ratio = 0.95
 mon osd backfillfull ratio = 0.96
 mon pg warn min per osd = 0
+mds beacon grace = 60           # a test stops the MDS (SIGSTOP) for up to ~15 s: it stays the active one
 auth allow insecure global id reclaim = false
 [mon]
 mon data = $dir/mon/\$cluster-\$id

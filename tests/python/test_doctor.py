@@ -3,7 +3,8 @@ settings pick there, leaving nothing behind: on a local temp dir (xattr checksum
 O_DIRECT), on `bindfs --xattr-none` (no user xattrs -> checksum trailer, syscall backend, bounce
 loads, with the warning), and on kvtier_faultfs with injected faults: xattrs answering
 EOPNOTSUPP, rename failing (exit 1, "cannot run"), mkdir refused (not writable, exit 1), and a
-hung rename (exit 8 within --io-timeout plus a margin, naming the scratch directory). Text and
+hung rename (exit 8 within --io-timeout plus a margin, naming the scratch directory; also when
+the caller reads its output through pipes, which the child stuck on the mount never holds). Text and
 --json fields are checked, and the exit codes of bad flags and a missing root. Skips the FUSE
 cases, with one line, where no FUSE mount can be made.
 """
@@ -23,8 +24,8 @@ from faultfs import FaultFs  # noqa: E402
 
 
 def doctor(kvtier_bin, root, *flags, tmp):
-    """Runs `kvtier doctor`; output goes to files so that a child stuck on a hung mount (which
-    keeps any pipe open) cannot hold this test: only the CLI's own exit is waited for."""
+    """Runs `kvtier doctor` with its output in files: only the CLI's own exit is waited for (a
+    caller's pipes are test_faultfs_hung_rename_releases_a_callers_pipes's)."""
     out, err = tmp / "doctor.out", tmp / "doctor.err"
     start = time.monotonic()
     with open(out, "w") as o, open(err, "w") as e:
@@ -165,3 +166,15 @@ def test_faultfs_hung_rename_is_bounded(kvtier_bin, faultfs, tmp_path):
     assert rc == 8, (out, err)
     assert "hung" in err and ".kvtier/doctor." in err and "remove it once the mount answers" in err, err
     assert seconds < 1 + 20, "bounded by --io-timeout plus a margin"
+
+
+def test_faultfs_hung_rename_releases_a_callers_pipes(kvtier_bin, faultfs):
+    """A caller reading stdout and stderr through pipes (`$(kvtier ...)`, a sidecar's log, a
+    capture) sees their end once the CLI exits 8, although its child, stuck on the mount, lives
+    on: the child writes through the parent's relay, never the caller's pipes."""
+    faultfs.hang("rename")
+    start = time.monotonic()
+    proc = subprocess.run([kvtier_bin, "doctor", str(faultfs.mountpoint), "--io-timeout", "1s"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 8 and "hung" in proc.stderr, (proc.stdout, proc.stderr)
+    assert time.monotonic() - start < 1 + 20, "the pipes' end came with the CLI's exit"
