@@ -300,9 +300,9 @@ def check_exact(outcomes, data, rows, what):
 @pytest.mark.parametrize("daemon", ["mds.a", "osd.0"])
 def test_a_stopped_daemon_bounds_every_call_and_the_tier_recovers(ceph, kvtier_bin, daemon):
     """SIGSTOP of the MDS (metadata) or the OSD (data) while a tier on a stores new blocks and a
-    tier on b (no cache of them) loads earlier ones, and du runs from op: each returns within its
-    deadline with a clear outcome, nothing wrong is served; after SIGCONT every earlier block
-    loads exactly and new stores succeed."""
+    tier on b (no cache of them) loads earlier ones, and du, fsck and gc run from op: each returns
+    within its deadline with a clear outcome, nothing wrong is served; after SIGCONT every earlier
+    block loads exactly, new stores succeed and nothing valid was deleted."""
     r = roots(ceph, f"stop-{daemon}")
     keys, rows = block_keys(12, f"stop-{daemon}-{SEED}"), rows_of(12, f"stop-{daemon}-{SEED}")
     cfg = {"io_timeout_ms": IO_TIMEOUT_MS}
@@ -312,8 +312,9 @@ def test_a_stopped_daemon_bounds_every_call_and_the_tier_recovers(ceph, kvtier_b
         calls = {
             "store": lambda: stored(ta, keys[6:], rows[6:]),
             "load": lambda: load(tb, keys[:6]),
-            "du": lambda: subprocess.run([kvtier_bin, "du", "--io-timeout", "2s", str(r["op"])],
-                                         capture_output=True, text=True, timeout=60),
+            **{tool: (lambda tool=tool: subprocess.run([kvtier_bin, tool, "--io-timeout", "2s", str(r["op"])],
+                                                       capture_output=True, text=True, timeout=60))
+               for tool in ("du", "fsck", "gc")},
         }
         got = {}
         threads = [threading.Thread(target=lambda n=n, f=f: got.__setitem__(n, timed(f))) for n, f in calls.items()]
@@ -327,6 +328,9 @@ def test_a_stopped_daemon_bounds_every_call_and_the_tier_recovers(ceph, kvtier_b
             os.kill(pid, signal.SIGCONT)
         (store_out, store_s), ((load_out, load_data), load_s), (du, du_s) = got["store"], got["load"], got["du"]
         assert store_s < BOUND_S and load_s < BOUND_S and du_s < 2 + BOUND_S, (store_s, load_s, du_s)
+        for tool in ("fsck", "gc"):  # bounded, and with their pipes released (tools/cli/hung_guard.cc)
+            proc, seconds = got[tool]
+            assert seconds < 2 + BOUND_S and proc.returncode in (0, 1, 4, 8), (tool, seconds, proc.stderr)
         assert set(store_out) <= {"ok", "error", "dropped"}, store_out
         check_exact(load_out, load_data, rows[:6], f"{daemon} stopped")
         assert du.returncode in (0, 8), du.stderr
@@ -337,7 +341,8 @@ def test_a_stopped_daemon_bounds_every_call_and_the_tier_recovers(ceph, kvtier_b
             return outcomes == ["ok"] * 6 and data == rows[:6]
         until_ok(all_back, f"blocks stored before the {daemon} stopped")
         print(f"fault {daemon} stopped: store {store_s:.1f} s {sorted(set(store_out))}, load {load_s:.1f} s "
-              f"{sorted(set(load_out))}, du {du_s:.1f} s exit {du.returncode}; "
+              f"{sorted(set(load_out))}, du {du_s:.1f} s exit {du.returncode}, fsck {got['fsck'][1]:.1f} s exit "
+              f"{got['fsck'][0].returncode}, gc {got['gc'][1]:.1f} s exit {got['gc'][0].returncode}; "
               f"all loads exact {time.monotonic() - t_back:.1f} s after SIGCONT")
         outcomes, data = load(tb, keys[6:])
         check_exact(outcomes, data, rows[6:], f"stores made while {daemon} was stopped")
@@ -345,6 +350,9 @@ def test_a_stopped_daemon_bounds_every_call_and_the_tier_recovers(ceph, kvtier_b
         until_ok(lambda: stored(ta, more_keys, more_rows) == ["ok"] * 4, "new stores")
     fsck = json.loads(cli(kvtier_bin, "fsck", "--json", "--verify-data", r["op"], ok=(0, 4)).stdout)
     assert not [f for f in fsck["findings"] if f["kind"] in ("crc_mismatch", "size_mismatch")], fsck
+    with tier(r["b"]) as tb:  # nothing valid was deleted by the gc that ran through the stop
+        outcomes, data = load(tb, keys[:6])
+    assert outcomes == ["ok"] * 6 and data == rows[:6], outcomes
 
 
 def test_a_full_quota_refuses_stores_and_loses_nothing(ceph, kvtier_bin):
