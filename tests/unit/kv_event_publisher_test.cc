@@ -186,7 +186,6 @@ TEST(KvEventPublisher, SubscriberGetsTopicSeqAndTheEventsPublished) {
   KvEventsOptions options = IpcOptions(dir);
   options.topic = "kv-events";
   ASSERT_OK_AND_ASSIGN(auto pub, KvEventPublisher::Open(options));
-
   zmq::context_t ctx;
   zmq::socket_t sub(ctx, zmq::socket_type::sub);
   sub.set(zmq::sockopt::subscribe, "kv-events");
