@@ -60,6 +60,12 @@ struct FsTierMetrics {
   uint64_t namespace_bytes = 0, namespace_blocks = 0, namespace_scan_complete = 0;
   uint64_t capacity_bytes_max = 0, capacity_evicted_blocks = 0, capacity_evicted_bytes = 0;
   uint64_t capacity_refused_rows = 0;
+  // KV events (docs/kv-events.md), of the publisher this tier sends to (tiers
+  // and roots naming one endpoint share it, so several roots take the
+  // highest): events sent, events dropped (queue full), batches sent, replay
+  // requests served, events queued now. All 0 with events off.
+  uint64_t kv_events_published = 0, kv_events_dropped = 0, kv_events_batches = 0;
+  uint64_t kv_events_replay_requests = 0, kv_events_queue_depth = 0;
   // Latency histograms per direction: bucket i counts operations that took
   // < 2^i microseconds (the last bucket is everything slower).
   static constexpr int kLatencyBuckets = 24;
@@ -179,6 +185,17 @@ inline constexpr FsTierMetricField kFsTierMetricFields[] = {
     {KVTIER_METRIC_COUNT(capacity_refused_rows), .unit = "rows",
      .prometheus = "kvtier_fs_capacity_refused_rows_total", .vllm = "kvtier:fs_capacity_refused_rows",
      .help = "Stores refused: the batch could not fit max_bytes."},
+    {KVTIER_METRIC_COUNT(kv_events_published), .merge = MetricMerge::kMax, .unit = "events",
+     .prometheus = "kvtier_kv_events_published_total", .help = "KV events sent to subscribers."},
+    {KVTIER_METRIC_COUNT(kv_events_dropped), .merge = MetricMerge::kMax, .unit = "events",
+     .prometheus = "kvtier_kv_events_dropped_total", .vllm = "kvtier:kv_events_dropped",
+     .help = "KV events dropped because the publisher's queue was full."},
+    {KVTIER_METRIC_COUNT(kv_events_batches), .merge = MetricMerge::kMax, .unit = "batches",
+     .prometheus = "kvtier_kv_events_batches_total", .help = "KV event batches sent (the next sequence number)."},
+    {KVTIER_METRIC_COUNT(kv_events_replay_requests), .merge = MetricMerge::kMax, .unit = "requests",
+     .prometheus = "kvtier_kv_events_replay_requests_total", .help = "Replay requests the replay socket served."},
+    {KVTIER_METRIC_COUNT(kv_events_queue_depth), .kind = MetricKind::kGauge, .merge = MetricMerge::kMax,
+     .unit = "events", .prometheus = "kvtier_kv_events_queue_depth", .help = "KV events queued, not yet sent."},
 };
 
 #undef KVTIER_METRIC_COUNT

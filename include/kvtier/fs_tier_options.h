@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "kvtier/kv_events.h"
 #include "kvtier/options.h"
 
 namespace kvtier {
@@ -64,9 +65,14 @@ struct FsTierOptions {
   // `n_write_threads`: store block operations at once, > 0; default 16.
   // With n_read_threads, at most kFsTierIoSlotsMax in all.
   int n_write_threads = 16;
-  // `enable_kv_events`: emit BlockStored events (medium STORAGE); default
-  // false. Read by the vLLM integration; FsTier itself ignores it.
+  // `enable_kv_events`: emit BlockStored events (medium STORAGE) through
+  // vLLM's own publisher (the tier's take_events); default false. Read by the
+  // vLLM integration; FsTier itself ignores it.
   bool enable_kv_events = false;
+  // `kv_events_config` (kvtier's; vLLM's KVEventsConfig keys and kvtier's,
+  // kv_events.h): kvtier's own publisher of the tier's stores and removals.
+  // A tier without one takes the top level's. Off by default.
+  KvEventsConfig kv_events_config;
   // `locality`: "LOCAL", "REMOTE" or absent; default unspecified. It selects
   // the backpressure defaults when parsing; FsTier itself ignores it.
   Locality locality = Locality::kUnspecified;

@@ -22,6 +22,7 @@ FS_KEYS = frozenset({
     "backpressure", "io_timeout_ms", "stores_while_loading_max", "durability", "store_queue_bytes_max",
     "io_backend", "o_direct", "inline_metadata", "bounce_loads", "checksum_blocks", "checksum_place",
     "startup_scan", "seal_key_file", "seal_key_fd", "seal_read_key_files", "seal_key_group_read",
+    "kv_events_config",
 })
 # Keys that name the namespace (FORMAT.md's SGLang fields), beside what SGLang's config gives.
 SPEC_KEYS = frozenset({"model_path", "model_revision"})

@@ -223,56 +223,6 @@ void EmitBlocksPerChunk(const OffloadConfig& out, std::string_view name, Json& o
   if (!out.block_size_tokens.has_value()) obj[std::string(name)] = out.blocks_per_chunk;
 }
 
-// PATH_MAX on Linux, including the terminating NUL.
-constexpr size_t kRootDirBytesMax = 4096;
-
-Status ParseRootDir(const Json& value, const std::string& path, FsTierOptions& out) {
-  std::string dir;
-  KVTIER_RETURN_IF_ERROR(internal::ReadString(value, path, &dir));
-  if (dir.empty()) return KeyError(path, "expected a non-empty directory path, got \"\"");
-  if (dir.find('\0') != std::string::npos) return KeyError(path, "must not contain a NUL character");
-  if (dir.size() >= kRootDirBytesMax) {
-    return KeyError(path, "must be shorter than " + std::to_string(kRootDirBytesMax) +
-                              " bytes (PATH_MAX), got " + std::to_string(dir.size()));
-  }
-  out.root_dir = std::move(dir);
-  return Status::Ok();
-}
-
-// null means one root, as vLLM's path_sharding=None (PR #53133).
-Status ParsePathSharding(const Json& value, const std::string& path, FsTierOptions& out) {
-  if (value.is_null()) {
-    out.path_sharding = PathSharding::kNone;
-    return Status::Ok();
-  }
-  if (value.is_string() && value.get_ref<const std::string&>() == "by_block_hash") {
-    out.path_sharding = PathSharding::kByBlockHash;
-    return Status::Ok();
-  }
-  return KeyError(path, "expected \"by_block_hash\" or null, got " + DescribeValue(value));
-}
-
-void EmitPathSharding(const FsTierOptions& out, std::string_view name, Json& obj) {
-  if (out.path_sharding == PathSharding::kByBlockHash) obj[std::string(name)] = "by_block_hash";
-}
-
-// vLLM PR #54327: null (or absent) is no budget; 0 is refused rather than
-// read as "store nothing" or "unbounded".
-Status ParseMaxBytes(const Json& value, const std::string& path, FsTierOptions& out) {
-  if (value.is_null()) {
-    out.capacity_bytes_max.reset();
-    return Status::Ok();
-  }
-  uint64_t bytes = 0;
-  Status s = internal::ReadInteger(value, path, IntRule::kPositive, &bytes);
-  if (!s.ok()) return Status(s.code(), s.message() + " (bytes; null or absent: unbounded)");
-  out.capacity_bytes_max = bytes;
-  return Status::Ok();
-}
-
-void EmitMaxBytes(const FsTierOptions& out, std::string_view name, Json& obj) {
-  if (out.capacity_bytes_max.has_value()) obj[std::string(name)] = *out.capacity_bytes_max;
-}
 
 // null means "unspecified", as vLLM's locality=None.
 Status ParseLocality(const Json& value, const std::string& path, FsTierOptions& out) {
@@ -320,14 +270,14 @@ constexpr KeySpec<BackpressureOptions> kBackpressureKeys[] = {
 constexpr KeySpec<FsTierOptions> kFsTierKeys[] = {
     {"module_path", kVllm, kOptional, &RejectPythonClass<FsTierOptions>, nullptr},
     {"type", kVllm, kRequired, nullptr, &EmitTierType},
-    {"root_dir", kVllm, kRequired, &ParseRootDir, &EmitField<&FsTierOptions::root_dir>},
-    {"path_sharding", kVllm, kOptional, &ParsePathSharding, &EmitPathSharding},
+    {"root_dir", kVllm, kRequired, &internal::ParseRootDir, &EmitField<&FsTierOptions::root_dir>},
+    {"path_sharding", kVllm, kOptional, &internal::ParsePathSharding, &internal::EmitPathSharding},
     IntegerKey<&FsTierOptions::n_read_threads, kPositive>("n_read_threads", kVllm),
     IntegerKey<&FsTierOptions::n_write_threads, kPositive>("n_write_threads", kVllm),
     BoolKey<&FsTierOptions::enable_kv_events>("enable_kv_events", kVllm),
     {"locality", kVllm, kOptional, &ParseLocality, &EmitLocality},
     {"backpressure", kVllm, kOptional, nullptr, &EmitTierBackpressure},
-    {"max_bytes", kVllm, kOptional, &ParseMaxBytes, &EmitMaxBytes},  // vLLM PR #54327
+    {"max_bytes", kVllm, kOptional, &internal::ParseMaxBytes, &internal::EmitMaxBytes},  // vLLM PR #54327
     EnumKey<&FsTierOptions::startup_scan, kStartupScanNames>("startup_scan", kKvtier),
     IntegerKey<&FsTierOptions::io_timeout_ms, kNonNegative>("io_timeout_ms", kKvtier),
     IntegerKey<&FsTierOptions::stores_while_loading_max, kNonNegative>("stores_while_loading_max", kKvtier),
@@ -343,6 +293,7 @@ constexpr KeySpec<FsTierOptions> kFsTierKeys[] = {
     {"seal_key_fd", kKvtier, kOptional, &internal::ParseSealKeyFd, &internal::EmitSealKeyFd},
     {"seal_read_key_files", kKvtier, kOptional, &internal::ParseSealReadKeyFiles, &internal::EmitSealReadKeyFiles},
     {"seal_key_group_read", kKvtier, kOptional, &internal::ParseSealKeyGroupRead, &internal::EmitSealKeyGroupRead},
+    {"kv_events_config", kKvtier, kOptional, &internal::ParseTierKvEvents, &internal::EmitTierKvEvents},
 };
 
 constexpr KeySpec<OffloadConfig> kTopLevelKeys[] = {
@@ -362,6 +313,7 @@ constexpr KeySpec<OffloadConfig> kTopLevelKeys[] = {
     EnumKey<&OffloadConfig::gpu_copy, kGpuCopyNames>("gpu_copy", kKvtier),
     // Folded into every tier without its own (ParseSecondaryTiers), so never printed.
     {"backpressure", kVllm, kOptional, nullptr, nullptr},
+    {"kv_events_config", kKvtier, kOptional, nullptr, nullptr},  // folded as backpressure is
     {"secondary_tiers", kVllm, kOptional, nullptr, &EmitSecondaryTiers},
 };
 

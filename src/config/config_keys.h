@@ -36,6 +36,19 @@ void EmitSealReadKeyFiles(const FsTierOptions& out, std::string_view name, Json&
 // seal_key_group_read (FORMAT.md L174): printed only when true, as the keys are only when set.
 Status ParseSealKeyGroupRead(const Json& value, const std::string& path, FsTierOptions& out);
 void EmitSealKeyGroupRead(const FsTierOptions& out, std::string_view name, Json& obj);
+// Rows of the fs tier table with their own parsers (config_fields.cc).
+Status ParseRootDir(const Json& value, const std::string& path, FsTierOptions& out);
+Status ParsePathSharding(const Json& value, const std::string& path, FsTierOptions& out);
+void EmitPathSharding(const FsTierOptions& out, std::string_view name, Json& obj);
+Status ParseMaxBytes(const Json& value, const std::string& path, FsTierOptions& out);
+void EmitMaxBytes(const FsTierOptions& out, std::string_view name, Json& obj);
+Status ParseTierKvEvents(const Json& value, const std::string& path, FsTierOptions& out);
+void EmitTierKvEvents(const FsTierOptions& out, std::string_view name, Json& obj);
+// A kv_events_config object at `path` (config_kv_events.cc): its keys are
+// read into `out`, the others keep their defaults; printed with only the
+// keys that differ from the defaults.
+Status ParseKvEventsConfig(const Json& value, const std::string& path, KvEventsConfig& out);
+Json EmitKvEventsConfig(const KvEventsConfig& config);
 // Across the seal keys: one primary key (file or fd, not both); read keys
 // only with a primary key. `path`: the tier's key path ("" for vLLM's factory).
 Status CheckSealKeys(const FsTierOptions& tier, const std::string& path);

@@ -141,8 +141,10 @@ Status CheckIoSlots(const FsTierOptions& tier, const std::string& path) {
                       std::to_string(tier.n_write_threads));
 }
 
-Result<SecondaryTierOptions> ParseTier(const Json& tier, const std::string& path,
-                                       const Json* top_level_backpressure) {
+// `top_level_*`: the top level's backpressure and kv_events_config objects
+// (nullptr: absent), which a tier without its own takes.
+Result<SecondaryTierOptions> ParseTier(const Json& tier, const std::string& path, const Json* top_level_backpressure,
+                                       const Json* top_level_events) {
   if (!tier.is_object()) return KeyError(path, "expected a tier object, got " + DescribeValue(tier));
   KVTIER_RETURN_IF_ERROR(CheckTierType(tier, path));
   SecondaryTierOptions out;
@@ -153,6 +155,9 @@ Result<SecondaryTierOptions> ParseTier(const Json& tier, const std::string& path
   KVTIER_RETURN_IF_ERROR(internal::CheckSealKeys(out.fs, path));
   KVTIER_ASSIGN_OR_RETURN(out.fs.backpressure,
                           ResolveTierBackpressure(tier, path, out.fs.locality, top_level_backpressure));
+  if (top_level_events != nullptr && !tier.contains("kv_events_config")) {  // the tier's own replaces it
+    KVTIER_RETURN_IF_ERROR(internal::ParseKvEventsConfig(*top_level_events, "kv_events_config", out.fs.kv_events_config));
+  }
   return out;
 }
 
@@ -192,6 +197,12 @@ Status ParseSecondaryTiers(const Json& root, OffloadConfig& config) {
   const auto top_it = root.find("backpressure");
   const Json* top_backpressure = top_it == root.end() ? nullptr : &*top_it;
   bool top_backpressure_used = false;
+  const auto events_it = root.find("kv_events_config");
+  const Json* top_events = events_it == root.end() ? nullptr : &*events_it;
+  if (top_events != nullptr) {  // checked whether or not a tier takes it, so typos do not hide
+    KvEventsConfig checked;
+    KVTIER_RETURN_IF_ERROR(internal::ParseKvEventsConfig(*top_events, "kv_events_config", checked));
+  }
   const auto it = root.find("secondary_tiers");
   if (it != root.end()) {
     if (!it->is_array()) {
@@ -203,7 +214,7 @@ Status ParseSecondaryTiers(const Json& root, OffloadConfig& config) {
     }
     for (const Json& tier : *it) {
       const std::string path = "secondary_tiers[" + std::to_string(config.secondary_tiers.size()) + "]";
-      KVTIER_ASSIGN_OR_RETURN(SecondaryTierOptions parsed, ParseTier(tier, path, top_backpressure));
+      KVTIER_ASSIGN_OR_RETURN(SecondaryTierOptions parsed, ParseTier(tier, path, top_backpressure, top_events));
       top_backpressure_used = top_backpressure_used || !tier.contains("backpressure");
       config.secondary_tiers.push_back(std::move(parsed));
     }

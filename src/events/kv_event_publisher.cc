@@ -26,6 +26,17 @@ using Clock = std::chrono::steady_clock;
 // and Publish() wake it anyway).
 constexpr std::chrono::milliseconds kReplayPoll{10};
 constexpr std::chrono::milliseconds kIdlePoll{100};
+// A batch's ts is when its first event was published, and it takes no
+// event published later than this after that one: subscribers that merge
+// several sources (the instances and collectors of one volume) order by ts,
+// so each event's change lies within this of its batch's ts.
+constexpr double kBatchSpanS = 0.001;
+
+// One queued event and when Publish() took it (wall seconds).
+struct Queued {
+  double ts;
+  KvEvent event;
+};
 
 Status ValidateOptions(const KvEventsOptions& o) {
   auto at_least = [](const char* key, int64_t value, int64_t min) -> Status {
@@ -63,7 +74,8 @@ class ZmqKvEventPublisher final : public KvEventPublisher {
  private:
   void Run();
   bool WaitForEvents();
-  void TakeBatch(std::vector<KvEvent>* batch);
+  bool Joined();
+  double TakeBatch(std::vector<KvEvent>* batch);
   bool Finished();
 
   const KvEventsOptions options_;
@@ -72,7 +84,7 @@ class ZmqKvEventPublisher final : public KvEventPublisher {
 
   std::mutex mu_;
   std::condition_variable wake_;
-  std::deque<KvEvent> queue_;              // guarded by mu_
+  std::deque<Queued> queue_;               // guarded by mu_
   bool stopping_ = false;                  // guarded by mu_
   Clock::time_point drain_deadline_;       // guarded by mu_; set with stopping_
   std::atomic<uint64_t> queue_depth_{0};   // queue_.size(), for Metrics()
@@ -80,6 +92,8 @@ class ZmqKvEventPublisher final : public KvEventPublisher {
   std::mutex close_mu_;  // one Close() at a time
   bool closed_ = false;  // guarded by close_mu_
   std::thread thread_;
+  const Clock::time_point opened_ = Clock::now();
+  bool joined_ = false;  // publisher thread only: the first batch may go (Joined())
 };
 
 Status ZmqKvEventPublisher::Start() {
@@ -99,7 +113,8 @@ size_t ZmqKvEventPublisher::Publish(std::vector<KvEvent> events) {
     if (!stopping_) {
       const size_t capacity = static_cast<size_t>(options_.max_queue_size);
       queued = std::min(events.size(), capacity - std::min(capacity, queue_.size()));
-      for (size_t i = 0; i < queued; ++i) queue_.push_back(std::move(events[i]));
+      const double now = WallSeconds();
+      for (size_t i = 0; i < queued; ++i) queue_.push_back({now, std::move(events[i])});
       queue_depth_.store(queue_.size(), std::memory_order_relaxed);
     }
   }
@@ -119,14 +134,17 @@ bool ZmqKvEventPublisher::WaitForEvents() {
   return !queue_.empty();
 }
 
-void ZmqKvEventPublisher::TakeBatch(std::vector<KvEvent>* batch) {
+// Takes the next batch; returns its ts (the first event's).
+double ZmqKvEventPublisher::TakeBatch(std::vector<KvEvent>* batch) {
   batch->clear();
   std::lock_guard<std::mutex> lock(mu_);
-  while (!queue_.empty() && batch->size() < options_.batch_events_max) {
-    batch->push_back(std::move(queue_.front()));
+  const double ts = queue_.empty() ? WallSeconds() : queue_.front().ts;
+  while (!queue_.empty() && batch->size() < options_.batch_events_max && queue_.front().ts <= ts + kBatchSpanS) {
+    batch->push_back(std::move(queue_.front().event));
     queue_.pop_front();
   }
   queue_depth_.store(queue_.size(), std::memory_order_relaxed);
+  return ts;
 }
 
 // After Close() began: everything is sent, or the drain time is up.
@@ -135,14 +153,25 @@ bool ZmqKvEventPublisher::Finished() {
   return stopping_ && (queue_.empty() || Clock::now() >= drain_deadline_);
 }
 
+// Until the first batch goes: whether a subscriber has joined (or the wait
+// for one is over); sleeps a little while not, events queuing meanwhile.
+bool ZmqKvEventPublisher::Joined() {
+  if (joined_) {
+    sockets_->Subscribed();  // reads what came since, so it cannot pile up
+    return true;
+  }
+  joined_ = sockets_->Subscribed() || Clock::now() >= opened_ + options_.subscriber_wait_ms;
+  if (!joined_) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  return joined_;
+}
+
 void ZmqKvEventPublisher::Run() {
   std::vector<KvEvent> batch;
   while (!Finished()) {
-    if (WaitForEvents()) {
+    if (WaitForEvents() && Joined()) {
       if (options_.before_take_for_test) options_.before_take_for_test();
-      TakeBatch(&batch);
-      // Stamped when encoded, as vLLM stamps a batch when it is built.
-      if (!batch.empty()) sockets_->SendBatch(EncodeKvEventBatch(WallSeconds(), batch), batch.size());
+      const double ts = TakeBatch(&batch);
+      if (!batch.empty()) sockets_->SendBatch(EncodeKvEventBatch(ts, batch), batch.size());
     }
     sockets_->ServiceReplay();
   }
@@ -159,7 +188,9 @@ void ZmqKvEventPublisher::Close() {
   }
   wake_.notify_all();
   if (thread_.joinable()) thread_.join();
-  sockets_->Close();
+  // What ZeroMQ still holds gets the rest of the drain time (at least 100 ms).
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(drain_deadline_ - Clock::now());
+  sockets_->Close(std::max(left, std::chrono::milliseconds(100)));
   // What the drain time did not cover is dropped, and counted as such.
   std::lock_guard<std::mutex> lock(mu_);
   if (!queue_.empty()) {

@@ -51,6 +51,12 @@ struct KvEventsOptions {
   size_t batch_events_max = 1024;
   // How long Close() keeps sending what is still queued.
   std::chrono::milliseconds shutdown_drain_ms{1000};
+  // How long the first batch waits for a subscriber: a PUB drops what it
+  // sends before a subscriber's subscription has reached it (ZeroMQ's slow
+  // joiner: about 250 ms over loopback TCP here), so without the wait a
+  // one-shot `kvtier gc` would reach no router at all. Events queue
+  // meanwhile; after the first batch nothing waits again. 0: no wait.
+  std::chrono::milliseconds subscriber_wait_ms{1000};
   // Tests only: runs on the publisher thread each time it finds queued events,
   // before it takes them; blocking in it is how a test holds the thread.
   std::function<void()> before_take_for_test;

@@ -87,6 +87,7 @@ struct KvEventSockets::Rep {
   std::string replay_endpoint;
   std::string topic;
   int64_t next_seq = 0;
+  bool subscribed = false;  // a subscription message has come (Subscribed())
   // The last buffer_steps batches, seq ascending and contiguous.
   std::deque<std::pair<int64_t, std::string>> buffer;
 };
@@ -95,7 +96,7 @@ Status KvEventSockets::Rep::OpenPub() {
   const std::string& ep = options.endpoint;
   const bool bind = ShouldBind(ep);
   try {
-    pub = zmq::socket_t(context, zmq::socket_type::pub);
+    pub = zmq::socket_t(context, zmq::socket_type::xpub);
     pub.set(zmq::sockopt::linger, 0);
     pub.set(zmq::sockopt::sndhwm, static_cast<int>(options.hwm));
     if (bind) {
@@ -144,7 +145,7 @@ Result<std::unique_ptr<KvEventSockets>> KvEventSockets::Open(const KvEventsOptio
 }
 
 KvEventSockets::KvEventSockets(std::unique_ptr<Rep> rep) : rep_(std::move(rep)) {}
-KvEventSockets::~KvEventSockets() { Close(); }
+KvEventSockets::~KvEventSockets() { Close(std::chrono::milliseconds(0)); }
 
 void KvEventSockets::SendBatch(std::string payload, size_t events) {
   Rep& r = *rep_;
@@ -166,6 +167,20 @@ void KvEventSockets::SendBatch(std::string payload, size_t events) {
 }
 
 bool KvEventSockets::has_replay() const { return static_cast<bool>(rep_->replay); }
+
+bool KvEventSockets::Subscribed() {
+  Rep& r = *rep_;
+  zmq::message_t m;
+  try {
+    while (r.pub.recv(m, zmq::recv_flags::dontwait)) {
+      r.subscribed = r.subscribed || (m.size() > 0 && static_cast<const uint8_t*>(m.data())[0] == 1);  // 1: subscribe
+    }
+  } catch (const zmq::error_t& e) {
+    r.warn.Warn(kWarnSend, std::string("reading subscriptions failed: ") + e.what());
+    r.subscribed = true;  // do not hold batches back on a socket error
+  }
+  return r.subscribed;
+}
 
 // One whole multipart message, or false when none is waiting.
 bool KvEventSockets::Rep::ReceiveRequest(std::vector<zmq::message_t>* frames) {
@@ -221,10 +236,15 @@ bool KvEventSockets::ServiceReplay() {
   return true;
 }
 
-void KvEventSockets::Close() {
-  // Linger 0 was set at creation: closing drops what is unsent at once,
-  // and the context's termination cannot wait for a slow peer.
-  if (rep_->pub) rep_->pub.close();
+void KvEventSockets::Close(std::chrono::milliseconds linger) {
+  // Linger 0 was set at creation; the PUB socket gets `linger` now, so the
+  // last batches reach a connected subscriber (a one-shot gc exits right
+  // after its removals), and the context's termination waits for a slow or
+  // absent peer no longer than that.
+  if (rep_->pub) {
+    rep_->pub.set(zmq::sockopt::linger, static_cast<int>(linger.count()));
+    rep_->pub.close();
+  }
   if (rep_->replay) rep_->replay.close();
   rep_->context.close();
 }

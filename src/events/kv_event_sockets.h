@@ -7,6 +7,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -44,9 +45,14 @@ class KvEventSockets {
   // goes on under a flood of them); false when there is no replay socket.
   bool ServiceReplay();
   bool has_replay() const;
+  // Whether a subscriber has subscribed since the open: the PUB side is an
+  // XPUB (the same wire to SUB peers), whose subscription messages are read
+  // here. A batch sent before the first one reaches no one.
+  bool Subscribed();
 
-  // Closes both sockets with linger 0 and the context. Idempotent.
-  void Close();
+  // Closes the PUB socket with `linger` (what is unsent may still go for
+  // that long), the replay socket with none, and the context. Idempotent.
+  void Close(std::chrono::milliseconds linger);
 
   const std::string& pub_endpoint() const;
   const std::string& replay_endpoint() const;

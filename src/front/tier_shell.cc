@@ -21,12 +21,24 @@
 #include <unordered_set>
 #include <utility>
 
+#include "events/volume_events.h"
 #include "format/root_list.h"
 #include "front/memory_claims.h"
 #include "ops/clear_blocks.h"
 
 namespace kvtier {
 namespace {
+
+// A clear's removals as BlockRemoved events (nothing when events are off).
+internal::BlockRemovedFn RemovalEvents(std::shared_ptr<internal::VolumeEvents> events, const Namespace& ns) {
+  if (!events) return {};
+  return [events, kind = internal::EventHashKindOf(ns.spec().inference_engine)](std::string_view hex, uint32_t group) {
+    const Result<BlockHash> hash = BlockHash::FromHex(hex);  // a name the layout parser accepted
+    if (!hash.ok()) return;
+    const OffloadKey key{*hash, group};
+    events->Removed(kind, std::span(&key, 1));
+  };
+}
 
 using Clock = std::chrono::steady_clock;
 
@@ -114,6 +126,8 @@ struct TierShell::Rep {
   std::optional<Namespace> ns;  // where the tier's files are (its key's namespace when sealed)
   std::vector<std::string> roots;  // the tier's roots (ClearNamespace walks each)
   uint32_t io_timeout_ms = 0;      // ClearNamespace's deadline per file-system call (0: none)
+  // ClearNamespace's BlockRemoved events, on the tier's publisher (null: off).
+  std::shared_ptr<internal::VolumeEvents> events;
 
   // Moves finished jobs from the tier into `finished` (all of them with
   // `force`, else only when one was signalled). Under mu.
@@ -170,6 +184,7 @@ Result<std::unique_ptr<TierShell>> TierShell::Open(FsTierOpenOptions options, st
     if (own) own();
   };
   KVTIER_ASSIGN_OR_RETURN(rep->tier, open ? open(options) : FsTier::Open(options));
+  KVTIER_ASSIGN_OR_RETURN(rep->events, internal::VolumeEvents::Open(options.tier.kv_events_config, options.tier.root_dir));
   rep->backend = rep->tier->backend_name();
   rep->checksum_place = rep->tier->checksum_place();
   rep->o_direct = rep->tier->o_direct();
@@ -322,7 +337,8 @@ void TierShell::Close() {
 Result<uint64_t> TierShell::ClearNamespace(const BlockFilter& filter) {
   Use use(*this);  // the roots and names are the shell's: they outlive the call, and the walk copies them
   if (!use) return Closed();
-  return internal::ClearBlockDirs(rep_->roots, rep_->ns->block_dir_name(), rep_->io_timeout_ms, filter);
+  return internal::ClearBlockDirs(rep_->roots, rep_->ns->block_dir_name(), rep_->io_timeout_ms, filter,
+                                  RemovalEvents(rep_->events, *rep_->ns));
 }
 
 Result<std::string> TierShell::PrometheusText(std::string_view tier_name) const {

@@ -54,6 +54,8 @@ namespace kvtier::internal {
 //    attacker must already be able to create there.
 inline constexpr uint64_t kResolveInTree = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS;
 
+class TierEvents;  // fs/tier_events.h
+
 // Rows the tier owns, that loads read into and then copy to the caller's
 // row once the block is whole and verified (the fs tier's bounce_loads). A
 // read abandoned at its deadline (scheduler.h) may still be answered by the
@@ -148,6 +150,8 @@ inline TrailerPage NewTrailerPage() {
 // Engine-wide settings and probes the ops share.
 struct TierShared {
   UniqueFd root;         // root_dir: every op's paths are relative to it
+  // KV events of this root's stores and removals (fs/tier_events.h); null: off.
+  std::shared_ptr<TierEvents> events;
   std::string root_dir;  // as given, for messages
   uint64_t row_bytes = 0;
   bool o_direct = false;
@@ -218,6 +222,9 @@ class FsBlockOp : public BlockOp {
   uint64_t bytes = 0;   // bytes moved when kOk
   void* owner = nullptr;  // the job
   size_t index = 0;       // key index in the job
+  // The op unlinked its block's file (a corrupt block, an eviction): what a
+  // BlockRemoved event announces (fs/tier_events.h).
+  bool unlinked = false;
 };
 
 // The block path pieces of a key, relative to root_dir: "<ns>_r<rank>", then

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "fs/block_ops.h"
+#include "fs/tier_events.h"
 
 namespace kvtier::internal {
 
@@ -90,6 +91,7 @@ void AddSharedCounters(const TierShared& shared, FsTierMetrics* m) {
   m->staged_ios = shared.staged_ios.load(std::memory_order_relaxed);
   m->checksum_ns = shared.checksum_ns.load(std::memory_order_relaxed);
   m->auth_failures = shared.auth_failures.load(std::memory_order_relaxed);
+  if (shared.events) shared.events->FillMetrics(m);
 }
 
 KeyResult AbandonedResult(const char* syscall, const std::string& path, uint32_t io_timeout_ms) {

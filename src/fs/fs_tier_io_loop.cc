@@ -22,9 +22,11 @@
 
 #include "fs/backpressure.h"
 #include "fs/fs_tier_internal.h"
+#include "fs/io_job.h"
 #include "fs/root_health.h"
 #include "fs/sick_volume_policy.h"
 #include "fs/staged_crc.h"
+#include "fs/tier_events.h"
 #include "fs/tier_metrics.h"
 #include "fs/tier_space.h"
 #include "util/keep_forever.h"
@@ -33,24 +35,11 @@
 namespace kvtier::internal {
 namespace {
 
+using io_loop::Job;
+using io_loop::Submission;
+
 // Probe tags: above the scheduler's (from 1 up), below the few backends reserve.
 constexpr uint64_t kProbeTagBase = uint64_t{1} << 62;
-
-struct Job {
-  uint64_t id = 0;
-  JobKind kind = JobKind::kLoad;
-  std::vector<KeyResult> results;
-  size_t remaining = 0;
-  std::vector<CapacityKey> capacity_keys;  // per key, with max_bytes (tier_space.h)
-  bool removal = false;  // RemoveCorrupt's: counts corrupt blocks, neither loads nor load latency
-};
-
-struct Submission {
-  std::unique_ptr<Job> job;
-  std::vector<std::unique_ptr<FsBlockOp>> ops;
-  IoClass cls = IoClass::kRead;
-  uint64_t enqueued_ns = 0;
-};
 
 class FsTierImpl final : public FsTier, public StagedCrcTier {
  public:
@@ -128,9 +117,10 @@ class FsTierImpl final : public FsTier, public StagedCrcTier {
       const std::optional<uint32_t> crc = crcs.empty() ? std::nullopt : std::optional(crcs[i]);
       sub.ops.push_back(MakeStoreOp(shared_.get(), BlockParts(ns_, keys[i]), RowPieces(rows[i]), crc));
     }
-    for (std::string& path : evict) sub.ops.push_back(MakeEvictOp(shared_.get(), std::move(path)));
+    for (const std::string& path : evict) sub.ops.push_back(MakeEvictOp(shared_.get(), path));
     sub.job->remaining = sub.ops.size();
     sub.job->capacity_keys = std::move(capacity_keys);
+    if (shared_->events) sub.job->event_keys = shared_->events->ForJob(keys, evict);
     return Enqueue(std::move(sub));
   }
 
@@ -151,6 +141,7 @@ class FsTierImpl final : public FsTier, public StagedCrcTier {
     sub.job->removal = removal;
     sub.job->capacity_keys = space_->Keys(keys);
     space_->PinLoads(sub.job->capacity_keys);  // not evicted while read
+    if (shared_->events) sub.job->event_keys = shared_->events->ForJob(keys);
     for (size_t i = 0; i < keys.size(); ++i) sub.ops.push_back(make_op(i));
     return Enqueue(std::move(sub));
   }
@@ -289,6 +280,7 @@ class FsTierImpl final : public FsTier, public StagedCrcTier {
 
   void Report(FsBlockOp* op) {
     auto* job = static_cast<Job*>(op->owner);
+    if (job->event_keys) shared_->events->OnOp(*job->event_keys, job->kind, op->index, *op);
     if (op->index < job->results.size()) ReportKey(job, op);  // past the keys: max_bytes evictions
     if (--job->remaining > 0) return;
     std::unique_ptr<Job> done = std::move(jobs_.at(job->id));

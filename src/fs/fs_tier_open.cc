@@ -25,6 +25,7 @@
 #include "format/layout_names.h"
 #include "format/root_list.h"
 #include "fs/tier_dirs.h"
+#include "fs/tier_events.h"
 #include "fs/tier_space.h"
 #include "fs/volume_kind.h"
 #include "ops/io_watch.h"
@@ -412,6 +413,17 @@ Status CheckWanted(const std::string& ns_dir) {
   return Status::Ok();
 }
 
+void MakeRowPools(const FsTierOpenOptions& o, bool local, TierShared* shared) {
+  if (BounceLoadsFor(o.tier, local)) {
+    shared->bounce = std::make_unique<BouncePool>(o.row_bytes, o.tier.n_read_threads + o.tier.n_write_threads);
+  }
+  // Unaligned rows keep O_DIRECT through staging rows (block_ops.h); rows of a size O_DIRECT cannot
+  // transfer whole use buffered I/O. A sealed tier encrypts into them (L168: never the caller's row).
+  if ((shared->o_direct && o.row_bytes % 4096 == 0) || shared->seal) {
+    shared->stage = std::make_unique<BouncePool>(o.row_bytes, o.tier.n_read_threads + o.tier.n_write_threads);
+  }
+}
+
 }  // namespace
 
 Result<std::unique_ptr<FsTier>> OpenFsTierWithBackend(const FsTierOpenOptions& o, std::unique_ptr<IoBackend> backend,
@@ -419,6 +431,7 @@ Result<std::unique_ptr<FsTier>> OpenFsTierWithBackend(const FsTierOpenOptions& o
   KVTIER_RETURN_IF_ERROR(ValidateOptions(o));
   auto shared = std::make_unique<TierShared>();
   KVTIER_ASSIGN_OR_RETURN(Namespace ns, SealedTierNamespace(o, std::move(keys), shared.get()));
+  KVTIER_ASSIGN_OR_RETURN(shared->events, TierEvents::Open(o, ns));  // a bad endpoint fails before any I/O
   const std::string ns_dir = JoinRoot(o.tier.root_dir, ns.dir_name());
   VolumeKind volume;
   KVTIER_ASSIGN_OR_RETURN(UniqueFd ns_fd, PrepareDirs(o, ns, shared.get(), &volume));
@@ -431,14 +444,7 @@ Result<std::unique_ptr<FsTier>> OpenFsTierWithBackend(const FsTierOpenOptions& o
   shared->touch_atime = local;
   shared->hold_shard_dirs = !local;
   shared->local_root = local;
-  if (BounceLoadsFor(o.tier, local)) {
-    shared->bounce = std::make_unique<BouncePool>(o.row_bytes, o.tier.n_read_threads + o.tier.n_write_threads);
-  }
-  // Unaligned rows keep O_DIRECT through staging rows (block_ops.h); rows of a size O_DIRECT cannot
-  // transfer whole use buffered I/O. A sealed tier encrypts into them (L168: never the caller's row).
-  if ((shared->o_direct && o.row_bytes % 4096 == 0) || shared->seal) {
-    shared->stage = std::make_unique<BouncePool>(o.row_bytes, o.tier.n_read_threads + o.tier.n_write_threads);
-  }
+  MakeRowPools(o, local, shared.get());
   if (!backend) {
     KVTIER_ASSIGN_OR_RETURN(backend, MakeBackend(o, volume));
   }
@@ -462,7 +468,10 @@ namespace kvtier {
 
 namespace {
 
-Result<std::unique_ptr<FsTier>> OpenUnwatched(const FsTierOpenOptions& options) {
+Result<std::unique_ptr<FsTier>> OpenUnwatched(FsTierOpenOptions options) {
+  // Every root's events name the volume alike: "{volume}" is the root_dir as given (docs/kv-events.md).
+  KvEventsConfig& events = options.tier.kv_events_config;
+  if (events.volume_id.empty()) events.volume_id = options.tier.root_dir;
   // L99: a list of roots (or a ',' that would be one without path_sharding: an error, as in vLLM).
   const bool sharded = options.tier.path_sharding == PathSharding::kByBlockHash;
   if (sharded || options.tier.root_dir.find(',') != std::string::npos) {

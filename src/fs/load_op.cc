@@ -136,7 +136,7 @@ class LoadOp final : public FsBlockOp {
                      ? kUnlink
                      : kDone;
         return;
-      case kUnlink: state_ = kDone; return;
+      case kUnlink: unlinked = res == 0, state_ = kDone; return;
       case kRevalidate: state_ = kOpen; return;  // whatever it found, the open decides
       case kDone: return;
     }

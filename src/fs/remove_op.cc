@@ -38,6 +38,7 @@ class RemoveCorruptOp final : public FsBlockOp {
     }
     // Gone already, or replaced (L69): nothing to remove. A failed unlink
     // leaves the file to gc; either way this key was corrupt.
+    unlinked = state_ == kUnlink && res == 0 && !abandoned_;
     state_ = kDone;
   }
   void OnAbandon() override { abandoned_ = true; }

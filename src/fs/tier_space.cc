@@ -234,6 +234,7 @@ class EvictOp final : public FsBlockOp {
   }
   void OnCompletion(int64_t res) override {
     done_ = true;
+    unlinked = !abandoned_ && res == 0;
     if (abandoned_ || res == 0 || res == -ENOENT) return;
     LogWarning("fs tier: evicting " + JoinRoot(shared_->root_dir, rel_) + " failed (" +
                ErrnoToStatus(static_cast<int>(-res), "unlink").ToString() + "); it stays until gc removes it");

@@ -188,6 +188,7 @@ Result<SglangNamespace> SglangNamespace::Create(SglangPageSpec spec) {
   ns.spec_.model_name = spec.model_name;
   ns.spec_.dtype = spec.dtype;
   ns.spec_.inference_engine = std::string(format::kSglangEngine);
+  ns.spec_.tokens_per_hash = spec.page_size;  // a page's tokens: the block_size of its KV events
   ns.spec_.rank = RankOf(spec);
   ns.spec_.parallel_agnostic = false;
   return SglangNamespace(std::move(spec), std::move(ns), page_bytes);

@@ -53,8 +53,14 @@ bool IsBlockFile(const DirEntry& e, std::string_view shard1, const format::Shard
   return hex && format::BlockInShard(*hex, shard1, shard2.hh) && (!filter || filter(*hex, shard2.group));
 }
 
+// What a clear removes, and whom it tells of each block file it removed.
+struct ClearRules {
+  const BlockNameFilter& filter;
+  const BlockRemovedFn& on_removed;
+};
+
 Status ClearShard2(int shard1_fd, const std::string& shown, std::string_view shard1, const DirEntry& d,
-                   const BlockNameFilter& filter, uint64_t* removed) {
+                   const ClearRules& rules, uint64_t* removed) {
   const std::optional<format::Shard2> parsed = format::ParseShard2Name(d.name);
   if (!parsed || !S_ISDIR(d.st.st_mode)) return Status::Ok();
   UniqueFd fd;
@@ -65,17 +71,20 @@ Status ClearShard2(int shard1_fd, const std::string& shown, std::string_view sha
   std::vector<DirEntry> files;
   if (int err = ListWatched(fd.get(), path, &files); err != 0) return ErrnoToStatus(err, "list " + path);
   for (const DirEntry& f : files) {
-    if (!IsBlockFile(f, shard1, *parsed, filter)) continue;
+    if (!IsBlockFile(f, shard1, *parsed, rules.filter)) continue;
     const int err = UnlinkWatched(fd.get(), path + "/" + f.name, f, /*dir=*/false);
-    if (err == 0) ++*removed;
-    else if (err != ESTALE) return ErrnoToStatus(err, "unlink " + path + "/" + f.name);
+    if (err != 0 && err != ESTALE) return ErrnoToStatus(err, "unlink " + path + "/" + f.name);
+    if (err != 0) continue;
+    ++*removed;
+    const std::optional<std::string_view> hex = format::BlockFileHex(f.name);  // not a temp file's
+    if (hex && rules.on_removed) rules.on_removed(*hex, parsed->group);
   }
   // Best effort: fails (ENOTEMPTY) where anything is left, or a store made a file meanwhile.
   (void)UnlinkWatched(shard1_fd, path, d, /*dir=*/true);
   return Status::Ok();
 }
 
-Status ClearShard1(int block_fd, const std::string& shown, const DirEntry& d, const BlockNameFilter& filter,
+Status ClearShard1(int block_fd, const std::string& shown, const DirEntry& d, const ClearRules& rules,
                    uint64_t* removed) {
   if (!format::IsShard1Name(d.name) || !S_ISDIR(d.st.st_mode)) return Status::Ok();
   UniqueFd fd;
@@ -85,7 +94,7 @@ Status ClearShard1(int block_fd, const std::string& shown, const DirEntry& d, co
   }
   std::vector<DirEntry> shards;
   if (int err = ListWatched(fd.get(), path, &shards); err != 0) return ErrnoToStatus(err, "list " + path);
-  for (const DirEntry& s : shards) KVTIER_RETURN_IF_ERROR(ClearShard2(fd.get(), path, d.name, s, filter, removed));
+  for (const DirEntry& s : shards) KVTIER_RETURN_IF_ERROR(ClearShard2(fd.get(), path, d.name, s, rules, removed));
   (void)UnlinkWatched(block_fd, path, d, /*dir=*/true);
   return Status::Ok();
 }
@@ -93,7 +102,7 @@ Status ClearShard1(int block_fd, const std::string& shown, const DirEntry& d, co
 }  // namespace
 
 Result<uint64_t> ClearBlockDir(const std::string& root_dir, const std::string& block_dir_name,
-                               const BlockNameFilter& filter) {
+                               const BlockNameFilter& filter, const BlockRemovedFn& on_removed) {
   UniqueFd root;
   if (int err = OpenWatched(AT_FDCWD, root_dir, root_dir, &root); err != 0) {
     return ErrnoToStatus(err, "open " + root_dir);
@@ -107,18 +116,20 @@ Result<uint64_t> ClearBlockDir(const std::string& root_dir, const std::string& b
   std::vector<DirEntry> entries;
   if (int err = ListWatched(block.get(), shown, &entries); err != 0) return ErrnoToStatus(err, "list " + shown);
   uint64_t removed = 0;
-  for (const DirEntry& d : entries) KVTIER_RETURN_IF_ERROR(ClearShard1(block.get(), shown, d, filter, &removed));
+  const ClearRules rules{filter, on_removed};
+  for (const DirEntry& d : entries) KVTIER_RETURN_IF_ERROR(ClearShard1(block.get(), shown, d, rules, &removed));
   return removed;
 }
 
 Result<uint64_t> ClearBlockDirs(const std::vector<std::string>& roots, const std::string& block_dir_name,
-                                uint32_t io_timeout_ms, const BlockNameFilter& filter) {
+                                uint32_t io_timeout_ms, const BlockNameFilter& filter,
+                                const BlockRemovedFn& on_removed) {
   uint64_t removed = 0;
   for (size_t i = 0; i < roots.size(); ++i) {
     // The abandoned walk of a hung mount owns its copies of the names and
-    // the filter: the caller may be gone before it returns.
-    Result<uint64_t> n = RunWatchedFor<uint64_t>(io_timeout_ms, "", [root = roots[i], block_dir_name, filter] {
-      return ClearBlockDir(root, block_dir_name, filter);
+    // the callbacks: the caller may be gone before it returns.
+    Result<uint64_t> n = RunWatchedFor<uint64_t>(io_timeout_ms, "", [root = roots[i], block_dir_name, filter, on_removed] {
+      return ClearBlockDir(root, block_dir_name, filter, on_removed);
     });
     if (!n.ok()) return roots.size() == 1 ? n : n.status().WithContext("root_dir[" + std::to_string(i) + "]");
     removed += *n;

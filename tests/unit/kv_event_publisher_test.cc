@@ -6,7 +6,8 @@
 // ROUTER for old batches; the test hook holds the publisher thread so a full
 // queue is reached for certain, and Publish() must drop and count rather
 // than wait; bad and busy endpoints must fail Open() naming the config key;
-// Close() with no subscriber must return. Time bounds here only catch hangs
+// Close() with no subscriber must return; the first batch waits for a
+// subscriber to join (ZeroMQ's slow joiner would drop it), and only then. Time bounds here only catch hangs
 // (seconds); nothing asserts throughput.
 #include <gtest/gtest.h>
 #include <msgpack.hpp>
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "events/kv_event_publisher.h"
+#include "support/kv_event_sub.h"
 #include "support/test_support.h"
 
 namespace kvtier::internal {
@@ -28,84 +30,10 @@ namespace {
 using std::chrono::milliseconds;
 using Clock = std::chrono::steady_clock;
 
-// ---- decoding what the publisher sent, independently of the encoder ----
-
-WireHash DecodeHash(const msgpack::object& o) {
-  if (o.type == msgpack::type::POSITIVE_INTEGER) return WireHash::Int(o.via.u64);
-  if (o.type == msgpack::type::BIN) {
-    const auto* p = reinterpret_cast<const uint8_t*>(o.via.bin.ptr);
-    return WireHash::Bytes({p, o.via.bin.size});
-  }
-  EXPECT_EQ(o.type, msgpack::type::STR);
-  return WireHash::PageKey(o.as<std::string>());
-}
-
-std::vector<WireHash> DecodeHashes(const msgpack::object& o) {
-  std::vector<WireHash> out;
-  for (uint32_t i = 0; i < o.via.array.size; ++i) out.push_back(DecodeHash(o.via.array.ptr[i]));
-  return out;
-}
-
-template <class T>
-std::optional<T> Optional(const msgpack::object& o) {
-  if (o.is_nil()) return std::nullopt;
-  return o.as<T>();
-}
-
-KvEvent DecodeEvent(const msgpack::object& o) {
-  const msgpack::object* f = o.via.array.ptr;
-  const uint32_t n = o.via.array.size;
-  const std::string tag = f[0].as<std::string>();
-  if (tag == "BlockStored") {
-    BlockStoredEvent e;
-    e.block_hashes = DecodeHashes(f[1]);
-    if (!f[2].is_nil()) e.parent_block_hash = DecodeHash(f[2]);
-    e.token_ids = f[3].as<std::vector<int64_t>>();
-    e.block_size = f[4].as<int64_t>();
-    e.lora_id = Optional<int64_t>(f[5]);
-    e.medium = Optional<std::string>(f[6]);
-    e.lora_name = Optional<std::string>(f[7]);
-    if (n > 9) e.group_idx = f[9].as<int64_t>();
-    return e;
-  }
-  if (tag == "BlockRemoved") {
-    BlockRemovedEvent e;
-    e.block_hashes = DecodeHashes(f[1]);
-    e.medium = Optional<std::string>(f[2]);
-    if (n > 3) e.group_idx = f[3].as<int64_t>();
-    return e;
-  }
-  EXPECT_EQ(tag, "AllBlocksCleared");
-  return AllBlocksClearedEvent{};
-}
-
-struct DecodedBatch {
-  double ts = 0;
-  std::vector<KvEvent> events;
-};
-
-DecodedBatch DecodeBatch(const zmq::message_t& payload) {
-  const msgpack::object_handle h =
-      msgpack::unpack(static_cast<const char*>(payload.data()), payload.size());
-  const msgpack::object& o = h.get();
-  DecodedBatch batch;
-  EXPECT_EQ(o.via.array.size, 2u);  // [ts, events]: no data_parallel_rank
-  EXPECT_EQ(o.via.array.ptr[0].type, msgpack::type::FLOAT64);
-  batch.ts = o.via.array.ptr[0].as<double>();
-  const msgpack::object& events = o.via.array.ptr[1];
-  for (uint32_t i = 0; i < events.via.array.size; ++i) {
-    batch.events.push_back(DecodeEvent(events.via.array.ptr[i]));
-  }
-  return batch;
-}
-
-int64_t SeqOf(const zmq::message_t& frame) {
-  EXPECT_EQ(frame.size(), 8u);
-  const auto* p = static_cast<const uint8_t*>(frame.data());
-  uint64_t v = 0;
-  for (size_t i = 0; i < frame.size(); ++i) v = (v << 8) | p[i];
-  return static_cast<int64_t>(v);
-}
+// Decoding what the publisher sent, independently of the encoder.
+using kvtier::testing::DecodeBatch;
+using kvtier::testing::DecodedBatch;
+using kvtier::testing::SeqOf;
 
 std::string SeqBytes(uint64_t seq) {
   std::string out(8, '\0');
@@ -143,20 +71,7 @@ void PublishOneBatch(KvEventPublisher& p, std::vector<KvEvent> events) {
   ASSERT_TRUE(Eventually([&] { return p.Metrics().batches_published == before + 1; }));
 }
 
-// Receives one multipart message within `timeout`; empty on timeout.
-std::vector<zmq::message_t> Receive(zmq::socket_t& s, milliseconds timeout) {
-  std::vector<zmq::message_t> frames;
-  zmq::pollitem_t item{s.handle(), 0, ZMQ_POLLIN, 0};
-  if (zmq::poll(&item, 1, timeout) == 0) return frames;
-  while (true) {
-    zmq::message_t m;
-    EXPECT_TRUE(s.recv(m).has_value());
-    const bool more = m.more();
-    frames.push_back(std::move(m));
-    if (!more) break;
-  }
-  return frames;
-}
+using kvtier::testing::Receive;
 
 KvEventsOptions IpcOptions(const testing::TempDir& dir) {
   KvEventsOptions o;
@@ -227,6 +142,28 @@ TEST(KvEventPublisher, OnePublishCallOfSeveralEventsIsOneBatch) {
   ASSERT_OK_AND_ASSIGN(auto pub, KvEventPublisher::Open(IpcOptions(dir)));
   PublishOneBatch(*pub, {Stored(1), Stored(2), Stored(3)});
   EXPECT_EQ(pub->Metrics().events_published, 3u);
+}
+
+TEST(KvEventPublisher, FirstBatchWaitsForASubscriberToJoin) {
+  testing::TempDir dir;
+  ASSERT_OK_AND_ASSIGN(auto pub, KvEventPublisher::Open(IpcOptions(dir)));
+  ASSERT_EQ(pub->Publish(Stored(1)), 1u);  // before anyone listens
+  std::this_thread::sleep_for(milliseconds(100));
+  EXPECT_EQ(pub->Metrics().batches_published, 0u) << "the first batch is held for a subscriber";
+  zmq::context_t ctx;
+  zmq::socket_t sub(ctx, zmq::socket_type::sub);
+  sub.set(zmq::sockopt::subscribe, "");
+  sub.connect(pub->pub_endpoint());
+  std::vector<zmq::message_t> f = Receive(sub, milliseconds(5000));
+  ASSERT_EQ(f.size(), 3u) << "the batch published before the subscriber joined is lost";
+  EXPECT_EQ(SeqOf(f[1]), 0);
+  EXPECT_EQ(DecodeBatch(f[2]).events, std::vector<KvEvent>{Stored(1)});
+  // Without the wait, the batch goes at once, to no one.
+  KvEventsOptions no_wait = IpcOptions(dir);
+  no_wait.endpoint = "ipc://" + (dir.path() / "no-wait.sock").string();
+  no_wait.subscriber_wait_ms = milliseconds(0);
+  ASSERT_OK_AND_ASSIGN(auto eager, KvEventPublisher::Open(no_wait));
+  PublishOneBatch(*eager, {Stored(2)});
 }
 
 TEST(KvEventPublisher, ReplayReturnsTheBufferedBatchesFromStartThenMinusOne) {

@@ -1,0 +1,56 @@
+// The KV events of one root of an fs tier (docs/kv-events.md): a BlockStored
+// for each key a store made visible (after its rename; a key skipped as
+// already there only with announce_existing), a BlockRemoved for each block
+// file the tier itself unlinked (a corrupt or unauthenticated block found by
+// a load, a staged-CRC removal, a max_bytes eviction). Each is published as
+// its op finishes, on the I/O thread, so one root's events are in the order
+// its files changed; publishing only queues (KvEventPublisher).
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "events/volume_events.h"
+#include "kvtier/fs_tier.h"
+
+namespace kvtier::internal {
+
+class FsBlockOp;
+
+// What a job's ops need to be named in events: the job's keys, then the
+// paths its max_bytes evictions unlink (ops past the keys, in order).
+struct JobEventKeys {
+  std::vector<OffloadKey> keys;
+  std::vector<std::string> evictions;
+};
+
+class TierEvents {
+ public:
+  // nullptr (OK) when o.tier.kv_events_config does not publish; errors:
+  // VolumeEvents::Open's (a bad key or endpoint, named).
+  static Result<std::unique_ptr<TierEvents>> Open(const FsTierOpenOptions& o, const Namespace& ns);
+
+  // A job's names; `evictions` copied (the ops take the originals).
+  std::unique_ptr<JobEventKeys> ForJob(std::span<const OffloadKey> keys,
+                                       std::span<const std::string> evictions = {}) const;
+  // The job's op number `index` has finished with `op`'s result.
+  void OnOp(const JobEventKeys& job, JobKind kind, size_t index, const FsBlockOp& op) const;
+
+  // The kv_events_* fields of `m`.
+  void FillMetrics(FsTierMetrics* m) const;
+
+ private:
+  TierEvents(std::shared_ptr<VolumeEvents> events, EventHashKind kind, int64_t block_size)
+      : events_(std::move(events)), kind_(kind), block_size_(block_size) {}
+  std::shared_ptr<VolumeEvents> events_;
+  EventHashKind kind_;
+  int64_t block_size_;  // tokens per block file
+};
+
+// "<blockdir>/<hhh>/<hh>_g<g>/<hex>.bin" as a NamedBlock (stem, group dir);
+// parts that are not there come out empty (and are then skipped).
+NamedBlock NamedBlockOfPath(std::string_view rel_path);
+
+}  // namespace kvtier::internal
