@@ -15,6 +15,7 @@
 #include "cli/duration.h"
 #include "cli/gc_watch.h"
 #include "cli/ops_command.h"
+#include "cli/ops_events.h"
 #include "commands.h"
 
 namespace kvtier::internal {
@@ -118,39 +119,62 @@ void RegisterDu(CLI::App* app, CliContext* ctx) {
   }, ctx));
 }
 
+// The flags of `kvtier fsck` beyond the common ones.
+struct FsckFlags {
+  bool repair = false, verify = false, group_read = false;
+  std::string row_bytes;
+  std::vector<std::string> seal_keys;
+  EventsFlags events;
+};
+
+// The events of a run, if asked for: false (after printing) when they cannot be opened.
+bool OpenEvents(const EventsFlags& flags, const std::string& root, std::string_view cmd,
+                std::shared_ptr<RemovalEvents>* out) {
+  Result<std::shared_ptr<RemovalEvents>> opened = RemovalEvents::Open(flags, root);
+  if (!opened.ok()) PrintError(cmd, opened.status().message());
+  if (opened.ok()) *out = std::move(*opened);
+  return opened.ok();
+}
+
+// fsck's exit code: 8 for a bad flag value or an error, else the report's.
+int RunFsck(const CommonFlags& f, const FsckFlags& k) {
+  FsckOptions o;
+  if (!Fill(f, "fsck", &o)) return 8;
+  o.repair = k.repair;
+  o.verify_data = k.verify;
+  o.seal_key_files = k.seal_keys;
+  o.seal_key_group_read = k.group_read;
+  if (!k.row_bytes.empty() && !Take(ParseSizeBytes(k.row_bytes), "fsck", "--row-bytes", &o.row_bytes)) return 8;
+  if (!k.events.endpoint.empty() && !k.repair) {
+    PrintError("fsck", "--events-endpoint: needs --repair (without it fsck removes nothing)");
+    return 8;
+  }
+  std::shared_ptr<RemovalEvents> events;
+  if (!OpenEvents(k.events, f.root, "fsck", &events)) return 8;
+  if (events) o.on_block_removed = events->Callback();
+  Result<FsckReport> r = Fsck(o);
+  if (events) events->Close();  // what is queued is sent before the report (and before a hung exit)
+  const int rc = Emit<FsckReport>(r, "fsck", f.json, o.progress != nullptr, &FsckJson, &FsckText);
+  return rc != 0 ? 8 : r->ExitCode();  // operational errors are 8, as e2fsck's
+}
+
 void RegisterFsck(CLI::App* app, CliContext* ctx) {
   auto f = std::make_shared<CommonFlags>();
-  auto repair = std::make_shared<bool>(false);
-  auto verify = std::make_shared<bool>(false);
-  auto row_bytes = std::make_shared<std::string>();
+  auto k = std::make_shared<FsckFlags>();
   CLI::App* fsck = app->add_subcommand("fsck", "Check a root_dir against the layout rules (exit 0/1/4/8 as e2fsck)");
   AddCommon(fsck, f.get());
-  fsck->add_flag("--repair", *repair, "Remove or quarantine what is broken (layout files only)");
+  fsck->add_flag("--repair", k->repair, "Remove or quarantine what is broken (layout files only)");
   CLI::Option* verify_flag =
-      fsck->add_flag("--verify-data", *verify, "Read every block and check its CRC32C (a sealed block: its tag, given its key)");
+      fsck->add_flag("--verify-data", k->verify, "Read every block and check its CRC32C (a sealed block: its tag, given its key)");
   fsck->add_option("--tmp-grace", f->tmp_grace, "Temp and probe files younger than this are in flight")->capture_default_str();
-  fsck->add_option("--row-bytes", *row_bytes, "Expected block size (default: an SGLang namespace's declared page_bytes, else its most common size, which removes nothing but empty blocks: FORMAT.md L196)");
-  auto seal_keys = std::make_shared<std::vector<std::string>>();
-  fsck->add_option("--seal-key-file", *seal_keys,
+  fsck->add_option("--row-bytes", k->row_bytes, "Expected block size (default: an SGLang namespace's declared page_bytes, else its most common size, which removes nothing but empty blocks: FORMAT.md L196)");
+  fsck->add_option("--seal-key-file", k->seal_keys,
                    "A seal key (repeatable: the primary and read keys): with --verify-data, check the tag of every "
                    "block of the sealed namespaces it sealed (docs/sealed.md)")
       ->needs(verify_flag);
-  auto group_read = std::make_shared<bool>(false);
-  AddSealKeyGroupReadFlag(fsck, group_read.get());
-  fsck->callback(Guarded([=] {
-    FsckOptions o;
-    if (!Fill(*f, "fsck", &o)) return void(ctx->exit_code = 8);
-    o.repair = *repair;
-    o.verify_data = *verify;
-    o.seal_key_files = *seal_keys;
-    o.seal_key_group_read = *group_read;
-    if (!row_bytes->empty() && !Take(ParseSizeBytes(*row_bytes), "fsck", "--row-bytes", &o.row_bytes)) {
-      return void(ctx->exit_code = 8);
-    }
-    Result<FsckReport> r = Fsck(o);
-    const int rc = Emit<FsckReport>(r, "fsck", f->json, o.progress != nullptr, &FsckJson, &FsckText);
-    ctx->exit_code = rc != 0 ? 8 : r->ExitCode();  // operational errors are 8, as e2fsck's
-  }, ctx));
+  AddSealKeyGroupReadFlag(fsck, &k->group_read);
+  AddEventsFlags(fsck, &k->events);
+  fsck->callback(Guarded([f, k, ctx] { ctx->exit_code = RunFsck(*f, *k); }, ctx));
 }
 
 // The flags of `gc --watch` (tools/cli/gc_watch.h).
@@ -275,7 +299,8 @@ bool FillGc(const GcFlags& g, GcOptions* o) {
 }
 
 // A one-shot gc; with a capacity bound one of the volume's collectors (L124).
-int RunOnceCommand(const GcOptions& o, bool ignore_lease, uint64_t collector_ttl_ms, bool json) {
+// `events` (may be null) are closed before the report.
+int RunOnceCommand(const GcOptions& o, bool ignore_lease, uint64_t collector_ttl_ms, bool json, RemovalEvents* events) {
   CollectOnceOptions once;
   static_cast<GcOptions&>(once) = o;
   once.collector_ttl_ms = collector_ttl_ms;
@@ -287,10 +312,20 @@ int RunOnceCommand(const GcOptions& o, bool ignore_lease, uint64_t collector_ttl
     once.stop = [] { return g_watch_stop.load(); };
   }
   Result<GcReport> r = CollectOnce(once);
+  if (events != nullptr) events->Close();  // what is queued is sent (at most 1 s), also before a hung exit
   const int rc = Emit<GcReport>(r, "gc", json, o.progress != nullptr, &GcJson, &GcText);
   // 4: removals failed, or the bound went unenforced for want of a lease;
   // 8: parts could not be read.
   return rc != 0 ? rc : r->ExitCode();
+}
+
+// Every removal of the run (and of each watch pass) published; a watch
+// exports the publisher's counters and closes it as it ends.
+void WithEvents(const std::shared_ptr<RemovalEvents>& events, GcOptions* o, GcWatchOptions* w) {
+  o->on_block_removed = events->Callback();
+  w->collector.gc.on_block_removed = o->on_block_removed;
+  w->collector.metrics_extra = [events] { return events->MetricsText(); };
+  w->on_end = [events] { events->Close(); };
 }
 
 void RegisterGc(CLI::App* app, CliContext* ctx) {
@@ -301,17 +336,22 @@ void RegisterGc(CLI::App* app, CliContext* ctx) {
   AddCommon(gc, f.get());
   AddGcFlags(gc, f.get(), g.get());
   AddWatchFlags(gc, watch.get());
+  auto ev = std::make_shared<EventsFlags>();
+  AddEventsFlags(gc, ev.get());
   gc->callback(Guarded([=] {
     GcOptions o;
     if (!Fill(*f, "gc", &o) || !FillGc(*g, &o)) return void(ctx->exit_code = 2);
     GcWatchOptions w;
     if (!FillWatch(*watch, o, f->json, &w)) return void(ctx->exit_code = 2);
-    if (watch->watch) return void(ctx->exit_code = RunWatchCommand(std::move(w)));
-    if (!watch->min_free.empty() || !watch->metrics_file.empty() || watch->metrics_port) {
+    if (!watch->watch && (!watch->min_free.empty() || !watch->metrics_file.empty() || watch->metrics_port)) {
       PrintError("gc", "--min-free, --metrics-file and --metrics-port need --watch");
       return void(ctx->exit_code = 2);
     }
-    ctx->exit_code = RunOnceCommand(o, g->ignore_lease, w.collector.collector_ttl_ms, f->json);
+    std::shared_ptr<RemovalEvents> events;  // one publisher for the run, every pass of a watch
+    if (!OpenEvents(*ev, f->root, "gc", &events)) return void(ctx->exit_code = 2);
+    if (events) WithEvents(events, &o, &w);
+    if (watch->watch) return void(ctx->exit_code = RunWatchCommand(std::move(w)));
+    ctx->exit_code = RunOnceCommand(o, g->ignore_lease, w.collector.collector_ttl_ms, f->json, events.get());
   }, ctx));
 }
 

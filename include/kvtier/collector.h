@@ -88,6 +88,10 @@ struct CollectorOptions {
   // Receives the Prometheus text after every check and once at the end,
   // from the thread that runs the loop. Empty: none.
   std::function<void(const std::string& text)> on_metrics;
+  // Whole Prometheus families appended to the collector's own at every
+  // write and in MetricsText(), from the thread asking (the CLI's
+  // kvtier_kv_events_* with --events-endpoint, docs/metrics.md). Empty: none.
+  std::function<std::string()> metrics_extra;
 };
 
 // A snapshot of what a collector did (the counters of its metrics).

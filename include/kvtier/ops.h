@@ -207,6 +207,38 @@ struct Finding {
   std::string detail;
 };
 
+// A block file gc or fsck --repair has just removed (its unlink succeeded:
+// never for a dry run, a file already gone, a temp, probe, lease or
+// config.json file, or a non-file at a block name), as on_block_removed
+// receives it: what a KV-event publisher needs to name the block
+// (docs/kv-events.md). The names are as read off the volume: a caller that
+// puts them on the wire checks them (they match the layout, L5-L7, or the
+// scan would not have taken the file for a block).
+struct RemovedBlock {
+  std::string root;       // the root the file was on (one of a list's, as given)
+  std::string path;       // relative to that root: "<block_dir>/<hhh>/<group_dir>/<stem>.bin"
+  std::string block_dir;  // "<model>_<digest>_r<rank>" (L5)
+  std::string group_dir;  // "<hh>_g<group>" (L6)
+  std::string stem;       // the file name without ".bin": the block's hex hash (L7)
+  // The namespace's config.json "inference_engine" as the scan read it:
+  // "vllm", "sglang", or "" (unknown: no config.json, torn, another value;
+  // treat as vLLM).
+  std::string engine;
+  uint64_t bytes = 0;  // what it held on disk (as Reclaimed::bytes)
+  // Why: gc's Reclaimed::reason (orphaned_namespace, capacity, min_free,
+  // corrupt); fsck's FindingKindName of the finding (size_mismatch,
+  // crc_mismatch, seal_mismatch).
+  std::string reason;
+};
+
+// Called after each successful removal of a block file, exactly once per
+// file this call removed, from any of the call's threads (several at once:
+// it must be thread-safe, and should be quick: removals wait on it). It may
+// still be called once after the call returned kTimedOut, from the
+// abandoned thread whose unlink the hung mount finally answered: capture by
+// shared ownership. Empty: nothing is done (no cost).
+using OnBlockRemoved = std::function<void(const RemovedBlock&)>;
+
 struct FsckOptions : ScanOptions {
   bool repair = false;       // without it nothing changes
   bool verify_data = false;  // read every block and check its CRC32C
@@ -226,6 +258,8 @@ struct FsckOptions : ScanOptions {
   // group-readable one unless seal_key_group_read.
   std::vector<std::string> seal_key_files;
   bool seal_key_group_read = false;
+  // With repair: told of each block file removed (RemovedBlock, OnBlockRemoved).
+  OnBlockRemoved on_block_removed;
 };
 
 struct FsckReport {
@@ -311,6 +345,10 @@ struct GcOptions : ScanOptions {
   // removed for capacity on that root, and GcReport::capacity_skipped says
   // why (CollectOnce's collector lease, FORMAT.md L124). Empty: go on.
   std::function<std::string()> capacity_gate;
+  // Told of each block file removed, whatever the reason (RemovedBlock,
+  // OnBlockRemoved); never with dry_run. CollectOnce and the Collector's
+  // passes keep it: only the run that unlinks a file tells of it.
+  OnBlockRemoved on_block_removed;
 };
 
 struct Reclaimed {

@@ -90,7 +90,7 @@ void Say(const State& s, const std::string& line) {
 }
 
 void Publish(State& s, const CollectorMetrics& m) {
-  std::string text = MetricsText(m);
+  std::string text = MetricsText(m) + (s.o.metrics_extra ? s.o.metrics_extra() : "");
   std::string err = s.o.metrics_file.empty() ? "" : WriteMetricsFile(s.o.metrics_file, text);
   bool say = false;
   {
@@ -450,8 +450,12 @@ CollectorStatus Collector::status() const {
 }
 
 std::string Collector::MetricsText() const {
-  std::lock_guard lock(state_->mu);
-  return internal::MetricsText(state_->snapshot);
+  std::string text;
+  {
+    std::lock_guard lock(state_->mu);
+    text = internal::MetricsText(state_->snapshot);
+  }
+  return text + (state_->o.metrics_extra ? state_->o.metrics_extra() : "");
 }
 
 }  // namespace kvtier

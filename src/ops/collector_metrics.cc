@@ -71,6 +71,25 @@ std::string MetricsText(const CollectorMetrics& m) {
   return out;
 }
 
+std::string KvEventsMetricsText(const KvEventMetrics& m, uint64_t names_skipped) {
+  std::string out;
+  auto one = [&](const char* name, const char* type, const char* help, uint64_t value) {
+    Family(&out, name, type, help);
+    out += std::string(name) + " " + std::to_string(value) + "\n";
+  };
+  one("kvtier_kv_events_published_total", "counter", "KV events sent on the PUB socket.", m.events_published);
+  one("kvtier_kv_events_dropped_total", "counter", "KV events dropped: the queue was full, or published after close.",
+      m.events_dropped);
+  one("kvtier_kv_events_batches_total", "counter", "KV event batches sent (the next sequence number).",
+      m.batches_published);
+  one("kvtier_kv_events_replay_requests_total", "counter", "Replay requests served.", m.replay_requests);
+  one("kvtier_kv_events_replay_batches_total", "counter", "Batches re-sent to replay requests.", m.replay_batches_sent);
+  one("kvtier_kv_events_queue_depth", "gauge", "KV events queued, not yet sent.", m.queue_depth);
+  one("kvtier_kv_events_names_skipped_total", "counter",
+      "Removed block files whose names are outside the layout's hex form: no event.", names_skipped);
+  return out;
+}
+
 std::string WriteMetricsFile(const std::string& path, const std::string& text) {
   const std::string tmp = path + "." + std::to_string(getpid()) + ".tmp";
   UniqueFd fd(open(tmp.c_str(), O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, 0644));

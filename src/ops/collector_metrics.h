@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "events/kv_event_publisher.h"
 #include "kvtier/ops.h"
 
 namespace kvtier::internal {
@@ -32,6 +33,9 @@ struct CollectorMetrics {
 // Adds a pass's removals and failures.
 void Accumulate(const GcReport& r, CollectorMetrics* m);
 std::string MetricsText(const CollectorMetrics& m);
+// The kvtier_kv_events_* families of a KV-event publisher (docs/metrics.md):
+// its counters, and the block names RemovedNamed skipped.
+std::string KvEventsMetricsText(const KvEventMetrics& m, uint64_t names_skipped);
 // Writes `text` to `path` by a temp file and a rename, so a reader never
 // sees half a file: "" or why not.
 std::string WriteMetricsFile(const std::string& path, const std::string& text);

@@ -20,6 +20,7 @@
 #include "ops/io_watch.h"
 #include "ops/ops_internal.h"
 #include "ops/block_verify.h"
+#include "ops/removed_blocks.h"
 #include "ops/row_basis.h"
 #include "ops/seal_check.h"
 #include "ops/trailer_sizes.h"
@@ -34,7 +35,8 @@ class FsckRun {
  public:
   FsckRun(const FsckOptions& o, const TreeScan& scan, FsckReport* report, const ExtraBlockCheck& extra,
           const SealKeys* keys)
-      : o_(o), editor_(scan.root_fd), report_(report), now_(std::time(nullptr)), extra_(extra), keys_(keys) {
+      : o_(o), editor_(scan.root_fd), report_(report), now_(std::time(nullptr)), extra_(extra), keys_(keys),
+        removed_(o.on_block_removed, o.root, scan) {
     for (const auto& [name, ns] : scan.namespaces) {
       const ConfigInfo info = ParseConfig(ns);
       // L182: a sealed namespace's blocks are all row + trailer, never plain rows.
@@ -95,7 +97,7 @@ class FsckRun {
   // a longer row: reported as a CRC mismatch and removed with --repair.
   bool DamagedTrailer(const ScannedFile& b) {
     std::string detail = std::to_string(b.size) + " bytes: the row and a damaged checksum trailer";
-    const RepairAction action = Remove(b, &detail);
+    const RepairAction action = Remove(b, &detail, "crc_mismatch");
     Add(FindingKind::kCrcMismatch, b.rel, "L67", action, detail);
     return action == RepairAction::kRemoved;
   }
@@ -110,7 +112,7 @@ class FsckRun {
     // (L196); longer ones may be rows of a 64 K-page host (L66) and are only reported.
     RepairAction action = RepairAction::kNone;
     if (RemovableShort(b.size, basis)) {
-      action = RemoveIf(removable, b, &detail);
+      action = RemoveIf(removable, b, &detail, "size_mismatch");
     } else if (!basis.trusted() && b.size < basis.bytes) {
       detail += "; not removed: no row size is given or declared (L196)";
       Suspect(ns);  // a longer one is kept whatever the basis (L66)
@@ -176,7 +178,7 @@ class FsckRun {
     if (verdict == SealVerdict::kSound) return std::nullopt;
     if (verdict == SealVerdict::kUnjudged) return false;
     // L165: a later version's record is reported, never removed.
-    const RepairAction action = verdict == SealVerdict::kBroken ? RemoveIf(removable, b, &detail) : RepairAction::kNone;
+    const RepairAction action = verdict == SealVerdict::kBroken ? RemoveIf(removable, b, &detail, "seal_mismatch") : RepairAction::kNone;
     Add(FindingKind::kSealMismatch, b.rel, rule, action, detail);
     return action == RepairAction::kRemoved;
   }
@@ -241,16 +243,16 @@ class FsckRun {
     std::lock_guard lock(mu_);
     report_->findings.push_back({kind, std::move(path), rule, action, std::move(detail)});
   }
-  // A removal that fails says why in the finding's detail (the finding is
-  // left, exit 4); one replaced meanwhile (ESTALE) is another writer's file.
+  // A removal that fails says why in the finding's detail (the finding is left, exit 4); one
+  // replaced meanwhile (ESTALE) is another writer's file. `reason`: for on_block_removed.
   // Remove, where the namespace's seal member is trusted (L182).
-  RepairAction RemoveIf(bool removable, const ScannedFile& f, std::string* detail) {
-    if (removable) return Remove(f, detail);
+  RepairAction RemoveIf(bool removable, const ScannedFile& f, std::string* detail, const char* reason) {
+    if (removable) return Remove(f, detail, reason);
     *detail += "; not removed: config.json fails its digest (L79), so its seal member is not trusted";
     return RepairAction::kNone;
   }
 
-  RepairAction Remove(const ScannedFile& f, std::string* detail) {
+  RepairAction Remove(const ScannedFile& f, std::string* detail, const char* reason = "") {
     if (!o_.repair) return RepairAction::kNone;
     // Shard directories the removal empties go too, so one pass leaves a
     // clean tree, by L108: as they were before it, unchanged for the grace
@@ -259,7 +261,7 @@ class FsckRun {
     const std::string dir2 = SplitRel(f.rel).first;
     const std::optional<ScannedFile> shard = in_shard ? editor_.LookAtDir(dir2) : std::nullopt;
     const std::optional<ScannedFile> parent = in_shard ? editor_.LookAtDir(SplitRel(dir2).first) : std::nullopt;
-    if (const int err = editor_.Remove(f)) {
+    if (const int err = removed_.Remove(editor_, f, reason)) {
       if (err != ESTALE) *detail += std::string(detail->empty() ? "" : "; ") + "not removed: " + std::strerror(err);
       return RepairAction::kNone;
     }
@@ -419,7 +421,7 @@ class FsckRun {
     const Verdict verdict = CrcVerdict(fd.get(), size, &io, &detail, &read_bytes);
     read_bytes_ += read_bytes;
     if (verdict != Verdict::kMismatch) return false;
-    const RepairAction action = Remove(b, &detail);
+    const RepairAction action = Remove(b, &detail, "crc_mismatch");
     Add(FindingKind::kCrcMismatch, b.rel, "L67", action, detail);
     return action == RepairAction::kRemoved;
   }
@@ -445,6 +447,7 @@ class FsckRun {
   std::map<std::string, std::string> sealed_;  // sealed namespaces (L182): the key id config.json names
   std::set<std::string> seal_untrusted_;       // those whose config.json fails its digest (L79)
   const SealKeys* keys_;                       // FsckOptions::seal_key_files, loaded
+  RemovedBlocks removed_;                      // tells o_.on_block_removed
   std::atomic<uint64_t> sealed_checked_{0}, sealed_verified_{0};
   std::mutex trailer_mu_;
   std::map<std::string, ModeTrailer> mode_trailer_;

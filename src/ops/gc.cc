@@ -33,6 +33,7 @@
 #include "ops/use_time.h"
 #include "ops/io_watch.h"
 #include "ops/ops_internal.h"
+#include "ops/removed_blocks.h"
 #include "ops/row_basis.h"
 
 namespace kvtier {
@@ -45,8 +46,8 @@ class GcRun {
  public:
   GcRun(const GcOptions& o, const TreeScan& first, GcReport* report, const std::set<std::string>* no_reclaim = nullptr,
         FirstWalkUse* first_use = nullptr)
-      : o_(o), editor_(first.root_fd), report_(report), now_(first_use ? first_use->now : std::time(nullptr)),
-        no_reclaim_(no_reclaim), first_use_(first_use) {}
+      : o_(o), editor_(first.root_fd), removed_(o.on_block_removed, o.root, first), report_(report),
+        now_(first_use ? first_use->now : std::time(nullptr)), no_reclaim_(no_reclaim), first_use_(first_use) {}
 
   Status Run(const TreeScan& first);
   bool WouldReclaim(const NsScan& ns) const { return Orphaned(ns); }
@@ -63,7 +64,7 @@ class GcRun {
       return false;
     }
     int err = 0;
-    if (!o_.dry_run) err = dir_fd >= 0 ? editor_.RemoveAt(dir_fd, f) : editor_.Remove(f);
+    if (!o_.dry_run) err = removed_.Remove(editor_, f, reason, dir_fd);  // tells on_block_removed
     std::lock_guard lock(mu_);
     if (err != 0) {
       if (err == ESTALE) return false;
@@ -190,6 +191,7 @@ class GcRun {
 
   const GcOptions& o_;
   TreeEditor editor_;
+  RemovedBlocks removed_;  // tells o_.on_block_removed
   GcReport* report_;
   int64_t now_;
   const std::set<std::string>* no_reclaim_;  // namespaces never reclaimed whole (several roots)

@@ -92,10 +92,11 @@ Result<GcReport> GcRoots(const GcOptions& options);
 class TreeEditor {
  public:
   explicit TreeEditor(std::shared_ptr<UniqueFd> root) : root_(std::move(root)) {}
-  // 0 (removed, or already gone), ESTALE (replaced meanwhile) or the errno.
-  int Remove(const ScannedFile& f) const;
+  // 0 (removed, or already gone), ESTALE (replaced meanwhile) or the errno;
+  // *unlinked (if given) set true only when this call removed it.
+  int Remove(const ScannedFile& f, bool* unlinked = nullptr) const;
   // The same, where `dir_fd` is the directory holding f (a walk's fd).
-  int RemoveAt(int dir_fd, const ScannedFile& f) const;
+  int RemoveAt(int dir_fd, const ScannedFile& f, bool* unlinked = nullptr) const;
   // Removes the directory root/rel if it is empty: 0 or the errno.
   int RemoveEmptyDir(const std::string& rel) const;
   // The directory root/rel's lstat now, as a walk would list it (nullopt:

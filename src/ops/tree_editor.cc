@@ -11,19 +11,19 @@
 
 namespace kvtier::internal {
 
-int TreeEditor::Remove(const ScannedFile& f) const {
+int TreeEditor::Remove(const ScannedFile& f, bool* unlinked) const {
   const auto [dir, name] = SplitRel(f.rel);
   IoScope io(f.rel);
   if (io.cancelled()) return ECANCELED;  // the call was abandoned at a hang: change nothing more
   UniqueFd fd;
   if (const int err = OpenDir(dir, &fd)) return err == ENOENT ? 0 : err;
-  return UnlinkIfSameAt(fd.get(), name, f.dev, f.ino, S_ISDIR(f.mode));
+  return UnlinkIfSameAt(fd.get(), name, f.dev, f.ino, S_ISDIR(f.mode), unlinked);
 }
 
-int TreeEditor::RemoveAt(int dir_fd, const ScannedFile& f) const {
+int TreeEditor::RemoveAt(int dir_fd, const ScannedFile& f, bool* unlinked) const {
   IoScope io(f.rel);
   if (io.cancelled()) return ECANCELED;
-  return UnlinkIfSameAt(dir_fd, SplitRel(f.rel).second, f.dev, f.ino, S_ISDIR(f.mode));
+  return UnlinkIfSameAt(dir_fd, SplitRel(f.rel).second, f.dev, f.ino, S_ISDIR(f.mode), unlinked);
 }
 
 int TreeEditor::RemoveEmptyDir(const std::string& rel) const {

@@ -120,11 +120,12 @@ int OpenRegularAt(int dirfd, const std::string& name, bool no_atime, UniqueFd* o
   return 0;
 }
 
-int UnlinkIfSameAt(int dirfd, const std::string& name, uint64_t dev, uint64_t ino, bool dir) {
+int UnlinkIfSameAt(int dirfd, const std::string& name, uint64_t dev, uint64_t ino, bool dir, bool* unlinked) {
   struct stat st;
   if (::fstatat(dirfd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) return errno == ENOENT ? 0 : errno;
   if (st.st_dev != dev || st.st_ino != ino) return ESTALE;  // replaced meanwhile: leave it
-  if (::unlinkat(dirfd, name.c_str(), dir ? AT_REMOVEDIR : 0) != 0 && errno != ENOENT) return errno;
+  if (::unlinkat(dirfd, name.c_str(), dir ? AT_REMOVEDIR : 0) != 0) return errno == ENOENT ? 0 : errno;
+  if (unlinked != nullptr) *unlinked = true;
   return 0;
 }
 

@@ -76,7 +76,9 @@ int OpenRegularAt(int dirfd, const std::string& name, bool no_atime, UniqueFd* o
 
 // Removes `name` under `dirfd` if it is still the inode (dev, ino): 0, the
 // errno, or ESTALE when another inode took its place meanwhile. ENOENT counts
-// as removed (0). `dir` removes an (empty) directory.
-int UnlinkIfSameAt(int dirfd, const std::string& name, uint64_t dev, uint64_t ino, bool dir = false);
+// as removed (0). `dir` removes an (empty) directory. *unlinked (if given)
+// is set true only when this call's unlink removed it (not found gone).
+int UnlinkIfSameAt(int dirfd, const std::string& name, uint64_t dev, uint64_t ino, bool dir = false,
+                   bool* unlinked = nullptr);
 
 }  // namespace kvtier::internal

@@ -45,6 +45,12 @@ Result<FreeSpace> ParseFreeSpace(std::string_view text) {
 }
 
 int RunGcWatch(GcWatchOptions o, const std::atomic<bool>& stop) {
+  struct OnEnd {
+    std::function<void()> f;
+    ~OnEnd() {
+      if (f) f();
+    }
+  } on_end{o.on_end};  // every way out; ExitHung's below calls it first
   auto server = std::make_shared<std::unique_ptr<MetricsServer>>();
   o.collector.log = &Log;
   o.collector.on_metrics = [server](const std::string& text) {
@@ -63,7 +69,10 @@ int RunGcWatch(GcWatchOptions o, const std::atomic<bool>& stop) {
     Log("serving /metrics on " + o.metrics_address + ":" + std::to_string((*server)->port()));
   }
   const Status end = (*collector)->Run(stop);
-  if (end.code() == StatusCode::kTimedOut) ExitHung();  // said already; its stuck thread cannot be joined
+  if (end.code() == StatusCode::kTimedOut) {
+    if (on_end.f) on_end.f();
+    ExitHung();  // said already; its stuck thread cannot be joined
+  }
   return end.ok() ? 0 : 4;
 }
 

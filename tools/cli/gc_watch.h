@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -20,6 +21,9 @@ struct GcWatchOptions {
   CollectorOptions collector;                 // log and on_metrics are set here
   std::optional<uint16_t> metrics_port;       // serve GET /metrics here (0: any free port, logged)
   std::string metrics_address = "127.0.0.1";  // ... on this IPv4 address
+  // Called once the collector has stopped (or failed to open), before the
+  // exit, a hung one's too (the CLI closes its KV-event publisher). Empty: none.
+  std::function<void()> on_end;
 };
 
 // Runs until *stop (exit 0), or a hung mount (exit 8, ExitHung). Logs one

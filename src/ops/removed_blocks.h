@@ -1,0 +1,40 @@
+// How gc and fsck --repair tell GcOptions / FsckOptions::on_block_removed of
+// each block file they remove (kvtier/ops.h RemovedBlock): only files this
+// run unlinked (one already gone is another collector's to tell), only
+// regular files at a block's name in its place (L6-L8), never a temp, probe,
+// lease or config.json file. Without a callback it costs nothing beyond the
+// removal itself.
+//
+// Thread safety: Remove may be called from any of the run's threads at once.
+#pragma once
+
+#include <map>
+#include <string>
+#include <string_view>
+
+#include "kvtier/ops.h"
+#include "ops/ops_internal.h"
+#include "ops/scan.h"
+
+namespace kvtier::internal {
+
+class RemovedBlocks {
+ public:
+  // `callback` (the options' on_block_removed) must outlive this object;
+  // the engines of `scan`'s namespaces are read only when it is set.
+  RemovedBlocks(const OnBlockRemoved& callback, std::string root, const TreeScan& scan);
+
+  // editor.Remove(f) (dir_fd < 0) or editor.RemoveAt(dir_fd, f), and the
+  // callback told when that unlinked a block file. Returns the removal's result.
+  int Remove(const TreeEditor& editor, const ScannedFile& f, std::string_view reason, int dir_fd = -1) const;
+
+  // The RemovedBlock for `f` (reason and all), or false when f is no block file.
+  bool Describe(const ScannedFile& f, std::string_view reason, RemovedBlock* out) const;
+
+ private:
+  const OnBlockRemoved& callback_;
+  std::string root_;
+  std::map<std::string, std::string, std::less<>> engines_;  // namespace dir -> inference_engine
+};
+
+}  // namespace kvtier::internal
