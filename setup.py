@@ -2,10 +2,13 @@
 `pip install --no-build-isolation .`; the pure-Python files come from python/kvtier.
 
 $KVTIER_PIP_BUILD_DIR keeps the CMake build between installs (default: a fresh one under
-setuptools' build_temp); $KVTIER_PIP_JOBS caps parallel compile jobs (default: all cores).
+setuptools' build_temp); $KVTIER_PIP_JOBS caps parallel compile jobs (default: all cores);
+$KVTIER_PIP_CMAKE_ARGS (shell words) go to CMake after the defaults, e.g. another build type
+(scripts/test gives its own build's, so that ccache has every object already).
 """
 
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -30,7 +33,8 @@ class CMakeBuild(build_ext):
         subprocess.run(
             ["cmake", "-S", str(ROOT), "-B", str(build), *generator, "-DCMAKE_BUILD_TYPE=Release",
              "-DBUILD_SHARED_LIBS=OFF", "-DKVTIER_BUILD_TESTS=OFF", "-DKVTIER_BUILD_BENCH=OFF",
-             "-DKVTIER_BUILD_PYTHON=ON", f"-DPython_EXECUTABLE={sys.executable}"],
+             "-DKVTIER_BUILD_PYTHON=ON", f"-DPython_EXECUTABLE={sys.executable}",
+             *shlex.split(os.environ.get("KVTIER_PIP_CMAKE_ARGS", ""))],
             check=True)
         jobs = os.environ.get("KVTIER_PIP_JOBS") or str(os.cpu_count() or 1)
         subprocess.run(["cmake", "--build", str(build), "--target", "_kvtier", "-j", jobs], check=True)

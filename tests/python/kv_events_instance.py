@@ -1,0 +1,91 @@
+"""One inference instance of tests/python/test_kv_events_index.py: a real process that opens a
+kvtier front end on the shared root with kvtier's own KV event publisher on, and stores (or
+loads) seeded random batches of a shared pool of keys, then closes (which sends what is queued).
+
+    python3 kv_events_instance.py FRONT ROOT CONFIG_JSON POOL_JSON SEED ROUNDS MODE
+
+FRONT: "fs" (kvtier.FsTier, the Python front end) or "engine" (kvtier.EngineTier, the vLLM front
+end's C++ core). MODE: "store" (each round stores 1-4 random keys of the pool), "load" (each round
+loads 1-4 random keys: corrupt blocks found are removed, and announced) or "sweep" (loads every
+key of the pool once, four at a time). Prints one JSON
+line of counts once its rounds are done, then keeps the tier (and so its publisher and replay
+socket) open until a line, or the end, of its standard input.
+"""
+
+import json
+import random
+import sys
+
+import kvtier
+
+ROW = 16384
+NS = dict(kv_cache_groups=[{"tokens_per_block": 16, "layer_names": ["l0"]}])
+
+
+class FsFront:
+    def __init__(self, ns, config):
+        self.tier = kvtier.FsTier(ns, ROW, config)
+
+    def run(self, keys, store, rng):
+        rows = [bytearray(rng.randbytes(ROW)) if store else bytearray(ROW) for _ in keys]
+        submit = self.tier.submit_store if store else self.tier.submit_load
+        job = submit(keys, rows)
+        while True:
+            for r in self.tier.wait(1000):
+                if r.job_id == job:
+                    return r.outcomes
+
+    def close(self):
+        self.tier.close()
+
+
+class EngineFront:
+    SLOTS = 8
+
+    def __init__(self, ns, config):
+        self.rows = bytearray(self.SLOTS * ROW)
+        self.tier = kvtier.EngineTier(ns, self.rows, ROW, config)
+        self.next_job = 1
+
+    def run(self, keys, store, rng):
+        slots = list(range(len(keys)))
+        if store:
+            for s in slots:
+                self.rows[s * ROW:(s + 1) * ROW] = rng.randbytes(ROW)
+        job, self.next_job = self.next_job, self.next_job + 1
+        (self.tier.submit_store if store else self.tier.submit_load)(job, keys, slots)
+        self.tier.drain(0)
+        for job_id, _, success, _, _, _ in self.tier.poll_finished():
+            if job_id == job:
+                return ["ok" if success else "failed"]
+        return ["lost"]
+
+    def close(self):
+        self.tier.shutdown()
+
+
+def batches(pool, rounds, mode, rng):
+    """The key batches of a run: `rounds` random ones of 1-4 keys, or ("sweep") every key once."""
+    if mode == "sweep":
+        return [pool[i:i + 4] for i in range(0, len(pool), 4)]
+    return [rng.sample(pool, rng.randint(1, 4)) for _ in range(rounds)]
+
+
+def main(argv):
+    front, root, config_json, pool_json, seed, rounds, mode = argv
+    rng = random.Random(int(seed))
+    pool = [bytes.fromhex(k) for k in json.loads(pool_json)]
+    config = {"root_dir": root, **json.loads(config_json)}
+    ns = kvtier.Namespace("kvtier-test/events-index", **NS)
+    fe = (FsFront if front == "fs" else EngineFront)(ns, config)
+    counts = {}
+    for keys in batches(pool, int(rounds), mode, rng):
+        for outcome in fe.run(keys, mode == "store", rng):
+            counts[outcome] = counts.get(outcome, 0) + 1
+    print(json.dumps(counts), flush=True)
+    sys.stdin.readline()  # held open (its publisher and replay socket live) until the test says go
+    fe.close()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
