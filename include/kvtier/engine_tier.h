@@ -29,6 +29,11 @@
 // and a slot that an in-flight store reads is not loaded into (the store
 // would write the loaded bytes under its own key). A job's slots and its
 // engine id stay taken until its result has been polled.
+//
+// Names: EngineTier is kvtier's vLLM adapter (src/vllm/, Python kvtier.EngineTier
+// behind kvtier.vllm); its SGLang counterpart is SglangStore (src/sglang/,
+// include/kvtier/sglang.h). Each is named after its engine's own word (vLLM's
+// secondary tier, SGLang's storage backend); both are thin fronts over a TierShell.
 #pragma once
 
 #include <cstdint>
