@@ -127,9 +127,11 @@ class KVTIER_API EngineTier {
   virtual std::string_view backend_name() const = 0;
   virtual bool o_direct() const = 0;
   virtual std::string_view checksum_place() const = 0;
-  // The underlying tier, for tests and tools on one thread; valid until
-  // Shutdown() and not to be used racing it (use the methods above).
-  virtual FsTier& fs() = 0;
+  // The underlying tier, for tests and tools on one thread: not to be used
+  // racing Shutdown() (use the methods above), and valid until it.
+  // kUnavailable "engine tier: closed" once Shutdown began (it destroys the
+  // tier), so a call after it fails instead of reaching a destroyed tier.
+  virtual Result<FsTier*> fs() = 0;
 };
 
 }  // namespace kvtier
