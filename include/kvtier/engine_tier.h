@@ -105,7 +105,7 @@ class KVTIER_API EngineTier {
   // to be polled.
   virtual bool HasPendingWork() = 0;
   // Blocks until every submitted job has a result (to be polled);
-  // kTimedOut after timeout_ms (0: no limit).
+  // kTimedOut after timeout_ms (0 only checks; kWaitForever: no limit).
   virtual Status Drain(uint32_t timeout_ms) = 0;
   // Stops admitting jobs and lookups (from its first instant: a submitter
   // racing it cannot keep it waiting), drains, then destroys the fs tier: no

@@ -108,7 +108,7 @@ class EngineTierImpl final : public EngineTier {
   }
 
   Status Drain(uint32_t timeout_ms) override {
-    const Status s = shell_->WaitIdle(timeout_ms == 0 ? TierShell::kForever : timeout_ms);
+    const Status s = shell_->WaitIdle(timeout_ms);
     if (s.code() != StatusCode::kTimedOut) {  // idle, or closed: every job has its result
       std::lock_guard lock(mu_);
       CollectLocked();

@@ -5,7 +5,8 @@
 //    the abandonment grace (lookups decided as misses, loads failed, stores
 //    failed or dropped), the root turns down (later work fails at once),
 //    stuck kernel requests stay bounded by the slots, and closing the tier
-//    returns while the mount is still hung;
+//    returns while the mount is still hung; EngineTier::Drain(0) only checks,
+//    answering kTimedOut at once while a job is held;
 //  * when the mount answers again, a probe turns the root up and loads work;
 //  * a read answered after its job was reported never writes the row the
 //    caller has since reused (bounce rows; without them the job is not
@@ -98,6 +99,13 @@ class SickVolumeTest : public ::testing::TestWithParam<IoBackendKind> {
     tier_ = std::move(tier).value();
   }
   void Open() { Open(Options(mount_->mountpoint())); }
+  // An EngineTier over the mount's root and `region`'s 8 rows (skips where the backend is refused).
+  void OpenEngine(const testing::AlignedRows& region, std::unique_ptr<EngineTier>* engine) {
+    auto opened = EngineTier::Open({.fs = Options(mount_->mountpoint()), .rows = {region.data, 8 * kRow}});
+    if (!opened.ok() && opened.status().code() == StatusCode::kUnavailable) GTEST_SKIP() << opened.status().ToString();
+    ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+    *engine = std::move(opened).value();
+  }
 
   JobResult Wait(Result<uint64_t> id, int timeout_ms = kLivenessMs) {
     EXPECT_TRUE(id.ok()) << id.status().ToString();
@@ -378,13 +386,9 @@ TEST_P(SickVolumeTest, OneHungRootFailsOnlyItsShareOfTheKeys) {
 
 TEST_P(SickVolumeTest, EngineTierDecidesLookupsAndShutsDownOnAHungMount) {
   testing::AlignedRows region(8, kRow, testing::TestSeed());
-  EngineTierOptions eo;
-  eo.fs = Options(mount_->mountpoint());
-  eo.rows = {region.data, 8 * kRow};
-  auto opened = EngineTier::Open(eo);
-  if (!opened.ok() && opened.status().code() == StatusCode::kUnavailable) GTEST_SKIP() << opened.status().ToString();
-  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
-  std::unique_ptr<EngineTier> engine = std::move(opened).value();
+  std::unique_ptr<EngineTier> engine;
+  OpenEngine(region, &engine);
+  if (IsSkipped() || HasFatalFailure()) return;
   const std::vector<OffloadKey> stored = Keys(0, 2);
   const int64_t slots[] = {0, 1};
   ASSERT_OK(engine->SubmitStore(1, stored, slots));
@@ -413,6 +417,32 @@ TEST_P(SickVolumeTest, EngineTierDecidesLookupsAndShutsDownOnAHungMount) {
   engine->Shutdown();
   engine.reset();
   EXPECT_LT(MsSince(close_t0), kLivenessMs);
+}
+
+// A timeout of 0 only checks, as in every kvtier wait (kWaitForever sets no
+// limit): with a load held by the hung mount, Drain(0) answers at once.
+TEST_P(SickVolumeTest, EngineTierDrainOfZeroOnlyChecks) {
+  testing::AlignedRows region(8, kRow, testing::TestSeed());
+  std::unique_ptr<EngineTier> engine;
+  OpenEngine(region, &engine);
+  if (IsSkipped() || HasFatalFailure()) return;
+  const std::vector<OffloadKey> keys = Keys(0, 2);
+  const int64_t slots[] = {0, 1};
+  ASSERT_OK(engine->SubmitStore(1, keys, slots));
+  ASSERT_OK(engine->Drain(kWaitForever));
+  EXPECT_OK(engine->Drain(0));  // idle: the check passes
+  ASSERT_OK(mount_->Hang("all"));
+  ASSERT_OK(engine->SubmitLoad(2, keys, std::vector<int64_t>{2, 3}));
+  const auto t0 = Clock::now();
+  const Status checked = engine->Drain(0);
+  EXPECT_LT(MsSince(t0), static_cast<int64_t>(kTimeoutMs)) << "Drain(0) waited for the hung load";
+  EXPECT_EQ(checked.code(), StatusCode::kTimedOut) << checked.ToString();
+  ASSERT_OK(engine->Drain(kWaitForever));  // the load's deadline ends it
+  std::vector<EngineJobResult> results;
+  ASSERT_EQ(engine->PollFinished(&results), 2u);
+  EXPECT_TRUE(results[0].success);
+  EXPECT_FALSE(results[1].success);
+  engine->Shutdown();
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, SickVolumeTest, ::testing::Values(IoBackendKind::kUring, IoBackendKind::kSyscall),
