@@ -70,6 +70,11 @@ bool Eventually(F ready, int timeout_ms) {
   return true;
 }
 
+bool TimedOutOrUnavailable(const KeyResult& r) {
+  return r.outcome == KeyOutcome::kError &&
+         (r.status.code() == StatusCode::kTimedOut || r.status.code() == StatusCode::kUnavailable);
+}
+
 class SickVolumeTest : public ::testing::TestWithParam<IoBackendKind> {
  protected:
   void SetUp() override {
@@ -141,6 +146,22 @@ class SickVolumeTest : public ::testing::TestWithParam<IoBackendKind> {
     ADD_FAILURE() << "job not finished at once while the root is down";
     return {};
   }
+  // While the root is down: new work ends inside its Submit call, and nothing grows.
+  void ExpectDownWorkEndsInSubmit(const testing::AlignedRows& rows) {
+    const std::vector<std::span<uint8_t>> one_row = {rows.Row(0)};
+    const std::vector<std::span<const uint8_t>> one_const = {rows.Row(0)};
+    for (uint64_t i = 0; i < 50; ++i) {
+      EXPECT_EQ(Immediate(tier_->SubmitLookup(Keys(300 + i, 1))).keys.at(0).outcome, KeyOutcome::kMiss);
+      EXPECT_TRUE(TimedOutOrUnavailable(Immediate(tier_->SubmitLoad(Keys(0, 1), one_row)).keys.at(0)));
+      EXPECT_EQ(Immediate(tier_->SubmitStore(Keys(400 + i, 1), one_const)).keys.at(0).outcome, KeyOutcome::kDropped);
+    }
+  }
+  // The lookup and getattr calls the mount has seen (a probe is a getattr of root_dir).
+  uint64_t LookupCalls() {
+    const Result<uint64_t> n = mount_->Calls("lookup");
+    EXPECT_TRUE(n.ok()) << n.status().ToString();
+    return n.ok() ? *n : 0;
+  }
   // Waits until the kernel has returned every abandoned request and their
   // ops have finished their cleanup (closing, removing a temp file).
   void WaitUnstuck() {
@@ -168,11 +189,6 @@ class SickVolumeTest : public ::testing::TestWithParam<IoBackendKind> {
   std::unique_ptr<FsTier> tier_;
 };
 
-bool TimedOutOrUnavailable(const KeyResult& r) {
-  return r.outcome == KeyOutcome::kError &&
-         (r.status.code() == StatusCode::kTimedOut || r.status.code() == StatusCode::kUnavailable);
-}
-
 TEST_P(SickVolumeTest, EveryCallReturnsInBoundedTimeOnAHungMount) {
   Open();
   testing::AlignedRows rows(4, kRow, testing::TestSeed());
@@ -198,15 +214,11 @@ TEST_P(SickVolumeTest, EveryCallReturnsInBoundedTimeOnAHungMount) {
     EXPECT_TRUE(r.outcome == KeyOutcome::kDropped || TimedOutOrUnavailable(r)) << r.status.ToString();
   }
   ASSERT_TRUE(Eventually([&] { return tier_->Metrics().root_up == 0; }, kLivenessMs)) << "the root never turned down";
-  // Down: new work ends inside its Submit call, and nothing grows.
-  const std::vector<std::span<uint8_t>> one_row = {rows.Row(0)};
-  const std::vector<std::span<const uint8_t>> one_const = {rows.Row(0)};
-  for (uint64_t i = 0; i < 50; ++i) {
-    EXPECT_EQ(Immediate(tier_->SubmitLookup(Keys(300 + i, 1))).keys.at(0).outcome, KeyOutcome::kMiss);
-    EXPECT_TRUE(TimedOutOrUnavailable(Immediate(tier_->SubmitLoad(Keys(0, 1), one_row)).keys.at(0)));
-    EXPECT_EQ(Immediate(tier_->SubmitStore(Keys(400 + i, 1), one_const)).keys.at(0).outcome, KeyOutcome::kDropped);
-  }
-  std::this_thread::sleep_for(std::chrono::milliseconds(3 * kTimeoutMs));  // probes come and hang too
+  const uint64_t asked_when_down = LookupCalls();  // the first probe comes a second later
+  ExpectDownWorkEndsInSubmit(rows);
+  // Probes come and hang too: once the mount was asked again (only a probe
+  // asks it now), the counts below include one.
+  EXPECT_TRUE(Eventually([&] { return LookupCalls() > asked_when_down; }, kLivenessMs)) << "no probe was sent";
   const FsTierMetrics m = tier_->Metrics();
   EXPECT_GE(m.deadline_misses, 3u);
   EXPECT_GE(m.requests_stuck, 1u);
