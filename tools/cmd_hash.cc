@@ -11,7 +11,7 @@
 #include "cli/ops_command.h"
 #include "cli/sglang_hash.h"
 #include "commands.h"
-#include "ops/io_watch.h"
+#include "io/io_watch.h"
 #include "seal/seal_key.h"
 #include "util/read_file.h"
 
@@ -182,7 +182,7 @@ Result<HashQuery> QueryFromFlags(const HashFlags& f) {
 }
 
 // With --root each chunk's file is stat'ed: on a hung mount that waits in
-// the kernel, so the query runs watched (ops/io_watch.h), --io-timeout per stat.
+// the kernel, so the query runs watched (io/io_watch.h), --io-timeout per stat.
 Result<nlohmann::json> RunQuery(const HashFlags& f, uint64_t timeout_ms) {
   KVTIER_ASSIGN_OR_RETURN(HashQuery query, QueryFromFlags(f));
   if (!query.root_dir) return RunHashQuery(query);

@@ -29,6 +29,11 @@
 // and a slot that an in-flight store reads is not loaded into (the store
 // would write the loaded bytes under its own key). A job's slots and its
 // engine id stay taken until its result has been polled.
+//
+// Names: EngineTier is kvtier's vLLM adapter (src/vllm/, Python kvtier.EngineTier
+// behind kvtier.vllm); its SGLang counterpart is SglangStore (src/sglang/,
+// include/kvtier/sglang.h). Each is named after its engine's own word (vLLM's
+// secondary tier, SGLang's storage backend); both are thin fronts over a TierShell.
 #pragma once
 
 #include <cstdint>
@@ -100,7 +105,7 @@ class KVTIER_API EngineTier {
   // to be polled.
   virtual bool HasPendingWork() = 0;
   // Blocks until every submitted job has a result (to be polled);
-  // kTimedOut after timeout_ms (0: no limit).
+  // kTimedOut after timeout_ms (0 only checks; kWaitForever: no limit).
   virtual Status Drain(uint32_t timeout_ms) = 0;
   // Stops admitting jobs and lookups (from its first instant: a submitter
   // racing it cannot keep it waiting), drains, then destroys the fs tier: no
@@ -122,9 +127,11 @@ class KVTIER_API EngineTier {
   virtual std::string_view backend_name() const = 0;
   virtual bool o_direct() const = 0;
   virtual std::string_view checksum_place() const = 0;
-  // The underlying tier, for tests and tools on one thread; valid until
-  // Shutdown() and not to be used racing it (use the methods above).
-  virtual FsTier& fs() = 0;
+  // The underlying tier, for tests and tools on one thread: not to be used
+  // racing Shutdown() (use the methods above), and valid until it.
+  // kUnavailable "engine tier: closed" once Shutdown began (it destroys the
+  // tier), so a call after it fails instead of reaching a destroyed tier.
+  virtual Result<FsTier*> fs() = 0;
 };
 
 }  // namespace kvtier

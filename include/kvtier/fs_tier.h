@@ -113,6 +113,15 @@ struct JobResult {
   KVTIER_API size_t OkPrefix() const;
 };
 
+// The timeout_ms of a wait that sets no limit: the one spelling of
+// "forever". Every kvtier call that blocks for at most timeout_ms
+// (FsTier::WaitIdle, TierShell::WaitFor and WaitIdle, EngineTier::Drain,
+// TieredStore::WaitIdle) reads 0 as "only check" and kWaitForever as "no
+// limit" (those that do not loop on it wait UINT32_MAX ms, 49.7 days); the
+// Python bindings spell it None. Deadline options are another thing: there
+// 0 means none (io_timeout_ms, as vLLM's own keys).
+inline constexpr uint32_t kWaitForever = UINT32_MAX;
+
 class KVTIER_API FsTier {
  public:
   // Creates root_dir (and its missing parents), the namespace and block
@@ -204,7 +213,8 @@ class KVTIER_API FsTier {
   virtual size_t PollFinished(std::vector<JobResult>* out) = 0;
   // Blocks until every submitted job has finished (is pollable, polled or
   // not). kTimedOut when some job is still queued or running after
-  // timeout_ms; 0 only checks. Jobs submitted meanwhile are waited for too.
+  // timeout_ms; 0 only checks (kWaitForever: no limit). Jobs submitted
+  // meanwhile are waited for too.
   virtual Status WaitIdle(uint32_t timeout_ms) = 0;
 
   // A snapshot of the counters: lock-free atomic reads, never blocks (each

@@ -16,7 +16,8 @@
 // A page is moved as several pieces (SGLang's host pool keeps a page's K and
 // V at different addresses), straight between the file and the pieces, with
 // the CRC32C of their concatenation (L60, L102). Every failure is a per-key
-// false: the I/O calls never throw and never return an error.
+// false: the I/O calls never throw and never return an error. It is the
+// SGLang counterpart of EngineTier, the vLLM adapter (include/kvtier/engine_tier.h).
 #pragma once
 
 #include <cstddef>

@@ -66,8 +66,6 @@ inline bool KeySucceeded(JobKind kind, KeyOutcome outcome) {
 
 class KVTIER_API TierShell {
  public:
-  // Waits given as "no limit".
-  static constexpr uint32_t kForever = UINT32_MAX;
   using Opener = std::function<Result<std::unique_ptr<FsTier>>(const FsTierOpenOptions&)>;
   using SubmitFn = std::function<Result<uint64_t>(FsTier&)>;
   // A row's name in messages ("slot 7"); empty: "rows[i]".
@@ -114,7 +112,7 @@ class KVTIER_API TierShell {
                           const RowNamer& row_name = {}, std::vector<size_t>* refused = nullptr);
   // A job without memory (a lookup).
   Result<uint64_t> Submit(const SubmitFn& submit) { return Submit(MemoryUse::kRead, {}, submit); }
-  // Submit, then WaitFor(job, kForever): for a front end whose calls are
+  // Submit, then WaitFor(job, kWaitForever): for a front end whose calls are
   // synchronous. Errors: Submit's (nothing submitted), else WaitFor's.
   Result<JobResult> SubmitAndWait(MemoryUse use, std::span<const MemoryRange> memory, const SubmitFn& submit,
                                   std::vector<size_t>* refused = nullptr);
@@ -125,7 +123,7 @@ class KVTIER_API TierShell {
   // Ends job `job`'s claim (its memory is the caller's again).
   void Release(uint64_t job);
   // Waits for job `job` (submitted through this shell, not taken by Poll)
-  // and returns it, its claim ended. kTimedOut after timeout_ms (kForever:
+  // and returns it, its claim ended. kTimedOut after timeout_ms (kWaitForever:
   // no limit): the job is then dropped, its claim ending only once it has
   // finished. kNotFound once Close has finished without it.
   Result<JobResult> WaitFor(uint64_t job, uint32_t timeout_ms);
@@ -133,7 +131,7 @@ class KVTIER_API TierShell {
   // job is outstanding, or timeout_ms passed.
   void WaitForAny(uint32_t timeout_ms);
   // Waits until no job of the tier runs (FsTier::WaitIdle: 0 only checks;
-  // kForever: no limit), then every result is ready for Poll; once Close
+  // kWaitForever: no limit), then every result is ready for Poll; once Close
   // began, until Close has finished. kTimedOut after timeout_ms.
   Status WaitIdle(uint32_t timeout_ms);
   // See the admission paragraph above.

@@ -205,7 +205,8 @@ class KVTIER_API TieredStore {
 
   // Appends finished jobs to `out`; never blocks. Returns how many.
   virtual size_t PollFinished(std::vector<TransferResult>* out) = 0;
-  // Blocks until no job, write-through or promotion is running; kTimedOut.
+  // Blocks until no job, write-through or promotion is running; kTimedOut
+  // after timeout_ms (0 only checks; kWaitForever: no limit).
   virtual Status WaitIdle(uint32_t timeout_ms) = 0;
 
   virtual TieredStoreMetrics Metrics() const = 0;

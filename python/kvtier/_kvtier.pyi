@@ -208,8 +208,9 @@ class EngineTier:
         :meth:`shutdown` too, until every result was taken."""
     def has_pending_work(self) -> bool:
         """True while a job or lookup batch has no result, or results wait to be polled."""
-    def drain(self, timeout_ms: int = 0) -> None:
-        """Waits (GIL released) until every job has a result; 0: no limit."""
+    def drain(self, timeout_ms: int | None = None) -> None:
+        """Waits (GIL released) until every job has a result; KvtierError(timed_out) after
+        ``timeout_ms`` (0 only checks; None: no limit)."""
     def shutdown(self) -> None:
         """Stops admitting jobs and lookups, drains, stops all I/O into the rows, and releases
         the rows' buffer. Afterwards submits and :meth:`flush_lookups` raise

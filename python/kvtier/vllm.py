@@ -197,7 +197,7 @@ class KvtierFsTier(SecondaryTierManager):
         return self._tier.has_pending_work()
 
     def drain_jobs(self) -> None:
-        self._tier.drain(0)
+        self._tier.drain()  # no limit
 
     def take_events(self) -> Iterable[OffloadingEvent]:
         if self._events:

@@ -9,6 +9,8 @@
 // KvtierError(unavailable). Every call into the tier releases the GIL first,
 // since the tier's mutex may be held by a thread that waits for the GIL (a
 // Python log sink called while kvtier logs).
+#include <optional>
+
 #include <pybind11/stl.h>
 
 #include "kvtier/engine_tier.h"
@@ -105,9 +107,11 @@ void BindEngineTier(pb::module_& m) {
       .def("poll_finished", &PyEngineTier::Poll,
            "[(job_id, is_load, success, ok_key_indices, bytes, seconds)] for jobs finished since the last call.")
       .def("has_pending_work", [](PyEngineTier& t) { return WithoutGil([&] { return t.tier().HasPendingWork(); }); })
-      .def("drain", [](PyEngineTier& t, uint32_t timeout_ms) {
-             ThrowIfError(WithoutGil([&] { return t.tier().Drain(timeout_ms); }));
-           }, pb::arg("timeout_ms") = 0, "Waits (GIL released) until every job has a result; 0: no limit.")
+      .def("drain", [](PyEngineTier& t, std::optional<uint32_t> timeout_ms) {
+             ThrowIfError(WithoutGil([&] { return t.tier().Drain(timeout_ms.value_or(kWaitForever)); }));
+           }, pb::arg("timeout_ms") = pb::none(),
+           "Waits (GIL released) until every job has a result; KvtierError(timed_out) after timeout_ms "
+           "(0 only checks; None: no limit).")
       .def("shutdown", &PyEngineTier::Shutdown,
            "Stops admitting jobs, drains, stops all I/O into the rows and releases their buffer.")
       .def("stats", [](PyEngineTier& t) { return StatsDict(WithoutGil([&] { return t.tier().Stats(); })); });

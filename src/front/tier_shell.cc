@@ -229,7 +229,7 @@ Result<uint64_t> TierShell::Submit(MemoryUse use, std::span<const MemoryRange> m
 Result<JobResult> TierShell::SubmitAndWait(MemoryUse use, std::span<const MemoryRange> memory,
                                            const SubmitFn& submit, std::vector<size_t>* refused) {
   KVTIER_ASSIGN_OR_RETURN(const uint64_t job, Submit(use, memory, submit, {}, refused));
-  return WaitFor(job, kForever);
+  return WaitFor(job, kWaitForever);
 }
 
 size_t TierShell::Poll(std::vector<JobResult>* out) {
@@ -250,7 +250,7 @@ void TierShell::Release(uint64_t job) {
 
 Result<JobResult> TierShell::WaitFor(uint64_t job, uint32_t timeout_ms) {
   constexpr Clock::duration kSlice = std::chrono::milliseconds(100);  // bounds a wait on a lost wake-up
-  const Clock::time_point deadline = Clock::now() + Ms(timeout_ms == kForever ? 0 : timeout_ms);
+  const Clock::time_point deadline = Clock::now() + Ms(timeout_ms == kWaitForever ? 0 : timeout_ms);
   for (;;) {
     const uint64_t seen = rep_->signal->generation();  // before looking: no lost wake-up
     {
@@ -263,13 +263,13 @@ Result<JobResult> TierShell::WaitFor(uint64_t job, uint32_t timeout_ms) {
       }
       if (rep_->finished.size() > before) rep_->signal->Bump();
       if (!rep_->tier && rep_->closed) return NotFound(rep_->name + ": job " + std::to_string(job) + " not found");
-      if (timeout_ms != kForever && Clock::now() >= deadline) {
+      if (timeout_ms != kWaitForever && Clock::now() >= deadline) {
         rep_->abandoned.insert(job);
         return Status(StatusCode::kTimedOut, rep_->name + ": job " + std::to_string(job) + " still running after " +
                                                  std::to_string(timeout_ms) + " ms");
       }
     }
-    const Clock::duration left = timeout_ms == kForever ? kSlice : std::min(kSlice, Clock::duration(deadline - Clock::now()));
+    const Clock::duration left = timeout_ms == kWaitForever ? kSlice : std::min(kSlice, Clock::duration(deadline - Clock::now()));
     rep_->signal->WaitPast(seen, left);
   }
 }
@@ -289,7 +289,7 @@ Status TierShell::WaitIdle(uint32_t timeout_ms) {
     std::unique_lock lock(rep_->mu);
     if (rep_->closing) {  // Close drains: idle once it has finished
       const auto done = [&] { return rep_->closed; };
-      if (timeout_ms == kForever) {
+      if (timeout_ms == kWaitForever) {
         rep_->changed.wait(lock, done);
         return Status::Ok();
       }
@@ -298,8 +298,8 @@ Status TierShell::WaitIdle(uint32_t timeout_ms) {
     }
     ++rep_->users;
   }
-  Status s = rep_->tier->WaitIdle(timeout_ms == kForever ? 1000 : timeout_ms);
-  while (timeout_ms == kForever && s.code() == StatusCode::kTimedOut) s = rep_->tier->WaitIdle(1000);
+  Status s = rep_->tier->WaitIdle(timeout_ms == kWaitForever ? 1000 : timeout_ms);
+  while (timeout_ms == kWaitForever && s.code() == StatusCode::kTimedOut) s = rep_->tier->WaitIdle(1000);
   if (s.ok()) {  // every job is pollable, though its on_job_finished may not have run yet
     std::lock_guard lock(rep_->mu);
     rep_->CollectLocked(true);

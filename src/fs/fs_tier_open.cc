@@ -28,7 +28,7 @@
 #include "fs/tier_events.h"
 #include "fs/tier_space.h"
 #include "fs/volume_kind.h"
-#include "ops/io_watch.h"
+#include "io/io_watch.h"
 #include "util/log.h"
 
 namespace kvtier::internal {

@@ -23,7 +23,7 @@
 #include "fs/root_set.h"
 #include "fs/tier_metrics.h"
 #include "fs/tier_space.h"
-#include "ops/io_watch.h"
+#include "io/io_watch.h"
 
 namespace kvtier::internal {
 namespace {

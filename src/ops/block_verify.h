@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string>
 
-#include "ops/io_watch.h"
+#include "io/io_watch.h"
 
 namespace kvtier::internal {
 

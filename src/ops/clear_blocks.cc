@@ -4,7 +4,7 @@
 // directories, symlinks and foreign names stay. No symlink is followed on the
 // way (L98).
 //
-// Every syscall is announced as one watched call (ops/io_watch.h), so that
+// Every syscall is announced as one watched call (io/io_watch.h), so that
 // ClearBlockDirs can run the walk under a watch and give up on a hung mount;
 // a walk abandoned by its watch makes no further call once the stuck one
 // returns (ECANCELED).
@@ -16,7 +16,7 @@
 #include <iterator>
 
 #include "format/layout_names.h"
-#include "ops/io_watch.h"
+#include "io/io_watch.h"
 #include "util/dir_fd.h"
 
 namespace kvtier::internal {

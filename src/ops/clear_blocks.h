@@ -29,7 +29,7 @@ Result<uint64_t> ClearBlockDir(const std::string& root_dir, const std::string& b
                                const BlockNameFilter& filter = {}, const BlockRemovedFn& on_removed = {});
 
 // ClearBlockDir on each root in turn, each walk on a thread of its own with a
-// deadline of io_timeout_ms per file-system call (ops/io_watch.h; 0: none):
+// deadline of io_timeout_ms per file-system call (io/io_watch.h; 0: none):
 // a hung mount answers kTimedOut and its walk is abandoned. Errors of a root
 // are named "root_dir[i]" where there are several.
 Result<uint64_t> ClearBlockDirs(const std::vector<std::string>& roots, const std::string& block_dir_name,

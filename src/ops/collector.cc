@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "format/root_list.h"
+#include "io/io_watch.h"
 #include "ops/collector_lease.h"
 #include "ops/collector_metrics.h"
-#include "ops/io_watch.h"
 #include "ops/one_shot_lease.h"
 #include "ops/ops_internal.h"
 #include "util/log.h"

@@ -15,7 +15,7 @@
 
 #include "format/layout_names.h"
 #include "fs/tier_dirs.h"
-#include "ops/io_watch.h"
+#include "io/io_watch.h"
 #include "util/name_escape.h"
 
 namespace kvtier::internal {

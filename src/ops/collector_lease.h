@@ -92,7 +92,7 @@ class CollectorLease {
   // <UTC time>"; "" while it holds the lease, finds none, or a non-lease.
   std::string OtherHolder() const;
   // Whether the root path names the directory of this lease now: one stat,
-  // announced to the io watch of the calling thread (ops/io_watch.h).
+  // announced to the io watch of the calling thread (io/io_watch.h).
   bool RootStill() const;
   const std::string& lease_path() const { return lease_path_; }
   // L122's R for a TTL: ttl_ms / 15, clamped to 20 ms..2 s.

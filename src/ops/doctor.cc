@@ -10,9 +10,9 @@
 
 #include "format/layout_names.h"
 #include "fs/fs_tier_internal.h"
+#include "io/io_watch.h"
 #include "kvtier/layout.h"
 #include "ops/doctor_probes.h"
-#include "ops/io_watch.h"
 
 namespace kvtier::internal {
 namespace {

@@ -4,7 +4,7 @@
 // Every probe runs inside a private scratch directory, <root>/.kvtier/
 // doctor.<token>/ (FORMAT.md L150), which is removed before Doctor returns;
 // nothing else on the volume is created, changed or read. Each file-system
-// call is watched (ops/io_watch.h): one that takes longer than io_timeout_ms
+// call is watched (io/io_watch.h): one that takes longer than io_timeout_ms
 // ends the run with kTimedOut naming the path, so a hung mount never hangs
 // the caller.
 #pragma once

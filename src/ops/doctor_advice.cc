@@ -1,7 +1,7 @@
 // What `kvtier doctor` tells the operator: the problems that keep kvtier
 // from running on a root and the warnings that matter when instances share
-// it. The per-filesystem facts and their sources are in
-// ../shared/reference/shared-filesystems.md and docs/filesystems.md.
+// it. The per-filesystem facts are in docs/filesystems.md, each with its
+// source (the Linux commits and the file systems' own documentation).
 #include <string>
 #include <string_view>
 

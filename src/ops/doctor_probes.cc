@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "format/layout_names.h"
-#include "ops/io_watch.h"
+#include "io/io_watch.h"
 
 namespace kvtier::internal {
 namespace {

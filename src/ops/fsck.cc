@@ -17,7 +17,7 @@
 
 #include "format/layout_names.h"
 #include "format/seal_record.h"
-#include "ops/io_watch.h"
+#include "io/io_watch.h"
 #include "ops/ops_internal.h"
 #include "ops/block_verify.h"
 #include "ops/removed_blocks.h"

@@ -28,13 +28,13 @@
 #include <vector>
 
 #include "format/layout_names.h"
+#include "io/io_watch.h"
 #include "ops/gc_candidates.h"
 #include "ops/gc_histogram.h"
-#include "ops/use_time.h"
-#include "ops/io_watch.h"
 #include "ops/ops_internal.h"
 #include "ops/removed_blocks.h"
 #include "ops/row_basis.h"
+#include "ops/use_time.h"
 
 namespace kvtier {
 namespace internal {

@@ -1,10 +1,10 @@
 // The public du, fsck and gc: their arguments checked, then each run under a
-// deadline per file-system call (ops/io_watch.h), so a hung mount ends the
+// deadline per file-system call (io/io_watch.h), so a hung mount ends the
 // call with kTimedOut rather than hanging the caller.
 #include <cstring>
 
 #include "format/root_list.h"
-#include "ops/io_watch.h"
+#include "io/io_watch.h"
 #include "ops/ops_internal.h"
 
 namespace kvtier {

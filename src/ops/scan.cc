@@ -18,7 +18,7 @@
 #include <thread>
 
 #include "format/layout_names.h"
-#include "ops/io_watch.h"
+#include "io/io_watch.h"
 #include "ops/ops_internal.h"
 #include "ops/use_time.h"
 

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "io/io_watch.h"
 #include "kvtier/result.h"
-#include "ops/io_watch.h"
 
 namespace kvtier::internal {
 

@@ -6,7 +6,7 @@
 
 #include <cerrno>
 
-#include "ops/io_watch.h"
+#include "io/io_watch.h"
 #include "ops/ops_internal.h"
 
 namespace kvtier::internal {

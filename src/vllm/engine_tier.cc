@@ -108,7 +108,7 @@ class EngineTierImpl final : public EngineTier {
   }
 
   Status Drain(uint32_t timeout_ms) override {
-    const Status s = shell_->WaitIdle(timeout_ms == 0 ? TierShell::kForever : timeout_ms);
+    const Status s = shell_->WaitIdle(timeout_ms);
     if (s.code() != StatusCode::kTimedOut) {  // idle, or closed: every job has its result
       std::lock_guard lock(mu_);
       CollectLocked();
@@ -142,7 +142,11 @@ class EngineTierImpl final : public EngineTier {
   bool o_direct() const override { return shell_->o_direct(); }
   std::string_view checksum_place() const override { return shell_->checksum_place(); }
 
-  FsTier& fs() override { return *shell_->tier_for_tests(); }
+  Result<FsTier*> fs() override {
+    FsTier* tier = shell_->closing() ? nullptr : shell_->tier_for_tests();
+    if (tier == nullptr) return shell_->Closed();
+    return tier;
+  }
 
  private:
   Status Submit(int64_t job_id, bool is_load, std::span<const OffloadKey> keys,

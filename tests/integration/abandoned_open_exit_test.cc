@@ -1,5 +1,5 @@
 // Proves that an engine process whose fs tier open was abandoned on a hung
-// mount (FsTier::Open's watched thread, src/ops/io_watch.h) exits normally
+// mount (FsTier::Open's watched thread, src/io/io_watch.h) exits normally
 // and cleanly, on a FUSE mount (tests/support/faultfs) whose lease create
 // is held, with the process a real child (this binary run again):
 //  * returning from main while the open is still blocked in the kernel

@@ -1,7 +1,9 @@
 // Proves that `kvtier hash --engine sglang` prints SGLang's page keys through
 // the real binary: one key per line equal to SGLang's own (two cases embedded
-// here, and every case of ../shared/sglang/page_hash_vectors.json without
-// bigram pairs where the kit is present); --json gives each page's token
+// here, and every case of the vectors made by SGLang's get_hash_str,
+// sgl-project/sglang python/sglang/srt/mem_cache/utils.py at df0dfbaa4529,
+// read from ../shared/sglang/page_hash_vectors.json without bigram pairs
+// where the kit is present); --json gives each page's token
 // range and its file's path below the block directory (FORMAT.md L6-L8,
 // group 0); --extra-key/--cache-salt seed the chain exactly as --prior-hash
 // with the seed printed, absent and empty seeds differ, and the output says

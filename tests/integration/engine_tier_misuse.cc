@@ -2,10 +2,10 @@
 // kUnavailable and each accepted job still gets exactly one result (run
 // under TSan by scripts/test, as part of engine_tier_test); Shutdown stops
 // admitting jobs first, so a busy submitter cannot keep it waiting; results
-// not yet polled survive Shutdown; a load never shares a row with another
-// job's I/O and a job id stays taken until its result is polled; 1- and
-// 2-byte block hashes get vLLM's paths and never stick in the lookup batch;
-// lookup interest stays cheap at 10^5 requests sharing keys. Method: the
+// not yet polled survive Shutdown, and fs() after it is kUnavailable; a
+// load never shares a row with another job's I/O and a job id stays taken
+// until its result is polled; 1- and 2-byte block hashes get vLLM's paths
+// and never stick in the lookup batch; lookup interest stays cheap at 10^5 requests sharing keys. Method: the
 // fixture of engine_tier_test.h, threads joined before any assertion on
 // shared state, deadlines instead of sleeps, and no clock in an assertion.
 #include <atomic>
@@ -104,6 +104,18 @@ TEST_F(EngineTierTest, AJobIdStaysTakenUntilItsResultIsPolled) {
   EXPECT_EQ(CountIds(results), (std::map<int64_t, int>{{5, 1}}));
   ASSERT_OK(tier_->SubmitStore(5, Keys(821, 1), std::vector<int64_t>{1}));
   EXPECT_TRUE(WaitFor(5).success);
+}
+
+// Shutdown destroys the fs tier: fs() afterwards is a clear kUnavailable,
+// not a reference to the destroyed tier (it was, and the caller crashed).
+TEST_F(EngineTierTest, TheFsTierAfterShutdownIsUnavailable) {
+  ASSERT_OK_AND_ASSIGN(FsTier* const open_tier, tier_->fs());
+  EXPECT_EQ(open_tier->Metrics().rows_stored, 0u);
+  tier_->Shutdown();
+  const Result<FsTier*> closed = tier_->fs();
+  ASSERT_FALSE(closed.ok());
+  EXPECT_EQ(closed.status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(closed.status().message(), "engine tier: closed");
 }
 
 // What Shutdown drained is still polled afterwards, and the counters

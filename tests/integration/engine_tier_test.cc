@@ -114,7 +114,8 @@ TEST_F(EngineTierTest, PartialLoadReportsTheKeysThatLoadedAndMarksTheRestMissing
   for (int64_t s = 0; s < 4; ++s) FillRandom(s);
   ASSERT_TRUE(Store(1, keys, {0, 1, 2, 3}).success);
   ExpectAllHit(keys, "req");
-  ASSERT_TRUE(fs::remove(tier_->fs().BlockPath(keys[2])));
+  ASSERT_OK_AND_ASSIGN(const std::string path, tier_->BlockPath(keys[2]));
+  ASSERT_TRUE(fs::remove(path));
 
   const EngineJobResult loaded = Load(2, keys, {20, 21, 22, 23});
   EXPECT_TRUE(loaded.is_load);
@@ -142,17 +143,18 @@ void FlipByte(const std::string& path) {
 
 TEST_F(EngineTierTest, CorruptBlockIsNeverReportedAsLoaded) {
   SCOPED_TRACE(SeedTrace());
-  if (!tier_->fs().xattrs_supported()) GTEST_SKIP() << "no user xattrs here, so no CRC32C to catch a flipped byte";
+  ASSERT_OK_AND_ASSIGN(FsTier* const fs_tier, tier_->fs());
+  if (!fs_tier->xattrs_supported()) GTEST_SKIP() << "no user xattrs here, so no CRC32C to catch a flipped byte";
   const std::vector<OffloadKey> keys = Keys(300, 3);
   for (int64_t s = 0; s < 3; ++s) FillRandom(s);
   ASSERT_TRUE(Store(1, keys, {0, 1, 2}).success);
-  FlipByte(tier_->fs().BlockPath(keys[1]));
+  FlipByte(fs_tier->BlockPath(keys[1]));
 
   const EngineJobResult loaded = Load(2, keys, {30, 31, 32});
   EXPECT_FALSE(loaded.success);
   EXPECT_EQ(loaded.ok_keys, (std::vector<uint32_t>{0, 2}));
   EXPECT_EQ(loaded.bytes, 2 * kRow);
-  EXPECT_EQ(tier_->fs().Metrics().rows_corrupt, 1u);
+  EXPECT_EQ(tier_->Metrics().rows_corrupt, 1u);
   EXPECT_EQ(std::memcmp(Row(0), Row(30), kRow), 0);
   EXPECT_EQ(std::memcmp(Row(2), Row(32), kRow), 0);
 }
@@ -177,7 +179,7 @@ TEST_F(EngineTierTest, InvalidJobsAreRefusedAndProduceNoResult) {
   ASSERT_EQ(results.size(), 1u);
   EXPECT_EQ(results[0].job_id, 5);
   EXPECT_TRUE(results[0].success);
-  EXPECT_EQ(tier_->fs().Metrics().rows_stored, 1u);  // the refused jobs wrote nothing
+  EXPECT_EQ(tier_->Metrics().rows_stored, 1u);  // the refused jobs wrote nothing
   ASSERT_OK(tier_->SubmitLoad(5, one, std::vector<int64_t>{0}));  // its id is free again
   EXPECT_TRUE(WaitFor(5).success);
 }
@@ -300,7 +302,7 @@ TEST_F(EngineTierTest, ShutdownDrainsThenRefusesEverything) {
   FillRandom(0);
   FillRandom(1);
   ASSERT_TRUE(Store(1, {keys[0]}, {0}).success);
-  const std::string second_path = tier_->fs().BlockPath(keys[1]);
+  ASSERT_OK_AND_ASSIGN(const std::string second_path, tier_->BlockPath(keys[1]));
   ASSERT_OK(tier_->SubmitStore(2, std::vector<OffloadKey>{keys[1]}, std::vector<int64_t>{1}));
   tier_->Shutdown();
   EXPECT_TRUE(fs::exists(second_path));  // the store in flight finished first

@@ -138,7 +138,7 @@ class EngineTierTest : public ::testing::Test {
   }
 
   uint64_t LookupsChecked() const {
-    const FsTierMetrics m = tier_->fs().Metrics();
+    const FsTierMetrics m = tier_->Metrics();
     return m.lookups_hit + m.lookups_miss;
   }
 

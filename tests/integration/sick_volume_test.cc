@@ -5,7 +5,8 @@
 //    the abandonment grace (lookups decided as misses, loads failed, stores
 //    failed or dropped), the root turns down (later work fails at once),
 //    stuck kernel requests stay bounded by the slots, and closing the tier
-//    returns while the mount is still hung;
+//    returns while the mount is still hung; EngineTier::Drain(0) only checks,
+//    answering kTimedOut at once while a job is held;
 //  * when the mount answers again, a probe turns the root up and loads work;
 //  * a read answered after its job was reported never writes the row the
 //    caller has since reused (bounce rows; without them the job is not
@@ -69,6 +70,11 @@ bool Eventually(F ready, int timeout_ms) {
   return true;
 }
 
+bool TimedOutOrUnavailable(const KeyResult& r) {
+  return r.outcome == KeyOutcome::kError &&
+         (r.status.code() == StatusCode::kTimedOut || r.status.code() == StatusCode::kUnavailable);
+}
+
 class SickVolumeTest : public ::testing::TestWithParam<IoBackendKind> {
  protected:
   void SetUp() override {
@@ -98,6 +104,13 @@ class SickVolumeTest : public ::testing::TestWithParam<IoBackendKind> {
     tier_ = std::move(tier).value();
   }
   void Open() { Open(Options(mount_->mountpoint())); }
+  // An EngineTier over the mount's root and `region`'s 8 rows (skips where the backend is refused).
+  void OpenEngine(const testing::AlignedRows& region, std::unique_ptr<EngineTier>* engine) {
+    auto opened = EngineTier::Open({.fs = Options(mount_->mountpoint()), .rows = {region.data, 8 * kRow}});
+    if (!opened.ok() && opened.status().code() == StatusCode::kUnavailable) GTEST_SKIP() << opened.status().ToString();
+    ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+    *engine = std::move(opened).value();
+  }
 
   JobResult Wait(Result<uint64_t> id, int timeout_ms = kLivenessMs) {
     EXPECT_TRUE(id.ok()) << id.status().ToString();
@@ -133,6 +146,22 @@ class SickVolumeTest : public ::testing::TestWithParam<IoBackendKind> {
     ADD_FAILURE() << "job not finished at once while the root is down";
     return {};
   }
+  // While the root is down: new work ends inside its Submit call, and nothing grows.
+  void ExpectDownWorkEndsInSubmit(const testing::AlignedRows& rows) {
+    const std::vector<std::span<uint8_t>> one_row = {rows.Row(0)};
+    const std::vector<std::span<const uint8_t>> one_const = {rows.Row(0)};
+    for (uint64_t i = 0; i < 50; ++i) {
+      EXPECT_EQ(Immediate(tier_->SubmitLookup(Keys(300 + i, 1))).keys.at(0).outcome, KeyOutcome::kMiss);
+      EXPECT_TRUE(TimedOutOrUnavailable(Immediate(tier_->SubmitLoad(Keys(0, 1), one_row)).keys.at(0)));
+      EXPECT_EQ(Immediate(tier_->SubmitStore(Keys(400 + i, 1), one_const)).keys.at(0).outcome, KeyOutcome::kDropped);
+    }
+  }
+  // The lookup and getattr calls the mount has seen (a probe is a getattr of root_dir).
+  uint64_t LookupCalls() {
+    const Result<uint64_t> n = mount_->Calls("lookup");
+    EXPECT_TRUE(n.ok()) << n.status().ToString();
+    return n.ok() ? *n : 0;
+  }
   // Waits until the kernel has returned every abandoned request and their
   // ops have finished their cleanup (closing, removing a temp file).
   void WaitUnstuck() {
@@ -160,11 +189,6 @@ class SickVolumeTest : public ::testing::TestWithParam<IoBackendKind> {
   std::unique_ptr<FsTier> tier_;
 };
 
-bool TimedOutOrUnavailable(const KeyResult& r) {
-  return r.outcome == KeyOutcome::kError &&
-         (r.status.code() == StatusCode::kTimedOut || r.status.code() == StatusCode::kUnavailable);
-}
-
 TEST_P(SickVolumeTest, EveryCallReturnsInBoundedTimeOnAHungMount) {
   Open();
   testing::AlignedRows rows(4, kRow, testing::TestSeed());
@@ -190,15 +214,11 @@ TEST_P(SickVolumeTest, EveryCallReturnsInBoundedTimeOnAHungMount) {
     EXPECT_TRUE(r.outcome == KeyOutcome::kDropped || TimedOutOrUnavailable(r)) << r.status.ToString();
   }
   ASSERT_TRUE(Eventually([&] { return tier_->Metrics().root_up == 0; }, kLivenessMs)) << "the root never turned down";
-  // Down: new work ends inside its Submit call, and nothing grows.
-  const std::vector<std::span<uint8_t>> one_row = {rows.Row(0)};
-  const std::vector<std::span<const uint8_t>> one_const = {rows.Row(0)};
-  for (uint64_t i = 0; i < 50; ++i) {
-    EXPECT_EQ(Immediate(tier_->SubmitLookup(Keys(300 + i, 1))).keys.at(0).outcome, KeyOutcome::kMiss);
-    EXPECT_TRUE(TimedOutOrUnavailable(Immediate(tier_->SubmitLoad(Keys(0, 1), one_row)).keys.at(0)));
-    EXPECT_EQ(Immediate(tier_->SubmitStore(Keys(400 + i, 1), one_const)).keys.at(0).outcome, KeyOutcome::kDropped);
-  }
-  std::this_thread::sleep_for(std::chrono::milliseconds(3 * kTimeoutMs));  // probes come and hang too
+  const uint64_t asked_when_down = LookupCalls();  // the first probe comes a second later
+  ExpectDownWorkEndsInSubmit(rows);
+  // Probes come and hang too: once the mount was asked again (only a probe
+  // asks it now), the counts below include one.
+  EXPECT_TRUE(Eventually([&] { return LookupCalls() > asked_when_down; }, kLivenessMs)) << "no probe was sent";
   const FsTierMetrics m = tier_->Metrics();
   EXPECT_GE(m.deadline_misses, 3u);
   EXPECT_GE(m.requests_stuck, 1u);
@@ -378,13 +398,9 @@ TEST_P(SickVolumeTest, OneHungRootFailsOnlyItsShareOfTheKeys) {
 
 TEST_P(SickVolumeTest, EngineTierDecidesLookupsAndShutsDownOnAHungMount) {
   testing::AlignedRows region(8, kRow, testing::TestSeed());
-  EngineTierOptions eo;
-  eo.fs = Options(mount_->mountpoint());
-  eo.rows = {region.data, 8 * kRow};
-  auto opened = EngineTier::Open(eo);
-  if (!opened.ok() && opened.status().code() == StatusCode::kUnavailable) GTEST_SKIP() << opened.status().ToString();
-  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
-  std::unique_ptr<EngineTier> engine = std::move(opened).value();
+  std::unique_ptr<EngineTier> engine;
+  OpenEngine(region, &engine);
+  if (IsSkipped() || HasFatalFailure()) return;
   const std::vector<OffloadKey> stored = Keys(0, 2);
   const int64_t slots[] = {0, 1};
   ASSERT_OK(engine->SubmitStore(1, stored, slots));
@@ -413,6 +429,32 @@ TEST_P(SickVolumeTest, EngineTierDecidesLookupsAndShutsDownOnAHungMount) {
   engine->Shutdown();
   engine.reset();
   EXPECT_LT(MsSince(close_t0), kLivenessMs);
+}
+
+// A timeout of 0 only checks, as in every kvtier wait (kWaitForever sets no
+// limit): with a load held by the hung mount, Drain(0) answers at once.
+TEST_P(SickVolumeTest, EngineTierDrainOfZeroOnlyChecks) {
+  testing::AlignedRows region(8, kRow, testing::TestSeed());
+  std::unique_ptr<EngineTier> engine;
+  OpenEngine(region, &engine);
+  if (IsSkipped() || HasFatalFailure()) return;
+  const std::vector<OffloadKey> keys = Keys(0, 2);
+  const int64_t slots[] = {0, 1};
+  ASSERT_OK(engine->SubmitStore(1, keys, slots));
+  ASSERT_OK(engine->Drain(kWaitForever));
+  EXPECT_OK(engine->Drain(0));  // idle: the check passes
+  ASSERT_OK(mount_->Hang("all"));
+  ASSERT_OK(engine->SubmitLoad(2, keys, std::vector<int64_t>{2, 3}));
+  const auto t0 = Clock::now();
+  const Status checked = engine->Drain(0);
+  EXPECT_LT(MsSince(t0), static_cast<int64_t>(kTimeoutMs)) << "Drain(0) waited for the hung load";
+  EXPECT_EQ(checked.code(), StatusCode::kTimedOut) << checked.ToString();
+  ASSERT_OK(engine->Drain(kWaitForever));  // the load's deadline ends it
+  std::vector<EngineJobResult> results;
+  ASSERT_EQ(engine->PollFinished(&results), 2u);
+  EXPECT_TRUE(results[0].success);
+  EXPECT_FALSE(results[1].success);
+  engine->Shutdown();
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, SickVolumeTest, ::testing::Values(IoBackendKind::kUring, IoBackendKind::kSyscall),

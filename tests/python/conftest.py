@@ -2,7 +2,8 @@
 
 * ``kvtier_bin``: the ``kvtier`` CLI built beside the package ($KVTIER_BIN, else build/bin/kvtier).
 * ``vllm_tree``: an importable tree of vLLM's own tiering modules, assembled from
-  ``../shared/vllm`` (vLLM's code, verbatim, for conformance tests; never part of kvtier) once
+  ``../shared/vllm`` (vLLM's code, verbatim from vllm-project/vllm ``vllm/v1/kv_offload/`` at
+  commit 7cfb97e33791, for conformance tests; never part of kvtier) once
   per content of it, in a cache the test processes share (shared_trees.py).
   Tests that need it skip, with one line saying why, where ``../shared/vllm`` is absent.
   $KVTIER_SHARED_DIR overrides where ``shared/`` is looked for.

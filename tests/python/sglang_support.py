@@ -1,5 +1,6 @@
-"""Helpers of the kvtier.sglang tests: SGLang's own storage code and harness (../shared/sglang,
-assembled into a temporary tree, never part of kvtier), and backends built the way SGLang's
+"""Helpers of the kvtier.sglang tests: SGLang's own storage code (sgl-project/sglang
+``python/sglang/srt/mem_cache/`` at commit d315eb725044, verbatim in ../shared/sglang) and the
+kit's harness, assembled into a temporary tree, never part of kvtier, and backends built the way SGLang's
 controller builds them.
 
 ``skip_reason()`` is the one line a test module skips with where ../shared/sglang or torch is

@@ -1,7 +1,7 @@
 """kvtier on a root without user xattrs (``bindfs --xattr-none``, and the project's fault filesystem
 told to fail every xattr call with EOPNOTSUPP: both answer "operation not supported", as
-NFSv3/v4.1, EFS, Filestore and Azure Files do), under vLLM's own code (../shared/vllm, verbatim at
-7cfb97e33791). FORMAT.md L130-L137.
+NFSv3/v4.1, EFS, Filestore and Azure Files do), under vLLM's own code (vllm-project/vllm
+``vllm/v1/kv_offload/tiering/`` at commit 7cfb97e33791, run from ../shared/vllm). FORMAT.md L130-L137.
 
 Proves: kvtier's tier starts there with the default config and puts each block's CRC32C in a
 trailer (files of row + 4096 bytes, no xattr); vLLM's own fs tier (its manager and its reader,

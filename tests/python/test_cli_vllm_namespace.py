@@ -9,7 +9,7 @@ present after kvtier stored the prompt.
 
 Method: vLLM's side is its real code (the `vllm_tree` fixture): build_offloading_config over
 a SimpleNamespace VllmConfig and a KVCacheConfig with the same layer names and block size
-(as ../shared/vllm/selftest_manager.py builds them), then vLLM's own "fs" secondary tier is
+(as the kit's selftest_manager.py beside vLLM's code in ../shared/vllm builds them), then vLLM's own "fs" secondary tier is
 created on a separate root, which writes config.json as vLLM does. kvtier's side is the CLI
 (`kvtier_bin`) on another root. The two roots must hold the same namespace directory with
 byte-identical config.json. Run with:

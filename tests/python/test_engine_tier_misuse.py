@@ -7,8 +7,9 @@ them up -- these races run in a child interpreter with a time limit, so a crash 
 fails the test instead of the test run; results not yet polled survive shutdown()/close() and
 has_pending_work() answers after it; a load naming one slot or buffer twice, or a slot or
 buffer that a job not yet polled uses, is refused; a job id stays taken until its result is
-polled; 1-byte block hashes get vLLM's path and never stick in the lookup batch; slots
-are 1-D integers only; a wrong argument names the argument without quoting a row buffer.
+polled; drain(None) waits with no limit and drain(0) only checks; 1-byte block hashes get
+vLLM's path and never stick in the lookup batch; slots are 1-D integers only; a wrong argument
+names the argument without quoting a row buffer.
 """
 
 import os
@@ -250,6 +251,14 @@ def test_results_not_yet_polled_survive_engine_shutdown(engine):
     refused(engine.prometheus_text, "unavailable")
     assert engine.lookup(keys[0], "r") == 0
     engine.drain()  # nothing left to wait for
+
+
+def test_drain_spells_no_limit_none_and_zero_only_checks(engine):
+    keys = keys_for(1, "drain-spelling")
+    engine.submit_store(1, keys, [0])
+    engine.drain(None)  # no limit: returns once the store has its result
+    engine.drain(0)  # idle now: the check passes at once
+    assert [r[:3] for r in engine.poll_finished()] == [(1, False, True)]
 
 
 def test_results_not_yet_polled_survive_fs_tier_close(tier):

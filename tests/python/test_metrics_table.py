@@ -4,7 +4,8 @@
 Proves: ``metrics()`` of an open FsTier, of a two-root FsTier and of an EngineTier has exactly the
 table's fields, in its order, each an int (a float for the one double); ``prometheus_text()``
 exports each field the table gives a family, with the table's kind; kvtier.vllm's metric
-definitions, built by vLLM's own metadata classes (../shared/vllm), are exactly the fields with a
+definitions, built by vLLM's own metadata classes (vllm-project/vllm
+``vllm/v1/kv_offload/base.py`` at commit 7cfb97e33791, run from ../shared/vllm), are exactly the fields with a
 vLLM name, by kind, documented with the table's help, and ``get_stats()`` reports every gauge
 of them (that part skips, saying why, where ../shared/vllm is absent). A field added to the
 table reaches all of them or one of these fails.

@@ -1,5 +1,6 @@
 """kvtier over several roots (``path_sharding: "by_block_hash"``, vLLM PR #53133, FORMAT.md L99-L100)
-against vLLM's own fs tier (../shared/vllm, verbatim at 7cfb97e33791).
+against vLLM's own fs tier (vllm-project/vllm ``vllm/v1/kv_offload/tiering/fs/`` at commit
+7cfb97e33791, run from ../shared/vllm).
 
 The PR branch's ShardedFileMapper is not in vLLM at 7cfb97e33791, so its placement is emulated
 with vLLM's real code: the root of a key is ``int.from_bytes(get_offload_block_hash(key), "big") % len(roots)``

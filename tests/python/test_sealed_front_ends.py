@@ -1,7 +1,8 @@
 """Sealed tiers (FORMAT.md L160-L173) through kvtier's Python front ends, with the key given by
 file as a Kubernetes Secret would be.
 
-Proves: kvtier.vllm's KvtierFsTier (under vLLM's own manager, ../shared/vllm) takes
+Proves: kvtier.vllm's KvtierFsTier (under vLLM's own manager, vllm-project/vllm
+``vllm/v1/kv_offload/tiering/manager.py`` at commit 7cfb97e33791, run from ../shared/vllm) takes
 ``seal_key_file`` from the tier config, writes sealed blocks (row + 4096 bytes, KVTSEAL1 record,
 no row bytes in the clear), loads a prompt that lives only on disk byte-exact, refuses a block
 with a flipped byte (the prefix before it kept, the file removed, counted in the

@@ -1,6 +1,8 @@
 """kvtier.sglang beyond SGLang's selftest: what the selftest does not cover.
 
-Proves, with SGLang's own HiCacheStorage/config classes and mock host pool (../shared/sglang):
+Proves, with SGLang's own HiCacheStorage/config classes (sgl-project/sglang
+``python/sglang/srt/mem_cache/hicache_storage.py`` at commit d315eb725044, run from
+../shared/sglang) and the kit's mock host pool:
 the zero-copy pieces of every host layout concatenate to exactly SGLang's flat page (MHA
 layer_first reordered from [K0,V0,K1,V1,..]); the namespace fields come from the pool and the
 config (MHA per TP rank, MLA shared by TP ranks); a backend restarted on a populated root finds

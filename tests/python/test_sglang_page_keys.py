@@ -1,7 +1,8 @@
 """kvtier.sglang_page_keys against SGLang's own page keys.
 
 Method: the kit's ``hicache_harness/page_hash.py`` compiles SGLang's pure-Python ``get_hash_str``
-out of SGLang's source (../shared/sglang); for seeded random token lists (ids across the whole
+out of SGLang's source (sgl-project/sglang ``python/sglang/srt/mem_cache/utils.py`` at
+commit df0dfbaa4529, the last with it in pure Python; a verbatim copy in ../shared/sglang); for seeded random token lists (ids across the whole
 u32 range, page sizes 1..64, with and without a prior hash, partial trailing pages, EAGLE bigram
 pairs) kvtier's keys must equal SGLang's. The tests that need the kit skip with one line where
 it is absent; the argument checks and the seeding rule (the seed is the prior hash of page 0)

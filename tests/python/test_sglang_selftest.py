@@ -1,6 +1,8 @@
 """kvtier.sglang passes SGLang's conformance selftest on the zero-copy path.
 
-Runs ../shared/sglang/selftest_backend.py (SGLang's real StorageBackendFactory, a mock host pool
+Runs the kit's ../shared/sglang/selftest_backend.py (SGLang's real StorageBackendFactory,
+sgl-project/sglang ``python/sglang/srt/mem_cache/storage/backend_factory.py`` at commit
+d315eb725044, a mock host pool
 that is SGLang's statement for statement, the controller's call pattern) against
 ``kvtier.sglang.KvtierHiCacheStorage`` loaded by the ``dynamic`` backend with ``--path v1``
 (batch_get_v1 / batch_set_v1), in a fresh interpreter. Every counted check (c01-c16) must PASS,

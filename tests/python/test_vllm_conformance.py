@@ -1,5 +1,6 @@
-"""kvtier.vllm.KvtierFsTier under vLLM's own code (../shared/vllm: factory, tiering manager,
-CPU primary and fs tier, verbatim at 7cfb97e33791).
+"""kvtier.vllm.KvtierFsTier under vLLM's own code (vllm-project/vllm ``vllm/v1/kv_offload/``
+at commit 7cfb97e33791: factory, tiering manager, CPU primary and fs tier; run from its
+verbatim copy in ../shared/vllm).
 
 Proves: vLLM's SecondaryTierFactory builds the tier from `module_path`; vLLM's selftest script
 passes with it; blocks stored through KvtierFsTier are found and loaded byte-exact by vLLM's own

@@ -1,4 +1,5 @@
-"""KvtierFsTier on a hung mount under vLLM's real tiering manager (vLLM from ../shared/vllm).
+"""KvtierFsTier on a hung mount under vLLM's real tiering manager (vllm-project/vllm
+``vllm/v1/kv_offload/tiering/manager.py`` at commit 7cfb97e33791, run from ../shared/vllm).
 
 Proves, on a kvtier_faultfs mount whose server is stopped (SIGSTOP: every call waits in the
 kernel, as on a dead NFS or FUSE server) and again with every operation but FLUSH hung inside a

@@ -1,5 +1,5 @@
-"""Builds vLLM's real TieringOffloadingManager (from ../shared/vllm, assembled by the
-``vllm_tree`` fixture) and plays vLLM's scheduler and GPU worker around it, step by step, as
+"""Builds vLLM's real TieringOffloadingManager (vllm-project/vllm at commit 7cfb97e33791, from
+its verbatim copy in ../shared/vllm, assembled by the ``vllm_tree`` fixture) and plays vLLM's scheduler and GPU worker around it, step by step, as
 vLLM's offloading connector does (vllm/v1/kv_offload/tiering/manager.py). Import only after the
 ``vllm_tree`` fixture has put vLLM's modules on sys.path.
 

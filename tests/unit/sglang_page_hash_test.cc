@@ -1,6 +1,7 @@
 // Proves that SglangPageKeys reproduces SGLang's page keys byte for byte:
 // every case of ../shared/sglang/page_hash_vectors.json (made by SGLang's own
-// get_hash_str; skipped with one line where the kit is absent) and, so the
+// get_hash_str, sgl-project/sglang python/sglang/srt/mem_cache/utils.py at
+// commit df0dfbaa4529; skipped with one line where the kit is absent) and, so the
 // test never passes without checking anything, two of those cases embedded
 // below as literals (4-byte ids at the u32 edge; a prior hash that is itself
 // the key of a partial page). It also proves the properties kvtier's

@@ -163,10 +163,10 @@ TEST_F(TierShellTest, ConflictingRowsAreRefusedNamedOrLeftOut) {
   EXPECT_EQ(refused, std::vector<size_t>{1});
   EXPECT_EQ(Store(1).status().code(), StatusCode::kInvalidArgument);  // the partial load writes row 1
   gate_->Release();
-  ASSERT_OK_AND_ASSIGN(JobResult done, shell_->WaitFor(partial, TierShell::kForever));
+  ASSERT_OK_AND_ASSIGN(JobResult done, shell_->WaitFor(partial, kWaitForever));
   EXPECT_EQ(done.keys.size(), 2u);
   ASSERT_OK(Store(1).status());  // WaitFor ended the load's claim
-  ASSERT_OK(shell_->WaitFor(store, TierShell::kForever).status());
+  ASSERT_OK(shell_->WaitFor(store, kWaitForever).status());
   ASSERT_OK(Load({0}).status());
 }
 
@@ -195,7 +195,7 @@ TEST_F(TierShellTest, CloseRefusesAtOnceWaitsForUsesAndJobsAndKeepsTheirResults)
   ASSERT_EQ(shell_->Poll(&results), 1u);
   EXPECT_EQ(results[0].job_id, job);
   EXPECT_EQ(shell_->Metrics().rows_stored, 1u);
-  EXPECT_EQ(shell_->WaitFor(job + 100, TierShell::kForever).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(shell_->WaitFor(job + 100, kWaitForever).status().code(), StatusCode::kNotFound);
   EXPECT_OK(shell_->WaitIdle(0));
 }
 
@@ -214,7 +214,7 @@ TEST_F(TierShellTest, CallsRacingCloseCompleteOrAreUnavailable) {
           ++refused;
           continue;
         }
-        EXPECT_OK(shell_->WaitFor(*job, TierShell::kForever).status());
+        EXPECT_OK(shell_->WaitFor(*job, kWaitForever).status());
         ++done;
       }
     });
@@ -234,12 +234,12 @@ TEST_F(TierShellTest, WaitForReturnsOnesOwnJobAndAtItsDeadlineKeepsTheMemoryClai
   const Result<JobResult> late = shell_->WaitFor(first, 20);
   EXPECT_EQ(late.status().code(), StatusCode::kTimedOut) << late.status().ToString();
   EXPECT_EQ(Load({5}).status().code(), StatusCode::kInvalidArgument) << "the abandoned job's memory was released";
-  auto other = std::async(std::launch::async, [&] { return shell_->WaitFor(second, TierShell::kForever); });
+  auto other = std::async(std::launch::async, [&] { return shell_->WaitFor(second, kWaitForever); });
   gate_->Release();
   const Result<JobResult> mine = other.get();
   ASSERT_OK(mine.status());
   EXPECT_EQ(mine->job_id, second);
-  ASSERT_OK(shell_->WaitIdle(TierShell::kForever));
+  ASSERT_OK(shell_->WaitIdle(kWaitForever));
   std::vector<JobResult> polled;
   EXPECT_EQ(shell_->Poll(&polled), 0u) << "the abandoned job was handed over";
   ASSERT_OK(Load({5}).status());  // it finished: its claim ended

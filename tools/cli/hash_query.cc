@@ -2,7 +2,7 @@
 #include <sys/stat.h>
 
 #include "cli/hash_command.h"
-#include "ops/io_watch.h"
+#include "io/io_watch.h"
 #include "util/hex.h"
 #include "util/utf8.h"
 

@@ -4,7 +4,7 @@
 #include <sys/stat.h>
 
 #include "format/layout_names.h"
-#include "ops/io_watch.h"
+#include "io/io_watch.h"
 #include "kvtier/sglang_hash.h"
 #include "util/hex.h"
 #include "util/name_escape.h"

@@ -1,4 +1,6 @@
-// Deadlines per file-system call for the operators' tools (`--io-timeout`).
+// Deadlines per file-system call: the operators' tools (`--io-timeout`) and
+// FsTier::Open (src/fs) run their file-system work under them. They sit in
+// src/io, below both, because they know nothing of the tiers or the tools.
 //
 // A thread that calls into a hung mount (a network or FUSE file system whose
 // server stopped answering) waits in the kernel, and no signal but SIGKILL

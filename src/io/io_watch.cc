@@ -1,5 +1,5 @@
 // Per-thread beacons and the watcher of RunWatched (see io_watch.h).
-#include "ops/io_watch.h"
+#include "io/io_watch.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -10,7 +10,6 @@
 #include <thread>
 #include <utility>
 
-#include "kvtier/layout.h"
 
 namespace kvtier::internal {
 namespace {
@@ -74,7 +73,9 @@ IoScope::IoScope(std::string_view rel) {
   if (!t_beacon) return;
   cancelled_ = t_watch->abandoned();
   beacon_ = t_beacon.get();
-  std::string path = t_root.empty() ? std::string(rel) : rel.empty() ? t_root : JoinRoot(t_root, rel);
+  std::string path = t_root.empty() ? std::string(rel)
+                     : rel.empty()  ? t_root
+                                    : t_root + "/" + std::string(rel);
   std::lock_guard lock(beacon_->mu);
   saved_path_ = std::exchange(beacon_->path, std::move(path));
   outer_active_ = beacon_->since_ns.exchange(NowNs()) != 0;
