@@ -2,19 +2,21 @@
 kvtier front end on the shared root with kvtier's own KV event publisher on, and stores (or
 loads) seeded random batches of a shared pool of keys, then closes (which sends what is queued).
 
-    python3 kv_events_instance.py FRONT ROOT CONFIG_JSON POOL_JSON SEED ROUNDS MODE
+    python3 kv_events_instance.py FRONT ROOT CONFIG_JSON POOL_JSON SEED ROUNDS MODE [PAUSE_MS]
 
 FRONT: "fs" (kvtier.FsTier, the Python front end) or "engine" (kvtier.EngineTier, the vLLM front
 end's C++ core). MODE: "store" (each round stores 1-4 random keys of the pool), "load" (each round
 loads 1-4 random keys: corrupt blocks found are removed, and announced) or "sweep" (loads every
 key of the pool once, four at a time). Prints one JSON
-line of counts once its rounds are done, then keeps the tier (and so its publisher and replay
-socket) open until a line, or the end, of its standard input.
+line of counts after each part of its rounds (ROUNDS: "N" or "N1,N2,...", rounds PAUSE_MS apart),
+then waits for a line, or the end, of its standard input before the next part (after the last:
+before it closes), keeping its tier, publisher and replay socket open meanwhile.
 """
 
 import json
 import random
 import sys
+import time
 
 import kvtier
 
@@ -54,7 +56,7 @@ class EngineFront:
                 self.rows[s * ROW:(s + 1) * ROW] = rng.randbytes(ROW)
         job, self.next_job = self.next_job, self.next_job + 1
         (self.tier.submit_store if store else self.tier.submit_load)(job, keys, slots)
-        self.tier.drain(0)
+        self.tier.drain()
         for job_id, _, success, _, _, _ in self.tier.poll_finished():
             if job_id == job:
                 return ["ok" if success else "failed"]
@@ -72,18 +74,21 @@ def batches(pool, rounds, mode, rng):
 
 
 def main(argv):
-    front, root, config_json, pool_json, seed, rounds, mode = argv
+    front, root, config_json, pool_json, seed, rounds, mode = argv[:7]
+    pause_s = int(argv[7]) / 1000 if len(argv) > 7 else 0
     rng = random.Random(int(seed))
     pool = [bytes.fromhex(k) for k in json.loads(pool_json)]
     config = {"root_dir": root, **json.loads(config_json)}
     ns = kvtier.Namespace("kvtier-test/events-index", **NS)
     fe = (FsFront if front == "fs" else EngineFront)(ns, config)
     counts = {}
-    for keys in batches(pool, int(rounds), mode, rng):
-        for outcome in fe.run(keys, mode == "store", rng):
-            counts[outcome] = counts.get(outcome, 0) + 1
-    print(json.dumps(counts), flush=True)
-    sys.stdin.readline()  # held open (its publisher and replay socket live) until the test says go
+    for part in rounds.split(","):
+        for keys in batches(pool, int(part), mode, rng):
+            for outcome in fe.run(keys, mode == "store", rng):
+                counts[outcome] = counts.get(outcome, 0) + 1
+            time.sleep(pause_s)
+        print(json.dumps(counts), flush=True)
+        sys.stdin.readline()  # held (its publisher and replay socket live) until the test says go on
     fe.close()
 
 

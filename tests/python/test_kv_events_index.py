@@ -53,7 +53,7 @@ class Volume:
         self.rng = random.Random(seed)
         self.sub = f"tcp://127.0.0.1:{free_port()}"
         self.replays = {name: f"tcp://127.0.0.1:{free_port()}" for name in ("a", "b", "gc")}
-        hashes = kvtier.block_hashes(list(range(16 * 64)), seed=f"index-{seed}")
+        hashes = kvtier.block_hashes(list(range(16 * 256)), seed=f"index-{seed}")
         self.pool = [k.hex() for k in kvtier.chunk_keys(hashes)]
         self.router = None
 
@@ -79,10 +79,16 @@ class Volume:
 
 
 def done(proc, what):
-    """The instance's counts, once its rounds are over (it stays open, publishing and replaying)."""
+    """The instance's counts, once a part of its rounds is over (it stays open, publishing and replaying)."""
     line = proc.stdout.readline()
     assert line, f"{what} ended early: {proc.stderr.read()[-2000:]}"
     return json.loads(line)
+
+
+def go_on(*procs):
+    for p in procs:
+        p.stdin.write("\n")
+        p.stdin.flush()
 
 
 def finish(proc, what, timeout=120):
@@ -153,20 +159,23 @@ def test_a_routers_index_equals_the_volume(tmp_path, kvtier_bin):
     print(f"KVTIER_TEST_SEED={seed}")
     vol = Volume(tmp_path, seed)
     vol.start_router()
-    a = vol.instance("fs", "a", vol.pool[:40], 25, "store")
-    b = vol.instance("engine", "b", vol.pool[:40], 25, "store")
-    stores = [done(a, "instance a"), done(b, "instance b")]
-    vol.router.kill()  # SIGKILL while both publish and replay: the journal is all it keeps
+    # Of 200 keys: the second half still stores new blocks, while the subscriber is down
+    a = vol.instance("fs", "a", vol.pool[:200], "50,50", "store")
+    b = vol.instance("engine", "b", vol.pool[:200], "50,50", "store")
+    done(a, "instance a"), done(b, "instance b")
+    vol.router.kill()  # SIGKILL: the journal is all it keeps
     vol.router.wait()
+    go_on(a, b)  # the second half's batches reach no one
+    stores = [done(a, "instance a"), done(b, "instance b")]
     vol.start_router()  # catches up through a's and b's replay sockets
     finish(a, "instance a")
     finish(b, "instance b")
     torn = tear_some(vol, 4)
-    sweeper = vol.instance("engine", "b", vol.pool[:40], 0, "sweep")
+    sweeper = vol.instance("engine", "b", vol.pool[:200], "1", "sweep")
     sweep = done(sweeper, "instance b's sweep")
     finish(sweeper, "instance b's sweep")
     hostile = plant_hostile(vol)
-    restarted_a = vol.instance("fs", "a", vol.pool, 20, "store", {"max_bytes": 16 * ROW})
+    restarted_a = vol.instance("fs", "a", vol.pool, 40, "store", {"max_bytes": 16 * ROW})
     restarted = done(restarted_a, "instance a restarted")
     finish(restarted_a, "instance a restarted")
     run_gc_watch(kvtier_bin, vol, 10)
@@ -179,4 +188,5 @@ def test_a_routers_index_equals_the_volume(tmp_path, kvtier_bin):
                       "router": router, "wire": counts, "index": len(index), "on_disk": len(on_disk)}))
     assert hostile.exists(), "a name the layout never writes is not the tier's to remove"
     assert counts["removed"] > 0 and counts["stored"] > 0
+    assert router["replayed"] > 0, "the restarted subscriber caught up through replay"
     assert index == on_disk, (sorted(index - on_disk)[:5], sorted(on_disk - index)[:5])
