@@ -75,27 +75,31 @@ cs = {n: statistics.median(r["details"]["store"]["context_switches"] for r in ru
 events = statistics.median(pub) or 1
 print(f"store phase CPU (the tier's process, median): off {cpu['off']:.3f} s, on {cpu['on']:.3f} s: "
       f"{(cpu['on'] - cpu['off']) * 1e6 / events:.0f} us and {(cs['on'] - cs['off']) / events:.1f} context switches "
-      f"more per event (the subscriber's own CPU not included)")
+      f"more per event; the subscriber's CPU: {statistics.median(x['cpu_s'] for x in subs) * 1e6 / events:.0f} us "
+      f"per event")
 if any(p != g for p, g in zip(pub, got)):
     print("  (a fast subscriber lost events: see the seq gaps in the raw JSON)")
 print()
 
 print(f"slow subscriber: sleeps {slow_sleep_ms} ms after each batch, RCVHWM 10, 4 KiB receive buffer")
 print()
-print(f"| {'PUB hwm':>8} | {'store GB/s':>10} | {'vs off':>6} | {'published':>9} | {'pub. ev/s':>9} | "
+print(f"| {'PUB hwm':>8} | {'store GB/s':>10} | {'vs off':>6} | {'vs pair':>7} | {'published':>9} | {'pub. ev/s':>9} | "
       f"{'received':>8} | {'recv ev/s':>9} | {'seq gaps':>8} | {'dropped':>7} |")
-print(f"| {'-' * 7}: | {'-' * 9}: | {'-' * 5}: | {'-' * 8}: | {'-' * 8}: | {'-' * 7}: | {'-' * 8}: | "
+print(f"| {'-' * 7}: | {'-' * 9}: | {'-' * 5}: | {'-' * 6}: | {'-' * 8}: | {'-' * 8}: | {'-' * 7}: | {'-' * 8}: | "
       f"{'-' * 7}: | {'-' * 6}: |")
 for name, hwm in (("slow_default", "100000"), ("slow_hwm", slow_hwm)):
-    r, s = load(f"{name}.json"), load(f"{name}.sub.json")
+    r, s, beside = load(f"{name}.json"), load(f"{name}.sub.json"), load(f"{name}.off.json")
     e = r["kv_events"]
     wall = r["details"]["store"]["wall_s"]
     print(f"| {hwm:>8} | {r['store']['gbps']:10.3f} | {r['store']['gbps'] / med['kvtier, events off']['store']:5.3f}x | "
+          f"{r['store']['gbps'] / beside['store']['gbps']:6.3f}x | "
           f"{e['published']:9} | {e['published'] / wall if wall else 0:9.0f} | {s['events']:8} | "
           f"{s['events_per_s'] or 0:9.0f} | {s['seq_gaps']:8} | {e['dropped']:7} |")
 print()
+print("vs off: against part 1's events-off median; vs pair: against the events-off run just before it.")
 print("published: events the tier's publisher sent; pub. ev/s: over the store phase's wall time; received and")
 print("recv ev/s: what the subscriber took, over its first to last receive; seq gaps: batches lost on the way")
 print("(ZeroMQ drops at the PUB's high-water mark, unseen by the publisher); dropped: the tier's")
-print("kv_events_dropped (its queue full). Events left in ZeroMQ's buffers when the benchmark exits are lost")
-print("at close (its linger): a slow subscriber catches up through the replay socket. GB = 1e9 bytes.")
+print("kv_events_dropped (its queue full). Events still in ZeroMQ's or the kernel's socket buffers when the benchmark")
+print("exits are not received (closed after its linger): a slow subscriber catches up through the replay")
+print("socket. GB = 1e9 bytes.")

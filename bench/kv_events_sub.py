@@ -28,6 +28,10 @@ except ImportError as e:  # the caller reports 77 as "skipped"
     sys.exit(77)
 
 
+def cpu_seconds():
+    return time.process_time()  # user + sys of this process
+
+
 class Counts:
     def __init__(self):
         self.batches = 0
@@ -40,11 +44,13 @@ class Counts:
         self.undecodable = 0
         self.first_recv_s = None
         self.last_recv_s = None
+        self.cpu_at_first_s = 0.0
 
     def add(self, frames):
         now = time.monotonic()
         if self.first_recv_s is None:
             self.first_recv_s = now
+            self.cpu_at_first_s = cpu_seconds()
         self.last_recv_s = now
         if len(frames) != 3 or len(frames[1]) != 8:
             self.undecodable += 1
@@ -72,7 +78,9 @@ class Counts:
 
     def as_json(self):
         span = (self.last_recv_s - self.first_recv_s) if self.batches > 1 else 0.0
-        return {"batches": self.batches, "events": self.events, "by_tag": self.by_tag,
+        cpu = cpu_seconds() - self.cpu_at_first_s if self.batches else 0.0
+        return {"cpu_s": round(cpu, 4),  # this process's, from its first message on (not its start-up)
+                "batches": self.batches, "events": self.events, "by_tag": self.by_tag,
                 "seq_first": self.seq_first, "seq_last": self.seq_last, "seq_gaps": self.seq_gaps,
                 "seq_restarts": self.seq_restarts, "undecodable": self.undecodable,
                 "receive_span_s": round(span, 4),
