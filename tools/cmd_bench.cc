@@ -10,6 +10,7 @@
 #include "bench/bench_tiers.h"
 #include "cli/cli_text.h"
 #include "cli/duration.h"
+#include "cli/ops_events.h"
 #include "commands.h"
 #include "util/name_escape.h"
 
@@ -24,6 +25,8 @@ struct BenchFsFlags {
   std::string inline_metadata = "auto";
   std::string bounce_loads = "auto";
   std::string io_timeout = std::to_string(FsTierOptions{}.io_timeout_ms) + "ms";  // the tier's default
+  EventsFlags events;  // endpoint and replay_endpoint; the rest keep their defaults
+  int64_t events_hwm = KvEventsConfig{}.hwm;
   bool json = false;
 };
 
@@ -55,6 +58,15 @@ int RunBenchFsCommand(const BenchFsFlags& f) {
     return 2;
   }
   o.io_timeout_ms = static_cast<uint32_t>(*io_timeout_ms);
+  if (!f.events.endpoint.empty()) {
+    Result<KvEventsConfig> events = EventsConfigOf(f.events, o.root);
+    if (!events.ok()) {
+      PrintError("bench fs", events.status().ToString());
+      return 2;
+    }
+    o.kv_events_config = *events;
+    o.kv_events_config.hwm = f.events_hwm;
+  }
   Result<BenchFsResult> result = RunBenchFs(o);
   if (!result.ok()) {
     PrintError("bench fs", result.status().ToString());
@@ -73,6 +85,25 @@ int RunBenchFsCommand(const BenchFsFlags& f) {
     return 1;
   }
   return 0;
+}
+
+// The model's KV-cache groups, and the tier's kv events (what publishing
+// every store costs: bench/kv_events_cost.sh).
+void AddBenchFsTierFlags(CLI::App* cmd, BenchFsFlags* f) {
+  AddKvGroupFlags(cmd, &f->options.kv_groups);
+  CLI::Option* endpoint = cmd->add_option(
+      "--events-endpoint", f->events.endpoint,
+      "Turn the tier's kv_events_config on: every stored row publishes vLLM's BlockStored on a ZMQ PUB socket "
+      "here (bound when it holds * or :: or is ipc:// or inproc://, else connected; docs/kv-events.md)");
+  cmd->add_option("--events-replay-endpoint", f->events.replay_endpoint,
+                  "With --events-endpoint: the tier's replay_endpoint (a ROUTER socket, bound)")
+      ->needs(endpoint);
+  cmd->add_option("--events-hwm", f->events_hwm,
+                  "With --events-endpoint: the PUB socket's high-water mark in messages (kv_events_config.hwm; "
+                  "0: unlimited)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str()
+      ->needs(endpoint);
 }
 
 void RegisterBenchFs(CLI::App* bench, CliContext* ctx) {
@@ -130,7 +161,7 @@ void RegisterBenchFs(CLI::App* bench, CliContext* ctx) {
                   "Stores running at once while loads are active (the tier's stores_while_loading_max; 0: no cap)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
-  AddKvGroupFlags(cmd, &o.kv_groups);
+  AddBenchFsTierFlags(cmd, flags.get());
   cmd->callback([flags, ctx] { ctx->exit_code = RunBenchFsCommand(*flags); });
 }
 

@@ -431,6 +431,7 @@ Result<std::unique_ptr<FsTier>> OpenBenchTier(const BenchFsOptions& o, const Nam
   topt.tier.bounce_loads = o.bounce_loads;
   topt.tier.io_timeout_ms = o.io_timeout_ms;
   topt.tier.stores_while_loading_max = o.stores_while_loading_max;
+  topt.tier.kv_events_config = o.kv_events_config;
   // Enough queued store bytes for the stream of --mixed: nothing is dropped.
   topt.tier.store_queue_bytes_max = std::max<uint64_t>(
       topt.tier.store_queue_bytes_max,
@@ -602,61 +603,6 @@ class BenchFsPhases {
   FsTierMetrics after_store_;  // the load phase's histogram starts from here
 };
 
-// BenchFsJson's parts: "mixed", "lookup" and "details" (figures a person
-// rarely needs: per-thread CPU, the tier's histogram, how things were measured).
-nlohmann::json MixedJson(const BenchFsMixed& m) {
-  return {{"load_p50_us", Round(m.loaded_load.p50_us, 1)},
-          {"load_p99_us", Round(m.loaded_load.p99_us, 1)},
-          {"unloaded_load_p99_us", Round(m.unloaded_load.p99_us, 1)},
-          {"ratio_p99", Round(m.ratio_p99(), 3)}};
-}
-
-nlohmann::json LookupJson(const BenchFsResult::Lookups& l) {
-  return {{"keys", l.keys},
-          {"hits", l.hits},
-          {"keys_per_s", Round(l.keys_per_s(), 0)},
-          {"wall_s", Round(l.wall_s, 4)},
-          {"cpu_s", Round(l.cpu_s, 4)},
-          {"keys_per_job", kBenchLookupBatch}};
-}
-
-nlohmann::json PhaseDetailJson(const DirectionFigures& f, double hist_p50_us, double hist_p99_us) {
-  nlohmann::json d = FiguresDetailJson(f);
-  d["tier_hist_p50_us"] = Round(hist_p50_us, 1);
-  d["tier_hist_p99_us"] = Round(hist_p99_us, 1);
-  return d;
-}
-
-nlohmann::json MixedDetailJson(const BenchFsResult& r) {
-  const BenchFsMixed& m = *r.mixed;
-  return {{"unloaded_load_p50_us", Round(m.unloaded_load.p50_us, 1)},
-          {"unloaded_load_gbps", Round(m.unloaded_load.gbps(), 4)},
-          {"load_gbps", Round(m.loaded_load.gbps(), 4)},
-          {"load_rows", m.loaded_load.rows},
-          {"store_stream_gbps", Round(m.store_stream.gbps(), 4)},
-          {"store_stream_rows", m.store_stream.rows},
-          {"store_stream_exhausted", m.stream_exhausted},
-          {"load_depth", r.mixed_load_depth},
-          {"store_depth", r.mixed_store_depth}};
-}
-
-nlohmann::json DetailsJson(const BenchFsResult& r) {
-  nlohmann::json d;
-  d["store"] = PhaseDetailJson(r.store, r.store_hist_p50_us, r.store_hist_p99_us);
-  d["load"] = PhaseDetailJson(r.load, r.load_hist_p50_us, r.load_hist_p99_us);
-  if (r.mixed) d["mixed"] = MixedDetailJson(r);
-  d["latency"] =
-      "per row, SubmitStore/SubmitLoad to the PollFinished that returned it (polled every " +
-      std::to_string(r.poll_us) +
-      " us); tier_hist_*: the tier's power-of-two histogram, interpolated";
-  d["cpu"] =
-      "getrusage(RUSAGE_SELF) user+sys over the phase (the tier's I/O thread and io_uring workers included), "
-      "minus the "
-      "benchmark's fill/verify (harness_cpu_s) and its sleeps between polls (poll_wait_cpu_s)";
-  d["units"] = "GB = 1e9 bytes";
-  return d;
-}
-
 }  // namespace
 
 Result<BenchFsResult> RunBenchFs(const BenchFsOptions& o) {
@@ -683,6 +629,7 @@ Result<BenchFsResult> RunBenchFs(const BenchFsOptions& o) {
   prctl(PR_SET_TIMERSLACK, old_slack > 0 ? old_slack : 50000, 0, 0, 0);
 
   Status idle = tier->WaitIdle(60000);
+  CollectBenchFsEvents(o, *tier, 5000, &r);
   tier.reset();
   if (!o.keep) {
     RemoveNamespace(o.root, ns);
@@ -692,38 +639,6 @@ Result<BenchFsResult> RunBenchFs(const BenchFsOptions& o) {
   KVTIER_RETURN_IF_ERROR(status);
   KVTIER_RETURN_IF_ERROR(idle);
   return r;
-}
-
-nlohmann::json BenchFsJson(const BenchFsResult& r) {
-  nlohmann::json j;
-  j["store"] = FiguresJson(r.store);
-  j["load"] = FiguresJson(r.load);
-  if (r.mixed) j["mixed"] = MixedJson(*r.mixed);
-  j["backend"] = r.backend;
-  j["o_direct"] = r.o_direct;
-  j["fixed_buffer_ios"] = r.fixed_buffer_ios;
-  j["lookup"] = LookupJson(r.lookups);
-  j["xattrs"] = r.xattrs;
-  j["row_bytes"] = r.row_bytes;
-  j["rows"] = r.rows;
-  j["queue_depth"] = r.queue_depth;
-  j["batch"] = r.batch;
-  j["io_timeout_ms"] = r.io_timeout_ms;
-  j["stores_while_loading_max"] = r.stores_while_loading_max;
-  j["page_cache_dropped"] = r.page_cache_dropped;
-  if (!r.page_cache_dropped) j["page_cache_note"] = r.page_cache_note;
-  j["rows_stored"] = r.rows_stored;
-  j["rows_skipped_exists"] = r.rows_skipped;
-  j["store_errors"] = r.store_errors;
-  j["rows_verified"] = r.rows_verified;
-  j["rows_corrupt"] = r.rows_corrupt;
-  j["rows_missing"] = r.rows_missing;
-  j["load_errors"] = r.load_errors;
-  if (!r.first_error.empty()) j["first_error"] = r.first_error;
-  j["details"] = DetailsJson(r);
-  j["kept"] = r.kept;
-  if (r.kept) j["namespace_dir"] = r.namespace_dir;
-  return j;
 }
 
 std::string FormatBenchFs(const BenchFsResult& r) {
@@ -740,8 +655,7 @@ std::string FormatBenchFs(const BenchFsResult& r) {
   out += line;
   out += r.page_cache_dropped ? "page cache dropped before the load phase\n"
                               : r.page_cache_note + "\n";
-  out += "\n";
-  out += FormatFiguresTable(r.store, r.load);
+  out += "\n" + FormatFiguresTable(r.store, r.load);
   std::snprintf(line, sizeof line,
                 "of which CRC32C (integrity: one pass over each row): store %.4f, load %.4f CPU s/GB\n",
                 r.store.checksum_s_per_gb(), r.load.checksum_s_per_gb());
@@ -781,6 +695,7 @@ std::string FormatBenchFs(const BenchFsResult& r) {
       r.poll_us, r.store.harness_cpu_s, r.store.poll_wait_cpu_s, r.load.harness_cpu_s,
       r.load.poll_wait_cpu_s);
   out += line;
+  out += FormatBenchFsEvents(r);
   if (r.kept) out += "files kept under " + QuoteName(r.namespace_dir) + " (and its _r0 sibling)\n";
   return out;
 }

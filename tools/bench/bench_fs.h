@@ -18,7 +18,9 @@
 //     rows outstanding, beyond the write slots; at most max(rows,
 //     8 x the timed loads) rows) keeps the write side saturated. The loads start
 //     once the stream has completed queue-depth rows.
-//  6. Removes the benchmark's namespace unless keep is set.
+//  6. With kv_events_config enabled (--events-endpoint), waits (at most 5 s)
+//     for the publisher's queue to drain and reads its counters.
+//  7. Removes the benchmark's namespace unless keep is set.
 //
 // Latency is per row: from SubmitStore/SubmitLoad to the PollFinished call
 // that returned its job (polled every poll_us, so resolution is about
@@ -39,6 +41,7 @@
 #include "bench/bench_common.h"
 #include "cli/kv_groups.h"
 #include "kvtier/fs_tier.h"
+#include "kvtier/kv_events.h"
 #include "kvtier/result.h"
 
 namespace kvtier::internal {
@@ -66,6 +69,10 @@ struct BenchFsOptions {
   KvGroupFlags kv_groups;          // the model's KV-cache groups (name the namespace)
   std::string seal_key_file;       // the tier's seal_key_file: a sealed namespace (docs/sealed.md)
   bool seal_key_group_read = false;  // the tier's seal_key_group_read (FORMAT.md L174)
+  // The tier's kv_events_config (--events-endpoint and companions,
+  // docs/kv-events.md); default off. On, every stored row publishes one
+  // BlockStored, so the run measures what publishing costs.
+  KvEventsConfig kv_events_config;
 };
 
 struct BenchFsMixed {
@@ -109,6 +116,13 @@ struct BenchFsResult {
     double wall_s = 0, cpu_s = 0;
     double keys_per_s() const { return wall_s > 0 ? static_cast<double>(keys) / wall_s : 0; }
   } lookups;
+  // The tier's publisher after the run (with kv_events_config enabled): its
+  // counters once its queue drained (FsTierMetrics::kv_events_*).
+  struct Events {
+    bool enabled = false;
+    std::string endpoint;
+    uint64_t published = 0, dropped = 0, batches = 0, queue_depth = 0;
+  } events;
   bool kept = false;
   // False when any row failed to store, load or verify (the command exits 1).
   bool ok() const {
@@ -126,13 +140,22 @@ Result<BenchFsResult> RunBenchFs(const BenchFsOptions& options);
 // key's sealed namespace (FORMAT.md L162), whose directories the run removes.
 Result<Namespace> BenchNamespace(const BenchFsOptions& options, const NamespaceSpec& spec);
 
+// With kv_events_config enabled: waits up to `wait_ms` for the publisher's
+// queue to drain (events still queued are not yet counted as published), then
+// copies its counters into r->events. Nothing without events.
+void CollectBenchFsEvents(const BenchFsOptions& options, const FsTier& tier, uint32_t wait_ms,
+                          BenchFsResult* r);
+
 // {"store": {gbps, rows_per_s, p50_us, p99_us, cpu_s_per_gb}, "load": {...},
 //  ["mixed": {load_p50_us, load_p99_us, unloaded_load_p99_us, ratio_p99}],
 //  backend, o_direct, row_bytes, rows, queue_depth, page_cache_dropped,
 //  rows_verified, rows_corrupt, ..., "lookup": {keys, hits, keys_per_s, ...},
+//  ["kv_events": {endpoint, published, dropped, batches, queue_depth}],
 //  "details": {...}}
 nlohmann::json BenchFsJson(const BenchFsResult& result);
 // A small table for people.
 std::string FormatBenchFs(const BenchFsResult& result);
+// FormatBenchFs's line of the publisher's counters; "" without events.
+std::string FormatBenchFsEvents(const BenchFsResult& result);
 
 }  // namespace kvtier::internal
