@@ -96,18 +96,23 @@ const std::string& VolumeEvents::pub_endpoint() const { return publisher_->pub_e
 
 KvEventMetrics VolumeEvents::Metrics() const { return publisher_->Metrics(); }
 
-// Calls make(group, first, last) for each run of keys of one group, and
-// publishes what it returns as one batch.
+void VolumeEvents::Publish(std::vector<KvEvent> events) {
+  if (!events.empty()) publisher_->Publish(std::move(events));
+}
+
+// Calls make(group, run) for each run of keys of one group, and publishes
+// what it returns in one call (or appends it to `into`).
 template <class Make>
-void VolumeEvents::PublishByGroup(std::span<const OffloadKey> keys, const Make& make) {
-  std::vector<KvEvent> events;
+void VolumeEvents::PublishByGroup(std::span<const OffloadKey> keys, const Make& make, std::vector<KvEvent>* into) {
+  std::vector<KvEvent> own;
+  std::vector<KvEvent>& events = into != nullptr ? *into : own;
   for (size_t begin = 0; begin < keys.size();) {
     size_t end = begin + 1;
     while (end < keys.size() && keys[end].group_idx == keys[begin].group_idx) ++end;
     events.push_back(make(keys[begin].group_idx, keys.subspan(begin, end - begin)));
     begin = end;
   }
-  if (!events.empty()) publisher_->Publish(std::move(events));
+  if (into == nullptr) Publish(std::move(own));
 }
 
 namespace {
@@ -126,7 +131,8 @@ std::optional<int64_t> GroupField(uint32_t group) {
 
 }  // namespace
 
-void VolumeEvents::Stored(EventHashKind kind, std::span<const OffloadKey> keys, int64_t block_size_tokens) {
+void VolumeEvents::Stored(EventHashKind kind, std::span<const OffloadKey> keys, int64_t block_size_tokens,
+                          std::vector<KvEvent>* into) {
   PublishByGroup(keys, [&](uint32_t group, std::span<const OffloadKey> run) -> KvEvent {
     BlockStoredEvent e;
     e.block_hashes = HashesOf(kind, run, encoding_);
@@ -134,17 +140,19 @@ void VolumeEvents::Stored(EventHashKind kind, std::span<const OffloadKey> keys, 
     e.medium = config_.medium;
     e.group_idx = GroupField(group);
     return e;
-  });
+  }, into);
 }
 
-void VolumeEvents::Removed(EventHashKind kind, std::span<const OffloadKey> keys) {
+void VolumeEvents::Removed(EventHashKind kind, std::span<const OffloadKey> keys, std::vector<KvEvent>* into) {
   PublishByGroup(keys, [&](uint32_t group, std::span<const OffloadKey> run) -> KvEvent {
     return BlockRemovedEvent{HashesOf(kind, run, encoding_), config_.medium, GroupField(group)};
-  });
+  }, into);
 }
 
-size_t VolumeEvents::RemovedNamed(EventHashKind kind, std::span<const NamedBlock> blocks) {
-  std::vector<KvEvent> events;
+size_t VolumeEvents::RemovedNamed(EventHashKind kind, std::span<const NamedBlock> blocks,
+                                  std::vector<KvEvent>* into) {
+  std::vector<KvEvent> own;
+  std::vector<KvEvent>& events = into != nullptr ? *into : own;
   size_t skipped = 0;
   for (const NamedBlock& b : blocks) {
     const std::optional<WireHash> hash = EventHashOfName(kind, b.stem, encoding_);
@@ -156,7 +164,7 @@ size_t VolumeEvents::RemovedNamed(EventHashKind kind, std::span<const NamedBlock
     events.push_back(BlockRemovedEvent{{*hash}, config_.medium, GroupField(*group)});
   }
   names_skipped_.fetch_add(skipped, std::memory_order_relaxed);
-  if (!events.empty()) publisher_->Publish(std::move(events));
+  if (into == nullptr) Publish(std::move(own));
   return skipped;
 }
 

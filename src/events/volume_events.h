@@ -46,14 +46,18 @@ class VolumeEvents {
   VolumeEvents& operator=(const VolumeEvents&) = delete;
 
   // BlockStored for `keys` (one event per run of one group), each block
-  // `block_size_tokens` long.
-  void Stored(EventHashKind kind, std::span<const OffloadKey> keys, int64_t block_size_tokens);
+  // `block_size_tokens` long. With `into`, the events are appended there
+  // (for one Publish() of many, later) instead of published now; so below.
+  void Stored(EventHashKind kind, std::span<const OffloadKey> keys, int64_t block_size_tokens,
+              std::vector<KvEvent>* into = nullptr);
   // BlockRemoved for `keys` (one event per run of one group).
-  void Removed(EventHashKind kind, std::span<const OffloadKey> keys);
+  void Removed(EventHashKind kind, std::span<const OffloadKey> keys, std::vector<KvEvent>* into = nullptr);
   // BlockRemoved for files named on the volume; a name outside the layout
   // (EventHashOfName, EventGroupOfDirName) is skipped and counted. Returns
   // how many were skipped.
-  size_t RemovedNamed(EventHashKind kind, std::span<const NamedBlock> blocks);
+  size_t RemovedNamed(EventHashKind kind, std::span<const NamedBlock> blocks, std::vector<KvEvent>* into = nullptr);
+  // Queues `events` (in order) for the publisher's thread.
+  void Publish(std::vector<KvEvent> events);
 
   bool announce_existing() const { return config_.announce_existing; }
   const std::string& medium() const { return config_.medium; }
@@ -65,7 +69,7 @@ class VolumeEvents {
  private:
   VolumeEvents(KvEventsConfig config, std::shared_ptr<KvEventPublisher> publisher);
   template <class Make>
-  void PublishByGroup(std::span<const OffloadKey> keys, const Make& make);
+  void PublishByGroup(std::span<const OffloadKey> keys, const Make& make, std::vector<KvEvent>* into);
   KvEventsConfig config_;
   BlockHashEncoding encoding_;
   std::shared_ptr<KvEventPublisher> publisher_;

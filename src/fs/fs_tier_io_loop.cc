@@ -360,6 +360,7 @@ class FsTierImpl final : public FsTier, public StagedCrcTier {
       sleeping_.store(false);
       for (size_t i = 0; i < n; ++i) OnCompletion(completions[i]);
       ExpireAndCollect();
+      if (shared_->events) shared_->events->Flush();  // this pass's events, in one go
     }
     LeaveStuck();
     std::lock_guard lock(mu_);

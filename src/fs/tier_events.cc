@@ -1,5 +1,7 @@
 #include "fs/tier_events.h"
 
+#include <utility>
+
 #include "fs/block_ops.h"
 
 namespace kvtier::internal {
@@ -21,12 +23,12 @@ std::unique_ptr<JobEventKeys> TierEvents::ForJob(std::span<const OffloadKey> key
   return job;
 }
 
-void TierEvents::OnOp(const JobEventKeys& job, JobKind kind, size_t index, const FsBlockOp& op) const {
+void TierEvents::OnOp(const JobEventKeys& job, JobKind kind, size_t index, const FsBlockOp& op) {
   if (index >= job.keys.size()) {
     const size_t eviction = index - job.keys.size();
     if (op.unlinked && eviction < job.evictions.size()) {
       const NamedBlock named = NamedBlockOfPath(job.evictions[eviction]);
-      events_->RemovedNamed(kind_, std::span(&named, 1));
+      events_->RemovedNamed(kind_, std::span(&named, 1), &pending_);
     }
     return;
   }
@@ -34,11 +36,15 @@ void TierEvents::OnOp(const JobEventKeys& job, JobKind kind, size_t index, const
   const KeyOutcome outcome = op.result.outcome;
   if (kind == JobKind::kStore) {
     if (outcome == KeyOutcome::kOk || (outcome == KeyOutcome::kSkippedExists && events_->announce_existing())) {
-      events_->Stored(kind_, key, block_size_);
+      events_->Stored(kind_, key, block_size_, &pending_);
     }
   } else if (op.unlinked) {
-    events_->Removed(kind_, key);
+    events_->Removed(kind_, key, &pending_);
   }
+}
+
+void TierEvents::Flush() {
+  if (!pending_.empty()) events_->Publish(std::exchange(pending_, {}));
 }
 
 void TierEvents::FillMetrics(FsTierMetrics* m) const {

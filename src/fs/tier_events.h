@@ -2,9 +2,11 @@
 // for each key a store made visible (after its rename; a key skipped as
 // already there only with announce_existing), a BlockRemoved for each block
 // file the tier itself unlinked (a corrupt or unauthenticated block found by
-// a load, a staged-CRC removal, a max_bytes eviction). Each is published as
-// its op finishes, on the I/O thread, so one root's events are in the order
-// its files changed; publishing only queues (KvEventPublisher).
+// a load, a staged-CRC removal, a max_bytes eviction). Each is made as its
+// op finishes, on the I/O thread, so one root's events are in the order its
+// files changed, and they are published once per pass of the loop (Flush):
+// one queue operation and one wake of the publisher for all a pass finished,
+// not one per block; publishing only queues (KvEventPublisher).
 #pragma once
 
 #include <memory>
@@ -35,8 +37,13 @@ class TierEvents {
   // A job's names; `evictions` copied (the ops take the originals).
   std::unique_ptr<JobEventKeys> ForJob(std::span<const OffloadKey> keys,
                                        std::span<const std::string> evictions = {}) const;
-  // The job's op number `index` has finished with `op`'s result.
-  void OnOp(const JobEventKeys& job, JobKind kind, size_t index, const FsBlockOp& op) const;
+  // The job's op number `index` has finished with `op`'s result: its event
+  // waits for Flush(). I/O thread only.
+  void OnOp(const JobEventKeys& job, JobKind kind, size_t index, const FsBlockOp& op);
+  // Publishes what OnOp made since the last Flush. I/O thread only (or once
+  // the loop has ended: the destructor flushes too).
+  void Flush();
+  ~TierEvents() { Flush(); }
 
   // The kv_events_* fields of `m`.
   void FillMetrics(FsTierMetrics* m) const;
@@ -47,6 +54,7 @@ class TierEvents {
   std::shared_ptr<VolumeEvents> events_;
   EventHashKind kind_;
   int64_t block_size_;  // tokens per block file
+  std::vector<internal::KvEvent> pending_;  // made by OnOp, not yet flushed
 };
 
 // "<blockdir>/<hhh>/<hh>_g<g>/<hex>.bin" as a NamedBlock (stem, group dir);
