@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "support/test_json.h"
 #include "support/test_support.h"
 
 namespace kvtier {

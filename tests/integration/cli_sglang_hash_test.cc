@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "kvtier/sglang.h"
+#include "support/test_json.h"
 #include "support/test_support.h"
 
 namespace kvtier {

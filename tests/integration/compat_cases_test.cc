@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/hash_command.h"
+#include "support/test_json.h"
 #include "support/test_support.h"
 
 namespace kvtier {

@@ -43,10 +43,9 @@
 #include <set>
 #include <thread>
 
-#include <nlohmann/json.hpp>
-
 #include "kvtier/fs_tier.h"
 #include "kvtier/ops.h"
+#include "support/test_json.h"
 #include "support/test_support.h"
 
 namespace kvtier {

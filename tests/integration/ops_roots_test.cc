@@ -17,6 +17,7 @@
 #include "kvtier/fs_tier.h"
 #include "kvtier/layout.h"
 #include "kvtier/ops.h"
+#include <nlohmann/json.hpp>  // not through test_support.h (compile time)
 #include "support/test_support.h"
 
 namespace kvtier {

@@ -10,6 +10,7 @@
 #include <filesystem>
 
 #include "replay/replay.h"
+#include <nlohmann/json.hpp>  // not through test_support.h (compile time)
 #include "support/test_support.h"
 
 namespace kvtier {

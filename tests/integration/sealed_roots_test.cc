@@ -20,6 +20,7 @@
 
 #include "kvtier/fs_tier.h"
 #include "seal/seal_key.h"
+#include "support/test_json.h"
 #include "support/test_support.h"
 
 namespace kvtier {

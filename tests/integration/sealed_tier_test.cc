@@ -48,6 +48,7 @@
 #include "kvtier/fs_tier.h"
 #include "kvtier/tiered_store.h"
 #include "support/fake_backend.h"
+#include "support/test_json.h"
 #include "support/test_support.h"
 #include "staging/host_kv_cache.h"
 

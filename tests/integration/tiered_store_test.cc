@@ -12,8 +12,8 @@
 #include "kvtier/tiered_store.h"
 
 #include <gtest/gtest.h>
-
 #include <atomic>
+#include <cstring>
 #include <filesystem>
 #include <mutex>
 #include <thread>

@@ -1,4 +1,5 @@
 // Implementation of the shared test helpers.
+#include "support/test_json.h"
 #include "support/test_support.h"
 
 #include <fcntl.h>

@@ -13,7 +13,6 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
 
 #include "kvtier/fs_tier.h"
 #include "kvtier/layout.h"
@@ -57,9 +56,6 @@ std::filesystem::path SourceDir();
 uint64_t TestSeed();
 
 std::string ReadFileOrDie(const std::filesystem::path& path);
-// Parses a JSON file; a missing or malformed file fails the test (and
-// returns null) rather than throwing.
-nlohmann::json ReadJsonOrDie(const std::filesystem::path& path);
 void WriteFileOrDie(const std::filesystem::path& path, const std::string& bytes);
 // A seal key file as FORMAT.md L174 wants it: mode 0600, this user's.
 void WriteKeyFileOrDie(const std::filesystem::path& path, const std::string& bytes);
@@ -85,8 +81,6 @@ struct AlignedRows {
 
 JobResult WaitForJob(FsTier* tier, uint64_t id, int timeout_ms = 20000);
 
-// tests/data/py_golden.json: bytes CPython's pickle and json produce.
-const nlohmann::json& PyGolden();
 
 // A fresh directory under $TMPDIR, removed with its contents on destruction.
 class TempDir {

@@ -15,7 +15,6 @@
 #include "kvtier/config.h"
 
 #include <gtest/gtest.h>
-
 #include <cerrno>
 #include <cstdint>
 #include <optional>
@@ -23,6 +22,7 @@
 #include <string_view>
 #include <tuple>
 #include <vector>
+#include <nlohmann/json.hpp>
 
 #include "support/test_support.h"
 

@@ -12,6 +12,7 @@
 
 #include "kvtier/hashing.h"
 #include "kvtier/layout.h"
+#include "support/test_json.h"
 #include "support/test_support.h"
 #include "util/hex.h"
 

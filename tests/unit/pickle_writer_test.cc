@@ -13,6 +13,7 @@
 #include <set>
 
 #include "hash/pickle_writer.h"
+#include "support/test_json.h"
 #include "support/test_support.h"
 #include "util/hex.h"
 

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "layout/py_json.h"
+#include "support/test_json.h"
 #include "support/test_support.h"
 
 namespace kvtier::internal {

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kvtier/sglang_hash.h"
+#include "support/test_json.h"
 #include "support/test_support.h"
 
 namespace kvtier {

@@ -655,7 +655,7 @@ std::string FormatBenchFs(const BenchFsResult& r) {
   out += line;
   out += r.page_cache_dropped ? "page cache dropped before the load phase\n"
                               : r.page_cache_note + "\n";
-  out += "\n" + FormatFiguresTable(r.store, r.load);
+  out += '\n' + FormatFiguresTable(r.store, r.load);  // char + string&&: no GCC 12 -Wrestrict at -O3
   std::snprintf(line, sizeof line,
                 "of which CRC32C (integrity: one pass over each row): store %.4f, load %.4f CPU s/GB\n",
                 r.store.checksum_s_per_gb(), r.load.checksum_s_per_gb());
