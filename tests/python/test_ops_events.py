@@ -9,7 +9,7 @@ equal the set of block files that disappeared, each once:
 
 * one-shot gc --max-bytes: the test's SUB socket is bound, the CLI connects to it (the endpoint
   rule); the sequence numbers must run from 0 without a gap (nothing lost to ZeroMQ's slow joiner:
-  the CLI's removals wait for its collector lease's settle). Hashes are vLLM's int (the last 8
+  the publisher holds its first batch until this socket's subscription arrives). Hashes are vLLM's int (the last 8
   bytes, big-endian) by default, the raw bytes with --events-hash-encoding bytes; --events-topic
   "{volume}" and --events-medium are honoured; an SGLang namespace's pages are their key strings.
 * hostile names planted in an orphaned namespace (uppercase hex, wrong length, non-hex, a newline)
