@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -30,6 +31,18 @@ bool BecomesRegular(const fs::path& p) {
     std::error_code ec;
     if (fs::is_regular_file(fs::symlink_status(p, ec))) return true;
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return false;
+}
+
+// Puts a FIFO at `p`: the heartbeat may write the lease anew between the
+// removal and the mkfifo (EEXIST, seen under ASan), so that is retried.
+bool PlaceFifo(const fs::path& p) {
+  for (int i = 0; i < 1000; ++i) {
+    std::error_code ec;
+    fs::remove(p, ec);
+    if (mkfifo(p.c_str(), 0644) == 0) return true;
+    if (errno != EEXIST) return false;
   }
   return false;
 }
@@ -54,8 +67,7 @@ TEST(TierLease, ALeaseRemovedOrReplacedByANonFileIsWrittenAnew) {
   std::ifstream in(target);
   EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "precious bytes");
 
-  fs::remove(path);
-  ASSERT_EQ(mkfifo(path.c_str(), 0644), 0);
+  ASSERT_TRUE(PlaceFifo(path));
   EXPECT_TRUE(BecomesRegular(path)) << "a FIFO at the lease's name is replaced";
 
   lease->reset();  // the tier closes
