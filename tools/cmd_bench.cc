@@ -48,26 +48,33 @@ void ApplyChoiceFlags(const BenchFsFlags& f, BenchFsOptions* options) {
   o.bounce_loads = kBounce.at(f.bounce_loads);
 }
 
-int RunBenchFsCommand(const BenchFsFlags& f) {
+// The run's options from the flags; kInvalidArgument (usage) naming the flag.
+Result<BenchFsOptions> BenchFsOptionsOf(const BenchFsFlags& f) {
   BenchFsOptions o = f.options;
   ApplyChoiceFlags(f, &o);
   // The tier keeps its deadline in 32 bits of milliseconds (49.7 days).
   Result<uint64_t> io_timeout_ms = ParseDurationMs(f.io_timeout, UINT32_MAX);
-  if (!io_timeout_ms.ok()) {
-    PrintError("bench fs", "--io-timeout: " + io_timeout_ms.status().message());
-    return 2;
-  }
+  if (!io_timeout_ms.ok()) return InvalidArgument("--io-timeout: " + io_timeout_ms.status().message());
   o.io_timeout_ms = static_cast<uint32_t>(*io_timeout_ms);
   if (!f.events.endpoint.empty()) {
-    Result<KvEventsConfig> events = EventsConfigOf(f.events, o.root);
-    if (!events.ok()) {
-      PrintError("bench fs", events.status().ToString());
-      return 2;
-    }
-    o.kv_events_config = *events;
+    KVTIER_ASSIGN_OR_RETURN(o.kv_events_config, EventsConfigOf(f.events, o.root));
     o.kv_events_config.hwm = f.events_hwm;
   }
-  Result<BenchFsResult> result = RunBenchFs(o);
+  return o;
+}
+
+int RunBenchFsCommand(const BenchFsFlags& f) {
+  Result<BenchFsOptions> o = BenchFsOptionsOf(f);
+  if (!o.ok()) {
+    PrintError("bench fs", o.status().message());
+    return 2;
+  }
+  Result<BenchFsResult> result = RunBenchFs(*o);
+  // A kv_events_config the tier's open refused: the --events-* flag's value.
+  if (!result.ok() && result.status().message().starts_with("kv_events_config.")) {
+    PrintError("bench fs", NameTheEventsFlag(result.status()).message());
+    return 2;
+  }
   if (!result.ok()) {
     PrintError("bench fs", result.status().ToString());
     return result.status().code() == StatusCode::kInvalidArgument ? 2 : 1;

@@ -10,6 +10,7 @@
 #include <string_view>
 #include <utility>
 
+#include "events/endpoint_check.h"
 #include "util/log_once.h"
 
 namespace kvtier::internal {
@@ -95,6 +96,7 @@ struct KvEventSockets::Rep {
 Status KvEventSockets::Rep::OpenPub() {
   const std::string& ep = options.endpoint;
   const bool bind = ShouldBind(ep);
+  KVTIER_RETURN_IF_ERROR(CheckEndpoint(kEndpointKey, ep, bind));
   try {
     pub = zmq::socket_t(context, zmq::socket_type::xpub);
     pub.set(zmq::sockopt::linger, 0);
@@ -114,6 +116,7 @@ Status KvEventSockets::Rep::OpenPub() {
 
 Status KvEventSockets::Rep::OpenReplay() {
   if (options.replay_endpoint.empty()) return Status::Ok();
+  KVTIER_RETURN_IF_ERROR(CheckEndpoint(kReplayKey, options.replay_endpoint, true));
   try {
     replay = zmq::socket_t(context, zmq::socket_type::router);
     replay.set(zmq::sockopt::linger, 0);

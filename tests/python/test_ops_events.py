@@ -18,8 +18,9 @@ equal the set of block files that disappeared, each once:
 * fsck --repair: the short and the corrupt block it removes are published.
 * gc --watch: every pass on one publisher; the test fetches everything through the replay socket
   while the watch runs; the metrics file carries kvtier_kv_events_*.
-* a bad endpoint (malformed, or an address in use) fails with an error naming --events-endpoint,
-  exit 2 (fsck: 8), and deletes nothing.
+* a bad endpoint (malformed, an address in use, a port out of range, a host that does not
+  resolve) fails with an error naming --events-endpoint, exit 2 (fsck: 8), and deletes nothing;
+  `bench fs` refuses it as usage too (exit 2).
 Skipped (one line) where python3-zmq or python3-msgpack is missing.
 """
 
@@ -307,7 +308,8 @@ def test_a_bad_endpoint_is_refused_and_nothing_is_deleted(kvtier_bin, tmp_path, 
     before = files(tmp_path)
     held = busy_port()
     try:
-        for endpoint, what in (("bogus://x", "bogus"), (f"tcp://*:{held.getsockname()[1]}", "bind")):
+        for endpoint, what in (("bogus://x", "bogus"), (f"tcp://*:{held.getsockname()[1]}", "bind"),
+                               ("tcp://*:99999", "not 1-65535"), ("tcp://no-such-host.invalid:5557", "resolve")):
             args = ["--max-bytes", ROW] if cmd == "gc" else ["--repair"]
             r = run(kvtier_bin, cmd, tmp_path, *args, "--events-endpoint", endpoint)
             assert r.returncode == (2 if cmd == "gc" else 8), (endpoint, r.stdout, r.stderr)
@@ -320,3 +322,14 @@ def test_a_bad_endpoint_is_refused_and_nothing_is_deleted(kvtier_bin, tmp_path, 
             *(["--repair"] if cmd == "fsck" else []))
     assert r.returncode == (2 if cmd == "gc" else 8) and "--events-medium" in r.stderr, r.stderr
     assert files(tmp_path) == before
+
+
+def test_bench_fs_refuses_a_bad_endpoint_as_usage(kvtier_bin, tmp_path):
+    """A bad --events-endpoint is a usage error of `bench fs` too: exit 2, the flag named, no rows."""
+    (tmp_path / "b").mkdir()
+    for endpoint, what in (("bogus://x", "bogus"), ("tcp://*:99999", "not 1-65535")):
+        r = run(kvtier_bin, "bench", "fs", "--root", tmp_path / "b", "--row-bytes", "4096", "--rows", "8",
+                "--events-endpoint", endpoint)
+        assert r.returncode == 2, (endpoint, r.stdout, r.stderr)
+        assert "--events-endpoint: kv_events_config.endpoint" in r.stderr and what in r.stderr, r.stderr
+    assert not list((tmp_path / "b").rglob("*.bin"))

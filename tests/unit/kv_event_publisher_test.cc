@@ -5,7 +5,8 @@
 // (msgpack-cxx) back to the events published; a DEALER asks the replay
 // ROUTER for old batches; the test hook holds the publisher thread so a full
 // queue is reached for certain, and Publish() must drop and count rather
-// than wait; bad and busy endpoints must fail Open() naming the config key;
+// than wait; bad and busy endpoints (ports out of range, hosts that do not
+// resolve: libzmq takes those) must fail Open() naming the config key;
 // Close() with no subscriber must return; the first batch waits for a
 // subscriber to join (ZeroMQ's slow joiner would drop it), and only then. Time bounds here only catch hangs
 // (seconds); nothing asserts throughput.
@@ -317,6 +318,41 @@ TEST(KvEventPublisher, BadEndpointsFailOpenNamingTheKey) {
   EXPECT_NE(r.status().message().find("kv_events_config.replay_endpoint: cannot bind 'nonsense'"),
             std::string::npos)
       << r.status().ToString();
+}
+
+// libzmq itself takes these: it wraps a port modulo 2^16 (tcp://*:99999
+// binds 34463) and connects to a host that does not resolve, or to none,
+// retrying for ever.
+TEST(KvEventPublisher, PortsOutOfRangeAndHostsThatDoNotResolveFailOpen) {
+  const std::pair<const char*, const char*> bad[] = {
+      {"tcp://*:99999", "port '99999' is not 1-65535"}, {"tcp://*:70000", "port '70000'"},
+      {"tcp://*:-1", "port '-1'"},                      {"tcp://127.0.0.1:0", "port '0' is not 1-65535"},
+      {"tcp://:5557", "no host to connect to"},         {"tcp://no-such-host.invalid:5557", "does not resolve"},
+      {"tcp://127.0.0.1:65536", "port '65536'"}};
+  for (const auto& [endpoint, why] : bad) {
+    KvEventsOptions o;
+    o.endpoint = endpoint;
+    auto r = KvEventPublisher::Open(o);
+    ASSERT_FALSE(r.ok()) << endpoint;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << endpoint;
+    EXPECT_NE(r.status().message().find(std::string("kv_events_config.endpoint: '") + endpoint + "'"),
+              std::string::npos)
+        << r.status().ToString();
+    EXPECT_NE(r.status().message().find(why), std::string::npos) << r.status().ToString();
+  }
+  KvEventsOptions replay;
+  replay.endpoint = "tcp://127.0.0.1:*";
+  replay.replay_endpoint = "tcp://*:65536";
+  auto r = KvEventPublisher::Open(replay);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("kv_events_config.replay_endpoint: 'tcp://*:65536'"), std::string::npos)
+      << r.status().ToString();
+  // The edges that are fine: the highest port, and a name that resolves.
+  for (const char* good : {"tcp://127.0.0.1:65535", "tcp://localhost:65534"}) {
+    KvEventsOptions o;
+    o.endpoint = good;
+    EXPECT_TRUE(KvEventPublisher::Open(o).ok()) << good;
+  }
 }
 
 TEST(KvEventPublisher, AddressInUseFailsOpenNamingTheKey) {

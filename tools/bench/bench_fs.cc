@@ -427,8 +427,7 @@ Result<std::unique_ptr<FsTier>> OpenBenchTier(const BenchFsOptions& o, const Nam
   topt.tier.o_direct = o.o_direct;
   topt.tier.checksum_blocks = o.checksum_blocks;
   topt.tier.seal_key_file = o.seal_key_file, topt.tier.seal_key_group_read = o.seal_key_group_read;
-  topt.tier.inline_metadata = o.inline_metadata;
-  topt.tier.bounce_loads = o.bounce_loads;
+  topt.tier.inline_metadata = o.inline_metadata, topt.tier.bounce_loads = o.bounce_loads;
   topt.tier.io_timeout_ms = o.io_timeout_ms;
   topt.tier.stores_while_loading_max = o.stores_while_loading_max;
   topt.tier.kv_events_config = o.kv_events_config;
@@ -438,10 +437,11 @@ Result<std::unique_ptr<FsTier>> OpenBenchTier(const BenchFsOptions& o, const Nam
       o.row_bytes * static_cast<uint64_t>(2 * o.queue_depth + 2 * stream_depth + o.batch));
   Result<std::unique_ptr<FsTier>> opened = FsTier::Open(topt);
   if (!opened.ok()) {
-    // A bad root is the user's argument, but it surfaced at run time.
-    Status s = opened.status();
-    return Status(s.code() == StatusCode::kInvalidArgument ? StatusCode::kIoError : s.code(),
-                  "open the fs tier under " + o.root + ": " + s.ToString());
+    // A bad root surfaced at run time (io_error); a bad kv_events_config is an --events-* flag's (usage).
+    const Status s = opened.status();
+    if (s.message().starts_with("kv_events_config.")) return s;
+    const StatusCode code = s.code() == StatusCode::kInvalidArgument ? StatusCode::kIoError : s.code();
+    return Status(code, "open the fs tier under " + o.root + ": " + s.ToString());
   }
   return opened;
 }

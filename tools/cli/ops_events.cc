@@ -19,17 +19,15 @@ constexpr std::pair<std::string_view, std::string_view> kFlagOfKey[] = {
     {"kv_events_config.medium", "--events-medium"},
 };
 
-// "--events-endpoint: kv_events_config.endpoint: ...": the flag first, so
-// the operator sees what to change; the key as the library says it.
-Status NameTheFlag(const Status& s) {
+}  // namespace
+
+Status NameTheEventsFlag(const Status& s) {
   std::string_view flag = "--events-endpoint";
   for (const auto& [key, f] : kFlagOfKey) {
     if (s.message().rfind(std::string(key) + ":", 0) == 0) flag = f;
   }
   return Status(StatusCode::kInvalidArgument, std::string(flag) + ": " + s.message());
 }
-
-}  // namespace
 
 void AddEventsFlags(CLI::App* cmd, EventsFlags* f) {
   CLI::Option* endpoint = cmd->add_option(
@@ -78,7 +76,7 @@ Result<std::shared_ptr<RemovalEvents>> RemovalEvents::Open(const EventsFlags& fl
   if (flags.endpoint.empty()) return std::shared_ptr<RemovalEvents>();
   KVTIER_ASSIGN_OR_RETURN(const KvEventsConfig config, EventsConfigOf(flags, root));
   Result<std::shared_ptr<VolumeEvents>> events = VolumeEvents::Open(config, root);
-  if (!events.ok()) return NameTheFlag(events.status());
+  if (!events.ok()) return NameTheEventsFlag(events.status());
   std::shared_ptr<RemovalEvents> out(new RemovalEvents(std::move(*events)));
   out->self_ = out;
   return out;

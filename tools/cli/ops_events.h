@@ -32,6 +32,10 @@ struct EventsFlags {
 // companions need --events-endpoint).
 void AddEventsFlags(CLI::App* cmd, EventsFlags* flags);
 
+// `s` (a kv_events_config error) as "--events-endpoint: kv_events_config.endpoint: ...":
+// the flag first, so the operator sees what to change; the key as the library says it.
+Status NameTheEventsFlag(const Status& s);
+
 // "auto", "int", "bytes" -> the encoding; kInvalidArgument otherwise.
 Result<KvEventHashEncoding> ParseHashEncoding(std::string_view text);
 // The kv_events_config the flags stand for (enabled); `root` (the ROOT as
