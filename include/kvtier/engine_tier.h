@@ -118,6 +118,10 @@ class KVTIER_API EngineTier {
   virtual EngineTierStats Stats() = 0;
   // The fs tier's counters (FsTier::Metrics); after Shutdown, their last values.
   virtual FsTierMetrics Metrics() = 0;
+  // With enable_kv_events: the block files the tier stored and removed
+  // since the last call, in order (FsTier::TakeKeyEvents), for vLLM's
+  // take_events; after Shutdown, those of its drain, once.
+  virtual std::vector<TierKeyEvent> TakeKeyEvents() = 0;
   // FsTier::PrometheusText; kUnavailable once Shutdown began.
   virtual Result<std::string> PrometheusText(std::string_view tier_name) = 0;
   // FsTier::BlockPath; kUnavailable once Shutdown began.

@@ -122,6 +122,16 @@ struct JobResult {
 // 0 means none (io_timeout_ms, as vLLM's own keys).
 inline constexpr uint32_t kWaitForever = UINT32_MAX;
 
+// One change of the volume by a tier (FsTier::TakeKeyEvents): a store's
+// rename landed (or found the block already there, as vLLM announces a
+// successful store), or the tier removed the block file (a corrupt or
+// unauthenticated block a load found, a max_bytes eviction).
+struct TierKeyEvent {
+  OffloadKey key;
+  bool removed = false;
+  friend bool operator==(const TierKeyEvent&, const TierKeyEvent&) = default;
+};
+
 class KVTIER_API FsTier {
  public:
   // Creates root_dir (and its missing parents), the namespace and block
@@ -242,6 +252,12 @@ class KVTIER_API FsTier {
   // The absolute path of a key's block file (its root as given, then the
   // layout's relative path); it need not exist.
   virtual std::string BlockPath(const OffloadKey& key) const = 0;
+  // With tier.enable_kv_events (vLLM's own channel): the block files this
+  // tier made visible or removed since the last call, in the order the
+  // files changed, for a front end's BlockStored and BlockRemoved events.
+  // Empty otherwise. At most 65536 are kept between calls; later ones are
+  // dropped. Any thread.
+  virtual std::vector<TierKeyEvent> TakeKeyEvents() { return {}; }
 };
 
 }  // namespace kvtier

@@ -65,9 +65,10 @@ struct FsTierOptions {
   // `n_write_threads`: store block operations at once, > 0; default 16.
   // With n_read_threads, at most kFsTierIoSlotsMax in all.
   int n_write_threads = 16;
-  // `enable_kv_events`: emit BlockStored events (medium STORAGE) through
-  // vLLM's own publisher (the tier's take_events); default false. Read by the
-  // vLLM integration; FsTier itself ignores it.
+  // `enable_kv_events`: emit BlockStored and BlockRemoved events (medium
+  // STORAGE) through vLLM's own publisher (the tier's take_events); default
+  // false. The vLLM integration reads it; FsTier keeps what it stored and
+  // removed for it (FsTier::TakeKeyEvents).
   bool enable_kv_events = false;
   // `kv_events_config` (kvtier's; vLLM's KVEventsConfig keys and kvtier's,
   // kv_events.h): kvtier's own publisher of the tier's stores and removals.

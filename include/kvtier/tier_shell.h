@@ -152,6 +152,8 @@ class KVTIER_API TierShell {
   Result<std::string> BlockPath(const OffloadKey& key) const;
   // The tier's counters; after Close, their last values.
   FsTierMetrics Metrics() const;
+  // FsTier::TakeKeyEvents; after Close, those of the close's drain, once.
+  std::vector<TierKeyEvent> TakeKeyEvents();
   // As Open settled them (valid for the shell's lifetime).
   std::string_view backend_name() const;
   bool o_direct() const;

@@ -217,6 +217,9 @@ class EngineTier:
         KvtierError(unavailable), :meth:`lookup` answers 0, and :meth:`poll_finished`,
         :meth:`has_pending_work`, :meth:`stats` and :meth:`metrics` still answer."""
     def stats(self) -> dict[str, int]: ...
+    def take_key_events(self) -> list[tuple[bytes, bool]]:
+        """With enable_kv_events: ``(key, removed)`` for each block file the tier stored or removed
+        since the last call, in the order the files changed."""
     def metrics(self) -> dict[str, int | float]:
         """The fs tier's counters; after :meth:`shutdown`, their last values."""
     def prometheus_text(self, tier_name: str = "fs0") -> str:

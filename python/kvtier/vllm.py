@@ -139,16 +139,16 @@ class KvtierFsTier(SecondaryTierManager):
         self.root_dir = tier_keys.get("root_dir")
         assert primary_kv_view.strides is not None, "primary_kv_view.strides cannot be None"
         self._row_bytes: int = primary_kv_view.strides[0]
+        # The tier keeps its stores and removals for take_events only while vLLM drains them.
+        self._events_on = bool(tier_keys.get("enable_kv_events")) and offloading_spec.kv_events_config.enable_kv_cache_events
+        if tier_keys.get("enable_kv_events") is True and not self._events_on:
+            tier_keys = {**tier_keys, "enable_kv_events": False}
         # Every key is checked by kvtier's parser here, first, so a bad one (a misspelt locality
         # too) is a KvtierError naming it, never a bare ValueError from the conversions below.
         self._tier = kvtier.EngineTier(_namespace(offloading_spec), primary_kv_view, self._row_bytes, tier_keys)
         locality = tier_keys.get("locality")
         self.locality = Locality(locality) if locality is not None else None
         self._label = (f"{tier_type}:{self.root_dir}",)
-        self._events: list[OffloadingEvent] | None = None
-        if tier_keys.get("enable_kv_events") and offloading_spec.kv_events_config.enable_kv_cache_events:
-            self._events = []
-        self._store_keys: dict[int, list[OffloadKey]] = {}  # only while events are on
         self._load_keys: dict[int, list[OffloadKey]] = {}  # to name the keys of a partial load
         self._last_metrics = self._tier.metrics()
 
@@ -167,10 +167,7 @@ class KvtierFsTier(SecondaryTierManager):
         self._tier.finish_request(req_context.req_id)
 
     def submit_store(self, job_metadata: TransferJob) -> None:
-        keys = list(job_metadata.keys)
-        if self._events is not None:
-            self._store_keys[job_metadata.job_id] = keys
-        self._tier.submit_store(job_metadata.job_id, keys, _chunk_ids(job_metadata))
+        self._tier.submit_store(job_metadata.job_id, list(job_metadata.keys), _chunk_ids(job_metadata))
 
     def submit_load(self, job_metadata: TransferJob) -> None:
         keys = list(job_metadata.keys)
@@ -185,8 +182,6 @@ class KvtierFsTier(SecondaryTierManager):
                 keys = self._load_keys.pop(job_id)
                 if not success and ok_indices:
                     successful = tuple(keys[i] for i in ok_indices)
-            else:
-                self._note_stored(job_id, success)
             result = JobResult(job_id=job_id, success=success, successful_keys=successful, transfer_time=seconds)
             if _RESULT_HAS_BYTES:
                 result.transfer_bytes = nbytes
@@ -200,9 +195,21 @@ class KvtierFsTier(SecondaryTierManager):
         self._tier.drain()  # no limit
 
     def take_events(self) -> Iterable[OffloadingEvent]:
-        if self._events:
-            events, self._events = self._events, []
-            yield from events
+        """The files the tier made visible (a block found already there too, as vLLM's tier
+        announces it) and removed (a corrupt block a load found, a max_bytes eviction) since the
+        last call, in the order they changed: one event per run of stores or of removals."""
+        if not self._events_on:
+            return
+        run: list[OffloadKey] = []
+        removed = False
+        for key, was_removed in self._tier.take_key_events():
+            if run and was_removed != removed:
+                yield OffloadingEvent(keys=run, medium=self.medium, removed=removed, locality=self.locality)
+                run = []
+            run.append(key)
+            removed = was_removed
+        if run:
+            yield OffloadingEvent(keys=run, medium=self.medium, removed=removed, locality=self.locality)
 
     def touch(self, keys: Collection[OffloadKey], req_context: ReqContext) -> None:
         # Recency for max_bytes comes from the tier's own loads and lookup hits; without max_bytes
@@ -243,13 +250,6 @@ class KvtierFsTier(SecondaryTierManager):
     def prometheus_text(self) -> str:
         """kvtier's own full metric set (docs/metrics.md) in Prometheus text format."""
         return self._tier.prometheus_text("fs0")
-
-    # ---- helpers --------------------------------------------------------------------------------
-
-    def _note_stored(self, job_id: int, success: bool) -> None:
-        keys = self._store_keys.pop(job_id, None)
-        if self._events is not None and success and keys:
-            self._events.append(OffloadingEvent(keys=keys, medium=self.medium, removed=False, locality=self.locality))
 
 
 def _chunk_ids(job: TransferJob) -> Any:

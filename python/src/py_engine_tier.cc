@@ -114,7 +114,15 @@ void BindEngineTier(pb::module_& m) {
            "(0 only checks; None: no limit).")
       .def("shutdown", &PyEngineTier::Shutdown,
            "Stops admitting jobs, drains, stops all I/O into the rows and releases their buffer.")
-      .def("stats", [](PyEngineTier& t) { return StatsDict(WithoutGil([&] { return t.tier().Stats(); })); });
+      .def("stats", [](PyEngineTier& t) { return StatsDict(WithoutGil([&] { return t.tier().Stats(); })); })
+      .def("take_key_events", [](PyEngineTier& t) {
+             pb::list out;
+             for (const TierKeyEvent& e : WithoutGil([&] { return t.tier().TakeKeyEvents(); })) {
+               out.append(pb::make_tuple(KeyToBytes(e.key), e.removed));
+             }
+             return out;
+           }, "With enable_kv_events: [(key, removed)] for each block file the tier stored or removed "
+              "since the last call, in the order the files changed.");
   BindTierCommon(cls, +[](PyEngineTier& t) -> EngineTier& { return t.tier(); });
 }
 

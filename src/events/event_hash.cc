@@ -78,4 +78,13 @@ std::optional<uint32_t> EventGroupOfDirName(std::string_view dir_name) {
   return static_cast<uint32_t>(group);
 }
 
+std::optional<OffloadKey> OffloadKeyOfName(std::string_view stem, std::string_view group_dir) {
+  const std::optional<std::vector<uint8_t>> bytes = DecodeLayoutHex(stem);
+  const std::optional<uint32_t> group = EventGroupOfDirName(group_dir);
+  if (!bytes || !group) return std::nullopt;
+  Result<BlockHash> hash = BlockHash::FromBytes(*bytes);
+  if (!hash.ok()) return std::nullopt;
+  return OffloadKey{*hash, *group};
+}
+
 }  // namespace kvtier::internal

@@ -14,6 +14,7 @@
 #include <string_view>
 
 #include "events/kv_event.h"
+#include "kvtier/hashing.h"
 #include "kvtier/kv_events.h"
 
 namespace kvtier::internal {
@@ -44,5 +45,10 @@ std::optional<WireHash> EventHashOfName(EventHashKind kind, std::string_view ste
 // it is two lowercase hex digits, "_g", and a decimal without a leading zero
 // that fits 32 bits.
 std::optional<uint32_t> EventGroupOfDirName(std::string_view dir_name);
+
+// The key of a block file named on the volume by its stem and group
+// directory: nullopt unless both are as EventHashOfName and
+// EventGroupOfDirName require.
+std::optional<OffloadKey> OffloadKeyOfName(std::string_view stem, std::string_view group_dir);
 
 }  // namespace kvtier::internal

@@ -121,6 +121,7 @@ struct TierShell::Rep {
   std::unordered_set<uint64_t> abandoned;  // WaitFor gave up: dropped when they finish
   internal::MemoryClaims claims;
   FsTierMetrics last_metrics;  // Metrics() after Close
+  std::vector<TierKeyEvent> last_key_events;  // TakeKeyEvents() after Close
   std::string backend, checksum_place;
   bool o_direct = false, xattrs_supported = false;
   std::optional<Namespace> ns;  // where the tier's files are (its key's namespace when sealed)
@@ -324,6 +325,7 @@ void TierShell::Close() {
   lock.lock();
   rep_->CollectLocked(true);  // kept for Poll and WaitFor
   rep_->last_metrics = tier->Metrics();
+  rep_->last_key_events = tier->TakeKeyEvents();
   std::unique_ptr<FsTier> owned = std::move(rep_->tier);
   lock.unlock();
   owned.reset();  // outside mu: Poll and Metrics answer meanwhile
@@ -356,6 +358,11 @@ Result<std::string> TierShell::BlockPath(const OffloadKey& key) const {
 FsTierMetrics TierShell::Metrics() const {
   std::lock_guard lock(rep_->mu);
   return rep_->tier ? rep_->tier->Metrics() : rep_->last_metrics;
+}
+
+std::vector<TierKeyEvent> TierShell::TakeKeyEvents() {
+  std::lock_guard lock(rep_->mu);
+  return rep_->tier ? rep_->tier->TakeKeyEvents() : std::exchange(rep_->last_key_events, {});
 }
 
 std::string_view TierShell::backend_name() const { return rep_->backend; }

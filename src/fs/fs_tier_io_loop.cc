@@ -168,6 +168,9 @@ class FsTierImpl final : public FsTier, public StagedCrcTier {
     return idle ? Status::Ok() : Status(StatusCode::kTimedOut, "fs tier: jobs still running");
   }
 
+  std::vector<TierKeyEvent> TakeKeyEvents() override {
+    return shared_->events ? shared_->events->TakeKeyEvents() : std::vector<TierKeyEvent>();
+  }
   FsTierMetrics Metrics() const override {
     FsTierMetrics m = metrics_.Snapshot();
     m.root_up = health_.up() ? 1 : 0;

@@ -15,6 +15,7 @@
 // inside Submit), so such results wait in `early_` until it has.
 #include <algorithm>
 #include <condition_variable>
+#include <iterator>
 #include <mutex>
 #include <unordered_map>
 
@@ -91,6 +92,15 @@ class MultiRootTier final : public FsTier {
   // Each field merged as its row in kFsTierMetricFields says: counters and
   // histograms summed, root_up and the scan flag the lowest root's, the
   // backpressure gauges the highest.
+  // Root by root: a key lives on one root, so each key's own events keep their order.
+  std::vector<TierKeyEvent> TakeKeyEvents() override {
+    std::vector<TierKeyEvent> all;
+    for (const auto& child : children_) {
+      std::vector<TierKeyEvent> events = child->TakeKeyEvents();
+      all.insert(all.end(), std::make_move_iterator(events.begin()), std::make_move_iterator(events.end()));
+    }
+    return all;
+  }
   FsTierMetrics Metrics() const override {
     FsTierMetrics merged = children_.front()->Metrics();
     for (size_t i = 1; i < children_.size(); ++i) MergeFsTierMetrics(children_[i]->Metrics(), &merged);

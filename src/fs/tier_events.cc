@@ -6,13 +6,33 @@
 
 namespace kvtier::internal {
 
+void KeyEventLog::Add(OffloadKey key, bool removed) {
+  std::lock_guard lock(mu_);
+  if (events_.size() >= kEventsMax) {
+    ++dropped_;
+    return;
+  }
+  events_.push_back(TierKeyEvent{std::move(key), removed});
+}
+
+std::vector<TierKeyEvent> KeyEventLog::Take() {
+  std::lock_guard lock(mu_);
+  return std::exchange(events_, {});
+}
+
+uint64_t KeyEventLog::dropped() const {
+  std::lock_guard lock(mu_);
+  return dropped_;
+}
+
 Result<std::unique_ptr<TierEvents>> TierEvents::Open(const FsTierOpenOptions& o, const Namespace& ns) {
   KVTIER_ASSIGN_OR_RETURN(std::shared_ptr<VolumeEvents> events,
                           VolumeEvents::Open(o.tier.kv_events_config, o.tier.root_dir));
-  if (!events) return std::unique_ptr<TierEvents>();
+  if (!events && !o.tier.enable_kv_events) return std::unique_ptr<TierEvents>();
   const NamespaceSpec& spec = ns.spec();
   return std::unique_ptr<TierEvents>(new TierEvents(std::move(events), EventHashKindOf(spec.inference_engine),
-                                                    spec.tokens_per_hash * spec.blocks_per_file));
+                                                    spec.tokens_per_hash * spec.blocks_per_file,
+                                                    o.tier.enable_kv_events));
 }
 
 std::unique_ptr<JobEventKeys> TierEvents::ForJob(std::span<const OffloadKey> keys,
@@ -26,28 +46,47 @@ std::unique_ptr<JobEventKeys> TierEvents::ForJob(std::span<const OffloadKey> key
 void TierEvents::OnOp(const JobEventKeys& job, JobKind kind, size_t index, const FsBlockOp& op) {
   if (index >= job.keys.size()) {
     const size_t eviction = index - job.keys.size();
-    if (op.unlinked && eviction < job.evictions.size()) {
-      const NamedBlock named = NamedBlockOfPath(job.evictions[eviction]);
-      events_->RemovedNamed(kind_, std::span(&named, 1), &pending_);
-    }
+    if (op.unlinked && eviction < job.evictions.size()) OnEvicted(job.evictions[eviction]);
     return;
   }
-  const std::span<const OffloadKey> key(&job.keys[index], 1);
-  const KeyOutcome outcome = op.result.outcome;
   if (kind == JobKind::kStore) {
-    if (outcome == KeyOutcome::kOk || (outcome == KeyOutcome::kSkippedExists && events_->announce_existing())) {
-      events_->Stored(kind_, key, block_size_, &pending_);
-    }
+    OnStored(job.keys[index], op.result.outcome);
   } else if (op.unlinked) {
-    events_->Removed(kind_, key, &pending_);
+    OnRemoved(job.keys[index]);
   }
+}
+
+// vLLM's channel announces a block found already there, as vLLM's own tier
+// does for a store that succeeded; kvtier's only with announce_existing.
+void TierEvents::OnStored(const OffloadKey& key, KeyOutcome outcome) {
+  const bool existed = outcome == KeyOutcome::kSkippedExists;
+  if (outcome != KeyOutcome::kOk && !existed) return;
+  if (events_ && (!existed || events_->announce_existing())) {
+    events_->Stored(kind_, std::span(&key, 1), block_size_, &pending_);
+  }
+  if (log_) log_->Add(key, false);
+}
+
+void TierEvents::OnRemoved(const OffloadKey& key) {
+  if (events_) events_->Removed(kind_, std::span(&key, 1), &pending_);
+  if (log_) log_->Add(key, true);
+}
+
+// An eviction names its file by path: what the events carry is read back
+// from that name, so only a name exactly as the layout writes yields one.
+void TierEvents::OnEvicted(const std::string& rel_path) {
+  const NamedBlock named = NamedBlockOfPath(rel_path);
+  if (events_) events_->RemovedNamed(kind_, std::span(&named, 1), &pending_);
+  if (!log_) return;
+  if (std::optional<OffloadKey> key = OffloadKeyOfName(named.stem, named.group_dir)) log_->Add(std::move(*key), true);
 }
 
 void TierEvents::Flush() {
-  if (!pending_.empty()) events_->Publish(std::exchange(pending_, {}));
+  if (events_ && !pending_.empty()) events_->Publish(std::exchange(pending_, {}));
 }
 
 void TierEvents::FillMetrics(FsTierMetrics* m) const {
+  if (!events_) return;
   const KvEventMetrics k = events_->Metrics();
   m->kv_events_published = k.events_published;
   m->kv_events_dropped = k.events_dropped;

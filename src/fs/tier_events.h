@@ -7,9 +7,14 @@
 // files changed, and they are published once per pass of the loop (Flush):
 // one queue operation and one wake of the publisher for all a pass finished,
 // not one per block; publishing only queues (KvEventPublisher).
+// With enable_kv_events (vLLM's own channel), each store and removal is also
+// kept, in the same order, for the front end to take (KeyEventLog): vLLM's
+// take_events then carries removals as well as stores, in file order.
 #pragma once
 
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -28,10 +33,27 @@ struct JobEventKeys {
   std::vector<std::string> evictions;
 };
 
+// A tier's stores and removals, oldest first, until taken. Bounded: a
+// front end that never takes them costs at most kEventsMax; past that, new
+// ones are dropped and counted.
+class KeyEventLog {
+ public:
+  static constexpr size_t kEventsMax = 1 << 16;
+  void Add(OffloadKey key, bool removed);
+  std::vector<TierKeyEvent> Take();
+  uint64_t dropped() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<TierKeyEvent> events_;
+  uint64_t dropped_ = 0;
+};
+
 class TierEvents {
  public:
-  // nullptr (OK) when o.tier.kv_events_config does not publish; errors:
-  // VolumeEvents::Open's (a bad key or endpoint, named).
+  // nullptr (OK) when o.tier.kv_events_config does not publish and
+  // o.tier.enable_kv_events is off; errors: VolumeEvents::Open's (a bad key
+  // or endpoint, named).
   static Result<std::unique_ptr<TierEvents>> Open(const FsTierOpenOptions& o, const Namespace& ns);
 
   // A job's names; `evictions` copied (the ops take the originals).
@@ -45,20 +67,30 @@ class TierEvents {
   void Flush();
   ~TierEvents() { Flush(); }
 
-  // The kv_events_* fields of `m`.
+  // The kv_events_* fields of `m` (none without kvtier's publisher).
   void FillMetrics(FsTierMetrics* m) const;
+  // What KeyEventLog::Take gives; empty without enable_kv_events.
+  std::vector<TierKeyEvent> TakeKeyEvents() { return log_ ? log_->Take() : std::vector<TierKeyEvent>(); }
 
  private:
-  TierEvents(std::shared_ptr<VolumeEvents> events, EventHashKind kind, int64_t block_size)
-      : events_(std::move(events)), kind_(kind), block_size_(block_size) {}
-  std::shared_ptr<VolumeEvents> events_;
+  TierEvents(std::shared_ptr<VolumeEvents> events, EventHashKind kind, int64_t block_size, bool log)
+      : events_(std::move(events)), kind_(kind), block_size_(block_size),
+        log_(log ? std::make_unique<KeyEventLog>() : nullptr) {}
+  void OnStored(const OffloadKey& key, KeyOutcome outcome);
+  void OnRemoved(const OffloadKey& key);
+  void OnEvicted(const std::string& rel_path);
+  std::shared_ptr<VolumeEvents> events_;  // null: kvtier's publisher is off
   EventHashKind kind_;
   int64_t block_size_;  // tokens per block file
   std::vector<internal::KvEvent> pending_;  // made by OnOp, not yet flushed
+  std::unique_ptr<KeyEventLog> log_;  // null: enable_kv_events off
 };
 
 // "<blockdir>/<hhh>/<hh>_g<g>/<hex>.bin" as a NamedBlock (stem, group dir);
 // parts that are not there come out empty (and are then skipped).
 NamedBlock NamedBlockOfPath(std::string_view rel_path);
+// The key a block file's path names: nullopt unless its stem and group
+// directory are exactly as the layout writes them (EventHashOfName's rule).
+std::optional<OffloadKey> KeyOfBlockPath(std::string_view rel_path);
 
 }  // namespace kvtier::internal

@@ -136,6 +136,7 @@ class EngineTierImpl final : public EngineTier {
   }
 
   FsTierMetrics Metrics() override { return shell_->Metrics(); }
+  std::vector<TierKeyEvent> TakeKeyEvents() override { return shell_->TakeKeyEvents(); }
   Result<std::string> PrometheusText(std::string_view tier_name) override { return shell_->PrometheusText(tier_name); }
   Result<std::string> BlockPath(const OffloadKey& key) override { return shell_->BlockPath(key); }
   std::string_view backend_name() const override { return shell_->backend_name(); }

@@ -7,7 +7,9 @@
 // index kept from the events equals the files on disk; a publisher no one
 // listens to never fails or delays a store (its drops are counted); a bad
 // kv_events_config fails the open naming the key before any directory is
-// made; tiers naming one endpoint share it. Method: real files in a temp dir,
+// made; tiers naming one endpoint share it; with enable_kv_events (vLLM's own
+// channel) the tier keeps its stores and removals, in order, for
+// TakeKeyEvents. Method: real files in a temp dir,
 // a real ZeroMQ SUB socket bound on 127.0.0.1 that the tier connects to;
 // keys and rows are seeded (seed printed).
 #include <gtest/gtest.h>
@@ -191,6 +193,69 @@ TEST_F(FsTierEventsTest, EvictionsKeepARoutersIndexEqualToTheFiles) {
   EXPECT_EQ(tier->Metrics().capacity_evicted_blocks, 8u);
   EXPECT_EQ(index.size(), 4u);
   EXPECT_EQ(index, OnDisk());
+}
+
+// vLLM's own channel (enable_kv_events, kvtier.vllm's take_events): no
+// publisher; the tier keeps its stores and removals in file order.
+FsTierOpenOptions VllmChannel(FsTierOpenOptions o) {
+  o.tier.enable_kv_events = true;
+  return o;
+}
+
+std::vector<TierKeyEvent> SortedEvents(std::vector<TierKeyEvent> v) {
+  std::sort(v.begin(), v.end(), [](const auto& x, const auto& y) { return x.key.Hex() < y.key.Hex(); });
+  return v;
+}
+
+std::vector<TierKeyEvent> StoredEvents(const std::vector<OffloadKey>& keys) {
+  std::vector<TierKeyEvent> out;
+  for (const OffloadKey& k : keys) out.push_back({k, false});
+  return SortedEvents(out);
+}
+
+TEST_F(FsTierEventsTest, VllmChannelKeepsStoresAndRemovals) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<FsTier> tier, FsTier::Open(VllmChannel(Options(KvEventsConfig{}))));
+  const std::vector<OffloadKey> a = RandomKeys(3);
+  Store(tier.get(), a);
+  EXPECT_EQ(SortedEvents(tier->TakeKeyEvents()), StoredEvents(a));
+  EXPECT_TRUE(tier->TakeKeyEvents().empty()) << "taken once";
+  Store(tier.get(), a);  // already there: announced, as vLLM's tier announces a store that succeeded
+  EXPECT_EQ(SortedEvents(tier->TakeKeyEvents()), StoredEvents(a));
+  fs::resize_file(tier->BlockPath(a[1]), kRow / 2);  // torn
+  EXPECT_EQ(Load(tier.get(), a).keys[1].outcome, KeyOutcome::kCorrupt);
+  EXPECT_EQ(tier->TakeKeyEvents(), (std::vector<TierKeyEvent>{{a[1], true}}));
+
+  FsTierOpenOptions off = Options(KvEventsConfig{});
+  off.tier.root_dir = (root_.path() / "off").string();
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<FsTier> quiet, FsTier::Open(off));
+  Store(quiet.get(), RandomKeys(2));
+  EXPECT_TRUE(quiet->TakeKeyEvents().empty()) << "kept only with enable_kv_events";
+}
+
+TEST_F(FsTierEventsTest, VllmChannelEvictionsKeepAnIndexEqualToTheFiles) {
+  FsTierOpenOptions o = VllmChannel(Options(KvEventsConfig{}));
+  o.tier.capacity_bytes_max = 4 * kRow;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<FsTier> tier, FsTier::Open(o));
+  for (int round = 0; round < 6; ++round) {
+    ASSERT_EQ(Store(tier.get(), RandomKeys(2)).OkPrefix(), 2u) << "round " << round;
+  }
+  std::set<std::string> index;  // a router's, fed in order once: a block stored, then evicted, is gone
+  size_t removals = 0;
+  for (const TierKeyEvent& e : tier->TakeKeyEvents()) {
+    removals += e.removed ? 1 : 0;
+    if (e.removed) {
+      index.erase(e.key.Hex());
+    } else {
+      index.insert(e.key.Hex());
+    }
+  }
+  EXPECT_EQ(removals, 8u);
+  std::set<std::string> files;  // a key's hex is its file's stem and its group (0) in 4 bytes
+  for (const auto& e : fs::recursive_directory_iterator(root_.path())) {
+    if (e.path().extension() == ".bin") files.insert(e.path().stem().string() + "00000000");
+  }
+  EXPECT_EQ(files.size(), 4u);
+  EXPECT_EQ(index, files);
 }
 
 TEST_F(FsTierEventsTest, ClearPublishesEachRemovedBlock) {

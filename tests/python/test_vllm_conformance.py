@@ -8,7 +8,9 @@ passes with it; blocks stored through KvtierFsTier are found and loaded byte-exa
 is never promoted and the prefix before it is kept (partial success); unknown keys are refused;
 the newer upstream interface (backpressure_detector, chunk_ids, transfer_bytes) works; vLLM PR
 #57912's checksum_blocks key reaches the tier and vLLM's unchecksummed blocks load; drain_jobs
-leaves every job with exactly one result; kvtier's metrics reach vLLM's stats.
+leaves every job with exactly one result; kvtier's metrics reach vLLM's stats; with
+enable_kv_events, vLLM's take_events names every store and every removal (a corrupt block, a
+max_bytes eviction), so an index fed by it equals the volume.
 Skips (one line saying why) where ../shared/vllm is absent.
 """
 
@@ -288,5 +290,52 @@ def test_kv_events_for_stored_blocks(h, tmp_path):
         assert stored == sorted(k for keys in ps for k in keys)
         assert all(e.locality == Locality.REMOTE for e in events)
         assert not [e for e in eng.m.take_events() if e.medium == Medium.STORAGE], "events are taken once"
+    finally:
+        eng.shutdown()
+
+
+def storage_index(events, index):
+    """Applies vLLM-channel events to a router's index of one volume: a set of keys."""
+    for e in events:
+        index.difference_update(e.keys) if e.removed else index.update(e.keys)
+    return index
+
+
+def storage_events(eng):
+    from vllm.v1.kv_offload.base import Medium
+
+    return [e for e in eng.m.take_events() if e.medium == Medium.STORAGE]
+
+
+def test_kv_events_for_a_corrupt_block_removed(h, tmp_path):
+    """vLLM's own channel (enable_kv_events) names the corrupt block a load found and removed."""
+    ps = prompts(h, 3, SALT + "-removed")
+    eng = h.Engine([h.kvtier_tier(tmp_path, enable_kv_events=True)])
+    try:
+        h.check_corrupt_block_keeps_the_prefix(eng, ps)
+        events = storage_events(eng)
+        assert [e.keys for e in events if e.removed] == [[ps[0][2]]], events
+        index = storage_index(events, set())
+        assert index == {k for keys in ps for k in keys} - {ps[0][2]}
+    finally:
+        eng.shutdown()
+
+
+def test_kv_events_for_evictions_keep_an_index_equal_to_the_volume(h, tmp_path):
+    """Each max_bytes eviction is a removal on vLLM's channel, in file order: an index fed by
+    take_events (once, at the end, or every step) equals the block files on the volume."""
+    ps = prompts(h, 6, SALT + "-evicted")
+    eng = h.Engine([h.kvtier_tier(tmp_path, enable_kv_events=True, max_bytes=10 * h.ROW)])
+    try:
+        each_step = set()
+        for p in ps[:3]:
+            eng.store_prompts([p])
+            storage_index(storage_events(eng), each_step)
+        eng.store_prompts(ps[3:])
+        at_end = storage_index(storage_events(eng), set(each_step))
+        tier = eng.tiers[0]
+        on_disk = {k for keys in ps for k in keys if os.path.exists(tier._tier.block_path(k))}
+        assert 0 < len(on_disk) < 24 and tier._tier.metrics()["capacity_evicted_blocks"] >= 24 - len(on_disk)
+        assert at_end == on_disk, (sorted(at_end ^ on_disk), len(on_disk))
     finally:
         eng.shutdown()
