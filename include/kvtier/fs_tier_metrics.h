@@ -189,7 +189,7 @@ inline constexpr FsTierMetricField kFsTierMetricFields[] = {
      .prometheus = "kvtier_kv_events_published_total", .help = "KV events sent to subscribers."},
     {KVTIER_METRIC_COUNT(kv_events_dropped), .merge = MetricMerge::kMax, .unit = "events",
      .prometheus = "kvtier_kv_events_dropped_total", .vllm = "kvtier:kv_events_dropped",
-     .help = "KV events dropped because the publisher's queue was full."},
+     .help = "KV events dropped because the publisher's queue (or, for vLLM's channel, the tier's log) was full."},
     {KVTIER_METRIC_COUNT(kv_events_batches), .merge = MetricMerge::kMax, .unit = "batches",
      .prometheus = "kvtier_kv_events_batches_total", .help = "KV event batches sent (the next sequence number)."},
     {KVTIER_METRIC_COUNT(kv_events_replay_requests), .merge = MetricMerge::kMax, .unit = "requests",

@@ -86,10 +86,13 @@ void TierEvents::Flush() {
 }
 
 void TierEvents::FillMetrics(FsTierMetrics* m) const {
+  // What vLLM's channel dropped (a full log: take_events not called) is
+  // counted with the publisher's drops: events a router will not see.
+  m->kv_events_dropped = log_ ? log_->dropped() : 0;
   if (!events_) return;
   const KvEventMetrics k = events_->Metrics();
   m->kv_events_published = k.events_published;
-  m->kv_events_dropped = k.events_dropped;
+  m->kv_events_dropped += k.events_dropped;
   m->kv_events_batches = k.batches_published;
   m->kv_events_replay_requests = k.replay_requests;
   m->kv_events_queue_depth = k.queue_depth;
