@@ -179,7 +179,7 @@ class FsTier:
     def __enter__(self) -> FsTier: ...
     def __exit__(self, *exc: object) -> None: ...
 
-class EngineTier:
+class VllmTier:
     """An :class:`FsTier` driven by an engine's per-step secondary-tier contract over one region
     of rows (``rows``: a writable C-contiguous buffer of whole ``row_bytes`` rows, held until
     :meth:`shutdown`). Lookups answer from a verdict cache (0 miss, 1 hit, 2 retry) and are
@@ -232,7 +232,7 @@ class EngineTier:
         """Where stores put a block's CRC32C: "xattr", "trailer", "off" (FORMAT.md L130), or "seal" for a
         sealed tier (each block's GCM tag in its seal trailer, L163)."""
 
-class SglangStore:
+class SglangTier:
     """kvtier's SGLang HiCache L3 store (include/kvtier/sglang.h), used by :mod:`kvtier.sglang`.
 
     ``fs_config``: one fs tier's keys, as :class:`FsTier`'s ``config`` (``root_dir`` required).

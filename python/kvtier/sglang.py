@@ -18,7 +18,7 @@ The page files are kvtier's (layout-spec/FORMAT.md, the SGLang rules): one file 
 SGLang's own flat page bytes, sharded like vLLM's blocks, written by temp file and rename with
 the CRC32C in an xattr (or, on volumes without user xattrs, a trailer after the page:
 docs/checksums.md), in a namespace directory of its own beside vLLM's. All I/O is kvtier's C++
-``SglangStore`` (the io_uring I/O loop), called with the GIL released; with ``interface_v1`` the
+``SglangTier`` (the io_uring I/O loop), called with the GIL released; with ``interface_v1`` the
 pages move straight between the files and the pool's K and V buffers.
 
 SGLang calls a backend from three daemon threads whose loops catch nothing: one exception ends
@@ -136,7 +136,7 @@ class KvtierHiCacheStorage(HiCacheStorage):
                            "cannot check host indices against them: the zero-copy calls (interface_v1) answer "
                            "misses; the generic path works")
         # A copy: the native parser must never change the operator's config (a re-attach parses it again).
-        store = _kvtier.SglangStore(dict(self._fs_config), spec, memory)
+        store = _kvtier.SglangTier(dict(self._fs_config), spec, memory)
         if store.page_bytes > store.store_queue_bytes_max:
             store.close()
             _refuse("store_queue_bytes_max", f"{store.store_queue_bytes_max} bytes cannot hold one page of "

@@ -90,7 +90,7 @@ class HeldBuffer {
 // Binds what every tier front end answers alike (the TierShell's facilities,
 // include/kvtier/tier_shell.h): metrics(), prometheus_text(), block_path()
 // and the backend, o_direct and checksum_place properties. tier(self) is the
-// object that answers them (a TierShell or an EngineTier); each call runs
+// object that answers them (a TierShell or an VllmTier); each call runs
 // without the GIL.
 template <class Py, class Tier>
 void BindTierCommon(pb::class_<Py>& cls, Tier& (*tier)(Py&)) {

@@ -1,4 +1,4 @@
-// kvtier._kvtier.SglangStore: kvtier's SGLang HiCache L3 store
+// kvtier._kvtier.SglangTier: kvtier's SGLang HiCache L3 store
 // (include/kvtier/sglang.h) for kvtier.sglang. Pages arrive as raw
 // (address, bytes) pieces (SGLang's host pool hands out pointers, not buffer
 // objects), converted with the GIL held; every I/O call then runs with the
@@ -80,10 +80,10 @@ std::vector<std::string_view> Views(const std::vector<std::string>& keys) {
   return {keys.begin(), keys.end()};
 }
 
-class PySglangStore {
+class PySglangTier {
  public:
-  PySglangStore(const pb::object& fs_config, const pb::object& spec, const pb::object& registered_memory) {
-    SglangStoreOptions o;
+  PySglangTier(const pb::object& fs_config, const pb::object& spec, const pb::object& registered_memory) {
+    SglangTierOptions o;
     o.tier = ParseTierConfig(fs_config);
     o.spec = SpecFromDict(spec);
     if (!registered_memory.is_none()) {
@@ -92,13 +92,13 @@ class PySglangStore {
         o.registered_memory.push_back(PieceArg("registered_memory[" + std::to_string(i) + "]", regions[i]));
       }
     }
-    store_ = Unwrap(WithoutGil([&] { return SglangStore::Open(o); }));
+    store_ = Unwrap(WithoutGil([&] { return SglangTier::Open(o); }));
     store_queue_bytes_max_ = o.tier.store_queue_bytes_max;
   }
 
   size_t ExistsPrefix(const pb::object& keys_obj) {
     std::vector<std::string> keys;
-    if (!ConvertOrLog(bad_exists_, kLogger, "SglangStore.exists_prefix", [&] { keys = StrsArg("keys", keys_obj); })) {
+    if (!ConvertOrLog(bad_exists_, kLogger, "SglangTier.exists_prefix", [&] { keys = StrsArg("keys", keys_obj); })) {
       return 0;
     }
     pb::gil_scoped_release release;
@@ -138,14 +138,14 @@ class PySglangStore {
  private:
   static bool Convert(const pb::object& keys_obj, const pb::object& pieces_obj, std::vector<std::string>& keys,
                       std::vector<SglangPagePieces>& pages, std::atomic<bool>& logged, const char* method) {
-    return ConvertOrLog(logged, kLogger, std::string("SglangStore.") + method, [&] {
+    return ConvertOrLog(logged, kLogger, std::string("SglangTier.") + method, [&] {
       keys = StrsArg("keys", keys_obj);
       pages = PagesOfPiecesArg("pieces", pieces_obj);
     });
   }
 
   static constexpr const char* kLogger = "kvtier.sglang";
-  std::unique_ptr<SglangStore> store_;
+  std::unique_ptr<SglangTier> store_;
   uint64_t store_queue_bytes_max_ = 0;  // a store call over this is dropped whole (kvtier.sglang splits)
   std::atomic<bool> bad_exists_{false}, bad_load_{false}, bad_store_{false};
 };
@@ -153,23 +153,23 @@ class PySglangStore {
 }  // namespace
 
 void BindSglang(pb::module_& m) {
-  pb::class_<PySglangStore>(m, "SglangStore", "kvtier's SGLang HiCache L3 store (include/kvtier/sglang.h)")
+  pb::class_<PySglangTier>(m, "SglangTier", "kvtier's SGLang HiCache L3 store (include/kvtier/sglang.h)")
       .def(pb::init<const pb::object&, const pb::object&, const pb::object&>(), pb::arg("fs_config"),
            pb::arg("spec"), pb::arg("registered_memory") = pb::none())
-      .def("exists_prefix", &PySglangStore::ExistsPrefix, pb::arg("keys"))
-      .def("load", &PySglangStore::Load, pb::arg("keys"), pb::arg("pieces"))
-      .def("store", &PySglangStore::Store, pb::arg("keys"), pb::arg("pieces"))
-      .def("clear", &PySglangStore::Clear)
-      .def("metrics", &PySglangStore::Metrics)
-      .def("close", &PySglangStore::Close)
-      .def("page_path", &PySglangStore::PagePath, pb::arg("key"))
-      .def_property_readonly("namespace_dir", [](const PySglangStore& s) { return s.stored().dir_name(); })
-      .def_property_readonly("block_dir", [](const PySglangStore& s) { return s.stored().block_dir_name(); })
-      .def_property_readonly("page_bytes", [](const PySglangStore& s) { return s.ns().page_bytes(); })
-      .def_property_readonly("digest", [](const PySglangStore& s) { return s.ns().digest(); })
-      .def_property_readonly("rank", [](const PySglangStore& s) { return s.ns().rank(); })
-      .def_property_readonly("store_queue_bytes_max", &PySglangStore::store_queue_bytes_max)
-      .def_property_readonly("config_json", [](const PySglangStore& s) { return s.ns().config_json(); });
+      .def("exists_prefix", &PySglangTier::ExistsPrefix, pb::arg("keys"))
+      .def("load", &PySglangTier::Load, pb::arg("keys"), pb::arg("pieces"))
+      .def("store", &PySglangTier::Store, pb::arg("keys"), pb::arg("pieces"))
+      .def("clear", &PySglangTier::Clear)
+      .def("metrics", &PySglangTier::Metrics)
+      .def("close", &PySglangTier::Close)
+      .def("page_path", &PySglangTier::PagePath, pb::arg("key"))
+      .def_property_readonly("namespace_dir", [](const PySglangTier& s) { return s.stored().dir_name(); })
+      .def_property_readonly("block_dir", [](const PySglangTier& s) { return s.stored().block_dir_name(); })
+      .def_property_readonly("page_bytes", [](const PySglangTier& s) { return s.ns().page_bytes(); })
+      .def_property_readonly("digest", [](const PySglangTier& s) { return s.ns().digest(); })
+      .def_property_readonly("rank", [](const PySglangTier& s) { return s.ns().rank(); })
+      .def_property_readonly("store_queue_bytes_max", &PySglangTier::store_queue_bytes_max)
+      .def_property_readonly("config_json", [](const PySglangTier& s) { return s.ns().config_json(); });
 }
 
 }  // namespace kvtier::py
