@@ -66,6 +66,18 @@ struct SglangPageSpec {
 // The four host-pool layouts SGLang has (mem_layout values).
 KVTIER_API bool SglangMemLayoutKnown(std::string_view mem_layout);
 
+// What kvtier does with a key of SGLang's --hicache-storage-backend-extra-config
+// (docs/sglang.md): the one place that decides it, so kvtier.sglang keeps no
+// list of its own.
+enum class SglangConfigKey {
+  kFsTier,     // one of FsTierConfigKeys() (config.h): into the tier's config
+  kNamespace,  // "model_path", "model_revision": into SglangPageSpec
+  kSglang,     // read by SGLang itself (backend_name, interface_v1, prefetch_*, ...): ignored
+  kUnknown,    // anything else: ignored with one warning naming it, since SGLang
+               // adds keys between versions and asks backends to accept them
+};
+KVTIER_API SglangConfigKey SglangConfigKeyKind(std::string_view key);
+
 // A page key's file stem (FORMAT.md L106): the key itself when it is 64
 // lowercase hex characters, else the lowercase hex SHA-256 of its bytes.
 // Always 64 lowercase hex characters.

@@ -285,6 +285,14 @@ class SglangTier:
     def store_queue_bytes_max(self) -> int:
         """The fs tier's ``store_queue_bytes_max``: a :meth:`store` call of more bytes is dropped whole."""
 
+def sglang_extra_config(extra_config: Mapping[str, Any] | None) -> tuple[dict[str, Any], dict[str, str]]:
+    """SGLang's extra_config sorted by the library (include/kvtier/sglang.h, SglangConfigKeyKind):
+    (the fs tier's keys, every key of the fs config table; the namespace keys ``model_path`` and
+    ``model_revision``, None left out). SGLang's own keys are dropped, an unknown key is dropped
+    with one warning naming it (``logging.getLogger("kvtier.sglang")``). KvtierError
+    (invalid_argument) for a non-dict, a non-str key, a namespace key that is not a non-empty str,
+    and a missing ``root_dir``."""
+
 # ---- operators' tools --------------------------------------------------------------------------
 
 # Names on the volume may be any bytes: path-like strings of the ops reports

@@ -48,8 +48,7 @@ except ImportError as exc:  # kvtier itself does not need SGLang; this module is
 import kvtier
 from kvtier import _kvtier
 from kvtier._sglang_parts import (
-    MHA_LAYOUTS, MLA_LAYOUTS, _dtype_name, _Failures, _key_list, _memory_spans, _piece_inside, _refuse,
-    _split_extra_config)
+    MHA_LAYOUTS, MLA_LAYOUTS, _dtype_name, _Failures, _key_list, _memory_spans, _piece_inside, _refuse)
 
 __all__ = ["KvtierHiCacheStorage"]
 
@@ -80,7 +79,9 @@ class KvtierHiCacheStorage(HiCacheStorage):
             _refuse("storage_config", "SGLang passed none; kvtier needs the served model name and ranks")
         self.storage_config = storage_config
         try:
-            self._fs_config, self._spec_keys = _split_extra_config(getattr(storage_config, "extra_config", None))
+            # The library sorts the keys (fs tier, namespace, SGLang's, unknown: one warning each).
+            extra = getattr(storage_config, "extra_config", None)
+            self._fs_config, self._spec_keys = _kvtier.sglang_extra_config(extra)
             model = getattr(storage_config, "model_name", None) or self._spec_keys.get("model_path")
             self._metrics_on = bool(getattr(storage_config, "enable_storage_metrics", False))
         except kvtier.KvtierError:

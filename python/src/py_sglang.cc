@@ -1,5 +1,6 @@
 // kvtier._kvtier.SglangTier: kvtier's SGLang HiCache L3 store
-// (include/kvtier/sglang.h) for kvtier.sglang. Pages arrive as raw
+// (include/kvtier/sglang.h) for kvtier.sglang, and sglang_extra_config, the
+// sorting of SGLang's extra_config by the library's SglangConfigKeyKind. Pages arrive as raw
 // (address, bytes) pieces (SGLang's host pool hands out pointers, not buffer
 // objects), converted with the GIL held; every I/O call then runs with the
 // GIL released, since SGLang's prefetch, prefetch I/O and backup threads call
@@ -33,6 +34,8 @@
 namespace kvtier::py {
 
 namespace {
+
+constexpr const char* kLogger = "kvtier.sglang";
 
 [[noreturn]] void RefuseSpec(const std::string& key, const std::string& rule) {
   ThrowStatus(InvalidArgument("spec key '" + key + "': " + rule));
@@ -74,6 +77,46 @@ SglangPageSpec SpecFromDict(const pb::handle& obj) {
     if (!SetSpecField(spec, key, v)) RefuseSpec(key, "unknown (see include/kvtier/sglang.h, SglangPageSpec)");
   }
   return spec;
+}
+
+[[noreturn]] void RefuseConfig(const std::string& key, const std::string& rule) {
+  ThrowStatus(InvalidArgument("config key '" + key + "': " + rule));
+}
+
+// A namespace key's value (model_path, model_revision): a non-empty str, or None (absent).
+void AddNamespaceKey(pb::dict& spec, const std::string& key, pb::handle value) {
+  if (value.is_none()) return;
+  if (!PyUnicode_Check(value.ptr()) || PyUnicode_GetLength(value.ptr()) == 0) {
+    RefuseConfig(key, "expected a non-empty string, got " + std::string(pb::repr(value)));
+  }
+  spec[pb::str(key)] = value;
+}
+
+// SGLang's extra_config -> (the fs tier's keys, the namespace keys), each key
+// where SglangConfigKeyKind puts it; an unknown key is one warning naming it.
+pb::tuple SplitExtraConfig(const pb::object& extra) {
+  pb::dict fs, spec;
+  if (!extra.is_none() && !PyDict_Check(extra.ptr())) {
+    RefuseConfig("extra_config", "expected a dict (SGLang's parsed JSON), got " + TypeName(extra));
+  }
+  const pb::dict keys = extra.is_none() ? pb::dict() : pb::reinterpret_borrow<pb::dict>(extra);
+  for (auto [k, v] : keys) {
+    if (!PyUnicode_Check(k.ptr())) {
+      RefuseConfig("extra_config", "keys must be strings, got a key of type " + TypeName(k));
+    }
+    const std::string key = k.cast<std::string>();
+    switch (SglangConfigKeyKind(key)) {
+      case SglangConfigKey::kFsTier: fs[k] = v; break;
+      case SglangConfigKey::kNamespace: AddNamespaceKey(spec, key, v); break;
+      case SglangConfigKey::kSglang: break;
+      case SglangConfigKey::kUnknown:
+        pb::module_::import("logging").attr("getLogger")(kLogger).attr("warning")(
+            "kvtier.sglang: extra_config key '" + key + "' is unknown to kvtier and ignored");
+        break;
+    }
+  }
+  if (!fs.contains("root_dir")) RefuseConfig("root_dir", "required: the directory (or mount) pages are stored under");
+  return pb::make_tuple(fs, spec);
 }
 
 std::vector<std::string_view> Views(const std::vector<std::string>& keys) {
@@ -144,7 +187,6 @@ class PySglangTier {
     });
   }
 
-  static constexpr const char* kLogger = "kvtier.sglang";
   std::unique_ptr<SglangTier> store_;
   uint64_t store_queue_bytes_max_ = 0;  // a store call over this is dropped whole (kvtier.sglang splits)
   std::atomic<bool> bad_exists_{false}, bad_load_{false}, bad_store_{false};
@@ -170,6 +212,8 @@ void BindSglang(pb::module_& m) {
       .def_property_readonly("rank", [](const PySglangTier& s) { return s.ns().rank(); })
       .def_property_readonly("store_queue_bytes_max", &PySglangTier::store_queue_bytes_max)
       .def_property_readonly("config_json", [](const PySglangTier& s) { return s.ns().config_json(); });
+  m.def("sglang_extra_config", &SplitExtraConfig, pb::arg("extra_config"),
+        "SGLang's extra_config -> (fs tier keys, namespace keys), sorted by the library (include/kvtier/sglang.h)");
 }
 
 }  // namespace kvtier::py
