@@ -175,8 +175,10 @@ class KVTIER_API SglangTier {
  public:
   // Creates the namespace (FsTier::Open: directories, config.json, lease,
   // probes). Errors: kInvalidArgument naming the field of a bad spec
-  // (SglangNamespace::Create) or option; FsTier::Open's errors (kTimedOut
-  // on a hung mount, within about io_timeout_ms).
+  // (SglangNamespace::Create) or option, or naming store_queue_bytes_max
+  // when it cannot hold one page (a store job larger than it is dropped);
+  // FsTier::Open's errors (kTimedOut on a hung mount, within about
+  // io_timeout_ms).
   static Result<std::unique_ptr<SglangTier>> Open(const SglangTierOptions& options);
   // Close(), then frees.
   ~SglangTier();
@@ -196,7 +198,12 @@ class KVTIER_API SglangTier {
                          std::span<const SglangPagePieces> pages);
   // Writes page i from pages[i] (temp file, CRC32C xattr, rename). true for
   // a page stored now or already present (another writer had it). The
-  // pieces must stay unmodified until the call returns.
+  // pieces must stay unmodified until the call returns. The fs tier drops a
+  // job over store_queue_bytes_max whole and SGLang backs up 128 pages a
+  // call (2.7 GB of a 70B model's pages), so a call is stored as jobs of at
+  // most half of it, one after the other; after a job with a failure the
+  // later pages are false, not tried (SGLang stops a backup at the first
+  // failed page, so they would never be found).
   std::vector<bool> Store(std::span<const std::string_view> keys,
                           std::span<const SglangConstPagePieces> pages);
 

@@ -243,9 +243,12 @@ class SglangTier:
     io_uring fixed-buffer I/O. A bad key or field raises KvtierError(invalid_argument) naming it.
 
     A page is a list of (address, nbytes) pieces whose concatenation is the page (``page_bytes``
-    in all); the memory must stay valid for the call. The I/O calls release the GIL, may run from
-    several threads at once, and never raise: a failure, or arguments that cannot be converted,
-    is that key's False (0 for :meth:`exists_prefix`), counted and logged once per kind."""
+    in all); the memory must stay valid for the call. The I/O calls release the GIL and may run
+    from several threads at once. An I/O failure is that key's False (0 for
+    :meth:`exists_prefix`), counted and logged once per kind; arguments that cannot be converted
+    raise KvtierError(invalid_argument) (kvtier.sglang catches it: SGLang's threads never see it).
+    A store call larger than half of ``store_queue_bytes_max`` is stored as several jobs in turn
+    (include/kvtier/sglang.h); one below a page is refused at construction."""
 
     def __init__(
         self,
@@ -281,9 +284,6 @@ class SglangTier:
     def rank(self) -> int: ...
     @property
     def config_json(self) -> str: ...
-    @property
-    def store_queue_bytes_max(self) -> int:
-        """The fs tier's ``store_queue_bytes_max``: a :meth:`store` call of more bytes is dropped whole."""
 
 def sglang_extra_config(extra_config: Mapping[str, Any] | None) -> tuple[dict[str, Any], dict[str, str]]:
     """SGLang's extra_config sorted by the library (include/kvtier/sglang.h, SglangConfigKeyKind):

@@ -6,8 +6,6 @@
 #include <Python.h>
 #include <pybind11/pybind11.h>
 
-#include <atomic>
-#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -41,17 +39,6 @@ auto WithoutGil(Fn&& fn) {
   pb::gil_scoped_release release;
   return fn();
 }
-
-// The guard of a call an engine's thread makes, which must never raise (the
-// thread dies on any exception): runs `convert`, which reads the call's
-// Python arguments, and answers false for a Python error it raised, logged
-// the first time per `logged` through logging.getLogger(logger) as "<logger>:
-// <call> refused its arguments (...)". The caller then answers every key's
-// failure (AllFalse).
-bool ConvertOrLog(std::atomic<bool>& logged, const char* logger, const std::string& call,
-                  const std::function<void()>& convert);
-// One false per item of `keys` when they can be counted, else none.
-std::vector<bool> AllFalse(const pb::handle& keys);
 
 // An fs tier's metrics() dict, every field of kFsTierMetricFields by name
 // (py_metrics.cc).

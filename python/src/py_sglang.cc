@@ -1,24 +1,22 @@
 // kvtier._kvtier.SglangTier: kvtier's SGLang HiCache L3 store
 // (include/kvtier/sglang.h) for kvtier.sglang, and sglang_extra_config, the
-// sorting of SGLang's extra_config by the library's SglangConfigKeyKind. Pages arrive as raw
-// (address, bytes) pieces (SGLang's host pool hands out pointers, not buffer
-// objects), converted with the GIL held; every I/O call then runs with the
-// GIL released, since SGLang's prefetch, prefetch I/O and backup threads call
-// at once.
+// sorting of SGLang's extra_config by the library's SglangConfigKeyKind.
+// Pages arrive as raw (address, bytes) pieces (SGLang's host pool hands out
+// pointers, not buffer objects), converted with the GIL held; every I/O call
+// then runs with the GIL released, since SGLang's prefetch, prefetch I/O and
+// backup threads call at once.
 //
 // The addresses are taken as given (this module is kvtier.sglang's, not
 // public): kvtier.sglang moves a zero-copy page only when every piece lies
 // inside the host pool's buffers, and a generic page is a tensor's own
 // memory.
 //
-// The I/O methods never raise: SGLang's threads die on any exception, so an
-// argument that cannot be converted is every key's false (0 for
-// exists_prefix), logged once per method through logging.getLogger
-// ("kvtier.sglang") (ConvertOrLog, py_common.h). The store itself counts and
-// logs its own failures.
+// Arguments that cannot be converted raise KvtierError, as everywhere in the
+// binding: kvtier.sglang is the one layer that keeps SGLang's threads from
+// exceptions (it counts and logs its failures once per kind), and the store
+// counts and logs its own I/O failures.
 #include <pybind11/stl.h>
 
-#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -136,32 +134,26 @@ class PySglangTier {
       }
     }
     store_ = Unwrap(WithoutGil([&] { return SglangTier::Open(o); }));
-    store_queue_bytes_max_ = o.tier.store_queue_bytes_max;
   }
 
   size_t ExistsPrefix(const pb::object& keys_obj) {
-    std::vector<std::string> keys;
-    if (!ConvertOrLog(bad_exists_, kLogger, "SglangTier.exists_prefix", [&] { keys = StrsArg("keys", keys_obj); })) {
-      return 0;
-    }
+    const std::vector<std::string> keys = StrsArg("keys", keys_obj);
     pb::gil_scoped_release release;
     const std::vector<std::string_view> views = Views(keys);
     return store_->ExistsPrefix(views);
   }
 
   std::vector<bool> Load(const pb::object& keys_obj, const pb::object& pieces_obj) {
-    std::vector<std::string> keys;
-    std::vector<SglangPagePieces> pages;
-    if (!Convert(keys_obj, pieces_obj, keys, pages, bad_load_, "load")) return AllFalse(keys_obj);
+    const std::vector<std::string> keys = StrsArg("keys", keys_obj);
+    const std::vector<SglangPagePieces> pages = PagesOfPiecesArg("pieces", pieces_obj);
     pb::gil_scoped_release release;
     const std::vector<std::string_view> views = Views(keys);
     return store_->Load(views, pages);
   }
 
   std::vector<bool> Store(const pb::object& keys_obj, const pb::object& pieces_obj) {
-    std::vector<std::string> keys;
-    std::vector<SglangPagePieces> pages;
-    if (!Convert(keys_obj, pieces_obj, keys, pages, bad_store_, "store")) return AllFalse(keys_obj);
+    const std::vector<std::string> keys = StrsArg("keys", keys_obj);
+    const std::vector<SglangPagePieces> pages = PagesOfPiecesArg("pieces", pieces_obj);
     std::vector<SglangConstPagePieces> in;
     in.reserve(pages.size());
     for (const SglangPagePieces& p : pages) in.emplace_back(p.begin(), p.end());
@@ -176,20 +168,9 @@ class PySglangTier {
   const SglangNamespace& ns() const { return store_->ns(); }
   const Namespace& stored() const { return store_->stored_namespace(); }  // sealed: the key's (L162)
   std::string PagePath(const std::string& key) const { return store_->PagePath(key); }
-  uint64_t store_queue_bytes_max() const { return store_queue_bytes_max_; }
 
  private:
-  static bool Convert(const pb::object& keys_obj, const pb::object& pieces_obj, std::vector<std::string>& keys,
-                      std::vector<SglangPagePieces>& pages, std::atomic<bool>& logged, const char* method) {
-    return ConvertOrLog(logged, kLogger, std::string("SglangTier.") + method, [&] {
-      keys = StrsArg("keys", keys_obj);
-      pages = PagesOfPiecesArg("pieces", pieces_obj);
-    });
-  }
-
   std::unique_ptr<SglangTier> store_;
-  uint64_t store_queue_bytes_max_ = 0;  // a store call over this is dropped whole (kvtier.sglang splits)
-  std::atomic<bool> bad_exists_{false}, bad_load_{false}, bad_store_{false};
 };
 
 }  // namespace
@@ -210,7 +191,6 @@ void BindSglang(pb::module_& m) {
       .def_property_readonly("page_bytes", [](const PySglangTier& s) { return s.ns().page_bytes(); })
       .def_property_readonly("digest", [](const PySglangTier& s) { return s.ns().digest(); })
       .def_property_readonly("rank", [](const PySglangTier& s) { return s.ns().rank(); })
-      .def_property_readonly("store_queue_bytes_max", &PySglangTier::store_queue_bytes_max)
       .def_property_readonly("config_json", [](const PySglangTier& s) { return s.ns().config_json(); });
   m.def("sglang_extra_config", &SplitExtraConfig, pb::arg("extra_config"),
         "SGLang's extra_config -> (fs tier keys, namespace keys), sorted by the library (include/kvtier/sglang.h)");

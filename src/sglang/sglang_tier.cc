@@ -1,8 +1,8 @@
 // SglangTier: SGLang's synchronous batch calls over one FsTier, inside a
-// TierShell (include/kvtier/tier_shell.h): each call is one admitted use,
-// submits one job and waits for it (the shell files other callers' results
-// for them, so SGLang's prefetch, prefetch I/O and backup threads each get
-// their own job back). No I/O call times out on its own: a call waits until
+// TierShell (include/kvtier/tier_shell.h): each job is one admitted use,
+// submitted and waited for (the shell files other callers' results for
+// them, so SGLang's prefetch, prefetch I/O and backup threads each get their
+// own job back); a call is one job, a large store several in turn. No I/O call times out on its own: a call waits until
 // its job finishes, and the tier bounds that (io_timeout_ms, then the
 // abandonment of fs_tier_io_loop.cc). Giving up earlier would be unsafe: a
 // load's op may still copy into the caller's pieces, and a store's may
@@ -11,7 +11,10 @@
 // key's false. Clear touches no caller memory: the shell's ClearNamespace
 // runs its walk under a watch and abandons it on a hung mount.
 #include <algorithm>
+#include <cstddef>
+#include <string>
 #include <type_traits>
+#include <vector>
 
 #include "format/layout_names.h"
 #include "format/root_list.h"
@@ -48,6 +51,7 @@ struct SglangTier::Rep {
   SglangNamespace ns;
   std::unique_ptr<TierShell> shell;
   internal::LogOnce log;
+  size_t pages_per_store = 1;  // pages of one store job: at most half of store_queue_bytes_max
 
   // The pages of page_bytes (the others stay false).
   template <class Piece>
@@ -136,7 +140,14 @@ SglangTier::~SglangTier() { Close(); }
 
 Result<std::unique_ptr<SglangTier>> SglangTier::Open(const SglangTierOptions& options) {
   KVTIER_ASSIGN_OR_RETURN(SglangNamespace ns, SglangNamespace::Create(options.spec));
+  const uint64_t queue = options.tier.store_queue_bytes_max;
+  if (ns.page_bytes() > queue) {
+    return InvalidArgument("config key 'store_queue_bytes_max': " + std::to_string(queue) +
+                           " bytes cannot hold one page of " + std::to_string(ns.page_bytes()) +
+                           " bytes (a store larger than it is dropped)");
+  }
   auto rep = std::make_unique<Rep>(std::move(ns));
+  rep->pages_per_store = std::max<uint64_t>(1, queue / 2 / rep->ns.page_bytes());
   FsTierOpenOptions o;
   o.tier = options.tier;
   o.prebuilt_ns = rep->ns.fs_namespace();
@@ -168,8 +179,16 @@ std::vector<bool> SglangTier::Load(std::span<const std::string_view> keys, std::
 }
 
 std::vector<bool> SglangTier::Store(std::span<const std::string_view> keys,
-                                     std::span<const SglangConstPagePieces> pages) {
-  return rep_->Move(keys, pages);
+                                    std::span<const SglangConstPagePieces> pages) {
+  std::vector<bool> ok(keys.size(), false);
+  if (pages.size() != keys.size()) return ok;
+  for (size_t at = 0; at < keys.size(); at += rep_->pages_per_store) {  // jobs the tier takes whole
+    const size_t n = std::min(rep_->pages_per_store, keys.size() - at);
+    const std::vector<bool> job = rep_->Move(keys.subspan(at, n), pages.subspan(at, n));
+    std::copy(job.begin(), job.end(), ok.begin() + static_cast<std::ptrdiff_t>(at));
+    if (std::find(job.begin(), job.end(), false) != job.end()) break;  // SGLang stops at the first failure
+  }
+  return ok;
 }
 
 Result<uint64_t> SglangTier::Clear() {
