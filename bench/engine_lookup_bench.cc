@@ -1,4 +1,4 @@
-// What EngineTier's lookup interest tracking costs as the
+// What VllmTier's lookup interest tracking costs as the
 // number of live requests sharing keys grows. Every request asks for the
 // same 16 keys each step (a common system prompt), as vLLM's scheduler does
 // while requests wait. With per-key sets a lookup and a FinishRequest cost
@@ -17,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include "kvtier/engine_tier.h"
+#include "kvtier/vllm_tier.h"
 
 namespace {
 
@@ -40,14 +40,14 @@ std::vector<kvtier::OffloadKey> SharedKeys() {
   return keys;
 }
 
-std::unique_ptr<kvtier::EngineTier> Open(const std::string& root, std::span<uint8_t> rows) {
-  kvtier::EngineTierOptions o;
+std::unique_ptr<kvtier::VllmTier> Open(const std::string& root, std::span<uint8_t> rows) {
+  kvtier::VllmTierOptions o;
   o.fs.tier.root_dir = root;
   o.fs.ns.model_name = "kvtier-bench/lookup";
   o.fs.ns.kv_cache_groups.push_back({16, {"l0"}});
   o.fs.row_bytes = kRow;
   o.rows = rows;
-  auto tier = kvtier::EngineTier::Open(o);
+  auto tier = kvtier::VllmTier::Open(o);
   if (!tier.ok()) {
     std::fprintf(stderr, "engine_lookup_bench: %s\n", tier.status().ToString().c_str());
     std::exit(1);
@@ -62,7 +62,7 @@ double NsPer(Clock::time_point start, size_t n) {
 // One tier, `n` requests: the first step asks and flushes, the timed step
 // asks again (verdicts cached), then every request finishes (timed).
 Cost Measure(int n, const std::string& root, std::span<uint8_t> rows) {
-  std::unique_ptr<kvtier::EngineTier> tier = Open(root, rows);
+  std::unique_ptr<kvtier::VllmTier> tier = Open(root, rows);
   const std::vector<kvtier::OffloadKey> keys = SharedKeys();
   std::vector<std::string> requests;
   for (int i = 0; i < n; ++i) requests.push_back("req-" + std::to_string(i));

@@ -141,6 +141,11 @@ KVTIER_API Result<OffloadConfig> LoadOffloadConfigFile(const std::string& path, 
 // non-object, unknown keys, `type` or `module_path`, and broken rules.
 KVTIER_API Result<FsTierOptions> ParseFsTierConfig(std::string_view json_text);
 
+// The keys ParseFsTierConfig accepts, in the parser's table order: every
+// key of an fs tier less `type` and `module_path`. The one list of them:
+// front ends that sort an engine's keys (kvtier.sglang) take it from here.
+KVTIER_API std::vector<std::string_view> FsTierConfigKeys();
+
 // As ParseFsTierConfig(json_text), with the tier's `root_dir` given as raw
 // bytes beside the text instead of in it: a POSIX path need not be UTF-8,
 // and JSON text must be (Python passes os.fsencode(root_dir) here, the bytes

@@ -115,7 +115,7 @@ struct JobResult {
 
 // The timeout_ms of a wait that sets no limit: the one spelling of
 // "forever". Every kvtier call that blocks for at most timeout_ms
-// (FsTier::WaitIdle, TierShell::WaitFor and WaitIdle, EngineTier::Drain,
+// (FsTier::WaitIdle, TierShell::WaitFor and WaitIdle, VllmTier::Drain,
 // TieredStore::WaitIdle) reads 0 as "only check" and kWaitForever as "no
 // limit" (those that do not loop on it wait UINT32_MAX ms, 49.7 days); the
 // Python bindings spell it None. Deadline options are another thing: there

@@ -11,13 +11,13 @@
 // page key when it is 64 lowercase hex characters (SGLang's SHA-256 page
 // keys) and hex(SHA-256(key)) otherwise (L106).
 //
-// SglangStore is the synchronous batch API an engine's threads call: each
+// SglangTier is the synchronous batch API an engine's threads call: each
 // call submits one job to an FsTier (the io_uring I/O loop) and waits for it.
 // A page is moved as several pieces (SGLang's host pool keeps a page's K and
 // V at different addresses), straight between the file and the pieces, with
 // the CRC32C of their concatenation (L60, L102). Every failure is a per-key
 // false: the I/O calls never throw and never return an error. It is the
-// SGLang counterpart of EngineTier, the vLLM adapter (include/kvtier/engine_tier.h).
+// SGLang counterpart of VllmTier, the vLLM adapter (include/kvtier/vllm_tier.h).
 #pragma once
 
 #include <cstddef>
@@ -65,6 +65,18 @@ struct SglangPageSpec {
 
 // The four host-pool layouts SGLang has (mem_layout values).
 KVTIER_API bool SglangMemLayoutKnown(std::string_view mem_layout);
+
+// What kvtier does with a key of SGLang's --hicache-storage-backend-extra-config
+// (docs/sglang.md): the one place that decides it, so kvtier.sglang keeps no
+// list of its own.
+enum class SglangConfigKey {
+  kFsTier,     // one of FsTierConfigKeys() (config.h): into the tier's config
+  kNamespace,  // "model_path", "model_revision": into SglangPageSpec
+  kSglang,     // read by SGLang itself (backend_name, interface_v1, prefetch_*, ...): ignored
+  kUnknown,    // anything else: ignored with one warning naming it, since SGLang
+               // adds keys between versions and asks backends to accept them
+};
+KVTIER_API SglangConfigKey SglangConfigKeyKind(std::string_view key);
 
 // A page key's file stem (FORMAT.md L106): the key itself when it is 64
 // lowercase hex characters, else the lowercase hex SHA-256 of its bytes.
@@ -129,7 +141,7 @@ class KVTIER_API SglangNamespace {
   uint64_t page_bytes_ = 0;
 };
 
-struct SglangStoreOptions {
+struct SglangTierOptions {
   // The fs keys (root_dir required; path_sharding with a root list,
   // io_timeout_ms, checksum_blocks, durability, bounce_loads, ... all apply).
   FsTierOptions tier;
@@ -159,17 +171,19 @@ using SglangConstPagePieces = std::vector<std::span<const uint8_t>>;
 // (bounce_loads), a read abandoned at its deadline never writes the
 // caller's pieces afterwards; with bounce rows off a read into the caller's
 // memory is waited for (the fs tier never abandons it).
-class KVTIER_API SglangStore {
+class KVTIER_API SglangTier {
  public:
   // Creates the namespace (FsTier::Open: directories, config.json, lease,
   // probes). Errors: kInvalidArgument naming the field of a bad spec
-  // (SglangNamespace::Create) or option; FsTier::Open's errors (kTimedOut
-  // on a hung mount, within about io_timeout_ms).
-  static Result<std::unique_ptr<SglangStore>> Open(const SglangStoreOptions& options);
+  // (SglangNamespace::Create) or option, or naming store_queue_bytes_max
+  // when it cannot hold one page (a store job larger than it is dropped);
+  // FsTier::Open's errors (kTimedOut on a hung mount, within about
+  // io_timeout_ms).
+  static Result<std::unique_ptr<SglangTier>> Open(const SglangTierOptions& options);
   // Close(), then frees.
-  ~SglangStore();
-  SglangStore(const SglangStore&) = delete;
-  SglangStore& operator=(const SglangStore&) = delete;
+  ~SglangTier();
+  SglangTier(const SglangTier&) = delete;
+  SglangTier& operator=(const SglangTier&) = delete;
 
   // How many keys from the start are present (a regular page file each):
   // one batched lookup job. 0 after Close or on any failure.
@@ -184,7 +198,12 @@ class KVTIER_API SglangStore {
                          std::span<const SglangPagePieces> pages);
   // Writes page i from pages[i] (temp file, CRC32C xattr, rename). true for
   // a page stored now or already present (another writer had it). The
-  // pieces must stay unmodified until the call returns.
+  // pieces must stay unmodified until the call returns. The fs tier drops a
+  // job over store_queue_bytes_max whole and SGLang backs up 128 pages a
+  // call (2.7 GB of a 70B model's pages), so a call is stored as jobs of at
+  // most half of it, one after the other; after a job with a failure the
+  // later pages are false, not tried (SGLang stops a backup at the first
+  // failed page, so they would never be found).
   std::vector<bool> Store(std::span<const std::string_view> keys,
                           std::span<const SglangConstPagePieces> pages);
 
@@ -214,7 +233,7 @@ class KVTIER_API SglangStore {
 
  private:
   struct Rep;
-  explicit SglangStore(std::unique_ptr<Rep> rep);
+  explicit SglangTier(std::unique_ptr<Rep> rep);
   std::unique_ptr<Rep> rep_;
 };
 

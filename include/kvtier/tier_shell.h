@@ -1,5 +1,5 @@
 // TierShell: the safety shell every front end puts around one FsTier, so
-// that a front end (vLLM's EngineTier, SGLang's SglangStore, Python's
+// that a front end (vLLM's VllmTier, SGLang's SglangTier, Python's
 // kvtier.FsTier) only translates its engine's types. It owns:
 //
 //  * Admission. Calls enter, and Close() first stops admitting (from its

@@ -179,7 +179,7 @@ class FsTier:
     def __enter__(self) -> FsTier: ...
     def __exit__(self, *exc: object) -> None: ...
 
-class EngineTier:
+class VllmTier:
     """An :class:`FsTier` driven by an engine's per-step secondary-tier contract over one region
     of rows (``rows``: a writable C-contiguous buffer of whole ``row_bytes`` rows, held until
     :meth:`shutdown`). Lookups answer from a verdict cache (0 miss, 1 hit, 2 retry) and are
@@ -235,7 +235,7 @@ class EngineTier:
         """Where stores put a block's CRC32C: "xattr", "trailer", "off" (FORMAT.md L130), or "seal" for a
         sealed tier (each block's GCM tag in its seal trailer, L163)."""
 
-class SglangStore:
+class SglangTier:
     """kvtier's SGLang HiCache L3 store (include/kvtier/sglang.h), used by :mod:`kvtier.sglang`.
 
     ``fs_config``: one fs tier's keys, as :class:`FsTier`'s ``config`` (``root_dir`` required).
@@ -246,9 +246,12 @@ class SglangStore:
     io_uring fixed-buffer I/O. A bad key or field raises KvtierError(invalid_argument) naming it.
 
     A page is a list of (address, nbytes) pieces whose concatenation is the page (``page_bytes``
-    in all); the memory must stay valid for the call. The I/O calls release the GIL, may run from
-    several threads at once, and never raise: a failure, or arguments that cannot be converted,
-    is that key's False (0 for :meth:`exists_prefix`), counted and logged once per kind."""
+    in all); the memory must stay valid for the call. The I/O calls release the GIL and may run
+    from several threads at once. An I/O failure is that key's False (0 for
+    :meth:`exists_prefix`), counted and logged once per kind; arguments that cannot be converted
+    raise KvtierError(invalid_argument) (kvtier.sglang catches it: SGLang's threads never see it).
+    A store call larger than half of ``store_queue_bytes_max`` is stored as several jobs in turn
+    (include/kvtier/sglang.h); one below a page is refused at construction."""
 
     def __init__(
         self,
@@ -284,9 +287,14 @@ class SglangStore:
     def rank(self) -> int: ...
     @property
     def config_json(self) -> str: ...
-    @property
-    def store_queue_bytes_max(self) -> int:
-        """The fs tier's ``store_queue_bytes_max``: a :meth:`store` call of more bytes is dropped whole."""
+
+def sglang_extra_config(extra_config: Mapping[str, Any] | None) -> tuple[dict[str, Any], dict[str, str]]:
+    """SGLang's extra_config sorted by the library (include/kvtier/sglang.h, SglangConfigKeyKind):
+    (the fs tier's keys, every key of the fs config table; the namespace keys ``model_path`` and
+    ``model_revision``, None left out). SGLang's own keys are dropped, an unknown key is dropped
+    with one warning naming it (``logging.getLogger("kvtier.sglang")``). KvtierError
+    (invalid_argument) for a non-dict, a non-str key, a namespace key that is not a non-empty str,
+    and a missing ``root_dir``."""
 
 # ---- operators' tools --------------------------------------------------------------------------
 

@@ -1,6 +1,7 @@
-"""Parts of kvtier.sglang that need neither SGLang nor a store: the extra_config keys and their
-split, the refusal kvtier.sglang raises at attach, dtype names, failure counts, and the checks of
-what SGLang's threads hand the backend (key lists, host memory ranges)."""
+"""Parts of kvtier.sglang that need neither SGLang nor a store: the refusal kvtier.sglang raises
+at attach, host layouts and dtype names, failure counts, and the checks of what SGLang's threads
+hand the backend (key lists, host memory ranges). Which extra_config key goes where is the
+library's (``_kvtier.sglang_extra_config``, from the fs tier's one key table)."""
 
 from __future__ import annotations
 
@@ -15,25 +16,6 @@ import kvtier
 
 logger = logging.getLogger("kvtier.sglang")
 
-# kvtier's fs-tier keys (docs/config.md; the C++ parser's table, less `type` and `module_path`,
-# which are vLLM's). They go to the fs config, whose parser checks them and names a bad one.
-FS_KEYS = frozenset({
-    "root_dir", "path_sharding", "n_read_threads", "n_write_threads", "enable_kv_events", "locality",
-    "backpressure", "io_timeout_ms", "stores_while_loading_max", "durability", "store_queue_bytes_max",
-    "io_backend", "o_direct", "inline_metadata", "bounce_loads", "checksum_blocks", "checksum_place",
-    "startup_scan", "seal_key_file", "seal_key_fd", "seal_read_key_files", "seal_key_group_read",
-    "kv_events_config",
-})
-# Keys that name the namespace (FORMAT.md's SGLang fields), beside what SGLang's config gives.
-SPEC_KEYS = frozenset({"model_path", "model_revision"})
-# Keys SGLang itself reads from --hicache-storage-backend-extra-config (the factory, the
-# controller, HiRadixCache; some are removed before a backend sees them, some are not, and that
-# changes between SGLang versions).
-SGLANG_KEYS = frozenset({
-    "backend_name", "module_path", "class_name", "interface_v1", "prefetch_threshold",
-    "prefetch_timeout_base", "prefetch_timeout_per_ki_token", "prefetch_timeout_max",
-    "hicache_storage_pass_prefix_keys", "tp_lcm_size", "use_shared_cp_storage",
-})
 MHA_LAYOUTS = ("layer_first", "page_first", "page_first_direct", "page_head")
 MLA_LAYOUTS = ("layer_first", "page_first", "page_first_direct")
 # dtypes of SGLang's host pools whose bytes kvtier stores as they are (fp8 caches are often uint8
@@ -62,32 +44,6 @@ def _dtype_name(dtype: Any) -> str:
 def _element_size(dtype: torch.dtype) -> int:
     # torch.dtype.itemsize exists only from torch 2.1 (Debian 12 ships 1.13).
     return torch.empty((), dtype=dtype).element_size()
-
-
-def _split_extra_config(extra: Any) -> tuple[dict, dict]:
-    """extra_config -> (fs config, namespace keys). SGLang's README asks a backend to accept keys
-    it does not know (SGLang adds keys between versions, and some reach every backend), so an
-    unknown key is one warning naming it, not an error."""
-    if extra is None:
-        extra = {}
-    if not isinstance(extra, dict):
-        _refuse("extra_config", f"expected a dict (SGLang's parsed JSON), got {type(extra).__name__}")
-    fs, spec = {}, {}
-    for key, value in extra.items():
-        if not isinstance(key, str):
-            _refuse("extra_config", f"keys must be strings, got a key of type {type(key).__name__}")
-        if key in FS_KEYS:
-            fs[key] = value
-        elif key in SPEC_KEYS:
-            if value is not None and (not isinstance(value, str) or not value):
-                _refuse(key, f"expected a non-empty string, got {value!r}")
-            if value is not None:
-                spec[key] = value
-        elif key not in SGLANG_KEYS:
-            logger.warning("kvtier.sglang: extra_config key '%s' is unknown to kvtier and ignored", key)
-    if "root_dir" not in fs:
-        _refuse("root_dir", "required: the directory (or mount) pages are stored under")
-    return fs, spec
 
 
 class _Failures:

@@ -18,7 +18,7 @@ The page files are kvtier's (layout-spec/FORMAT.md, the SGLang rules): one file 
 SGLang's own flat page bytes, sharded like vLLM's blocks, written by temp file and rename with
 the CRC32C in an xattr (or, on volumes without user xattrs, a trailer after the page:
 docs/checksums.md), in a namespace directory of its own beside vLLM's. All I/O is kvtier's C++
-``SglangStore`` (the io_uring I/O loop), called with the GIL released; with ``interface_v1`` the
+``SglangTier`` (the io_uring I/O loop), called with the GIL released; with ``interface_v1`` the
 pages move straight between the files and the pool's K and V buffers.
 
 SGLang calls a backend from three daemon threads whose loops catch nothing: one exception ends
@@ -48,8 +48,7 @@ except ImportError as exc:  # kvtier itself does not need SGLang; this module is
 import kvtier
 from kvtier import _kvtier
 from kvtier._sglang_parts import (
-    MHA_LAYOUTS, MLA_LAYOUTS, _dtype_name, _Failures, _key_list, _memory_spans, _piece_inside, _refuse,
-    _split_extra_config)
+    MHA_LAYOUTS, MLA_LAYOUTS, _dtype_name, _Failures, _key_list, _memory_spans, _piece_inside, _refuse)
 
 __all__ = ["KvtierHiCacheStorage"]
 
@@ -61,15 +60,11 @@ class _Attached:
     replaced whole, and each call reads it once, so a call never mixes two attaches' pools and
     stores, and a call after close() or during a re-attach finds none (a miss)."""
 
-    __slots__ = ("store", "pool", "spans", "reorder_layers", "page_size", "page_bytes", "pages_per_store")
+    __slots__ = ("store", "pool", "spans", "reorder_layers", "page_size", "page_bytes")
 
     def __init__(self, store: Any, pool: Any, spans: List[tuple], reorder_layers: bool, page_size: int) -> None:
         self.store, self.pool, self.spans = store, pool, spans
         self.reorder_layers, self.page_size, self.page_bytes = reorder_layers, page_size, store.page_bytes
-        # The fs tier drops a store job over store_queue_bytes_max whole; SGLang backs up 128 pages
-        # per call (2.7 GB for a 70B model's 21 MB pages), so a call is split into jobs of at most
-        # half of it, one after the other.
-        self.pages_per_store = max(1, store.store_queue_bytes_max // 2 // store.page_bytes)
 
 
 class KvtierHiCacheStorage(HiCacheStorage):
@@ -80,7 +75,9 @@ class KvtierHiCacheStorage(HiCacheStorage):
             _refuse("storage_config", "SGLang passed none; kvtier needs the served model name and ranks")
         self.storage_config = storage_config
         try:
-            self._fs_config, self._spec_keys = _split_extra_config(getattr(storage_config, "extra_config", None))
+            # The library sorts the keys (fs tier, namespace, SGLang's, unknown: one warning each).
+            extra = getattr(storage_config, "extra_config", None)
+            self._fs_config, self._spec_keys = _kvtier.sglang_extra_config(extra)
             model = getattr(storage_config, "model_name", None) or self._spec_keys.get("model_path")
             self._metrics_on = bool(getattr(storage_config, "enable_storage_metrics", False))
         except kvtier.KvtierError:
@@ -136,11 +133,7 @@ class KvtierHiCacheStorage(HiCacheStorage):
                            "cannot check host indices against them: the zero-copy calls (interface_v1) answer "
                            "misses; the generic path works")
         # A copy: the native parser must never change the operator's config (a re-attach parses it again).
-        store = _kvtier.SglangStore(dict(self._fs_config), spec, memory)
-        if store.page_bytes > store.store_queue_bytes_max:
-            store.close()
-            _refuse("store_queue_bytes_max", f"{store.store_queue_bytes_max} bytes cannot hold one page of "
-                    f"{store.page_bytes} bytes (a store larger than it is dropped)")
+        store = _kvtier.SglangTier(dict(self._fs_config), spec, memory)
         reorder = (not spec["is_mla"]) and spec["mem_layout"] == "layer_first"
         self._attached = _Attached(store, mem_pool_host, spans, reorder, page_size)
 
@@ -214,30 +207,15 @@ class KvtierHiCacheStorage(HiCacheStorage):
         return pages
 
     @staticmethod
-    def _load_some(att: _Attached, keys: list, pages: list) -> List[bool]:
-        """load() of the pages that are not None; the others are False. The store answers False
-        for a page that shares memory with another page of the batch or with a call in flight."""
+    def _move_some(move: Any, keys: list, pages: list) -> List[bool]:
+        """store.load or store.store of the pages that are not None; the others are False. The
+        store decides the rest (a page sharing memory with a call in flight, a store split into
+        jobs the fs tier takes whole)."""
         at = [i for i, p in enumerate(pages) if p is not None]
         out = [False] * len(keys)
         if at:
-            for i, ok in zip(at, att.store.load([keys[i] for i in at], [pages[i] for i in at])):
+            for i, ok in zip(at, move([keys[i] for i in at], [pages[i] for i in at])):
                 out[i] = bool(ok)
-        return out
-
-    @staticmethod
-    def _store_some(att: _Attached, keys: list, pages: list) -> List[bool]:
-        """store() of the pages that are not None, in jobs the fs tier takes whole; after a job with
-        a failure the rest is False (SGLang stops a backup at the first failed call, so the later
-        pages would not be found)."""
-        at = [i for i, p in enumerate(pages) if p is not None]
-        out = [False] * len(keys)
-        for j in range(0, len(at), att.pages_per_store):
-            part = at[j:j + att.pages_per_store]
-            ok = att.store.store([keys[i] for i in part], [pages[i] for i in part])
-            for i, good in zip(part, ok):
-                out[i] = bool(good)
-            if len(ok) != len(part) or not all(ok):
-                break
         return out
 
     def batch_get_v1(self, keys: List[str], host_indices: torch.Tensor, extra_info: Any = None) -> List[bool]:
@@ -248,7 +226,7 @@ class KvtierHiCacheStorage(HiCacheStorage):
         try:
             att = self._attachment()
             t0 = time.perf_counter()
-            out = self._load_some(att, keys, self._pool_pieces(len(keys), host_indices, att))
+            out = self._move_some(att.store.load, keys, self._pool_pieces(len(keys), host_indices, att))
             self._record(att, "prefetch", out, time.perf_counter() - t0)
             return out
         except Exception as exc:  # noqa: BLE001 - an exception would end SGLang's prefetch I/O thread
@@ -265,7 +243,7 @@ class KvtierHiCacheStorage(HiCacheStorage):
         try:
             att = self._attachment()
             t0 = time.perf_counter()
-            out = self._store_some(att, keys, self._pool_pieces(len(keys), host_indices, att))
+            out = self._move_some(att.store.store, keys, self._pool_pieces(len(keys), host_indices, att))
             self._record(att, "backup", out, time.perf_counter() - t0)
             return out
         except Exception as exc:  # noqa: BLE001 - an exception would end SGLang's backup thread
@@ -295,7 +273,7 @@ class KvtierHiCacheStorage(HiCacheStorage):
             given = list(target_locations) if target_locations is not None else [None] * len(keys)
             targets = [att.pool.get_dummy_flat_data_page() if t is None else t for t in given]
             t0 = time.perf_counter()
-            ok = self._load_some(att, keys, [self._tensor_piece(t) for t in targets])
+            ok = self._move_some(att.store.load, keys, [self._tensor_piece(t) for t in targets])
             self._record(att, "prefetch", ok, time.perf_counter() - t0)
             return [t if good else None for t, good in zip(targets, ok)]
         except Exception as exc:  # noqa: BLE001
@@ -324,7 +302,7 @@ class KvtierHiCacheStorage(HiCacheStorage):
             if any(p is None for p in pieces):
                 raise ValueError("every value must be a non-empty CPU tensor")
             t0 = time.perf_counter()
-            ok = self._store_some(att, keys, pieces)
+            ok = self._move_some(att.store.store, keys, pieces)
             self._record(att, "backup", ok, time.perf_counter() - t0)
             return all(ok)
         except Exception as exc:  # noqa: BLE001

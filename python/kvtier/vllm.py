@@ -19,7 +19,7 @@ under a key only its instances hold, in a namespace of that key's own: vLLM's ti
 kvtier tiers never see those blocks, and a block planted or moved by anyone without the key is
 never returned.
 
-All the work is in kvtier's C++ ``EngineTier``: the io_uring engine moves rows straight between
+All the work is in kvtier's C++ ``VllmTier``: the io_uring engine moves rows straight between
 the block files and vLLM's primary rows (registered with the ring once), lookups are answered
 from a verdict cache and checked in one asynchronous batch per scheduler step, and every job
 yields exactly one ``JobResult``. This module only translates vLLM's types. It works with the
@@ -65,7 +65,7 @@ if TYPE_CHECKING:
 
 __all__ = ["KvtierFsTier"]
 
-# EngineTier.lookup's answers, by value (0 miss, 1 hit, 2 retry).
+# VllmTier.lookup's answers, by value (0 miss, 1 hit, 2 retry).
 _VERDICTS = (LookupResult.MISS, LookupResult.HIT, LookupResult.RETRY)
 # Interface drift after vLLM 7cfb97e (PR #50045 added the backpressure_detector argument and
 # JobResult.transfer_bytes), decided once at import.
@@ -145,7 +145,7 @@ class KvtierFsTier(SecondaryTierManager):
             tier_keys = {**tier_keys, "enable_kv_events": False}
         # Every key is checked by kvtier's parser here, first, so a bad one (a misspelt locality
         # too) is a KvtierError naming it, never a bare ValueError from the conversions below.
-        self._tier = kvtier.EngineTier(_namespace(offloading_spec), primary_kv_view, self._row_bytes, tier_keys)
+        self._tier = kvtier.VllmTier(_namespace(offloading_spec), primary_kv_view, self._row_bytes, tier_keys)
         locality = tier_keys.get("locality")
         self.locality = Locality(locality) if locality is not None else None
         self._label = (f"{tier_type}:{self.root_dir}",)

@@ -1,5 +1,5 @@
 // The kvtier._kvtier extension module: one binding file per area of the
-// public C++ API (py_hashing.cc, py_fs_tier.cc, py_engine_tier.cc, py_ops.cc,
+// public C++ API (py_hashing.cc, py_fs_tier.cc, py_vllm_tier.cc, py_ops.cc,
 // py_log.cc, py_sglang.cc, py_metrics.cc).
 #include "py_common.h"
 

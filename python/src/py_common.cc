@@ -32,27 +32,6 @@ void ThrowStatus(const Status& status) {
   throw pb::error_already_set();
 }
 
-bool ConvertOrLog(std::atomic<bool>& logged, const char* logger, const std::string& call,
-                  const std::function<void()>& convert) {
-  try {
-    convert();
-    return true;
-  } catch (const pb::error_already_set& e) {
-    if (!logged.exchange(true)) {
-      pb::module_::import("logging").attr("getLogger")(logger).attr("warning")(
-          std::string(logger) + ": " + call + " refused its arguments (" + e.what() +
-          "); every key answered false, logged only once");
-    }
-    return false;
-  }
-}
-
-std::vector<bool> AllFalse(const pb::handle& keys) {
-  const Py_ssize_t n = PyObject_Length(keys.ptr());
-  if (n < 0) PyErr_Clear();
-  return std::vector<bool>(n > 0 ? static_cast<size_t>(n) : 0, false);
-}
-
 OffloadKey KeyFromBytes(std::string_view bytes) {
   if (bytes.size() < 5 || bytes.size() > 4 + BlockHash::kMaxBytes) {
     ThrowStatus(InvalidArgument("an offload key is 1-32 bytes of block hash and a 4-byte group index, got " +

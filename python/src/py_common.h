@@ -6,8 +6,6 @@
 #include <Python.h>
 #include <pybind11/pybind11.h>
 
-#include <atomic>
-#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -41,17 +39,6 @@ auto WithoutGil(Fn&& fn) {
   pb::gil_scoped_release release;
   return fn();
 }
-
-// The guard of a call an engine's thread makes, which must never raise (the
-// thread dies on any exception): runs `convert`, which reads the call's
-// Python arguments, and answers false for a Python error it raised, logged
-// the first time per `logged` through logging.getLogger(logger) as "<logger>:
-// <call> refused its arguments (...)". The caller then answers every key's
-// failure (AllFalse).
-bool ConvertOrLog(std::atomic<bool>& logged, const char* logger, const std::string& call,
-                  const std::function<void()>& convert);
-// One false per item of `keys` when they can be counted, else none.
-std::vector<bool> AllFalse(const pb::handle& keys);
 
 // An fs tier's metrics() dict, every field of kFsTierMetricFields by name
 // (py_metrics.cc).
@@ -90,7 +77,7 @@ class HeldBuffer {
 // Binds what every tier front end answers alike (the TierShell's facilities,
 // include/kvtier/tier_shell.h): metrics(), prometheus_text(), block_path()
 // and the backend, o_direct and checksum_place properties. tier(self) is the
-// object that answers them (a TierShell or an EngineTier); each call runs
+// object that answers them (a TierShell or an VllmTier); each call runs
 // without the GIL.
 template <class Py, class Tier>
 void BindTierCommon(pb::class_<Py>& cls, Tier& (*tier)(Py&)) {

@@ -1,4 +1,4 @@
-// One fs tier's config from Python (FsTier, EngineTier, kvtier.vllm): a dict
+// One fs tier's config from Python (FsTier, VllmTier, kvtier.vllm): a dict
 // of tier keys or JSON text, parsed by kvtier's own ParseFsTierConfig so
 // every rule and message is the C++ parser's.
 #pragma once
@@ -20,7 +20,7 @@ namespace kvtier::py {
 // and for every rule the parser enforces.
 FsTierOptions ParseTierConfig(const pb::object& config);
 // The open options of a tier of `ns` over rows of row_bytes (FsTier,
-// EngineTier), its tier config parsed by ParseTierConfig.
+// VllmTier), its tier config parsed by ParseTierConfig.
 FsTierOpenOptions TierOpenOptions(const Namespace& ns, uint64_t row_bytes, const pb::object& config);
 
 }  // namespace kvtier::py

@@ -1,4 +1,4 @@
-// kvtier.FsTier and kvtier.EngineTier for Python: thin wrappers over the C++
+// kvtier.FsTier and kvtier.VllmTier for Python: thin wrappers over the C++
 // classes that hold the callers' buffer exports while their jobs run (so a
 // buffer cannot be freed under the I/O) and release the GIL before every call
 // into the tier.
@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "kvtier/config.h"
-#include "kvtier/engine_tier.h"
 #include "kvtier/fs_tier.h"
 #include "kvtier/tier_shell.h"
+#include "kvtier/vllm_tier.h"
 #include "py_args.h"
 #include "py_common.h"
 #include "py_config.h"
@@ -188,11 +188,11 @@ void BindFsTier(pb::module_& m) {
 
 }  // namespace
 
-void BindEngineTier(pb::module_& m);
+void BindVllmTier(pb::module_& m);
 
 void BindTiers(pb::module_& m) {
   BindFsTier(m);
-  BindEngineTier(m);
+  BindVllmTier(m);
 }
 
 }  // namespace kvtier::py

@@ -1,23 +1,22 @@
-// kvtier._kvtier.SglangStore: kvtier's SGLang HiCache L3 store
-// (include/kvtier/sglang.h) for kvtier.sglang. Pages arrive as raw
-// (address, bytes) pieces (SGLang's host pool hands out pointers, not buffer
-// objects), converted with the GIL held; every I/O call then runs with the
-// GIL released, since SGLang's prefetch, prefetch I/O and backup threads call
-// at once.
+// kvtier._kvtier.SglangTier: kvtier's SGLang HiCache L3 store
+// (include/kvtier/sglang.h) for kvtier.sglang, and sglang_extra_config, the
+// sorting of SGLang's extra_config by the library's SglangConfigKeyKind.
+// Pages arrive as raw (address, bytes) pieces (SGLang's host pool hands out
+// pointers, not buffer objects), converted with the GIL held; every I/O call
+// then runs with the GIL released, since SGLang's prefetch, prefetch I/O and
+// backup threads call at once.
 //
 // The addresses are taken as given (this module is kvtier.sglang's, not
 // public): kvtier.sglang moves a zero-copy page only when every piece lies
 // inside the host pool's buffers, and a generic page is a tensor's own
 // memory.
 //
-// The I/O methods never raise: SGLang's threads die on any exception, so an
-// argument that cannot be converted is every key's false (0 for
-// exists_prefix), logged once per method through logging.getLogger
-// ("kvtier.sglang") (ConvertOrLog, py_common.h). The store itself counts and
-// logs its own failures.
+// Arguments that cannot be converted raise KvtierError, as everywhere in the
+// binding: kvtier.sglang is the one layer that keeps SGLang's threads from
+// exceptions (it counts and logs its failures once per kind), and the store
+// counts and logs its own I/O failures.
 #include <pybind11/stl.h>
 
-#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -33,6 +32,8 @@
 namespace kvtier::py {
 
 namespace {
+
+constexpr const char* kLogger = "kvtier.sglang";
 
 [[noreturn]] void RefuseSpec(const std::string& key, const std::string& rule) {
   ThrowStatus(InvalidArgument("spec key '" + key + "': " + rule));
@@ -76,14 +77,54 @@ SglangPageSpec SpecFromDict(const pb::handle& obj) {
   return spec;
 }
 
+[[noreturn]] void RefuseConfig(const std::string& key, const std::string& rule) {
+  ThrowStatus(InvalidArgument("config key '" + key + "': " + rule));
+}
+
+// A namespace key's value (model_path, model_revision): a non-empty str, or None (absent).
+void AddNamespaceKey(pb::dict& spec, const std::string& key, pb::handle value) {
+  if (value.is_none()) return;
+  if (!PyUnicode_Check(value.ptr()) || PyUnicode_GetLength(value.ptr()) == 0) {
+    RefuseConfig(key, "expected a non-empty string, got " + std::string(pb::repr(value)));
+  }
+  spec[pb::str(key)] = value;
+}
+
+// SGLang's extra_config -> (the fs tier's keys, the namespace keys), each key
+// where SglangConfigKeyKind puts it; an unknown key is one warning naming it.
+pb::tuple SplitExtraConfig(const pb::object& extra) {
+  pb::dict fs, spec;
+  if (!extra.is_none() && !PyDict_Check(extra.ptr())) {
+    RefuseConfig("extra_config", "expected a dict (SGLang's parsed JSON), got " + TypeName(extra));
+  }
+  const pb::dict keys = extra.is_none() ? pb::dict() : pb::reinterpret_borrow<pb::dict>(extra);
+  for (auto [k, v] : keys) {
+    if (!PyUnicode_Check(k.ptr())) {
+      RefuseConfig("extra_config", "keys must be strings, got a key of type " + TypeName(k));
+    }
+    const std::string key = k.cast<std::string>();
+    switch (SglangConfigKeyKind(key)) {
+      case SglangConfigKey::kFsTier: fs[k] = v; break;
+      case SglangConfigKey::kNamespace: AddNamespaceKey(spec, key, v); break;
+      case SglangConfigKey::kSglang: break;
+      case SglangConfigKey::kUnknown:
+        pb::module_::import("logging").attr("getLogger")(kLogger).attr("warning")(
+            "kvtier.sglang: extra_config key '" + key + "' is unknown to kvtier and ignored");
+        break;
+    }
+  }
+  if (!fs.contains("root_dir")) RefuseConfig("root_dir", "required: the directory (or mount) pages are stored under");
+  return pb::make_tuple(fs, spec);
+}
+
 std::vector<std::string_view> Views(const std::vector<std::string>& keys) {
   return {keys.begin(), keys.end()};
 }
 
-class PySglangStore {
+class PySglangTier {
  public:
-  PySglangStore(const pb::object& fs_config, const pb::object& spec, const pb::object& registered_memory) {
-    SglangStoreOptions o;
+  PySglangTier(const pb::object& fs_config, const pb::object& spec, const pb::object& registered_memory) {
+    SglangTierOptions o;
     o.tier = ParseTierConfig(fs_config);
     o.spec = SpecFromDict(spec);
     if (!registered_memory.is_none()) {
@@ -92,33 +133,27 @@ class PySglangStore {
         o.registered_memory.push_back(PieceArg("registered_memory[" + std::to_string(i) + "]", regions[i]));
       }
     }
-    store_ = Unwrap(WithoutGil([&] { return SglangStore::Open(o); }));
-    store_queue_bytes_max_ = o.tier.store_queue_bytes_max;
+    store_ = Unwrap(WithoutGil([&] { return SglangTier::Open(o); }));
   }
 
   size_t ExistsPrefix(const pb::object& keys_obj) {
-    std::vector<std::string> keys;
-    if (!ConvertOrLog(bad_exists_, kLogger, "SglangStore.exists_prefix", [&] { keys = StrsArg("keys", keys_obj); })) {
-      return 0;
-    }
+    const std::vector<std::string> keys = StrsArg("keys", keys_obj);
     pb::gil_scoped_release release;
     const std::vector<std::string_view> views = Views(keys);
     return store_->ExistsPrefix(views);
   }
 
   std::vector<bool> Load(const pb::object& keys_obj, const pb::object& pieces_obj) {
-    std::vector<std::string> keys;
-    std::vector<SglangPagePieces> pages;
-    if (!Convert(keys_obj, pieces_obj, keys, pages, bad_load_, "load")) return AllFalse(keys_obj);
+    const std::vector<std::string> keys = StrsArg("keys", keys_obj);
+    const std::vector<SglangPagePieces> pages = PagesOfPiecesArg("pieces", pieces_obj);
     pb::gil_scoped_release release;
     const std::vector<std::string_view> views = Views(keys);
     return store_->Load(views, pages);
   }
 
   std::vector<bool> Store(const pb::object& keys_obj, const pb::object& pieces_obj) {
-    std::vector<std::string> keys;
-    std::vector<SglangPagePieces> pages;
-    if (!Convert(keys_obj, pieces_obj, keys, pages, bad_store_, "store")) return AllFalse(keys_obj);
+    const std::vector<std::string> keys = StrsArg("keys", keys_obj);
+    const std::vector<SglangPagePieces> pages = PagesOfPiecesArg("pieces", pieces_obj);
     std::vector<SglangConstPagePieces> in;
     in.reserve(pages.size());
     for (const SglangPagePieces& p : pages) in.emplace_back(p.begin(), p.end());
@@ -133,43 +168,32 @@ class PySglangStore {
   const SglangNamespace& ns() const { return store_->ns(); }
   const Namespace& stored() const { return store_->stored_namespace(); }  // sealed: the key's (L162)
   std::string PagePath(const std::string& key) const { return store_->PagePath(key); }
-  uint64_t store_queue_bytes_max() const { return store_queue_bytes_max_; }
 
  private:
-  static bool Convert(const pb::object& keys_obj, const pb::object& pieces_obj, std::vector<std::string>& keys,
-                      std::vector<SglangPagePieces>& pages, std::atomic<bool>& logged, const char* method) {
-    return ConvertOrLog(logged, kLogger, std::string("SglangStore.") + method, [&] {
-      keys = StrsArg("keys", keys_obj);
-      pages = PagesOfPiecesArg("pieces", pieces_obj);
-    });
-  }
-
-  static constexpr const char* kLogger = "kvtier.sglang";
-  std::unique_ptr<SglangStore> store_;
-  uint64_t store_queue_bytes_max_ = 0;  // a store call over this is dropped whole (kvtier.sglang splits)
-  std::atomic<bool> bad_exists_{false}, bad_load_{false}, bad_store_{false};
+  std::unique_ptr<SglangTier> store_;
 };
 
 }  // namespace
 
 void BindSglang(pb::module_& m) {
-  pb::class_<PySglangStore>(m, "SglangStore", "kvtier's SGLang HiCache L3 store (include/kvtier/sglang.h)")
+  pb::class_<PySglangTier>(m, "SglangTier", "kvtier's SGLang HiCache L3 store (include/kvtier/sglang.h)")
       .def(pb::init<const pb::object&, const pb::object&, const pb::object&>(), pb::arg("fs_config"),
            pb::arg("spec"), pb::arg("registered_memory") = pb::none())
-      .def("exists_prefix", &PySglangStore::ExistsPrefix, pb::arg("keys"))
-      .def("load", &PySglangStore::Load, pb::arg("keys"), pb::arg("pieces"))
-      .def("store", &PySglangStore::Store, pb::arg("keys"), pb::arg("pieces"))
-      .def("clear", &PySglangStore::Clear)
-      .def("metrics", &PySglangStore::Metrics)
-      .def("close", &PySglangStore::Close)
-      .def("page_path", &PySglangStore::PagePath, pb::arg("key"))
-      .def_property_readonly("namespace_dir", [](const PySglangStore& s) { return s.stored().dir_name(); })
-      .def_property_readonly("block_dir", [](const PySglangStore& s) { return s.stored().block_dir_name(); })
-      .def_property_readonly("page_bytes", [](const PySglangStore& s) { return s.ns().page_bytes(); })
-      .def_property_readonly("digest", [](const PySglangStore& s) { return s.ns().digest(); })
-      .def_property_readonly("rank", [](const PySglangStore& s) { return s.ns().rank(); })
-      .def_property_readonly("store_queue_bytes_max", &PySglangStore::store_queue_bytes_max)
-      .def_property_readonly("config_json", [](const PySglangStore& s) { return s.ns().config_json(); });
+      .def("exists_prefix", &PySglangTier::ExistsPrefix, pb::arg("keys"))
+      .def("load", &PySglangTier::Load, pb::arg("keys"), pb::arg("pieces"))
+      .def("store", &PySglangTier::Store, pb::arg("keys"), pb::arg("pieces"))
+      .def("clear", &PySglangTier::Clear)
+      .def("metrics", &PySglangTier::Metrics)
+      .def("close", &PySglangTier::Close)
+      .def("page_path", &PySglangTier::PagePath, pb::arg("key"))
+      .def_property_readonly("namespace_dir", [](const PySglangTier& s) { return s.stored().dir_name(); })
+      .def_property_readonly("block_dir", [](const PySglangTier& s) { return s.stored().block_dir_name(); })
+      .def_property_readonly("page_bytes", [](const PySglangTier& s) { return s.ns().page_bytes(); })
+      .def_property_readonly("digest", [](const PySglangTier& s) { return s.ns().digest(); })
+      .def_property_readonly("rank", [](const PySglangTier& s) { return s.ns().rank(); })
+      .def_property_readonly("config_json", [](const PySglangTier& s) { return s.ns().config_json(); });
+  m.def("sglang_extra_config", &SplitExtraConfig, pb::arg("extra_config"),
+        "SGLang's extra_config -> (fs tier keys, namespace keys), sorted by the library (include/kvtier/sglang.h)");
 }
 
 }  // namespace kvtier::py

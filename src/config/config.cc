@@ -223,7 +223,6 @@ void EmitBlocksPerChunk(const OffloadConfig& out, std::string_view name, Json& o
   if (!out.block_size_tokens.has_value()) obj[std::string(name)] = out.blocks_per_chunk;
 }
 
-
 // null means "unspecified", as vLLM's locality=None.
 Status ParseLocality(const Json& value, const std::string& path, FsTierOptions& out) {
   if (value.is_null()) {
@@ -332,10 +331,7 @@ std::string ValidKeyList(const KeySpec<Out> (&keys)[N], std::string_view hidden)
   }
   std::sort(names.begin(), names.end());
   std::string out;
-  for (const std::string& name : names) {
-    if (!out.empty()) out += ", ";
-    out += name;
-  }
+  for (const std::string& name : names) out += (out.empty() ? "" : ", ") + name;
   return out;
 }
 
@@ -442,10 +438,16 @@ std::vector<std::string> KvtierDefaultNotes(const OffloadConfig& config) {
   return notes;
 }
 
-std::string_view SpecNameToString(SpecName spec_name) { return NameOf(kSpecNames, spec_name); }
-std::string_view EvictionPolicyToString(EvictionPolicy policy) {
-  return NameOf(kEvictionPolicyNames, policy);
+std::vector<std::string_view> FsTierConfigKeys() {
+  std::vector<std::string_view> names;
+  for (const KeySpec<FsTierOptions>& key : kFsTierKeys) {
+    if (key.name != "type" && key.name != "module_path") names.push_back(key.name);  // vLLM's factory's
+  }
+  return names;
 }
+
+std::string_view SpecNameToString(SpecName spec_name) { return NameOf(kSpecNames, spec_name); }
+std::string_view EvictionPolicyToString(EvictionPolicy policy) { return NameOf(kEvictionPolicyNames, policy); }
 std::string_view LocalityToString(Locality locality) { return NameOf(kLocalityNames, locality); }
 std::string_view TierTypeToString(TierType type) { return NameOf(kTierTypeNames, type); }
 

@@ -14,7 +14,7 @@
 // digest mismatch. gc --older-than keeps an idle SGLang namespace while a
 // lease is live and reclaims both its directories once none is; gc
 // --max-bytes removes the least recently used pages across engines. Pages
-// written by the real SglangStore (K and V as two pieces) are as clean, and
+// written by the real SglangTier (K and V as two pieces) are as clean, and
 // its lease keeps gc off the namespace while it is open.
 #include <gtest/gtest.h>
 #include <fcntl.h>
@@ -330,11 +330,11 @@ TEST_F(OpsSglangTest, GcMaxBytesRemovesTheLeastRecentlyUsedPagesAcrossEngines) {
   EXPECT_LE(du.total_bytes, *go.max_bytes);
 }
 
-TEST_F(OpsSglangTest, PagesWrittenBySglangStoreAreCleanAndItsLeaseHoldsGcOff) {
-  SglangStoreOptions o;
+TEST_F(OpsSglangTest, PagesWrittenBySglangTierAreCleanAndItsLeaseHoldsGcOff) {
+  SglangTierOptions o;
   o.tier.root_dir = root_.path().string();
   o.spec = SglangSpec("org/served", kShape);
-  auto store = SglangStore::Open(o);
+  auto store = SglangTier::Open(o);
   ASSERT_TRUE(store.ok()) << store.status().ToString();
   std::vector<int64_t> tokens;
   for (int64_t t = 0; t < 6 * kPageSize; ++t) tokens.push_back(t * 7);

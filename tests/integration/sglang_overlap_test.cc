@@ -1,4 +1,4 @@
-// Proves that SglangStore never lets two calls in flight at once use the
+// Proves that SglangTier never lets two calls in flight at once use the
 // same host memory where one of them writes it: SGLang's prefetch I/O and
 // backup threads call concurrently, and a load still running into a page's
 // pieces would overwrite what a second load (answered true) put there, or
@@ -31,10 +31,10 @@ TEST(SglangOverlap, ACallInFlightKeepsItsMemoryFromOtherCalls) {
   testing::TempDir dir;
   ASSERT_OK_AND_ASSIGN(auto mount, testing::FaultFs::Mount((dir.path() / "backing").string(),
                                                            (dir.path() / "mnt").string()));
-  SglangStoreOptions o;
+  SglangTierOptions o;
   o.tier.root_dir = mount->mountpoint();
   o.spec = testing::SglangSpec("kvtier-test/overlap", kShape);
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<SglangStore> store, SglangStore::Open(o));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<SglangTier> store, SglangTier::Open(o));
   std::vector<uint8_t> a(kPage, 0xaa), b(kPage, 0xbb), m(kPage, 0);
   const std::string ka = PageKey('a'), kb = PageKey('b'), kc = PageKey('c');
   const std::vector<std::string_view> keys_a{ka}, keys_b{kb}, keys_c{kc}, keys_ab{ka, kb};

@@ -1,11 +1,11 @@
 // Proves the sick-volume behaviour (docs/sick-volumes.md) on a real FUSE
 // mount (kvtier_faultfs), once per backend (io_uring and the syscall pool):
 //  * with every call on the mount hung, loads, lookups and stores of the fs
-//    tier and of EngineTier all get their results within io_timeout_ms plus
+//    tier and of VllmTier all get their results within io_timeout_ms plus
 //    the abandonment grace (lookups decided as misses, loads failed, stores
 //    failed or dropped), the root turns down (later work fails at once),
 //    stuck kernel requests stay bounded by the slots, and closing the tier
-//    returns while the mount is still hung; EngineTier::Drain(0) only checks,
+//    returns while the mount is still hung; VllmTier::Drain(0) only checks,
 //    answering kTimedOut at once while a job is held;
 //  * when the mount answers again, a probe turns the root up and loads work;
 //  * a read answered after its job was reported never writes the row the
@@ -25,8 +25,8 @@
 #include <map>
 #include <thread>
 
-#include "kvtier/engine_tier.h"
 #include "kvtier/fs_tier.h"
+#include "kvtier/vllm_tier.h"
 #include "support/faultfs_mount.h"
 #include "support/test_support.h"
 
@@ -104,9 +104,9 @@ class SickVolumeTest : public ::testing::TestWithParam<IoBackendKind> {
     tier_ = std::move(tier).value();
   }
   void Open() { Open(Options(mount_->mountpoint())); }
-  // An EngineTier over the mount's root and `region`'s 8 rows (skips where the backend is refused).
-  void OpenEngine(const testing::AlignedRows& region, std::unique_ptr<EngineTier>* engine) {
-    auto opened = EngineTier::Open({.fs = Options(mount_->mountpoint()), .rows = {region.data, 8 * kRow}});
+  // An VllmTier over the mount's root and `region`'s 8 rows (skips where the backend is refused).
+  void OpenEngine(const testing::AlignedRows& region, std::unique_ptr<VllmTier>* engine) {
+    auto opened = VllmTier::Open({.fs = Options(mount_->mountpoint()), .rows = {region.data, 8 * kRow}});
     if (!opened.ok() && opened.status().code() == StatusCode::kUnavailable) GTEST_SKIP() << opened.status().ToString();
     ASSERT_TRUE(opened.ok()) << opened.status().ToString();
     *engine = std::move(opened).value();
@@ -396,9 +396,9 @@ TEST_P(SickVolumeTest, OneHungRootFailsOnlyItsShareOfTheKeys) {
   EXPECT_EQ(tier_->Metrics().root_up, 0u);
 }
 
-TEST_P(SickVolumeTest, EngineTierDecidesLookupsAndShutsDownOnAHungMount) {
+TEST_P(SickVolumeTest, VllmTierDecidesLookupsAndShutsDownOnAHungMount) {
   testing::AlignedRows region(8, kRow, testing::TestSeed());
-  std::unique_ptr<EngineTier> engine;
+  std::unique_ptr<VllmTier> engine;
   OpenEngine(region, &engine);
   if (IsSkipped() || HasFatalFailure()) return;
   const std::vector<OffloadKey> stored = Keys(0, 2);
@@ -433,9 +433,9 @@ TEST_P(SickVolumeTest, EngineTierDecidesLookupsAndShutsDownOnAHungMount) {
 
 // A timeout of 0 only checks, as in every kvtier wait (kWaitForever sets no
 // limit): with a load held by the hung mount, Drain(0) answers at once.
-TEST_P(SickVolumeTest, EngineTierDrainOfZeroOnlyChecks) {
+TEST_P(SickVolumeTest, VllmTierDrainOfZeroOnlyChecks) {
   testing::AlignedRows region(8, kRow, testing::TestSeed());
-  std::unique_ptr<EngineTier> engine;
+  std::unique_ptr<VllmTier> engine;
   OpenEngine(region, &engine);
   if (IsSkipped() || HasFatalFailure()) return;
   const std::vector<OffloadKey> keys = Keys(0, 2);

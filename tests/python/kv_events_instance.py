@@ -4,7 +4,7 @@ loads) seeded random batches of a shared pool of keys, then closes (which sends 
 
     python3 kv_events_instance.py FRONT ROOT CONFIG_JSON POOL_JSON SEED ROUNDS MODE [PAUSE_MS]
 
-FRONT: "fs" (kvtier.FsTier, the Python front end) or "engine" (kvtier.EngineTier, the vLLM front
+FRONT: "fs" (kvtier.FsTier, the Python front end) or "engine" (kvtier.VllmTier, the vLLM front
 end's C++ core). MODE: "store" (each round stores 1-4 random keys of the pool), "load" (each round
 loads 1-4 random keys: corrupt blocks found are removed, and announced) or "sweep" (loads every
 key of the pool once, four at a time). Prints one JSON
@@ -46,7 +46,7 @@ class EngineFront:
 
     def __init__(self, ns, config):
         self.rows = bytearray(self.SLOTS * ROW)
-        self.tier = kvtier.EngineTier(ns, self.rows, ROW, config)
+        self.tier = kvtier.VllmTier(ns, self.rows, ROW, config)
         self.next_job = 1
 
     def run(self, keys, store, rng):

@@ -85,6 +85,12 @@ def pool(kind="mha", layout="page_first", pages=16, page_size=16, seed=0, **geom
     return make_pool(kind, layout, page_size, pages, dtype=dtype, seed=seed, **g)
 
 
+def extra_config(root, **more):
+    """kvtier's extra_config as SGLang's flags give it (docs/sglang.md), with `more` keys."""
+    return {"backend_name": "kvtier", "module_path": "kvtier.sglang", "class_name": "KvtierHiCacheStorage",
+            "interface_v1": 1, "root_dir": str(root), **more}
+
+
 def backend(extra, p, **cfg):
     """A KvtierHiCacheStorage attached as SGLang attaches one (constructor, then the pool)."""
     from kvtier.sglang import KvtierHiCacheStorage

@@ -54,9 +54,9 @@ def test_numpy_float_backpressure_is_accepted(tmp_path):
     open_tier({"root_dir": str(tmp_path), "backpressure": bp})
 
 
-def test_engine_tier_takes_the_same_values(tmp_path):
+def test_vllm_tier_takes_the_same_values(tmp_path):
     rows = bytearray(ROW * 2)
-    tier = kvtier.EngineTier(ns(), rows, ROW, {"root_dir": tmp_path / "e", "n_read_threads": np.int64(2)})
+    tier = kvtier.VllmTier(ns(), rows, ROW, {"root_dir": tmp_path / "e", "n_read_threads": np.int64(2)})
     tier.shutdown()
 
 

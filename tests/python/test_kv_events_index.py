@@ -3,7 +3,7 @@ volume, exactly (issue 41, docs/kv-events.md).
 
 Method, all real processes on one root: a subscriber (kv_router.py: python3-zmq and python3-msgpack
 decoding vLLM's event layout, never kvtier's code) binds one SUB socket; two instances of different
-front ends (kvtier.FsTier, the Python front end, and kvtier.EngineTier, the vLLM front end's core;
+front ends (kvtier.FsTier, the Python front end, and kvtier.VllmTier, the vLLM front end's core;
 kv_events_instance.py) and a `kvtier gc --watch` connect to it, each with its own topic and replay
 socket. In a seeded run: both instances store overlapping random batches of one pool of keys at
 once; the subscriber is killed (SIGKILL) while they are still up and restarted, and catches up

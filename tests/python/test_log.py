@@ -1,7 +1,7 @@
 """kvtier's log in Python (kvtier/log.h through the binding).
 
 Proves: a warning that a real kvtier call emits reaches the sink installed with set_log_sink (as
-level and message strings), also when kvtier logs with the GIL released (EngineTier's open); None
+level and message strings), also when kvtier logs with the GIL released (VllmTier's open); None
 restores stderr; use_python_logging routes messages to a ``logging`` logger; set_min_log_level
 drops lower levels; a sink that raises does not break the call that logged.
 """
@@ -81,7 +81,7 @@ def test_sink_that_raises_does_not_break_the_call(unseeded, monkeypatch):
 
 
 def test_sink_called_while_kvtier_runs_without_the_gil(tmp_path):
-    # io_uring refuses to register file-backed memory (EFAULT): EngineTier's open, which runs
+    # io_uring refuses to register file-backed memory (EFAULT): VllmTier's open, which runs
     # with the GIL released, warns that the rows are not registered.
     got = []
     kvtier.set_log_sink(lambda level, message: got.append((level, message)))
@@ -89,7 +89,7 @@ def test_sink_called_while_kvtier_runs_without_the_gil(tmp_path):
     with open(tmp_path / "rows", "w+b") as f:
         f.truncate(4 * ROW)
         rows = mmap.mmap(f.fileno(), 4 * ROW)
-        tier = kvtier.EngineTier(ns, memoryview(rows), ROW, {"root_dir": str(tmp_path / "root")})
+        tier = kvtier.VllmTier(ns, memoryview(rows), ROW, {"root_dir": str(tmp_path / "root")})
         backend = tier.backend
         tier.shutdown()
     if backend != "io_uring":

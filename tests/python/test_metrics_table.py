@@ -1,7 +1,7 @@
 """What Python and vLLM see of an fs tier's metrics comes from the library's one table of them
 (``kvtier.fs_metric_fields()``, ``include/kvtier/fs_tier_metrics.h``).
 
-Proves: ``metrics()`` of an open FsTier, of a two-root FsTier and of an EngineTier has exactly the
+Proves: ``metrics()`` of an open FsTier, of a two-root FsTier and of an VllmTier has exactly the
 table's fields, in its order, each an int (a float for the one double); ``prometheus_text()``
 exports each field the table gives a family, with the table's kind; kvtier.vllm's metric
 definitions, built by vLLM's own metadata classes (vllm-project/vllm
@@ -53,9 +53,9 @@ def test_fs_tier_metrics_and_text_follow_the_table(tmp_path, roots):
     assert families == exported
 
 
-def test_engine_tier_metrics_follow_the_table(tmp_path):
+def test_vllm_tier_metrics_follow_the_table(tmp_path):
     rows = bytearray(4 * ROW)
-    et = kvtier.EngineTier(ns(), rows, ROW, {"root_dir": str(tmp_path)})
+    et = kvtier.VllmTier(ns(), rows, ROW, {"root_dir": str(tmp_path)})
     try:
         assert list(et.metrics()) == [f["name"] for f in FIELDS]
     finally:

@@ -6,7 +6,8 @@ zero-copy through memoryview, bytearray, numpy arrays and (where installed) torc
 the buffers while jobs run and never returns a corrupt block (EBADMSG, as vLLM), and with
 checksum_blocks false writes and checks no CRC; errors are KvtierError with
 kvtier's status code; du/fsck/gc return Python objects; config_check validates; the GIL is
-released while a tool walks a tree.
+released while a tool walks a tree; kvtier.EngineTier, VllmTier's old name, is still VllmTier
+and warns that it is deprecated.
 """
 
 import errno
@@ -267,10 +268,17 @@ def test_gil_released_while_walking(tmp_path, tier):
     assert during > 1000, f"only {during} Python increments in {elapsed:.3f} s of fsck"
 
 
-def test_engine_tier_contract(tmp_path, ns):
+def test_engine_tier_is_a_deprecated_alias_of_vllm_tier():
+    with pytest.warns(DeprecationWarning, match="kvtier.VllmTier"):
+        assert kvtier.EngineTier is kvtier.VllmTier
+    with pytest.raises(AttributeError):
+        kvtier.NoSuchName  # noqa: B018 - the module's __getattr__ still refuses other names
+
+
+def test_vllm_tier_contract(tmp_path, ns):
     rows = bytearray(8 * ROW)
     view = memoryview(rows)
-    et = kvtier.EngineTier(ns, view, ROW, {"root_dir": str(tmp_path)})
+    et = kvtier.VllmTier(ns, view, ROW, {"root_dir": str(tmp_path)})
     keys = keys_for(4, "engine")
     with pytest.raises(kvtier.KvtierError) as e:  # a key is bytes: hash + 4-byte group
         et.lookup("not bytes", "r1")

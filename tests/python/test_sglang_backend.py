@@ -33,9 +33,7 @@ sg.skip_module_unless_ready()
 PS = 16
 
 
-def extra(root, **more):
-    return {"backend_name": "kvtier", "module_path": "kvtier.sglang", "class_name": "KvtierHiCacheStorage",
-            "interface_v1": 1, "root_dir": str(root), **more}
+extra = sg.extra_config
 
 
 def pieces_bytes(pieces):

@@ -3,7 +3,7 @@ a store announces each page as BlockStored with the page key as a msgpack str (a
 64 lowercase hex characters by the SHA-256 hex its file is named after, FORMAT.md L106) and
 block_size = the page's tokens; a page already there is not announced again; clear() (SGLang's
 HiCache clear) announces every page it removed as BlockRemoved, so a router drops the namespace.
-Method: kvtier's SglangStore (the binding kvtier.sglang drives) on a temp root, a real SUB socket
+Method: kvtier's SglangTier (the binding kvtier.sglang drives) on a temp root, a real SUB socket
 (python3-zmq) bound by the test, payloads decoded with python3-msgpack in vLLM's layout.
 """
 
@@ -54,7 +54,7 @@ def receive(s, n, timeout_s=20):
 def test_pages_are_announced_by_key_and_clear_removes_them(tmp_path, sub):
     s, endpoint = sub
     config = {"root_dir": str(tmp_path), "kv_events_config": {"enable_kv_cache_events": True, "endpoint": endpoint}}
-    store = _kvtier.SglangStore(config, SPEC)
+    store = _kvtier.SglangTier(config, SPEC)
     keys = [hashlib.sha256(f"page{i}".encode()).hexdigest() for i in range(4)] + ["not-a-hex-key"]
     names = keys[:4] + [hashlib.sha256(b"not-a-hex-key").hexdigest()]
     buf = ctypes.create_string_buffer(PAGE * len(keys))

@@ -5,7 +5,7 @@ would), with io_timeout_ms 500: SGLang's clear() returns within io_timeout + 1.5
 nothing and counting a "clear" failure, and a close() issued while that clear() waits is bounded
 too (by the same, plus the 1 s its lease removal may wait); register_mem_pool_host raises
 kvtier.KvtierError with code "timed_out" within io_timeout + 1.5 s, as do the vLLM front end's
-EngineTier and the Python FsTier opened there (all three open an fs tier, whose start-up made its
+VllmTier and the Python FsTier opened there (all three open an fs tier, whose start-up made its
 mkdir, config.json, probes and lease with plain syscalls on the caller's thread). Each call runs
 on a daemon thread, so a call that never returns fails the test instead of holding it. After the
 mount is released, a backend on the same root works, so the abandoned start-ups and walk left
@@ -110,9 +110,9 @@ def test_attach_on_a_hung_mount_raises_timed_out(mount):
         got, secs = Bounded(kvtier.FsTier, ns, 4096, dict(tier_cfg)).result()
         assert got.startswith("RAISED KvtierError timed_out") and secs < DECIDED_S, \
             f"FsTier on a hung mount: {got!r} after {secs:.2f} s"
-        got, secs = Bounded(kvtier.EngineTier, ns, bytearray(4096 * 2), 4096, dict(tier_cfg)).result()
+        got, secs = Bounded(kvtier.VllmTier, ns, bytearray(4096 * 2), 4096, dict(tier_cfg)).result()
         assert got.startswith("RAISED KvtierError timed_out") and secs < DECIDED_S, \
-            f"EngineTier on a hung mount: {got!r} after {secs:.2f} s"
+            f"VllmTier on a hung mount: {got!r} after {secs:.2f} s"
     finally:
         mount.clear()
         mount.release()

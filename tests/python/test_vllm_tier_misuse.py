@@ -1,6 +1,6 @@
-"""kvtier.EngineTier and kvtier.FsTier used wrongly, from several threads, and at scale.
+"""kvtier.VllmTier and kvtier.FsTier used wrongly, from several threads, and at scale.
 
-Proves: every method called while another thread runs EngineTier.shutdown() or FsTier.close()
+Proves: every method called while another thread runs VllmTier.shutdown() or FsTier.close()
 completes or raises KvtierError('unavailable'), and each accepted job still gets exactly one
 result; shutdown()/close() stop admitting jobs first, so a thread that keeps submitting cannot hold
 them up -- these races run in a child interpreter with a time limit, so a crash or a deadlock
@@ -35,7 +35,7 @@ def ns():
 @pytest.fixture
 def engine(tmp_path, ns):
     rows = bytearray(16 * ROW)
-    et = kvtier.EngineTier(ns, rows, ROW, {"root_dir": str(tmp_path)})
+    et = kvtier.VllmTier(ns, rows, ROW, {"root_dir": str(tmp_path)})
     yield et
     et.shutdown()
 
@@ -114,7 +114,7 @@ def finish(threads, extra):
 
 ENGINE_RACE = PRELUDE + """
 rows = bytearray(64 * ROW)
-et = kvtier.EngineTier(ns, rows, ROW, {"root_dir": sys.argv[1]})
+et = kvtier.VllmTier(ns, rows, ROW, {"root_dir": sys.argv[1]})
 
 def worker(t):
     for i in range(10**9):
@@ -175,7 +175,7 @@ assert tier.poll() == []
 BUSY_SUBMITTER = PRELUDE + """
 rows = bytearray(64 * ROW)
 engine = sys.argv[2] == "engine"
-t = kvtier.EngineTier(ns, rows, ROW, {"root_dir": sys.argv[1]}) if engine else \\
+t = kvtier.VllmTier(ns, rows, ROW, {"root_dir": sys.argv[1]}) if engine else \\
     kvtier.FsTier(ns, ROW, {"root_dir": sys.argv[1]})
 src = bytearray(ROW)
 stopped_by = []
@@ -221,7 +221,7 @@ def run_child(script, *args, timeout=120):
     assert proc.stdout.startswith("ok"), proc.stdout
 
 
-def test_engine_tier_methods_racing_shutdown_complete_or_are_unavailable(tmp_path):
+def test_vllm_tier_methods_racing_shutdown_complete_or_are_unavailable(tmp_path):
     run_child(ENGINE_RACE, tmp_path)
 
 
@@ -368,9 +368,9 @@ def test_wrong_arguments_are_named_not_quoted(tmp_path, ns, tier):
     big = bytearray(1 << 20)  # its repr would be 4 MB
     keys = keys_for(1, "no-quote")
     cases = [
-        (lambda: kvtier.EngineTier(ns, big, "8192", {"root_dir": str(tmp_path)}), "row_bytes"),
-        (lambda: kvtier.EngineTier("ns", big, ROW, {"root_dir": str(tmp_path)}), "namespace"),
-        (lambda: kvtier.EngineTier(ns, big, ROW), "config"),
+        (lambda: kvtier.VllmTier(ns, big, "8192", {"root_dir": str(tmp_path)}), "row_bytes"),
+        (lambda: kvtier.VllmTier("ns", big, ROW, {"root_dir": str(tmp_path)}), "namespace"),
+        (lambda: kvtier.VllmTier(ns, big, ROW), "config"),
         (lambda: tier.submit_store(5, [big]), "keys"),
         (lambda: tier.submit_load(keys, big), "rows"),
         (lambda: tier.submit_store(keys, [big], 1), "at most 2"),

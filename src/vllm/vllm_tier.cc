@@ -1,9 +1,9 @@
-// EngineTier (include/kvtier/engine_tier.h): the verdict cache, the job table
+// VllmTier (include/kvtier/vllm_tier.h): the verdict cache, the job table
 // that maps the fs tier's job ids to the engine's, and result assembly, over
 // a TierShell (include/kvtier/tier_shell.h) that owns the admission, the
 // close, the rows in use and the collection of completions; the slots
 // become rows through a RowRegion (front/row_region.h).
-#include "kvtier/engine_tier.h"
+#include "kvtier/vllm_tier.h"
 
 #include <chrono>
 #include <exception>
@@ -48,11 +48,11 @@ struct Job {
   Clock::time_point submitted;
 };
 
-class EngineTierImpl final : public EngineTier {
+class VllmTierImpl final : public VllmTier {
  public:
-  EngineTierImpl(std::unique_ptr<TierShell> shell, internal::RowRegion region)
+  VllmTierImpl(std::unique_ptr<TierShell> shell, internal::RowRegion region)
       : shell_(std::move(shell)), region_(region) {}
-  ~EngineTierImpl() override { Shutdown(); }
+  ~VllmTierImpl() override { Shutdown(); }
 
   LookupVerdict Lookup(const OffloadKey& key, std::string_view request_id) override {
     std::string id = KeyId(key);
@@ -125,9 +125,9 @@ class EngineTierImpl final : public EngineTier {
     CollectLocked();  // results Close collected: kept for PollFinished
   }
 
-  EngineTierStats Stats() override {
+  VllmTierStats Stats() override {
     std::lock_guard lock(mu_);
-    EngineTierStats s;
+    VllmTierStats s;
     for (const auto& [job, ids] : lookups_) s.lookups_pending += ids.size();
     s.lookups_pending += batch_.size();
     s.lookup_cache_keys = keys_.size();
@@ -175,7 +175,7 @@ class EngineTierImpl final : public EngineTier {
   std::vector<EngineJobResult> ready_;
 };
 
-Status EngineTierImpl::FlushLookups() {
+Status VllmTierImpl::FlushLookups() {
   std::lock_guard lock(mu_);
   if (shell_->closing()) return shell_->Closed();
   if (batch_.empty()) return Status::Ok();
@@ -197,12 +197,12 @@ Status EngineTierImpl::FlushLookups() {
   return Status::Ok();
 }
 
-void EngineTierImpl::AddInterestLocked(KeyState& state, const std::string& id, std::string_view request_id) {
+void VllmTierImpl::AddInterestLocked(KeyState& state, const std::string& id, std::string_view request_id) {
   if (!state.requests.emplace(request_id).second) return;  // this request asked before
   request_keys_[std::string(request_id)].push_back(id);
 }
 
-void EngineTierImpl::DropInterestLocked(const std::string& id, const std::string& request_id) {
+void VllmTierImpl::DropInterestLocked(const std::string& id, const std::string& request_id) {
   auto it = keys_.find(id);
   if (it == keys_.end()) return;
   it->second.requests.erase(request_id);
@@ -210,19 +210,19 @@ void EngineTierImpl::DropInterestLocked(const std::string& id, const std::string
   if (it->second.requests.empty() && it->second.verdict != LookupVerdict::kRetry) keys_.erase(it);
 }
 
-void EngineTierImpl::SetVerdictLocked(const std::string& id, LookupVerdict verdict) {
+void VllmTierImpl::SetVerdictLocked(const std::string& id, LookupVerdict verdict) {
   auto it = keys_.find(id);
   if (it == keys_.end()) return;
   it->second.verdict = verdict;
   if (it->second.requests.empty()) keys_.erase(it);
 }
 
-void EngineTierImpl::ApplyVerdictsLocked(const std::vector<std::string>& ids, LookupVerdict verdict) {
+void VllmTierImpl::ApplyVerdictsLocked(const std::vector<std::string>& ids, LookupVerdict verdict) {
   for (const std::string& id : ids) SetVerdictLocked(id, verdict);
 }
 
 // The job's rows, after the checks that are the engine's own; the rows in use are the shell's.
-Result<std::vector<std::span<uint8_t>>> EngineTierImpl::JobRows(int64_t job_id, std::span<const OffloadKey> keys,
+Result<std::vector<std::span<uint8_t>>> VllmTierImpl::JobRows(int64_t job_id, std::span<const OffloadKey> keys,
                                                                 std::span<const int64_t> slots) const {
   const std::string job = "engine tier: job " + std::to_string(job_id);
   if (keys.size() != slots.size()) {
@@ -236,7 +236,7 @@ Result<std::vector<std::span<uint8_t>>> EngineTierImpl::JobRows(int64_t job_id, 
   return rows;
 }
 
-Status EngineTierImpl::Submit(int64_t job_id, bool is_load, std::span<const OffloadKey> keys,
+Status VllmTierImpl::Submit(int64_t job_id, bool is_load, std::span<const OffloadKey> keys,
                               std::span<const int64_t> slots) {
   std::lock_guard lock(mu_);
   if (shell_->closing()) return shell_->Closed();
@@ -264,7 +264,7 @@ Status EngineTierImpl::Submit(int64_t job_id, bool is_load, std::span<const Offl
   return Status::Ok();
 }
 
-void EngineTierImpl::FinishJobLocked(const JobResult& done) {
+void VllmTierImpl::FinishJobLocked(const JobResult& done) {
   auto lookup = lookups_.find(done.job_id);
   if (lookup != lookups_.end()) {
     for (size_t i = 0; i < lookup->second.size(); ++i) {
@@ -297,7 +297,7 @@ void EngineTierImpl::FinishJobLocked(const JobResult& done) {
   ready_.push_back(std::move(r));
 }
 
-void EngineTierImpl::CollectLocked() {
+void VllmTierImpl::CollectLocked() {
   std::vector<JobResult> done;
   shell_->Poll(&done);
   for (const JobResult& d : done) FinishJobLocked(d);
@@ -305,12 +305,12 @@ void EngineTierImpl::CollectLocked() {
 
 }  // namespace
 
-Result<std::unique_ptr<EngineTier>> EngineTier::Open(EngineTierOptions options) {
+Result<std::unique_ptr<VllmTier>> VllmTier::Open(VllmTierOptions options) {
   KVTIER_ASSIGN_OR_RETURN(internal::RowRegion region,
                           internal::RowRegion::Make(options.rows, options.fs.row_bytes, "engine tier"));
   options.fs.registered_memory = {options.rows};
   KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<TierShell> shell, TierShell::Open(options.fs, "engine tier"));
-  return std::unique_ptr<EngineTier>(new EngineTierImpl(std::move(shell), region));
+  return std::unique_ptr<VllmTier>(new VllmTierImpl(std::move(shell), region));
 }
 
 }  // namespace kvtier

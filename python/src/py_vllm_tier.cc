@@ -1,5 +1,5 @@
-// kvtier.EngineTier for Python: the engine-contract tier behind
-// kvtier.vllm.KvtierFsTier (include/kvtier/engine_tier.h). It holds one export
+// kvtier.VllmTier for Python: the engine-contract tier behind
+// kvtier.vllm.KvtierFsTier (include/kvtier/vllm_tier.h). It holds one export
 // of the engine's row region from construction to shutdown(), and nothing
 // else; shutdown() stops all I/O into the region before releasing it, so the
 // engine can unmap it afterwards.
@@ -13,7 +13,7 @@
 
 #include <pybind11/stl.h>
 
-#include "kvtier/engine_tier.h"
+#include "kvtier/vllm_tier.h"
 #include "py_args.h"
 #include "py_common.h"
 #include "py_config.h"
@@ -21,20 +21,20 @@
 namespace kvtier::py {
 namespace {
 
-class PyEngineTier {
+class PyVllmTier {
  public:
-  PyEngineTier(const Namespace& ns, const pb::object& rows, uint64_t row_bytes, const pb::object& config)
+  PyVllmTier(const Namespace& ns, const pb::object& rows, uint64_t row_bytes, const pb::object& config)
       : rows_(rows, true) {
-    EngineTierOptions o{.fs = TierOpenOptions(ns, row_bytes, config), .rows = {rows_.data(), rows_.size()}};
-    tier_ = Unwrap(WithoutGil([&] { return EngineTier::Open(std::move(o)); }));
+    VllmTierOptions o{.fs = TierOpenOptions(ns, row_bytes, config), .rows = {rows_.data(), rows_.size()}};
+    tier_ = Unwrap(WithoutGil([&] { return VllmTier::Open(std::move(o)); }));
   }
-  ~PyEngineTier() { Shutdown(); }
+  ~PyVllmTier() { Shutdown(); }
 
-  // EngineTier(namespace, rows, row_bytes, config), bound by hand (py_args.h).
-  static std::unique_ptr<PyEngineTier> Create(const pb::args& args, const pb::kwargs& kwargs) {
-    const std::vector<pb::object> a = BindArgs("EngineTier", {"namespace", "rows", "row_bytes", "config"}, 4, args, kwargs);
+  // VllmTier(namespace, rows, row_bytes, config), bound by hand (py_args.h).
+  static std::unique_ptr<PyVllmTier> Create(const pb::args& args, const pb::kwargs& kwargs) {
+    const std::vector<pb::object> a = BindArgs("VllmTier", {"namespace", "rows", "row_bytes", "config"}, 4, args, kwargs);
     const Namespace& ns = InstanceArg<Namespace>("namespace", "kvtier.Namespace", a[0]);
-    return std::make_unique<PyEngineTier>(ns, a[1], PositiveIntArg("row_bytes", a[2]), a[3]);
+    return std::make_unique<PyVllmTier>(ns, a[1], PositiveIntArg("row_bytes", a[2]), a[3]);
   }
 
   int Lookup(const pb::object& key, const std::string& request_id) {
@@ -72,14 +72,14 @@ class PyEngineTier {
     rows_.Release();  // with the GIL: a second caller finds it released already
   }
 
-  EngineTier& tier() { return *tier_; }
+  VllmTier& tier() { return *tier_; }
 
  private:
   HeldBuffer rows_;
-  std::unique_ptr<EngineTier> tier_;  // never null: it outlives shutdown(), which only stops it
+  std::unique_ptr<VllmTier> tier_;  // never null: it outlives shutdown(), which only stops it
 };
 
-pb::dict StatsDict(const EngineTierStats& s) {
+pb::dict StatsDict(const VllmTierStats& s) {
   pb::dict d;
   d["lookups_pending"] = s.lookups_pending;
   d["lookup_cache_keys"] = s.lookup_cache_keys;
@@ -89,33 +89,33 @@ pb::dict StatsDict(const EngineTierStats& s) {
 
 }  // namespace
 
-void BindEngineTier(pb::module_& m) {
-  pb::class_<PyEngineTier> cls(m, "EngineTier",
+void BindVllmTier(pb::module_& m) {
+  pb::class_<PyVllmTier> cls(m, "VllmTier",
                                "An fs tier driven by an engine's per-step secondary-tier contract over one row region.\n\n"
-                               "EngineTier(namespace, rows, row_bytes, config)");
-  cls.def(pb::init(&PyEngineTier::Create))
-      .def("lookup", &PyEngineTier::Lookup, pb::arg("key"), pb::arg("request_id"),
+                               "VllmTier(namespace, rows, row_bytes, config)");
+  cls.def(pb::init(&PyVllmTier::Create))
+      .def("lookup", &PyVllmTier::Lookup, pb::arg("key"), pb::arg("request_id"),
            "0 miss, 1 hit, 2 retry (checked in the next flush_lookups batch); never blocks.")
-      .def("flush_lookups", [](PyEngineTier& t) { ThrowIfError(WithoutGil([&] { return t.tier().FlushLookups(); })); })
-      .def("finish_request", [](PyEngineTier& t, const std::string& request_id) {
+      .def("flush_lookups", [](PyVllmTier& t) { ThrowIfError(WithoutGil([&] { return t.tier().FlushLookups(); })); })
+      .def("finish_request", [](PyVllmTier& t, const std::string& request_id) {
              WithoutGil([&] { t.tier().FinishRequest(request_id); });
            }, pb::arg("request_id"))
-      .def("submit_store", [](PyEngineTier& t, const pb::args& a, const pb::kwargs& k) { t.Submit(a, k, false); },
+      .def("submit_store", [](PyVllmTier& t, const pb::args& a, const pb::kwargs& k) { t.Submit(a, k, false); },
            "submit_store(job_id, keys, slots): stores the rows at `slots` (1-D integers) under `keys`.")
-      .def("submit_load", [](PyEngineTier& t, const pb::args& a, const pb::kwargs& k) { t.Submit(a, k, true); },
+      .def("submit_load", [](PyVllmTier& t, const pb::args& a, const pb::kwargs& k) { t.Submit(a, k, true); },
            "submit_load(job_id, keys, slots): loads `keys` into the rows at `slots` (1-D integers, each once).")
-      .def("poll_finished", &PyEngineTier::Poll,
+      .def("poll_finished", &PyVllmTier::Poll,
            "[(job_id, is_load, success, ok_key_indices, bytes, seconds)] for jobs finished since the last call.")
-      .def("has_pending_work", [](PyEngineTier& t) { return WithoutGil([&] { return t.tier().HasPendingWork(); }); })
-      .def("drain", [](PyEngineTier& t, std::optional<uint32_t> timeout_ms) {
+      .def("has_pending_work", [](PyVllmTier& t) { return WithoutGil([&] { return t.tier().HasPendingWork(); }); })
+      .def("drain", [](PyVllmTier& t, std::optional<uint32_t> timeout_ms) {
              ThrowIfError(WithoutGil([&] { return t.tier().Drain(timeout_ms.value_or(kWaitForever)); }));
            }, pb::arg("timeout_ms") = pb::none(),
            "Waits (GIL released) until every job has a result; KvtierError(timed_out) after timeout_ms "
            "(0 only checks; None: no limit).")
-      .def("shutdown", &PyEngineTier::Shutdown,
+      .def("shutdown", &PyVllmTier::Shutdown,
            "Stops admitting jobs, drains, stops all I/O into the rows and releases their buffer.")
-      .def("stats", [](PyEngineTier& t) { return StatsDict(WithoutGil([&] { return t.tier().Stats(); })); })
-      .def("take_key_events", [](PyEngineTier& t) {
+      .def("stats", [](PyVllmTier& t) { return StatsDict(WithoutGil([&] { return t.tier().Stats(); })); })
+      .def("take_key_events", [](PyVllmTier& t) {
              pb::list out;
              for (const TierKeyEvent& e : WithoutGil([&] { return t.tier().TakeKeyEvents(); })) {
                out.append(pb::make_tuple(KeyToBytes(e.key), e.removed));
@@ -123,7 +123,7 @@ void BindEngineTier(pb::module_& m) {
              return out;
            }, "With enable_kv_events: [(key, removed)] for each block file the tier stored or removed "
               "since the last call, in the order the files changed.");
-  BindTierCommon(cls, +[](PyEngineTier& t) -> EngineTier& { return t.tier(); });
+  BindTierCommon(cls, +[](PyVllmTier& t) -> VllmTier& { return t.tier(); });
 }
 
 }  // namespace kvtier::py

@@ -1,8 +1,8 @@
-// SglangStore: SGLang's synchronous batch calls over one FsTier, inside a
-// TierShell (include/kvtier/tier_shell.h): each call is one admitted use,
-// submits one job and waits for it (the shell files other callers' results
-// for them, so SGLang's prefetch, prefetch I/O and backup threads each get
-// their own job back). No I/O call times out on its own: a call waits until
+// SglangTier: SGLang's synchronous batch calls over one FsTier, inside a
+// TierShell (include/kvtier/tier_shell.h): each job is one admitted use,
+// submitted and waited for (the shell files other callers' results for
+// them, so SGLang's prefetch, prefetch I/O and backup threads each get their
+// own job back); a call is one job, a large store several in turn. No I/O call times out on its own: a call waits until
 // its job finishes, and the tier bounds that (io_timeout_ms, then the
 // abandonment of fs_tier_io_loop.cc). Giving up earlier would be unsafe: a
 // load's op may still copy into the caller's pieces, and a store's may
@@ -11,7 +11,10 @@
 // key's false. Clear touches no caller memory: the shell's ClearNamespace
 // runs its walk under a watch and abandons it on a hung mount.
 #include <algorithm>
+#include <cstddef>
+#include <string>
 #include <type_traits>
+#include <vector>
 
 #include "format/layout_names.h"
 #include "format/root_list.h"
@@ -42,12 +45,13 @@ struct Batch {
 
 }  // namespace
 
-struct SglangStore::Rep {
+struct SglangTier::Rep {
   explicit Rep(SglangNamespace n) : ns(std::move(n)), log("sglang store " + ns.dir_name(), kLogKinds) {}
 
   SglangNamespace ns;
   std::unique_ptr<TierShell> shell;
   internal::LogOnce log;
+  size_t pages_per_store = 1;  // pages of one store job: at most half of store_queue_bytes_max
 
   // The pages of page_bytes (the others stay false).
   template <class Piece>
@@ -88,7 +92,7 @@ struct SglangStore::Rep {
 };
 
 template <class Piece>
-std::vector<KeyResult> SglangStore::Rep::SubmitAndWait(std::span<const std::string_view> keys,
+std::vector<KeyResult> SglangTier::Rep::SubmitAndWait(std::span<const std::string_view> keys,
                                                        const Batch<Piece>& b, Batch<Piece>& sent) {
   constexpr bool kLoad = !std::is_const_v<typename Piece::element_type>;
   std::vector<size_t> shared;
@@ -114,7 +118,7 @@ std::vector<KeyResult> SglangStore::Rep::SubmitAndWait(std::span<const std::stri
 }
 
 template <class Piece>
-std::vector<bool> SglangStore::Rep::Move(std::span<const std::string_view> keys,
+std::vector<bool> SglangTier::Rep::Move(std::span<const std::string_view> keys,
                                          std::span<const std::vector<Piece>> pages) {
   constexpr bool kLoad = !std::is_const_v<typename Piece::element_type>;
   std::vector<bool> ok(keys.size(), false);
@@ -131,22 +135,29 @@ std::vector<bool> SglangStore::Rep::Move(std::span<const std::string_view> keys,
   return ok;
 }
 
-SglangStore::SglangStore(std::unique_ptr<Rep> rep) : rep_(std::move(rep)) {}
-SglangStore::~SglangStore() { Close(); }
+SglangTier::SglangTier(std::unique_ptr<Rep> rep) : rep_(std::move(rep)) {}
+SglangTier::~SglangTier() { Close(); }
 
-Result<std::unique_ptr<SglangStore>> SglangStore::Open(const SglangStoreOptions& options) {
+Result<std::unique_ptr<SglangTier>> SglangTier::Open(const SglangTierOptions& options) {
   KVTIER_ASSIGN_OR_RETURN(SglangNamespace ns, SglangNamespace::Create(options.spec));
+  const uint64_t queue = options.tier.store_queue_bytes_max;
+  if (ns.page_bytes() > queue) {
+    return InvalidArgument("config key 'store_queue_bytes_max': " + std::to_string(queue) +
+                           " bytes cannot hold one page of " + std::to_string(ns.page_bytes()) +
+                           " bytes (a store larger than it is dropped)");
+  }
   auto rep = std::make_unique<Rep>(std::move(ns));
+  rep->pages_per_store = std::max<uint64_t>(1, queue / 2 / rep->ns.page_bytes());
   FsTierOpenOptions o;
   o.tier = options.tier;
   o.prebuilt_ns = rep->ns.fs_namespace();
   o.row_bytes = rep->ns.page_bytes();
   o.registered_memory = options.registered_memory;
   KVTIER_ASSIGN_OR_RETURN(rep->shell, TierShell::Open(o, "sglang store"));
-  return std::unique_ptr<SglangStore>(new SglangStore(std::move(rep)));
+  return std::unique_ptr<SglangTier>(new SglangTier(std::move(rep)));
 }
 
-size_t SglangStore::ExistsPrefix(std::span<const std::string_view> keys) {
+size_t SglangTier::ExistsPrefix(std::span<const std::string_view> keys) {
   TierShell::Use use(*rep_->shell);
   if (!use || keys.empty()) return 0;
   std::vector<OffloadKey> page_keys;
@@ -163,29 +174,37 @@ size_t SglangStore::ExistsPrefix(std::span<const std::string_view> keys) {
   return n;
 }
 
-std::vector<bool> SglangStore::Load(std::span<const std::string_view> keys, std::span<const SglangPagePieces> pages) {
+std::vector<bool> SglangTier::Load(std::span<const std::string_view> keys, std::span<const SglangPagePieces> pages) {
   return rep_->Move(keys, pages);
 }
 
-std::vector<bool> SglangStore::Store(std::span<const std::string_view> keys,
-                                     std::span<const SglangConstPagePieces> pages) {
-  return rep_->Move(keys, pages);
+std::vector<bool> SglangTier::Store(std::span<const std::string_view> keys,
+                                    std::span<const SglangConstPagePieces> pages) {
+  std::vector<bool> ok(keys.size(), false);
+  if (pages.size() != keys.size()) return ok;
+  for (size_t at = 0; at < keys.size(); at += rep_->pages_per_store) {  // jobs the tier takes whole
+    const size_t n = std::min(rep_->pages_per_store, keys.size() - at);
+    const std::vector<bool> job = rep_->Move(keys.subspan(at, n), pages.subspan(at, n));
+    std::copy(job.begin(), job.end(), ok.begin() + static_cast<std::ptrdiff_t>(at));
+    if (std::find(job.begin(), job.end(), false) != job.end()) break;  // SGLang stops at the first failure
+  }
+  return ok;
 }
 
-Result<uint64_t> SglangStore::Clear() {
+Result<uint64_t> SglangTier::Clear() {
   // A page is group 0 with a 64-hex name (L106); other block files are not this store's.
   return rep_->shell->ClearNamespace(
       [](std::string_view hex, uint32_t group) { return group == 0 && hex.size() == format::kBlockHexCharsLong; });
 }
 
-FsTierMetrics SglangStore::Metrics() const {
+FsTierMetrics SglangTier::Metrics() const {
   return rep_->shell->closing() ? FsTierMetrics{} : rep_->shell->Metrics();
 }
 
-const SglangNamespace& SglangStore::ns() const { return rep_->ns; }
-const Namespace& SglangStore::stored_namespace() const { return rep_->shell->ns(); }
+const SglangNamespace& SglangTier::ns() const { return rep_->ns; }
+const Namespace& SglangTier::stored_namespace() const { return rep_->shell->ns(); }
 
-std::string SglangStore::PagePath(std::string_view key) const {
+std::string SglangTier::PagePath(std::string_view key) const {
   // The roots never change and BlockPath needs no I/O, but the tier may be gone.
   const OffloadKey page = SglangNamespace::PageKey(key);
   const std::vector<std::string>& roots = rep_->shell->roots();
@@ -193,6 +212,6 @@ std::string SglangStore::PagePath(std::string_view key) const {
   return JoinRoot(roots[root], rep_->shell->ns().BlockRelPath(page));  // a sealed store's own directory (L162)
 }
 
-void SglangStore::Close() { rep_->shell->Close(); }
+void SglangTier::Close() { rep_->shell->Close(); }
 
 }  // namespace kvtier

@@ -1,4 +1,4 @@
-// Proves EngineTier's per-step contract on real files in a temp directory:
+// Proves VllmTier's per-step contract on real files in a temp directory:
 // Lookup() answers kRetry until the batch that FlushLookups() submitted
 // lands, then kHit / kMiss from a cache shared by requests (one existence
 // check per key, dropped when the last interested request finishes); stores
@@ -8,22 +8,22 @@
 // refused with kInvalidArgument and produce no result; every accepted job
 // produces exactly one result, under load and with concurrent submitters and
 // a poller; after Shutdown nothing is accepted, and results not yet polled
-// are still returned (misuse and races: engine_tier_misuse.cc, linked into
+// are still returned (misuse and races: vllm_tier_misuse.cc, linked into
 // this binary). Method: small rows, seeded random contents and job shapes
 // (seed printed; replay with KVTIER_TEST_SEED), and polling loops with
 // deadlines instead of sleeps.
-#include "engine_tier_test.h"
+#include "vllm_tier_test.h"
 
 #include <fstream>
 
 namespace kvtier {
 namespace {
 
-using namespace engine_tier_test;  // NOLINT(google-build-using-namespace): the fixture and its helpers
+using namespace vllm_tier_test;  // NOLINT(google-build-using-namespace): the fixture and its helpers
 
 // ---- Lookups -------------------------------------------------------------------
 
-TEST_F(EngineTierTest, LookupRetriesUntilTheFlushedBatchLandsThenHitsOrMisses) {
+TEST_F(VllmTierTest, LookupRetriesUntilTheFlushedBatchLandsThenHitsOrMisses) {
   SCOPED_TRACE(SeedTrace());
   const OffloadKey stored = Key(1, kKeyShape), absent = Key(2, kKeyShape);
   FillRandom(0);
@@ -45,7 +45,7 @@ TEST_F(EngineTierTest, LookupRetriesUntilTheFlushedBatchLandsThenHitsOrMisses) {
   EXPECT_EQ(tier_->Stats().lookups_pending, 0u);
 }
 
-TEST_F(EngineTierTest, VerdictsLiveWhileARequestThatAskedLives) {
+TEST_F(VllmTierTest, VerdictsLiveWhileARequestThatAskedLives) {
   SCOPED_TRACE(SeedTrace());
   const OffloadKey stored = Key(1, kKeyShape), absent = Key(2, kKeyShape);
   FillRandom(0);
@@ -71,7 +71,7 @@ TEST_F(EngineTierTest, VerdictsLiveWhileARequestThatAskedLives) {
   EXPECT_EQ(LookupsChecked(), 3u);
 }
 
-TEST_F(EngineTierTest, StoreTurnsACachedMissIntoAHit) {
+TEST_F(VllmTierTest, StoreTurnsACachedMissIntoAHit) {
   SCOPED_TRACE(SeedTrace());
   const OffloadKey key = Key(5, kKeyShape);
   EXPECT_EQ(tier_->Lookup(key, "r"), LookupVerdict::kRetry);
@@ -85,7 +85,7 @@ TEST_F(EngineTierTest, StoreTurnsACachedMissIntoAHit) {
 
 // ---- Stores and loads -------------------------------------------------------------
 
-TEST_F(EngineTierTest, StoreThenLoadBySlotIsByteExact) {
+TEST_F(VllmTierTest, StoreThenLoadBySlotIsByteExact) {
   SCOPED_TRACE(SeedTrace());
   const std::vector<OffloadKey> keys = Keys(100, 4);
   for (int64_t s = 0; s < 4; ++s) FillRandom(s);
@@ -108,7 +108,7 @@ TEST_F(EngineTierTest, StoreThenLoadBySlotIsByteExact) {
   for (int64_t i = 0; i < 4; ++i) EXPECT_EQ(std::memcmp(Row(i), Row(13 - i), kRow), 0) << "key " << i;
 }
 
-TEST_F(EngineTierTest, PartialLoadReportsTheKeysThatLoadedAndMarksTheRestMissing) {
+TEST_F(VllmTierTest, PartialLoadReportsTheKeysThatLoadedAndMarksTheRestMissing) {
   SCOPED_TRACE(SeedTrace());
   const std::vector<OffloadKey> keys = Keys(200, 4);
   for (int64_t s = 0; s < 4; ++s) FillRandom(s);
@@ -141,7 +141,7 @@ void FlipByte(const std::string& path) {
   ASSERT_TRUE(f.good()) << path;
 }
 
-TEST_F(EngineTierTest, CorruptBlockIsNeverReportedAsLoaded) {
+TEST_F(VllmTierTest, CorruptBlockIsNeverReportedAsLoaded) {
   SCOPED_TRACE(SeedTrace());
   ASSERT_OK_AND_ASSIGN(FsTier* const fs_tier, tier_->fs());
   if (!fs_tier->xattrs_supported()) GTEST_SKIP() << "no user xattrs here, so no CRC32C to catch a flipped byte";
@@ -161,7 +161,7 @@ TEST_F(EngineTierTest, CorruptBlockIsNeverReportedAsLoaded) {
 
 // ---- Invalid input ------------------------------------------------------------------
 
-TEST_F(EngineTierTest, InvalidJobsAreRefusedAndProduceNoResult) {
+TEST_F(VllmTierTest, InvalidJobsAreRefusedAndProduceNoResult) {
   const std::vector<OffloadKey> two = Keys(400, 2);
   const std::vector<OffloadKey> one = Keys(410, 1);
   const auto code = [](const Status& s) { return s.code(); };
@@ -184,15 +184,15 @@ TEST_F(EngineTierTest, InvalidJobsAreRefusedAndProduceNoResult) {
   EXPECT_TRUE(WaitFor(5).success);
 }
 
-TEST_F(EngineTierTest, RegionThatIsNotWholeRowsIsRefused) {
+TEST_F(VllmTierTest, RegionThatIsNotWholeRowsIsRefused) {
   testing::TempDir other;
-  EngineTierOptions o = Options(rows().subspan(0, 3 * kRow + 512));
+  VllmTierOptions o = Options(rows().subspan(0, 3 * kRow + 512));
   o.fs.tier.root_dir = other.path().string();
-  Result<std::unique_ptr<EngineTier>> ragged = EngineTier::Open(o);
+  Result<std::unique_ptr<VllmTier>> ragged = VllmTier::Open(o);
   ASSERT_FALSE(ragged.ok());
   EXPECT_EQ(ragged.status().code(), StatusCode::kInvalidArgument) << ragged.status().ToString();
   o.rows = {};
-  Result<std::unique_ptr<EngineTier>> empty = EngineTier::Open(o);
+  Result<std::unique_ptr<VllmTier>> empty = VllmTier::Open(o);
   ASSERT_FALSE(empty.ok());
   EXPECT_EQ(empty.status().code(), StatusCode::kInvalidArgument) << empty.status().ToString();
 }
@@ -235,7 +235,7 @@ void ExpectOneSuccessfulResultEach(const std::vector<StoreJob>& jobs, const std:
   }
 }
 
-TEST_F(EngineTierTest, EveryJobGetsExactlyOneResultAfterDrain) {
+TEST_F(VllmTierTest, EveryJobGetsExactlyOneResultAfterDrain) {
   SCOPED_TRACE(SeedTrace());
   for (int64_t s = 0; s < kRows; ++s) FillRandom(s);
   const std::vector<StoreJob> jobs = RandomStoreJobs(rng_, 200, -100, 1000);
@@ -254,7 +254,7 @@ TEST_F(EngineTierTest, EveryJobGetsExactlyOneResultAfterDrain) {
 
 // Polls until `want` results arrived or the deadline passed.
 // The other calls a polling engine thread makes run meanwhile too.
-std::vector<EngineJobResult> PollUntil(EngineTier* tier, size_t want) {
+std::vector<EngineJobResult> PollUntil(VllmTier* tier, size_t want) {
   std::vector<EngineJobResult> results;
   const Clock::time_point deadline = Clock::now() + kDeadline;
   while (results.size() < want && Clock::now() < deadline) {
@@ -265,7 +265,7 @@ std::vector<EngineJobResult> PollUntil(EngineTier* tier, size_t want) {
   return results;
 }
 
-TEST_F(EngineTierTest, ConcurrentSubmittersAndAPollerLoseAndDuplicateNothing) {
+TEST_F(VllmTierTest, ConcurrentSubmittersAndAPollerLoseAndDuplicateNothing) {
   SCOPED_TRACE(SeedTrace());
   for (int64_t s = 0; s < kRows; ++s) FillRandom(s);
   std::vector<StoreJob> a = RandomStoreJobs(rng_, 100, 0, 5000);   // ids 0, 3, 6, ...
@@ -296,7 +296,7 @@ TEST_F(EngineTierTest, ConcurrentSubmittersAndAPollerLoseAndDuplicateNothing) {
 
 // ---- Shutdown -----------------------------------------------------------------------------
 
-TEST_F(EngineTierTest, ShutdownDrainsThenRefusesEverything) {
+TEST_F(VllmTierTest, ShutdownDrainsThenRefusesEverything) {
   SCOPED_TRACE(SeedTrace());
   const std::vector<OffloadKey> keys = Keys(600, 2);
   FillRandom(0);
@@ -315,7 +315,7 @@ TEST_F(EngineTierTest, ShutdownDrainsThenRefusesEverything) {
   tier_->Shutdown();  // a second Shutdown is harmless
 }
 
-TEST_F(EngineTierTest, NothingIsPolledAfterShutdownOnceResultsWereTaken) {
+TEST_F(VllmTierTest, NothingIsPolledAfterShutdownOnceResultsWereTaken) {
   SCOPED_TRACE(SeedTrace());
   FillRandom(0);
   ASSERT_TRUE(Store(1, Keys(700, 1), {0}).success);

@@ -1,12 +1,12 @@
-// Proves EngineTier against misuse and races: every method racing Shutdown completes or is
+// Proves VllmTier against misuse and races: every method racing Shutdown completes or is
 // kUnavailable and each accepted job still gets exactly one result (run
-// under TSan by scripts/test, as part of engine_tier_test); Shutdown stops
+// under TSan by scripts/test, as part of vllm_tier_test); Shutdown stops
 // admitting jobs first, so a busy submitter cannot keep it waiting; results
 // not yet polled survive Shutdown, and fs() after it is kUnavailable; a
 // load never shares a row with another job's I/O and a job id stays taken
 // until its result is polled; 1- and 2-byte block hashes get vLLM's paths
 // and never stick in the lookup batch; lookup interest stays cheap at 10^5 requests sharing keys. Method: the
-// fixture of engine_tier_test.h, threads joined before any assertion on
+// fixture of vllm_tier_test.h, threads joined before any assertion on
 // shared state, deadlines instead of sleeps, and no clock in an assertion.
 #include <atomic>
 #include <map>
@@ -14,12 +14,12 @@
 #include <thread>
 #include <vector>
 
-#include "engine_tier_test.h"
+#include "vllm_tier_test.h"
 
 namespace kvtier {
 namespace {
 
-using namespace engine_tier_test;  // NOLINT(google-build-using-namespace): the fixture and its helpers
+using namespace vllm_tier_test;  // NOLINT(google-build-using-namespace): the fixture and its helpers
 
 OffloadKey ShortKey(std::vector<uint8_t> bytes) { return {BlockHash::FromBytes(bytes).value(), 0}; }
 
@@ -30,7 +30,7 @@ bool EndsWith(const std::string& s, const std::string& tail) {
 // Keys take 1..32 bytes of hash; vLLM names h[0:3]/h[3:5]_g<g>/h.bin with
 // Python's clamping slices. Path code that threw on a short hash would leave
 // the lookup batch holding the key queued, and every later flush would fail.
-TEST_F(EngineTierTest, ShortBlockHashesGetVllmPathsAndNeverStickInTheBatch) {
+TEST_F(VllmTierTest, ShortBlockHashesGetVllmPathsAndNeverStickInTheBatch) {
   SCOPED_TRACE(SeedTrace());
   const std::vector<OffloadKey> keys = {ShortKey({0x01}), ShortKey({0x01, 0x02}), ShortKey({0xab, 0xcd, 0xef})};
   ASSERT_OK_AND_ASSIGN(std::string one, tier_->BlockPath(keys[0]));
@@ -53,7 +53,7 @@ TEST_F(EngineTierTest, ShortBlockHashesGetVllmPathsAndNeverStickInTheBatch) {
 
 // Two reads landing in one row would check the CRC of one key over the
 // other's bytes and delete a valid block as corrupt.
-TEST_F(EngineTierTest, ALoadNamingOneSlotTwiceIsRefused) {
+TEST_F(VllmTierTest, ALoadNamingOneSlotTwiceIsRefused) {
   const std::vector<OffloadKey> keys = Keys(800, 2);
   const Status s = tier_->SubmitLoad(1, keys, std::vector<int64_t>{3, 3});
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
@@ -68,7 +68,7 @@ TEST_F(EngineTierTest, ALoadNamingOneSlotTwiceIsRefused) {
 // A load may not write a row that an unpolled store
 // reads (the store would write the loaded bytes under its own key) or that
 // an unpolled load writes; a store may not read a row a load is writing.
-TEST_F(EngineTierTest, SlotsOfJobsNotYetPolledAreRefusedToConflictingJobs) {
+TEST_F(VllmTierTest, SlotsOfJobsNotYetPolledAreRefusedToConflictingJobs) {
   FillRandom(2);
   FillRandom(4);
   const auto code = [](const Status& s) { return s.code(); };
@@ -93,7 +93,7 @@ TEST_F(EngineTierTest, SlotsOfJobsNotYetPolledAreRefusedToConflictingJobs) {
 
 // An id reused between a job's completion and its poll would give two
 // results with one id in one poll.
-TEST_F(EngineTierTest, AJobIdStaysTakenUntilItsResultIsPolled) {
+TEST_F(VllmTierTest, AJobIdStaysTakenUntilItsResultIsPolled) {
   FillRandom(0);
   ASSERT_OK(tier_->SubmitStore(5, Keys(820, 1), std::vector<int64_t>{0}));
   ASSERT_OK(tier_->Drain(20000));
@@ -108,7 +108,7 @@ TEST_F(EngineTierTest, AJobIdStaysTakenUntilItsResultIsPolled) {
 
 // Shutdown destroys the fs tier: fs() afterwards is a clear kUnavailable,
 // not a reference to the destroyed tier (it was, and the caller crashed).
-TEST_F(EngineTierTest, TheFsTierAfterShutdownIsUnavailable) {
+TEST_F(VllmTierTest, TheFsTierAfterShutdownIsUnavailable) {
   ASSERT_OK_AND_ASSIGN(FsTier* const open_tier, tier_->fs());
   EXPECT_EQ(open_tier->Metrics().rows_stored, 0u);
   tier_->Shutdown();
@@ -120,7 +120,7 @@ TEST_F(EngineTierTest, TheFsTierAfterShutdownIsUnavailable) {
 
 // What Shutdown drained is still polled afterwards, and the counters
 // and HasPendingWork still answer.
-TEST_F(EngineTierTest, ResultsNotYetPolledSurviveShutdown) {
+TEST_F(VllmTierTest, ResultsNotYetPolledSurviveShutdown) {
   for (int64_t s = 0; s < 3; ++s) FillRandom(s);
   for (int64_t id = 1; id <= 3; ++id) ASSERT_OK(tier_->SubmitStore(id, Keys(830 + id, 1), std::vector<int64_t>{id - 1}));
   EXPECT_EQ(tier_->Lookup(Key(839, kKeyShape), "r"), LookupVerdict::kRetry);  // never flushed
@@ -140,7 +140,7 @@ TEST_F(EngineTierTest, ResultsNotYetPolledSurviveShutdown) {
 // would wait for ever (RSS growing) behind a thread that keeps submitting.
 // The submitter stores one key again and again (each after the first is a
 // cheap "exists" check), as fast as it can, until it is refused.
-TEST_F(EngineTierTest, ShutdownStopsAdmissionsSoABusySubmitterCannotHoldItUp) {
+TEST_F(VllmTierTest, ShutdownStopsAdmissionsSoABusySubmitterCannotHoldItUp) {
   for (int64_t s = 0; s < kRows; ++s) FillRandom(s);
   const std::vector<OffloadKey> key = Keys(10000, 1);
   std::atomic<int64_t> accepted{0};
@@ -182,7 +182,7 @@ void Expect(Racer& r, const Status& s, const char* call) {
 // Calls every method of `tier` in turn until it is shut down. Thread `t` of
 // n uses slots t, t + n, ... and ids t, t + n, ..., so its jobs conflict
 // with no other thread's.
-void Race(EngineTier* tier, int t, int n, std::atomic<int>* rounds, Racer* r) {
+void Race(VllmTier* tier, int t, int n, std::atomic<int>* rounds, Racer* r) {
   const Clock::time_point deadline = Clock::now() + kDeadline;
   for (int64_t i = 0; Clock::now() < deadline; ++i) {
     const int64_t id = t + n * i, slot = (t + n * i) % kRows;
@@ -211,7 +211,7 @@ void Race(EngineTier* tier, int t, int n, std::atomic<int>* rounds, Racer* r) {
 // metrics()/stats() racing shutdown must never dereference a destroyed fs
 // tier, nor Drain wait inside a tier being destroyed. Each accepted job still gets
 // exactly one result, polled before or after the shutdown.
-TEST_F(EngineTierTest, EveryMethodRacingShutdownCompletesOrIsUnavailable) {
+TEST_F(VllmTierTest, EveryMethodRacingShutdownCompletesOrIsUnavailable) {
   for (int64_t s = 0; s < kRows; ++s) FillRandom(s);
   constexpr int kThreads = 3;
   std::atomic<int> rounds{0};
@@ -249,7 +249,7 @@ TEST_F(EngineTierTest, EveryMethodRacingShutdownCompletesOrIsUnavailable) {
 // seconds per step, and 10^5 requests x 4 shared keys ~10^10 string
 // comparisons per pass (minutes); per-key sets make it ~10^6 hash operations.
 // No clock here: bench/engine_lookup_bench prints the per-lookup cost.
-TEST_F(EngineTierTest, LookupInterestOf100kRequestsSharingKeysIsCheap) {
+TEST_F(VllmTierTest, LookupInterestOf100kRequestsSharingKeysIsCheap) {
   constexpr int kRequests = 100000;
   const std::vector<OffloadKey> keys = Keys(900, 4);
   std::vector<std::string> requests;

@@ -1,5 +1,5 @@
-// The fixture of engine_tier_test (engine_tier_test.cc, engine_tier_misuse.cc):
-// an EngineTier over a 64-row region in a temp directory, seeded random row
+// The fixture of vllm_tier_test (vllm_tier_test.cc, vllm_tier_misuse.cc):
+// an VllmTier over a 64-row region in a temp directory, seeded random row
 // contents, and polling helpers with deadlines instead of sleeps. In a named
 // namespace, so both files' tests share one fixture type (gtest requires it).
 #pragma once
@@ -20,10 +20,10 @@
 #include <thread>
 #include <vector>
 
-#include "kvtier/engine_tier.h"
+#include "kvtier/vllm_tier.h"
 #include "support/test_support.h"
 
-namespace kvtier::engine_tier_test {
+namespace kvtier::vllm_tier_test {
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
@@ -55,21 +55,21 @@ inline std::map<int64_t, int> CountIds(const std::vector<EngineJobResult>& resul
   return counts;
 }
 
-class EngineTierTest : public ::testing::Test {
+class VllmTierTest : public ::testing::Test {
  protected:
   void SetUp() override {
     seed_ = testing::TestSeed();
     rng_.seed(seed_);
     region_.reset(static_cast<uint8_t*>(std::aligned_alloc(4096, kRows * kRow)));
     std::memset(region_.get(), 0, kRows * kRow);
-    Result<std::unique_ptr<EngineTier>> tier = EngineTier::Open(Options(rows()));
+    Result<std::unique_ptr<VllmTier>> tier = VllmTier::Open(Options(rows()));
     if (!tier.ok() && tier.status().code() == StatusCode::kUnavailable) GTEST_SKIP() << tier.status().ToString();
     ASSERT_TRUE(tier.ok()) << tier.status().ToString();
     tier_ = std::move(tier).value();
   }
 
-  EngineTierOptions Options(std::span<uint8_t> region) const {
-    EngineTierOptions o;
+  VllmTierOptions Options(std::span<uint8_t> region) const {
+    VllmTierOptions o;
     o.fs.tier.root_dir = root_.path().string();
     o.fs.ns = Spec(kModel, {"l0", "l1"});
     o.fs.row_bytes = kRow;
@@ -149,8 +149,8 @@ class EngineTierTest : public ::testing::Test {
   uint64_t seed_ = 0;
   std::mt19937_64 rng_;
   std::unique_ptr<uint8_t, FreeDeleter> region_;
-  std::unique_ptr<EngineTier> tier_;
+  std::unique_ptr<VllmTier> tier_;
   std::vector<EngineJobResult> stash_;
 };
 
-}  // namespace kvtier::engine_tier_test
+}  // namespace kvtier::vllm_tier_test

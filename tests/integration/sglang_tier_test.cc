@@ -148,12 +148,12 @@ struct Param {
   bool bounce;
 };
 
-class SglangStoreTest : public ::testing::TestWithParam<Param> {
+class SglangTierTest : public ::testing::TestWithParam<Param> {
  protected:
   void SetUp() override { rng_.seed(testing::TestSeed()); }
 
-  SglangStoreOptions Options(std::string root_dir, SglangPageSpec spec = SglangSpec(kModel, kShape)) const {
-    SglangStoreOptions o;
+  SglangTierOptions Options(std::string root_dir, SglangPageSpec spec = SglangSpec(kModel, kShape)) const {
+    SglangTierOptions o;
     o.tier.root_dir = std::move(root_dir);
     o.tier.n_read_threads = 4;
     o.tier.n_write_threads = 4;
@@ -162,8 +162,8 @@ class SglangStoreTest : public ::testing::TestWithParam<Param> {
     o.spec = std::move(spec);
     return o;
   }
-  std::unique_ptr<SglangStore> Open(const SglangStoreOptions& o) {
-    auto store = SglangStore::Open(o);
+  std::unique_ptr<SglangTier> Open(const SglangTierOptions& o) {
+    auto store = SglangTier::Open(o);
     if (!store.ok() && store.status().code() == StatusCode::kUnavailable) {
       skipped_ = true;
       return nullptr;
@@ -171,7 +171,7 @@ class SglangStoreTest : public ::testing::TestWithParam<Param> {
     EXPECT_TRUE(store.ok()) << store.status().ToString();
     return store.ok() ? std::move(store).value() : nullptr;
   }
-  std::unique_ptr<SglangStore> Open() { return Open(Options(root_.path().string())); }
+  std::unique_ptr<SglangTier> Open() { return Open(Options(root_.path().string())); }
 
   std::string FileBytes(const std::string& path) const { return testing::ReadFileOrDie(path); }
 
@@ -185,7 +185,7 @@ class SglangStoreTest : public ::testing::TestWithParam<Param> {
   if (skipped_) GTEST_SKIP() << "backend unavailable"; \
   ASSERT_NE(var, nullptr)
 
-TEST_P(SglangStoreTest, PiecesRoundTripAndTheFileIsTheirConcatenation) {
+TEST_P(SglangTierTest, PiecesRoundTripAndTheFileIsTheirConcatenation) {
   OPEN_OR_SKIP(store);
   uint64_t first = 0;
   for (int pieces : {1, 2, 2 * static_cast<int>(kLayers)}) {
@@ -223,7 +223,7 @@ TEST_P(SglangStoreTest, PiecesRoundTripAndTheFileIsTheirConcatenation) {
   EXPECT_EQ(m.rows_skipped_exists, 36u);
 }
 
-TEST_P(SglangStoreTest, PageAlignedPerLayerPiecesRoundTrip) {
+TEST_P(SglangTierTest, PageAlignedPerLayerPiecesRoundTrip) {
   // 8 tokens x 4 layers: each K_l and V_l piece is 4096 bytes, so aligned
   // pieces take O_DIRECT's vectored path (2*L pieces, one request).
   SglangPageSpec spec = SglangSpec(kModel, kShape);
@@ -266,7 +266,7 @@ void FlipOneByteInPlace(const std::string& path, std::mt19937_64& rng) {
   std::fclose(f);
 }
 
-TEST_P(SglangStoreTest, AFlippedByteIsNeverLoaded) {
+TEST_P(SglangTierTest, AFlippedByteIsNeverLoaded) {
   OPEN_OR_SKIP(store);
   const KeySet keys = KeySet::Range(100, 3);
   std::vector<PagePieces> pages = MakePages(3, 2, false);
@@ -291,7 +291,7 @@ TEST_P(SglangStoreTest, AFlippedByteIsNeverLoaded) {
 // Unaligned [K, V] pages with O_DIRECT are read into a staging row (or a
 // bounce row) and verified there: a bad page is false and its pieces are
 // never written, with bounce rows on or off.
-TEST_P(SglangStoreTest, AFlippedByteInAStagedPageNeverReachesThePieces) {
+TEST_P(SglangTierTest, AFlippedByteInAStagedPageNeverReachesThePieces) {
   OPEN_OR_SKIP(store);
   if (!ODirectWorks(root_.path())) GTEST_SKIP() << "no O_DIRECT here: pages are not staged";
   const KeySet keys = KeySet::Range(150, 2);
@@ -309,7 +309,7 @@ TEST_P(SglangStoreTest, AFlippedByteInAStagedPageNeverReachesThePieces) {
   EXPECT_EQ(store->Metrics().staged_ios, 5u) << "two stores, three loads (the bad one O_DIRECT too, twice: L67)";
 }
 
-TEST_P(SglangStoreTest, ExistsPrefixCountsOnlyTheConsecutivePrefix) {
+TEST_P(SglangTierTest, ExistsPrefixCountsOnlyTheConsecutivePrefix) {
   OPEN_OR_SKIP(store);
   const KeySet keys = KeySet::Range(200, 10);
   std::vector<PagePieces> pages = MakePages(10, 2, false);
@@ -334,7 +334,7 @@ TEST_P(SglangStoreTest, ExistsPrefixCountsOnlyTheConsecutivePrefix) {
   for (size_t i = 0; i < 10; ++i) EXPECT_EQ(ok[i], i != 5) << i;
 }
 
-TEST_P(SglangStoreTest, WrongSizedPagesAndClosedStoresAnswerFalse) {
+TEST_P(SglangTierTest, WrongSizedPagesAndClosedStoresAnswerFalse) {
   OPEN_OR_SKIP(store);
   const KeySet keys = KeySet::Range(300, 2);
   std::vector<PagePieces> pages;
@@ -353,7 +353,7 @@ TEST_P(SglangStoreTest, WrongSizedPagesAndClosedStoresAnswerFalse) {
   EXPECT_EQ(store->Metrics().rows_stored, 0u);
 }
 
-TEST_P(SglangStoreTest, KeysThatAreNot64LowerHexAreNamedByTheirSha256) {
+TEST_P(SglangTierTest, KeysThatAreNot64LowerHexAreNamedByTheirSha256) {
   OPEN_OR_SKIP(store);
   const std::string upper(64, 'A');
   const KeySet keys(std::vector<std::string>{"abc", "", upper, "tokens:1,2,3 \xc3\xa9"});
@@ -371,7 +371,7 @@ TEST_P(SglangStoreTest, KeysThatAreNot64LowerHexAreNamedByTheirSha256) {
   EXPECT_TRUE(fs::exists(store->PagePath("abc")));
 }
 
-TEST_P(SglangStoreTest, AReopenedStoreServesWhatItStored) {
+TEST_P(SglangTierTest, AReopenedStoreServesWhatItStored) {
   const KeySet keys = KeySet::Range(400, 8);
   std::vector<PagePieces> pages = MakePages(8, 2, false);
   for (auto& p : pages) p.Fill(rng_);
@@ -390,9 +390,9 @@ TEST_P(SglangStoreTest, AReopenedStoreServesWhatItStored) {
   EXPECT_EQ(config, again->ns().config_json());
 }
 
-TEST_P(SglangStoreTest, SeveralRootsSpreadServeAndClearPages) {
+TEST_P(SglangTierTest, SeveralRootsSpreadServeAndClearPages) {
   const std::string a = (root_.path() / "a").string(), b = (root_.path() / "b").string();
-  SglangStoreOptions o = Options(a + "," + b);
+  SglangTierOptions o = Options(a + "," + b);
   o.tier.path_sharding = PathSharding::kByBlockHash;
   OPEN_OR_SKIP(store, o);
   const KeySet keys = KeySet::Range(500, 32);
@@ -415,7 +415,7 @@ TEST_P(SglangStoreTest, SeveralRootsSpreadServeAndClearPages) {
   EXPECT_EQ(store->ExistsPrefix(keys.views), 0u);
 }
 
-TEST_P(SglangStoreTest, ClearRemovesOnlyThisNamespacesPagesAndTempFiles) {
+TEST_P(SglangTierTest, ClearRemovesOnlyThisNamespacesPagesAndTempFiles) {
   OPEN_OR_SKIP(store);
   OPEN_OR_SKIP(other, Options(root_.path().string(), SglangSpec("another/model", kShape)));
   const KeySet keys = KeySet::Range(600, 5);
@@ -452,7 +452,7 @@ TEST_P(SglangStoreTest, ClearRemovesOnlyThisNamespacesPagesAndTempFiles) {
 // The operators' tools walk an SGLang namespace as they walk vLLM's (L103):
 // fsck finds nothing wrong in a populated root (digest, names, sizes,
 // CRC32C), and flags a corrupted page.
-TEST_P(SglangStoreTest, FsckChecksAnSglangNamespaceUnchanged) {
+TEST_P(SglangTierTest, FsckChecksAnSglangNamespaceUnchanged) {
   OPEN_OR_SKIP(store);
   const KeySet keys = KeySet::Range(700, 6);
   std::vector<PagePieces> pages = MakePages(6, 2, false);
@@ -474,7 +474,7 @@ TEST_P(SglangStoreTest, FsckChecksAnSglangNamespaceUnchanged) {
   EXPECT_NE(bad.out.find("crc_mismatch"), std::string::npos) << bad.out << bad.err;
 }
 
-TEST_P(SglangStoreTest, ThreeThreadsAtOnce) {
+TEST_P(SglangTierTest, ThreeThreadsAtOnce) {
   OPEN_OR_SKIP(store);
   constexpr size_t kPages = 256, kBatch = 16;
   const KeySet keys = KeySet::Range(1000, kPages);
@@ -515,7 +515,7 @@ TEST_P(SglangStoreTest, ThreeThreadsAtOnce) {
   EXPECT_EQ(store->ExistsPrefix(keys.views), kPages);
 }
 
-TEST_P(SglangStoreTest, CloseWhileThreadsCallWaitsForThemAndLaterCallsAreFalse) {
+TEST_P(SglangTierTest, CloseWhileThreadsCallWaitsForThemAndLaterCallsAreFalse) {
   OPEN_OR_SKIP(store);
   const KeySet keys = KeySet::Range(2000, 16);
   std::vector<PagePieces> pages = MakePages(16, 2, false);
@@ -545,7 +545,7 @@ TEST_P(SglangStoreTest, CloseWhileThreadsCallWaitsForThemAndLaterCallsAreFalse) 
   EXPECT_EQ(CountTrue(store->Store(keys.views, ConstOf(pages))), 0u);
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, SglangStoreTest,
+INSTANTIATE_TEST_SUITE_P(Backends, SglangTierTest,
                          ::testing::Values(Param{IoBackendKind::kUring, false}, Param{IoBackendKind::kUring, true},
                                            Param{IoBackendKind::kSyscall, false},
                                            Param{IoBackendKind::kSyscall, true}),
@@ -688,11 +688,11 @@ TEST(SglangNamespace, BadSpecsAreRefusedNamingTheField) {
   refused("pp_size", [](auto& s) { s.pp_size = 0; });
   refused("cp_rank", [](auto& s) { s.cp_size = 2, s.cp_rank = -1; });
   refused("page_size", [](auto& s) { s.page_size = int64_t{1} << 40; });
-  SglangStoreOptions o;
+  SglangTierOptions o;
   o.tier.root_dir = "/nonexistent-kvtier-test";
   o.spec = SglangSpec(kModel, kShape);
   o.spec.page_size = 0;
-  auto store = SglangStore::Open(o);
+  auto store = SglangTier::Open(o);
   ASSERT_FALSE(store.ok());
   EXPECT_NE(store.status().message().find("page_size"), std::string::npos);
   EXPECT_FALSE(fs::exists(o.tier.root_dir)) << "a bad spec creates nothing";
@@ -714,7 +714,7 @@ class SglangHungMountTest : public ::testing::TestWithParam<IoBackendKind> {
     o_.tier.n_read_threads = o_.tier.n_write_threads = 2;
     o_.tier.io_backend = GetParam();
     o_.spec = SglangSpec(kModel, kShape);  // bounce_loads auto: on for FUSE, so loads are abandoned at their deadline
-    auto opened = SglangStore::Open(o_);
+    auto opened = SglangTier::Open(o_);
     if (!opened.ok() && opened.status().code() == StatusCode::kUnavailable) GTEST_SKIP() << opened.status().ToString();
     ASSERT_TRUE(opened.ok()) << opened.status().ToString();
     store_ = std::move(opened).value();
@@ -732,12 +732,12 @@ class SglangHungMountTest : public ::testing::TestWithParam<IoBackendKind> {
 
   testing::TempDir dir_;
   std::unique_ptr<testing::FaultFs> mount_;
-  SglangStoreOptions o_;
-  std::unique_ptr<SglangStore> store_;
+  SglangTierOptions o_;
+  std::unique_ptr<SglangTier> store_;
 };
 
 TEST_P(SglangHungMountTest, CallsReturnFalseWithinTheDeadlineAndCloseReturns) {
-  SglangStore* store = store_.get();
+  SglangTier* store = store_.get();
   testing::FaultFs* mount = mount_.get();
   const KeySet keys = KeySet::Range(0, 4);
   std::vector<PagePieces> pages = MakePages(4, 2, false);
@@ -771,7 +771,7 @@ TEST_P(SglangHungMountTest, CallsReturnFalseWithinTheDeadlineAndCloseReturns) {
 // the deadline (each on a thread of its own, abandoned), and Close is not
 // held by the abandoned walk.
 TEST_P(SglangHungMountTest, ClearAndOpenAnswerTimedOutAndCloseReturns) {
-  SglangStore* store = store_.get();
+  SglangTier* store = store_.get();
   std::vector<PagePieces> pages = MakePages(2, 2, false);
   ASSERT_EQ(CountTrue(store->Store(KeySet::Range(0, 2).views, ConstOf(pages))), 2u);
   ASSERT_OK(mount_->Hang("all"));
@@ -780,9 +780,9 @@ TEST_P(SglangHungMountTest, ClearAndOpenAnswerTimedOutAndCloseReturns) {
       << "Clear on a hung mount did not return";
   const Result<uint64_t> n = cleared.get();
   EXPECT_EQ(n.status().code(), StatusCode::kTimedOut) << n.status().ToString();
-  SglangStoreOptions other = o_;
+  SglangTierOptions other = o_;
   other.spec.model_name = "kvtier-test/other";
-  auto second = std::async(std::launch::async, [&] { return SglangStore::Open(other).status(); });
+  auto second = std::async(std::launch::async, [&] { return SglangTier::Open(other).status(); });
   ASSERT_EQ(second.wait_for(std::chrono::milliseconds(3 * kLivenessMs)), std::future_status::ready)
       << "Open on a hung mount did not return";
   const Status s = second.get();

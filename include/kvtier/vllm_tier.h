@@ -1,4 +1,4 @@
-// EngineTier: an FsTier driven by an inference engine's per-step
+// VllmTier: an FsTier driven by an inference engine's per-step
 // secondary-tier contract (vLLM's SecondaryTierManager, as called by its
 // TieringOffloadingManager: vllm/v1/kv_offload/tiering/{base,manager}.py).
 //
@@ -30,8 +30,8 @@
 // would write the loaded bytes under its own key). A job's slots and its
 // engine id stay taken until its result has been polled.
 //
-// Names: EngineTier is kvtier's vLLM adapter (src/vllm/, Python kvtier.EngineTier
-// behind kvtier.vllm); its SGLang counterpart is SglangStore (src/sglang/,
+// Names: VllmTier is kvtier's vLLM adapter (src/vllm/, Python kvtier.VllmTier
+// behind kvtier.vllm); its SGLang counterpart is SglangTier (src/sglang/,
 // include/kvtier/sglang.h). Each is named after its engine's own word (vLLM's
 // secondary tier, SGLang's storage backend); both are thin fronts over a TierShell.
 #pragma once
@@ -50,7 +50,7 @@
 
 namespace kvtier {
 
-struct EngineTierOptions {
+struct VllmTierOptions {
   // The fs tier. row_bytes is the engine's row stride (padding included);
   // registered_memory is set to `rows` by Open.
   FsTierOpenOptions fs;
@@ -70,18 +70,18 @@ struct EngineJobResult {
   double transfer_time_s = 0;     // from submission to the last key's completion
 };
 
-struct EngineTierStats {
+struct VllmTierStats {
   uint64_t lookups_pending = 0;  // keys checked but not yet decided
   uint64_t lookup_cache_keys = 0;
   uint64_t jobs_in_flight = 0;
 };
 
-class KVTIER_API EngineTier {
+class KVTIER_API VllmTier {
  public:
   // kInvalidArgument for an empty region or one that is not whole rows; else
   // FsTier::Open's errors.
-  static Result<std::unique_ptr<EngineTier>> Open(EngineTierOptions options);
-  virtual ~EngineTier() = default;  // Shutdown()s
+  static Result<std::unique_ptr<VllmTier>> Open(VllmTierOptions options);
+  virtual ~VllmTier() = default;  // Shutdown()s
 
   virtual LookupVerdict Lookup(const OffloadKey& key, std::string_view request_id) = 0;
   // Submits the keys that Lookup() met since the last flush as one batch.
@@ -115,7 +115,7 @@ class KVTIER_API EngineTier {
   // call returns only once the tier is stopped (a second caller waits).
   virtual void Shutdown() = 0;
 
-  virtual EngineTierStats Stats() = 0;
+  virtual VllmTierStats Stats() = 0;
   // The fs tier's counters (FsTier::Metrics); after Shutdown, their last values.
   virtual FsTierMetrics Metrics() = 0;
   // With enable_kv_events: the block files the tier stored and removed
