@@ -24,7 +24,7 @@ bool DirectIoAligned(const void* buf, uint64_t len) {
 
 bool DropDirect(int fd) {
   const int flags = ::fcntl(fd, F_GETFL);
-  return flags < 0 || ::fcntl(fd, F_SETFL, flags & ~O_DIRECT) < 0;
+  return flags >= 0 && ::fcntl(fd, F_SETFL, flags & ~O_DIRECT) == 0;
 }
 
 }  // namespace kvtier::internal

@@ -41,7 +41,8 @@ namespace kvtier::internal {
 //    checks S_ISREG on its fd before reading; lookups and a store's existence
 //    check use statx with AT_SYMLINK_NOFOLLOW and count only a regular file.
 //  * a shard directory is created with mkdirat in its parent's fd, itself
-//    opened as above (off the hot path: only when the directory is missing).
+//    opened as above (off the hot path: only when the directory is missing;
+//    shard_dir_maker.h).
 //  * on network and FUSE volumes (TierShared::hold_shard_dirs), stores (and
 //    loads and lookups that find one cached) name their file relative to an
 //    open shard directory (shard_dirs.h), itself opened as above: statx,
@@ -318,9 +319,9 @@ inline bool NotRegular(const struct statx& stx) { return !S_ISREG(stx.stx_mode);
 KeyResult AbandonedResult(const char* syscall, const std::string& path, uint32_t io_timeout_ms);
 
 // Clears O_DIRECT on `fd` (F_SETFL never waits: the I/O thread calls it)
-// so that a transfer cut short at an unaligned offset resumes buffered;
-// returns false, the fd's new O_DIRECT state (true only if fcntl failed).
-bool DropDirect(int fd);
+// so that a transfer cut short at an unaligned offset resumes buffered.
+// True when it is off now; false only if fcntl failed (the fd keeps O_DIRECT).
+[[nodiscard]] bool DropDirect(int fd);
 
 // True when O_DIRECT may be used for this buffer (page-aligned address and length).
 bool DirectIoAligned(const void* buf, uint64_t len);

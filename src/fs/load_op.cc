@@ -252,14 +252,14 @@ class LoadOp final : public FsBlockOp {
   void AfterRead(int64_t res) {
     if (Replaced(res)) return;
     // O_DIRECT refused this transfer: the rest is read buffered (as store_op.cc).
-    if (res == -EINVAL && direct_ && !(direct_ = DropDirect(fd_))) return;
+    if (res == -EINVAL && direct_ && DropDirect(fd_)) return void(direct_ = false);
     if (res < 0) return Close(KeyOutcome::kError, ErrnoToStatus(static_cast<int>(-res), "read " + Path()));
     if (res == 0) {  // shrank between statx and read: torn or truncated
       return Close(KeyOutcome::kCorrupt, Corruption(Path() + ": short read"), /*unlink=*/true);
     }
     read_ += static_cast<uint64_t>(res);
     if (read_ < File().size()) {  // short read: resume
-      if (direct_ && read_ % 4096 != 0) direct_ = DropDirect(fd_);  // O_DIRECT would refuse the offset
+      if (direct_ && read_ % 4096 != 0 && DropDirect(fd_)) direct_ = false;  // O_DIRECT would refuse the offset
       return;
     }
     if (direct_ && bounce_ != nullptr && !row_.DirectAligned()) {
