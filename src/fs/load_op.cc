@@ -14,11 +14,8 @@
 // extra page is not part of a longer row (L66).
 // An unchecked load (staged_crc.h) hands the CRC back instead: its caller
 // checks the row after copying it to the GPU.
-// Also the lookup op: one statx per key (L70).
-// Both name the block in its shard directory's fd when a store left a fresh
-// one cached (shard_dirs.h, FORMAT.md L145-L147; network and FUSE volumes
-// only): one component to look up instead of the walk from root_dir.
-// Otherwise the path is root-relative.
+// It names the block in its shard directory's fd when a store left a fresh
+// one cached (block_at.h).
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -28,6 +25,7 @@
 #include <ctime>
 #include <cerrno>
 
+#include "fs/block_at.h"
 #include "fs/block_ops.h"
 #include "fs/staged_crc.h"
 #include "format/layout_names.h"
@@ -40,38 +38,6 @@ constexpr int64_t kAtimeRefreshS = 3600;
 constexpr int kReopensMax = 3;
 
 int64_t RealNowS() { return static_cast<int64_t>(::time(nullptr)); }
-
-// Open and statx results that mean "no block at this path": nothing there
-// (ENOENT), a symlink on the way (ELOOP; EXDEV would be an escape from
-// root_dir), a file where a shard directory belongs (ENOTDIR), or a socket
-// (ENXIO). None is the key's fault, and a store may fill the path later.
-bool NotABlock(int64_t res) {
-  return res == -ENOENT || res == -ELOOP || res == -EXDEV || res == -ENOTDIR || res == -ENXIO;
-}
-
-// Where a block's requests name it: in its cached shard directory if fresh
-// now, else by its root-relative path `rel` (the pointer stays valid while
-// `rel` does).
-struct BlockAt {
-  ShardDirs::Ref dir;
-  int fd = -1;
-  const char* name = nullptr;
-};
-// The root-relative place of `rel`, after dropping `held` (a held shard
-// directory whose handle went stale) from the cache.
-BlockAt ForgetBlockAt(TierShared* shared, const std::string& rel, const BlockAt& held) {
-  shared->shard_dirs.Drop(rel.substr(0, rel.rfind('/')), held.dir.get());
-  return {nullptr, shared->root.get(), rel.c_str()};
-}
-BlockAt FindBlockAt(TierShared* shared, const std::string& rel) {
-  BlockAt at{nullptr, shared->root.get(), rel.c_str()};
-  const size_t slash = rel.rfind('/');
-  if (!shared->hold_shard_dirs || slash == std::string::npos) return at;
-  if (ShardDirs::Ref dir = shared->shard_dirs.Find(rel.substr(0, slash), MonotonicNowNs())) {
-    at = {dir, dir->fd.get(), rel.c_str() + slash + 1};
-  }
-  return at;
-}
 
 class LoadOp final : public FsBlockOp {
  public:
@@ -433,68 +399,10 @@ class LoadOp final : public FsBlockOp {
   size_t key_index_ = 0;  // sealed: the ring's key whose namespace rel_ is in (L171)
 };
 
-class LookupOp final : public FsBlockOp {
- public:
-  LookupOp(TierShared* shared, std::string rel_path) : shared_(shared), rel_(std::move(rel_path)) {}
-  // A statx reads no block data: lookups, which a serving engine issues
-  // every step, must not hold stores back as loads do.
-  bool ReadsData() const override { return false; }
-  bool NextRequest(IoRequest* req) override {
-    if (done_) return false;
-    *req = IoRequest{};
-    at_ = FindBlockAt(shared_, rel_);
-    // No-follow: a symlink is no block (its target's file type does not matter).
-    StatxNoFollow(req, at_.fd, at_.name, &stx_);
-    req->deadline_ns = DeadlineNs(*shared_);
-    return true;
-  }
-  void OnAbandon() override {
-    if (!done_) result = AbandonedResult("statx", JoinRoot(shared_->root_dir, rel_), shared_->io_timeout_ms);
-    abandoned_ = true;
-  }
-  void OnCompletion(int64_t res) override {
-    done_ = true;
-    if (abandoned_) return;  // its result was already taken
-    if (res == 0) {
-      result = {NotRegular(stx_) || !SealedSize() ? KeyOutcome::kMiss : KeyOutcome::kOk, Status()};
-    } else if (NotABlock(res)) {
-      if (NextKey()) return;
-      result = {KeyOutcome::kMiss, Status()};
-    } else {
-      result = {KeyOutcome::kError,
-                ErrnoToStatus(static_cast<int>(-res), "statx " + JoinRoot(shared_->root_dir, rel_))};
-    }
-  }
-
- private:
-  // L170: in a sealed namespace only a file of row_size + 4096 bytes is a block.
-  bool SealedSize() const {
-    return shared_->seal == nullptr || stx_.stx_size == shared_->row_bytes + format::kSealTrailerBytes;
-  }
-  // L171: no file in key i's namespace: the next request looks in key i + 1's.
-  bool NextKey() {
-    if (shared_->seal == nullptr || key_index_ + 1 >= shared_->seal_block_dirs.size()) return false;
-    rel_ = shared_->seal_block_dirs[++key_index_] + rel_.substr(rel_.find('/'));
-    done_ = false;
-    return true;
-  }
-
-  TierShared* shared_;
-  std::string rel_;
-  BlockAt at_;  // where rel_ is named (held until the op is freed)
-  struct statx stx_{};
-  size_t key_index_ = 0;
-  bool done_ = false, abandoned_ = false;
-};
-
 }  // namespace
 
 std::unique_ptr<FsBlockOp> MakeLoadOp(TierShared* shared, std::string rel_path, RowPieces row, LoadedBlock* unchecked) {
   return std::make_unique<LoadOp>(shared, std::move(rel_path), std::move(row), unchecked);
-}
-
-std::unique_ptr<FsBlockOp> MakeLookupOp(TierShared* shared, std::string rel_path) {
-  return std::make_unique<LookupOp>(shared, std::move(rel_path));
 }
 
 }  // namespace kvtier::internal
