@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <string>
 
+#include "fs/block_codec.h"
 #include "fs/block_ops.h"
 #include "fs/shard_dirs.h"
 
@@ -44,6 +45,16 @@ inline BlockAt FindBlockAt(TierShared* shared, const std::string& rel) {
     at = {dir, dir->fd.get(), rel.c_str() + slash + 1};
   }
   return at;
+}
+
+// L171: moves `rel` (in key *key_index's namespace) to the next key's
+// namespace the codec names, if any (a sealed tier's read keys).
+inline bool NextNamespace(const TierShared& shared, size_t* key_index, std::string* rel) {
+  const std::string* next = shared.codec->NamespaceAfter(*key_index);
+  if (next == nullptr) return false;
+  ++*key_index;
+  *rel = *next + rel->substr(rel->find('/'));
+  return true;
 }
 
 }  // namespace kvtier::internal

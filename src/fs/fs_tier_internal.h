@@ -11,6 +11,7 @@
 #include "io/backend.h"
 #include "io/clock.h"
 #include "kvtier/fs_tier.h"
+#include "seal/seal_key.h"
 
 namespace kvtier::internal {
 

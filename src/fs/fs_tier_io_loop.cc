@@ -21,6 +21,7 @@
 #include <unordered_map>
 
 #include "fs/backpressure.h"
+#include "fs/block_codec.h"
 #include "fs/fs_tier_internal.h"
 #include "fs/io_job.h"
 #include "fs/root_health.h"
@@ -70,7 +71,7 @@ class FsTierImpl final : public FsTier, public StagedCrcTier {
     // thread is not joined either: a thread that set up an io_uring waits,
     // as it exits, for the ring's kernel workers, which are the ones stuck.
     KeepForever(std::move(backend_));
-    shared_->seal.reset();  // the loop has ended, no late completion is reaped: wipe the keys now (L173)
+    shared_->codec.reset();  // the loop has ended, no late completion is reaped: wipe a seal's keys now (L173)
     KeepForever(std::move(shared_));  // the root fd: requests still queued in the kernel resolve paths from it
     io_thread_.detach();
   }
@@ -184,10 +185,8 @@ class FsTierImpl final : public FsTier, public StagedCrcTier {
   const Namespace& ns() const override { return ns_; }
   std::string_view backend_name() const override { return backend_->name(); }
   bool o_direct() const override { return shared_->o_direct; }
-  bool xattrs_supported() const override { return shared_->checksum && !shared_->trailer(); }
-  std::string_view checksum_place() const override {
-    return shared_->seal ? "seal" : shared_->checksum ? ChecksumPlaceName(shared_->place) : "off";
-  }
+  bool xattrs_supported() const override { return shared_->codec->writes_xattr(); }
+  std::string_view checksum_place() const override { return shared_->codec->name(); }
   std::string BlockPath(const OffloadKey& key) const override {
     return JoinRoot(options_.tier.root_dir, ns_.BlockRelPath(key));
   }

@@ -20,6 +20,7 @@
 #include <span>
 #include <vector>
 
+#include "fs/block_codec.h"
 #include "fs/fs_tier_internal.h"
 #include "format/layout_names.h"
 #include "format/root_list.h"
@@ -28,6 +29,7 @@
 #include "fs/tier_space.h"
 #include "fs/volume_kind.h"
 #include "io/io_watch.h"
+#include "seal/seal_cipher.h"
 #include "util/log.h"
 
 namespace kvtier::internal {
@@ -113,16 +115,20 @@ Status WriteConfigOnce(int ns_fd, const std::string& ns_dir, const std::string& 
   return s;
 }
 
-// FORMAT.md L130: with checksum_blocks, where stores put a block's CRC32C
-// (PickChecksumPlace, the one decision that `kvtier doctor` prints too) and
-// whether loads ask for the attribute of a block that has no trailer. Only
-// checksum_place "xattr" refuses a volume without user xattrs, as vLLM's
-// tier with checksum_blocks does: silently storing blocks without their CRC
-// would defeat it.
-Status SetUpChecksums(int ns_fd, const FsTierOptions& t, const std::string& ns_dir, uint64_t suffix,
-                      TierShared* shared) {
-  shared->checksum = t.checksum_blocks && !t.sealed();  // a sealed block's tag checks it (L163)
-  if (!shared->checksum) return Status::Ok();
+// The tier's block codec (block_codec.h), chosen once here. A sealed tier's
+// was chosen with its keys (SealedTierNamespace): its tag checks a block
+// (L163), no CRC. Else, with checksum_blocks (L102), FORMAT.md L130: where
+// stores put a block's CRC32C (PickChecksumPlace, the one decision that
+// `kvtier doctor` prints too) and whether loads ask for the attribute of a
+// block that has no trailer. Only checksum_place "xattr" refuses a volume
+// without user xattrs, as vLLM's tier with checksum_blocks does: silently
+// storing blocks without their CRC would defeat it.
+Status ChooseCodec(int ns_fd, const FsTierOptions& t, const std::string& ns_dir, uint64_t suffix, TierShared* shared) {
+  if (shared->codec != nullptr) return Status::Ok();
+  if (!t.checksum_blocks) {
+    shared->codec = MakeNoChecksumCodec();
+    return Status::Ok();
+  }
   const Status probe = ProbeXattr(ns_fd, ns_dir, suffix);
   const bool xattrs_work = probe.ok();
   if (!xattrs_work && t.checksum_place == ChecksumPlaceKind::kXattr) {
@@ -131,12 +137,12 @@ Status SetUpChecksums(int ns_fd, const FsTierOptions& t, const std::string& ns_d
                              "work here; \"checksum_place\": \"auto\" or \"trailer\" keeps checksums in a "
                              "trailer after each row, \"checksum_blocks\": false runs without them");
   }
-  switch (t.checksum_place) {
-    case ChecksumPlaceKind::kAuto: shared->place = PickChecksumPlace(xattrs_work); break;
-    case ChecksumPlaceKind::kXattr: shared->place = ChecksumPlace::kXattr; break;
-    case ChecksumPlaceKind::kTrailer: shared->place = ChecksumPlace::kTrailer; break;
-  }
-  shared->read_xattr = xattrs_work;
+  const ChecksumPlace place = t.checksum_place == ChecksumPlaceKind::kAuto    ? PickChecksumPlace(xattrs_work)
+                              : t.checksum_place == ChecksumPlaceKind::kXattr ? ChecksumPlace::kXattr
+                                                                              : ChecksumPlace::kTrailer;
+  // Where user xattrs do not work, a load's fgetxattr could only fail: trailer loads skip it.
+  shared->codec = place == ChecksumPlace::kXattr ? MakeXattrCrcCodec(&shared->checksum_ns)
+                                                 : MakeTrailerCrcCodec(xattrs_work, &shared->checksum_ns);
   if (!xattrs_work && t.checksum_place == ChecksumPlaceKind::kAuto) {
     Log(LogLevel::kInfo, "fs tier under " + t.root_dir + ": no user xattrs here (" + probe.ToString() +
                              "); block checksums go in a 4096-byte trailer after each row (FORMAT.md L131)");
@@ -272,7 +278,7 @@ Result<UniqueFd> PrepareDirs(const FsTierOpenOptions& o, const Namespace& ns, Ti
   KVTIER_RETURN_IF_ERROR(WriteConfigOnce(ns_fd.get(), ns_dir, ns.config_json(), shared->tmp_base));
   IoScope at_probes(ns_dir);
   shared->o_direct = ProbeODirect(ns_fd.get(), ns_dir, shared->tmp_base, o.tier.o_direct);
-  KVTIER_RETURN_IF_ERROR(SetUpChecksums(ns_fd.get(), o.tier, ns_dir, shared->tmp_base, shared));
+  KVTIER_RETURN_IF_ERROR(ChooseCodec(ns_fd.get(), o.tier, ns_dir, shared->tmp_base, shared));
   // Under the probes' watch: statfs of a hung mount is bounded too. A root
   // statfs cannot classify is neither local nor network (io_uring, bounce on).
   Result<VolumeKind> kind = ClassifyVolume(o.tier.root_dir);
@@ -291,8 +297,8 @@ Result<Namespace> StoreNamespace(const FsTierOpenOptions& o, const SealKeyring* 
 namespace {
 
 // FORMAT.md L160-L162, L171: a sealed tier's keys (`given`, else read from
-// the files o.tier names), its cipher, and the namespace of each key (the
-// primary's is the tier's); else the plain one.
+// the files o.tier names), its codec (with this tier's cipher and the
+// namespace of each key), and its namespace (the primary's); else the plain one.
 Result<Namespace> SealedTierNamespace(const FsTierOpenOptions& o, std::shared_ptr<const SealKeyring> given,
                                       TierShared* shared) {
   KVTIER_ASSIGN_OR_RETURN(Namespace base, TierNamespace(o));
@@ -301,11 +307,13 @@ Result<Namespace> SealedTierNamespace(const FsTierOpenOptions& o, std::shared_pt
   if (!ring) {
     KVTIER_ASSIGN_OR_RETURN(ring, LoadSealKeyring(o.tier));
   }
+  std::vector<std::string> block_dirs;
   for (const std::unique_ptr<SealKey>& key : ring->keys) {
     KVTIER_ASSIGN_OR_RETURN(Namespace sealed, base.Sealed(key->key_id_hex()));
-    shared->seal_block_dirs.push_back(sealed.block_dir_name());
+    block_dirs.push_back(sealed.block_dir_name());
   }
-  KVTIER_ASSIGN_OR_RETURN(shared->seal, SealCipher::Create(ring));
+  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<SealCipher> cipher, SealCipher::Create(ring));
+  shared->codec = MakeSealedCodec(std::move(cipher), std::move(block_dirs), &shared->auth_failures);
   return base.Sealed(ring->keys[0]->key_id_hex());
 }
 
@@ -334,7 +342,7 @@ void MakeRowPools(const FsTierOpenOptions& o, bool local, TierShared* shared) {
   }
   // Unaligned rows keep O_DIRECT through staging rows (block_ops.h); rows of a size O_DIRECT cannot
   // transfer whole use buffered I/O. A sealed tier encrypts into them (L168: never the caller's row).
-  if ((shared->o_direct && o.row_bytes % 4096 == 0) || shared->seal) {
+  if ((shared->o_direct && o.row_bytes % 4096 == 0) || shared->codec->fills_stage()) {
     shared->stage = std::make_unique<BouncePool>(o.row_bytes, o.tier.n_read_threads + o.tier.n_write_threads);
   }
 }

@@ -13,7 +13,10 @@
 // is still read and its record checked: only a valid one says that the file's
 // extra page is not part of a longer row (L66).
 // An unchecked load (staged_crc.h) hands the CRC back instead: its caller
-// checks the row after copying it to the GPU.
+// checks the row after copying it to the GPU. Which sizes a file may have,
+// what is read besides the row and how it is checked are the tier's codec's
+// (block_codec.h: the rules above for unsealed tiers, a seal's for sealed
+// ones, L169); this op carries the requests, the reopens and the cleanup.
 // It names the block in its shard directory's fd when a store left a fresh
 // one cached (block_at.h).
 #include <fcntl.h>
@@ -26,10 +29,10 @@
 #include <cerrno>
 
 #include "fs/block_at.h"
+#include "fs/block_codec.h"
 #include "fs/block_ops.h"
 #include "fs/staged_crc.h"
 #include "format/layout_names.h"
-#include "util/crc32c.h"
 
 namespace kvtier::internal {
 namespace {
@@ -176,25 +179,14 @@ class LoadOp final : public FsBlockOp {
     // the I/O thread calls it directly; should it fail, reads still work
     // everywhere else.
     fcntl(fd_, F_SETFL, direct_ ? O_DIRECT : 0);
-    if (shared_->seal) return SealedSize();
-    if (stx_.stx_size < row_.size()) {
-      return Close(KeyOutcome::kCorrupt, Corruption(Path() + " is " + std::to_string(stx_.stx_size) +
-                                                    " bytes, a row is " + std::to_string(row_.size())),
-                   /*unlink=*/true);
+    LoadPlan plan = shared_->codec->Plan(stx_.stx_size, row_.size(), Path());
+    switch (plan.step) {
+      case LoadPlan::kRefuse: return Close(KeyOutcome::kCorrupt, std::move(plan.why), plan.unlink);
+      case LoadPlan::kXattrThenRead: state_ = kXattr; return;
+      case LoadPlan::kReadWithPage: trailer_ = NewTrailerPage(); break;  // one vectored read
+      case LoadPlan::kRead: break;
     }
-    if (stx_.stx_size == row_.size() + format::kTrailerBytes) {  // L134: the row and its trailer
-      trailer_ = NewTrailerPage();
-      state_ = kRead;
-      return;
-    }
-    if (stx_.stx_size > row_.size()) return Longer("");
-    // Off: no getxattr, no CRC (L102); nor where user xattrs do not work.
-    state_ = shared_->checksum && shared_->read_xattr ? kXattr : kRead;
-  }
-  // L66: never returned, left in place (it may be a row of a larger page size).
-  void Longer(const std::string& why) {
-    Close(KeyOutcome::kCorrupt, Corruption(Path() + " is longer than a row (" + std::to_string(stx_.stx_size) +
-                                           " bytes" + why + ")"));
+    state_ = kRead;
   }
   // What the read fills: the row's target, then the trailer page if any.
   const RowPieces& File() {
@@ -205,7 +197,7 @@ class LoadOp final : public FsBlockOp {
   void AfterXattr(int64_t res) {
     if (Replaced(res)) return;
     if (res == 4) {
-      has_crc_ = true;
+      xattr_crc_ = uint32_t{crc_be_[0]} << 24 | uint32_t{crc_be_[1]} << 16 | uint32_t{crc_be_[2]} << 8 | crc_be_[3];
     } else if ((res >= 0 && res != 4) || res == -ERANGE) {  // ERANGE: longer than our buffer
       return Close(KeyOutcome::kCorrupt, ErrnoToStatus(EBADMSG, Path() + ": CRC attribute of " +
                                                                     (res < 0 ? "over 8" : std::to_string(res)) + " bytes"),
@@ -231,28 +223,30 @@ class LoadOp final : public FsBlockOp {
     if (direct_ && bounce_ != nullptr && !row_.DirectAligned()) {
       shared_->staged_ios.fetch_add(1, std::memory_order_relaxed);  // O_DIRECT kept for an unaligned row
     }
-    if (shared_->seal) return OpenSealed();
-    if (trailer_ != nullptr && !TrailerSays()) return;
-    if (has_crc_ || unchecked_ != nullptr) {
-      const uint32_t want = uint32_t{crc_be_[0]} << 24 | uint32_t{crc_be_[1]} << 16 |
-                            uint32_t{crc_be_[2]} << 8 | crc_be_[3];
-      if (unchecked_ != nullptr) {
-        HandBack(want);
-      } else if (TimedCrc32c(shared_, Target()) != want) {
-        // First from a fresh open again: a file replaced under the fd can mix two
-        // blocks' attribute and bytes (GlusterFS's open-behind), a good block.
-        if (!reread_ && Replaced(-ESTALE)) return void(reread_ = true);
-        return Close(KeyOutcome::kCorrupt, ErrnoToStatus(EBADMSG, Path() + ": CRC32C mismatch"), /*unlink=*/true);
-      }
+    Check();
+  }
+  // The codec's verdict on the file read whole (block_codec.h).
+  void Check() {
+    const std::string shown = Path();
+    LoadedRow in{rel_, shown, key_index_, stx_.stx_size, &Target(), bounce_, &row_, trailer_.get(), xattr_crc_,
+                 /*verify=*/unchecked_ == nullptr};
+    LoadVerdict v = shared_->codec->Check(in);
+    if (v.kind == LoadVerdict::kRefuse) return Close(KeyOutcome::kCorrupt, std::move(v.why), v.unlink);
+    if (v.kind == LoadVerdict::kMismatch) {
+      // First from a fresh open again: a file replaced under the fd can mix two
+      // blocks' attribute and bytes (GlusterFS's open-behind), a good block.
+      if (!reread_ && Replaced(-ESTALE)) return void(reread_ = true);
+      return Close(KeyOutcome::kCorrupt, ErrnoToStatus(EBADMSG, Path() + ": CRC32C mismatch"), /*unlink=*/true);
     }
+    if (unchecked_ != nullptr) HandBack(v);
     // Whole and verified: only now does the caller's row see the bytes.
-    if (bounce_ != nullptr) row_.ScatterFrom(bounce_);
+    if (bounce_ != nullptr && !v.delivered) row_.ScatterFrom(bounce_);
     Served();
   }
   // Unchecked (staged_crc.h): the caller checks the row after its copy
   // against the CRC the block carries, and removes this very file if not.
-  void HandBack(uint32_t want) {
-    *unchecked_ = LoadedBlock{has_crc_,           want, stx_.stx_ino, stx_.stx_size, stx_.stx_dev_major,
+  void HandBack(const LoadVerdict& v) {
+    *unchecked_ = LoadedBlock{v.has_crc,          v.crc, stx_.stx_ino, stx_.stx_size, stx_.stx_dev_major,
                               stx_.stx_dev_minor, stx_.stx_mtime.tv_sec, stx_.stx_mtime.tv_nsec};
   }
   void Served() {
@@ -262,69 +256,17 @@ class LoadOp final : public FsBlockOp {
     // it is over an hour old so gc's least-recently-used order sees reads.
     if (shared_->touch_atime && RealNowS() - stx_.stx_atime.tv_sec > kAtimeRefreshS) state_ = kTouch;
   }
-  // L169: a sealed namespace holds files of row_size + 4096 bytes only; any
-  // other size is refused unread (a longer one is left in place, L66).
-  void SealedSize() {
-    const uint64_t want = row_.size() + format::kSealTrailerBytes;
-    if (stx_.stx_size != want) {
-      return AuthFailed("is " + std::to_string(stx_.stx_size) + " bytes, a sealed block " + std::to_string(want),
-                        stx_.stx_size < want);
-    }
-    trailer_ = NewTrailerPage();
-    state_ = kRead;
-  }
-  // L169: the tag checked with the key of the namespace the file is in, and
-  // the row decrypted into the caller's (from the bounce row, or in place).
-  // A failing block leaves the caller's row zeroed (SealCipher::Open).
-  void OpenSealed() {
-    std::vector<SealPiece> pieces(row_.count());
-    for (size_t i = 0, at = 0; i < row_.count(); at += row_.piece(i).size(), ++i) {
-      uint8_t* out = row_.piece(i).data();
-      pieces[i] = {bounce_ != nullptr ? bounce_ + at : out, out, row_.piece(i).size()};
-    }
-    const std::string_view why = shared_->seal->Open(key_index_, rel_, trailer_.get(), stx_.stx_size, pieces);
-    if (!why.empty()) return AuthFailed(std::string(why), /*unlink=*/true);
-    Served();
-  }
-  void AuthFailed(const std::string& why, bool unlink) {
-    shared_->auth_failures.fetch_add(1, std::memory_order_relaxed);
-    Close(KeyOutcome::kCorrupt, ErrnoToStatus(EBADMSG, Path() + ": not a valid sealed block (" + why + ")"), unlink);
-  }
   // L171: no file in key i's namespace; look in key i + 1's (a read key's).
   void NextKeyOrMiss() {
-    if (shared_->seal == nullptr || key_index_ + 1 >= shared_->seal_block_dirs.size()) {
-      return Done(KeyOutcome::kMiss, Status());
-    }
+    if (!NextNamespace(*shared_, &key_index_, &rel_)) return Done(KeyOutcome::kMiss, Status());
     at_ = BlockAt{};  // named again, by the first request in the next namespace
-    rel_ = shared_->seal_block_dirs[++key_index_] + rel_.substr(rel_.find('/'));
-  }
-  // L134: what the trailer's record says. No magic, or a later version:
-  // not a trailer kvtier understands, so a longer file (L66), left in place.
-  // A damaged record (torn, or the file truncated or grown since) is
-  // corrupt and removed, as a CRC mismatch (L67). A valid one gives the CRC
-  // the row is checked against (has_crc_), with checksum_blocks on.
-  bool TrailerSays() {
-    format::TrailerRecord record;
-    const uint8_t* at = trailer_.get() + format::kTrailerBytes - format::kTrailerRecordBytes;
-    const format::TrailerState state = format::ParseTrailerRecord(at, stx_.stx_size, &record);
-    if (state == format::TrailerState::kAbsent || state == format::TrailerState::kNewer) {
-      Longer(std::string(", ") + format::TrailerStateName(state) + " in its last page");
-      return false;
-    }
-    if (state == format::TrailerState::kDamaged) {
-      Close(KeyOutcome::kCorrupt, ErrnoToStatus(EBADMSG, Path() + ": damaged checksum trailer"), /*unlink=*/true);
-      return false;
-    }
-    has_crc_ = shared_->checksum;
-    for (int i = 0; i < 4; ++i) crc_be_[i] = static_cast<uint8_t>(record.data_crc >> (24 - 8 * i));
-    return true;
   }
   void AfterClose() {
     fd_ = -1;
     if (reopen_) {  // start over on whatever file the path names now
       reopen_ = false;
       read_ = 0;
-      has_crc_ = false;
+      xattr_crc_.reset();
       trailer_.reset();
       file_ = RowPieces();
       // The path may still name the replaced file in the kernel's dentry
@@ -371,7 +313,7 @@ class LoadOp final : public FsBlockOp {
   // so no caller can take the file's unauthenticated bytes for data. Called
   // once the outcome is final: no read into the row is in flight then.
   void WipeUnlessServed() {
-    if (shared_->seal == nullptr || !row_read_ || result.outcome == KeyOutcome::kOk) return;
+    if (!shared_->codec->WipesFailedRows() || !row_read_ || result.outcome == KeyOutcome::kOk) return;
     for (size_t i = 0; i < row_.count(); ++i) std::memset(row_.piece(i).data(), 0, row_.piece(i).size());
   }
 
@@ -383,15 +325,16 @@ class LoadOp final : public FsBlockOp {
   BouncePool* pool_ = nullptr;  // where bounce_ comes from (bounce, else stage); nullptr: none
   uint8_t* bounce_ = nullptr;   // from pool_, held until the op is freed
   RowPieces bounce_row_;       // bounce_ as one piece
-  TrailerPage trailer_;        // the file's trailer page (L131), when it has one
+  TrailerPage trailer_;        // the file's page after the row (L131, L168), when it has one
   RowPieces file_;             // Target() and the trailer page
   std::vector<iovec> iov_;     // a vectored read's pieces (RowPart)
   struct statx stx_{}, again_{};
-  uint8_t crc_be_[8] = {};
+  uint8_t crc_be_[8] = {};     // the CRC attribute as read (big-endian)
+  std::optional<uint32_t> xattr_crc_;  // the CRC attribute the file carries
   State state_ = kOpen;
   int fd_ = -1;
   uint64_t read_ = 0;
-  bool direct_ = false, has_crc_ = false, unlink_ = false, reopen_ = false, reread_ = false;
+  bool direct_ = false, unlink_ = false, reopen_ = false, reread_ = false;
   bool final_ = false;      // `result` is the outcome; what is left is cleanup
   bool row_read_ = false;   // a read was issued into the caller's row itself
   bool abandoned_ = false;  // OnAbandon ran: only closing an fd is left

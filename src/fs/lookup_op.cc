@@ -4,8 +4,8 @@
 #include <sys/stat.h>
 
 #include "fs/block_at.h"
+#include "fs/block_codec.h"
 #include "fs/block_ops.h"
-#include "format/layout_names.h"
 
 namespace kvtier::internal {
 namespace {
@@ -33,7 +33,9 @@ class LookupOp final : public FsBlockOp {
     done_ = true;
     if (abandoned_) return;  // its result was already taken
     if (res == 0) {
-      result = {NotRegular(stx_) || !SealedSize() ? KeyOutcome::kMiss : KeyOutcome::kOk, Status()};
+      // L170: in a sealed namespace only a file of a sealed block's size is a block (the codec's rule).
+      const bool block = !NotRegular(stx_) && shared_->codec->IsBlockSize(stx_.stx_size, shared_->row_bytes);
+      result = {block ? KeyOutcome::kOk : KeyOutcome::kMiss, Status()};
     } else if (NotABlock(res)) {
       if (NextKey()) return;
       result = {KeyOutcome::kMiss, Status()};
@@ -44,14 +46,9 @@ class LookupOp final : public FsBlockOp {
   }
 
  private:
-  // L170: in a sealed namespace only a file of row_size + 4096 bytes is a block.
-  bool SealedSize() const {
-    return shared_->seal == nullptr || stx_.stx_size == shared_->row_bytes + format::kSealTrailerBytes;
-  }
   // L171: no file in key i's namespace: the next request looks in key i + 1's.
   bool NextKey() {
-    if (shared_->seal == nullptr || key_index_ + 1 >= shared_->seal_block_dirs.size()) return false;
-    rel_ = shared_->seal_block_dirs[++key_index_] + rel_.substr(rel_.find('/'));
+    if (!NextNamespace(*shared_, &key_index_, &rel_)) return false;
     done_ = false;
     return true;
   }

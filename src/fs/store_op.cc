@@ -1,10 +1,12 @@
 // The store state machine: [the shard directory, made where missing and
 // opened where held (shard_dir_maker.h)] ->
 // statx(dest) -> open(tmp, O_EXCL) -> write (resumed when short) ->
-// [fdatasync] -> [fsetxattr(crc), with checksum_blocks in the xattr] ->
-// close -> rename -> [fsync dir]. With the checksum in a trailer (L131) the
-// write carries the row and its trailer page as one vectored request: no
-// request more than a row alone. Any failure after the temp file exists
+// [fdatasync] -> [fsetxattr(crc), where the codec sets the attribute] ->
+// close -> rename -> [fsync dir]. What goes with the row is the tier's
+// codec's (block_codec.h): a page after it (a CRC trailer, L131; a seal,
+// L168) goes in the same vectored request, no request more than a row
+// alone; a sealed row is written from the staging row it was encrypted
+// into. Any failure after the temp file exists
 // closes it and unlinks it, so no temp file outlives a failed store.
 // Where walks are round trips (network, FUSE: TierShared::hold_shard_dirs),
 // statx, open, rename and unlink name one component in the shard directory's
@@ -24,10 +26,10 @@
 #include <algorithm>
 #include <cerrno>
 
+#include "fs/block_codec.h"
 #include "fs/block_ops.h"
 #include "fs/shard_dir_maker.h"
 #include "format/layout_names.h"
-#include "util/crc32c.h"
 
 namespace kvtier::internal {
 namespace {
@@ -37,10 +39,12 @@ class StoreOp final : public FsBlockOp {
   StoreOp(TierShared* shared, BlockPathParts path, RowPieces row, std::optional<uint32_t> crc)
       : shared_(shared), row_(std::move(row)), given_crc_(crc), dirs_(shared, path),
         dest_(dirs_.shard2() + "/" + path.file), file_(std::move(path.file)) {
-    // An unaligned row is staged (block_ops.h) and still written O_DIRECT.
-    // A sealed row is encrypted into a staging row (page-aligned) and written from there.
-    staged_ = !shared_->seal && Stageable(*shared_, row_);
-    direct_ = shared_->o_direct && (shared_->seal ? row_.size() % 4096 == 0 : staged_ || row_.DirectAligned());
+    // An unaligned row is staged (block_ops.h) and still written O_DIRECT. A
+    // codec that fills a staging row (sealed) has the file's row written from
+    // there (page-aligned).
+    const bool fills = shared_->codec->fills_stage();
+    staged_ = !fills && Stageable(*shared_, row_);
+    direct_ = shared_->o_direct && (fills ? row_.size() % 4096 == 0 : staged_ || row_.DirectAligned());
     NewTempName();
   }
   // An abandoned op is freed only once the kernel has returned its request
@@ -142,9 +146,9 @@ class StoreOp final : public FsBlockOp {
       case kOpen:
         return OpenInTree(req, dir, TmpName(), O_CREAT | O_EXCL | O_WRONLY | O_TRUNC | (direct_ ? O_DIRECT : 0),
                           0644);
-      case kWrite: return RowPart(req, IoOp::kWrite, fd_, File(), written_, &iov_, trailer_ != nullptr);
+      case kWrite: return RowPart(req, IoOp::kWrite, fd_, File(), written_, &iov_, encoding_.page != nullptr);
       case kSync: return OnFd(req, IoOp::kFdatasync, fd_);
-      case kXattr: return CrcXattr(req, IoOp::kFsetxattr, fd_, crc_be_, sizeof crc_be_);
+      case kXattr: return CrcXattr(req, IoOp::kFsetxattr, fd_, encoding_.xattr_value, sizeof encoding_.xattr_value);
       case kRename:
         req->op = IoOp::kRename;
         req->dirfd = dir;
@@ -203,60 +207,42 @@ class StoreOp final : public FsBlockOp {
     if (res == 0 && NotRegular(stx_)) {
       return Finish(-EEXIST, Shown(dest_) + " is not a regular file: not replaced (fsck --repair removes it)");
     }
-    // L54: another writer has it; in a sealed namespace only a file of a
-    // sealed block's size counts (L170): any other was planted, and is replaced.
-    const bool planted = res == 0 && shared_->seal && stx_.stx_size != row_.size() + format::kSealTrailerBytes;
+    // L54: another writer has it; a file the codec does not count as a block
+    // (sealed: of another size, L170) was planted, and is replaced.
+    const bool planted = res == 0 && !shared_->codec->IsBlockSize(stx_.stx_size, row_.size());
     if (res == 0 && !planted) return Finish(0, "", KeyOutcome::kSkippedExists);
     if (res != -ENOENT && !planted) return Finish(res, "statx " + Shown(dest_));
-    // The checksum (and the staging copy) are made here, on the I/O
-    // thread, and only for rows that will be written: submitting stays cheap
-    // for the caller.
-    if (shared_->seal) return SealRow();
-    if (staged_) Stage();
-    statted_ = true;
-    if (shared_->checksum) {
-      const uint32_t crc = given_crc_ ? *given_crc_ : TimedCrc32c(shared_, Data());
-      for (int i = 0; i < 4; ++i) crc_be_[i] = static_cast<uint8_t>(crc >> (24 - 8 * i));  // big-endian
-      if (shared_->trailer()) AddTrailer(crc);
-    }
-    Go(kOpen);
+    Encode();
   }
-  // L131: the file is the row, then its trailer page, written in the same
-  // transfer, so the temp file is never renamed without it (L57).
-  void AddTrailer(uint32_t crc) {
-    trailer_ = NewTrailerPage();
-    format::EncodeTrailer(row_.size(), crc, trailer_.get());
-    file_pieces_ = Data().With(std::span<uint8_t>(trailer_.get(), format::kTrailerBytes));
-  }
-  // L163, L168: the ciphertext goes to a staging row (the caller's row is
-  // never changed), the seal trailer after it, both in one transfer.
-  void SealRow() {
+  // The encoding (a CRC, the seal, the staging copy) is made here, on the
+  // I/O thread, and only for rows that will be written: submitting stays
+  // cheap for the caller. A trailer or seal page goes after the row in the
+  // same transfer, so the temp file is never renamed without it (L57).
+  void Encode() {
     statted_ = true;
-    stage_ = shared_->stage->Acquire();
-    stage_row_ = RowPieces(std::span<uint8_t>(stage_, row_.size()));
-    trailer_ = NewTrailerPage();
-    std::vector<SealPiece> pieces(row_.count());
-    for (size_t i = 0, at = 0; i < row_.count(); at += row_.piece(i).size(), ++i) {
-      pieces[i] = {row_.piece(i).data(), stage_ + at, row_.piece(i).size()};
-    }
-    if (Status s = shared_->seal->Seal(dest_, pieces, row_.size(), trailer_.get()); !s.ok()) {
+    const bool fills = shared_->codec->fills_stage();
+    if (fills || staged_) TakeStage(/*copy=*/!fills);
+    const StoreRow in{dest_, fills ? &row_ : &Data(), stage_, given_crc_};
+    if (Status s = shared_->codec->Encode(in, &encoding_); !s.ok()) {
       final_ = true;
       result = {KeyOutcome::kError, std::move(s)};
       return Go(kDone);
     }
-    file_pieces_ = stage_row_.With(std::span<uint8_t>(trailer_.get(), format::kSealTrailerBytes));
+    if (encoding_.page != nullptr) {
+      file_pieces_ = Data().With(std::span<uint8_t>(encoding_.page.get(), shared_->codec->page_bytes()));
+    }
     Go(kOpen);
   }
-  // What goes into the file: the row, or the row and its trailer.
-  const RowPieces& File() const { return trailer_ != nullptr ? file_pieces_ : Data(); }
-  // After the data (and its fdatasync): the xattr, where the CRC goes there.
-  State AfterData() const { return shared_->checksum && !shared_->trailer() ? kXattr : kClose; }
-  // The bytes written: the caller's pieces, or the staging row holding a copy.
+  // What goes into the file: the row, or the row and the codec's page.
+  const RowPieces& File() const { return encoding_.page != nullptr ? file_pieces_ : Data(); }
+  // After the data (and its fdatasync): the xattr, where the codec sets one.
+  State AfterData() const { return encoding_.xattr ? kXattr : kClose; }
+  // The bytes written: the caller's pieces, or the staging row (a copy, or what the codec filled).
   const RowPieces& Data() const { return stage_ != nullptr ? stage_row_ : row_; }
-  void Stage() {
+  void TakeStage(bool copy) {
     stage_ = shared_->stage->Acquire();
     stage_row_ = RowPieces(std::span<uint8_t>(stage_, row_.size()));
-    row_.GatherTo(stage_);
+    if (copy) row_.GatherTo(stage_);
   }
 
   void AfterOpen(int64_t res) {
@@ -344,13 +330,12 @@ class StoreOp final : public FsBlockOp {
   std::optional<uint32_t> given_crc_;  // the row's CRC32C from its copy (staged_crc.h)
   uint8_t* stage_ = nullptr;  // from shared_->stage, held until the op is freed
   RowPieces stage_row_;       // stage_ as one piece
-  TrailerPage trailer_;       // the trailer page (L131), when the CRC goes there
-  RowPieces file_pieces_;     // the row's pieces and the trailer page
+  StoreEncoding encoding_;    // what the codec has the store write besides the row
+  RowPieces file_pieces_;     // the row's pieces and the codec's page
   std::vector<iovec> iov_;  // a vectored write's pieces (RowPart)
   ShardDirMaker dirs_;  // the shard directory: its paths, and the one held
   std::string dest_, tmp_;  // relative to root_dir
   std::string file_;        // the block's own name
-  uint8_t crc_be_[4];
   struct statx stx_{};
   State state_ = kStatDest;
   int fd_ = -1;
@@ -362,7 +347,7 @@ class StoreOp final : public FsBlockOp {
   bool final_ = false;      // `result` is the outcome
   bool abandoned_ = false;  // OnAbandon ran: only cleanup is left
   bool begun_ = false;    // the first NextRequest looked for a cached shard directory
-  bool statted_ = false;  // the destination was found absent (the checksum is made)
+  bool statted_ = false;  // the destination was found absent (the encoding is made)
 };
 
 }  // namespace
