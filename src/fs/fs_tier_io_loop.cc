@@ -193,14 +193,7 @@ class FsTierImpl final : public FsTier, public StagedCrcTier {
 
  private:
   Submission NewSubmission(JobKind kind, size_t n, IoClass cls) {
-    Submission sub;
-    sub.job = std::make_unique<Job>();
-    sub.job->id = next_job_id_.fetch_add(1);
-    sub.job->kind = kind;
-    sub.job->results.resize(n);
-    sub.job->remaining = n;
-    sub.cls = cls;
-    return sub;
+    return io_loop::NewSubmission(next_job_id_.fetch_add(1), kind, n, cls);
   }
 
   uint64_t Enqueue(Submission sub) {
@@ -241,14 +234,7 @@ class FsTierImpl final : public FsTier, public StagedCrcTier {
     for (size_t i = 0; i < n; ++i) metrics_.Record(kind, DownResult(kind).outcome, 0, 0);
     return FinishNow(std::move(sub));
   }
-  KeyResult DownResult(JobKind kind) const {
-    switch (kind) {
-      case JobKind::kLookup: return {KeyOutcome::kMiss, Status()};
-      case JobKind::kLoad: return {KeyOutcome::kError, Status(StatusCode::kUnavailable, root_down_why_)};
-      case JobKind::kStore: return {KeyOutcome::kDropped, Status(StatusCode::kRejected, root_down_why_)};
-    }
-    return {};
-  }
+  KeyResult DownResult(JobKind kind) const { return io_loop::DownResult(kind, root_down_why_); }
 
   uint64_t FinishNow(Submission sub) {
     const uint64_t id = sub.job->id;
