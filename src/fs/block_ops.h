@@ -23,7 +23,6 @@
 #include "fs/shard_dirs.h"
 #include "fs/volume_kind.h"
 #include "io/scheduler.h"
-#include "seal/seal_cipher.h"
 #include "kvtier/fs_tier.h"
 #include "util/dir_fd.h"
 
@@ -41,7 +40,8 @@ namespace kvtier::internal {
 //    checks S_ISREG on its fd before reading; lookups and a store's existence
 //    check use statx with AT_SYMLINK_NOFOLLOW and count only a regular file.
 //  * a shard directory is created with mkdirat in its parent's fd, itself
-//    opened as above (off the hot path: only when the directory is missing).
+//    opened as above (off the hot path: only when the directory is missing;
+//    shard_dir_maker.h).
 //  * on network and FUSE volumes (TierShared::hold_shard_dirs), stores (and
 //    loads and lookups that find one cached) name their file relative to an
 //    open shard directory (shard_dirs.h), itself opened as above: statx,
@@ -55,6 +55,7 @@ namespace kvtier::internal {
 inline constexpr uint64_t kResolveInTree = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS;
 
 class TierEvents;  // fs/tier_events.h
+class BlockCodec;  // fs/block_codec.h
 
 // Rows the tier owns, that loads read into and then copy to the caller's
 // row once the block is whole and verified (the fs tier's bounce_loads). A
@@ -149,6 +150,8 @@ inline TrailerPage NewTrailerPage() {
 
 // Engine-wide settings and probes the ops share.
 struct TierShared {
+  TierShared();
+  ~TierShared();
   UniqueFd root;         // root_dir: every op's paths are relative to it
   // KV events of this root's stores and removals (fs/tier_events.h); null: off.
   std::shared_ptr<TierEvents> events;
@@ -157,25 +160,14 @@ struct TierShared {
   bool o_direct = false;
   Durability durability = Durability::kNone;
   uint32_t io_timeout_ms = 0;
-  // checksum_blocks (L102): stores write the CRC32C and loads verify it.
-  // Off: neither computes a CRC or touches the xattr, as vLLM with it false.
-  bool checksum = true;
-  // Where stores put it (L130): the xattr, or a trailer after the row (L131).
-  // Loads check whichever a block carries.
-  ChecksumPlace place = ChecksumPlace::kXattr;
-  // Whether loads ask for the xattr of a block without a trailer: user
-  // xattrs work here. Where they do not, that call could only fail.
-  bool read_xattr = true;
-  bool trailer() const { return checksum && place == ChecksumPlace::kTrailer; }
-  // A sealed tier (FORMAT.md L160-L173; checksum is then off): this engine
-  // thread's cipher, whose ring holds the primary key first, then the read
-  // keys; seal_block_dirs[i] is key i's "<model>_<digest>_r<rank>".
-  // nullptr: unsealed.
-  std::unique_ptr<SealCipher> seal;
-  std::vector<std::string> seal_block_dirs;
+  // How blocks are checked or sealed (fs/block_codec.h): none
+  // (checksum_blocks off, L102), the CRC32C in the xattr (L60) or in a
+  // trailer (L131), or sealed (L160-L173). Chosen once at the open, called
+  // on the I/O thread only (a sealed one holds this tier's cipher).
+  std::unique_ptr<BlockCodec> codec;
   std::atomic<uint64_t> auth_failures{0};  // L169: blocks refused for their seal
-  // The size of a block file this tier writes (the max_bytes accounting).
-  uint64_t file_bytes() const { return row_bytes + (trailer() || seal ? format::kTrailerBytes : 0); }
+  // The size of a block file this tier writes (the max_bytes accounting, L136).
+  uint64_t file_bytes() const;
   std::atomic<uint64_t> tmp_counter{0};
   uint64_t tmp_base = 0;  // random; temp names are <dest>_<(base + n) mod 2^63>.tmp
   std::atomic<uint64_t> checksum_ns{0};  // time spent computing CRC32C (both directions)
@@ -206,12 +198,12 @@ struct TierShared {
   ShardDirs shard_dirs;
 };
 
-// Crc32c(row), its time added to shared->checksum_ns: integrity costs one
-// pass over the row, and operators (and the benchmark) see how much of the
-// tier's CPU that is.
+// Crc32c(row), its time added to *spent_ns (TierShared::checksum_ns):
+// integrity costs one pass over the row, and operators (and the benchmark)
+// see how much of the tier's CPU that is.
 // Over several pieces the CRC is chained (Crc32cExtend), so it equals the
 // CRC of their concatenation (L60).
-uint32_t TimedCrc32c(TierShared* shared, const RowPieces& row);
+uint32_t TimedCrc32c(std::atomic<uint64_t>* spent_ns, const RowPieces& row);
 // The counters the ops keep in `shared` (staged rows, CRC time, seal failures).
 void AddSharedCounters(const TierShared& shared, FsTierMetrics* m);
 
@@ -318,9 +310,9 @@ inline bool NotRegular(const struct statx& stx) { return !S_ISREG(stx.stx_mode);
 KeyResult AbandonedResult(const char* syscall, const std::string& path, uint32_t io_timeout_ms);
 
 // Clears O_DIRECT on `fd` (F_SETFL never waits: the I/O thread calls it)
-// so that a transfer cut short at an unaligned offset resumes buffered;
-// returns false, the fd's new O_DIRECT state (true only if fcntl failed).
-bool DropDirect(int fd);
+// so that a transfer cut short at an unaligned offset resumes buffered.
+// True when it is off now; false only if fcntl failed (the fd keeps O_DIRECT).
+[[nodiscard]] bool DropDirect(int fd);
 
 // True when O_DIRECT may be used for this buffer (page-aligned address and length).
 bool DirectIoAligned(const void* buf, uint64_t len);

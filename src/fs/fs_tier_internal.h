@@ -11,6 +11,7 @@
 #include "io/backend.h"
 #include "io/clock.h"
 #include "kvtier/fs_tier.h"
+#include "seal/seal_key.h"
 
 namespace kvtier::internal {
 
@@ -26,6 +27,10 @@ bool BounceLoadsFor(const FsTierOptions& t, bool local);
 // a probe that fails otherwise (EACCES, ENOSPC, ...) proves nothing and
 // keeps it on. Logs a warning naming the errno whenever the probe fails.
 bool ProbeODirect(int ns_fd, const std::string& ns_dir, uint64_t suffix, bool want_direct);
+// The user-xattr start-up probe (FORMAT.md L102) there: Ok when user xattrs
+// work, kUnavailable when they do not; a probe that fails otherwise proves
+// nothing, is logged and counts as Ok.
+Status ProbeXattr(int ns_fd, const std::string& ns_dir, uint64_t suffix);
 
 // `keys`: a sealed tier's keys, loaded once by the caller (a tier over
 // several roots hands one keyring to every root, FORMAT.md L160); nullptr:

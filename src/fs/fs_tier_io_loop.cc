@@ -21,6 +21,7 @@
 #include <unordered_map>
 
 #include "fs/backpressure.h"
+#include "fs/block_codec.h"
 #include "fs/fs_tier_internal.h"
 #include "fs/io_job.h"
 #include "fs/root_health.h"
@@ -70,7 +71,7 @@ class FsTierImpl final : public FsTier, public StagedCrcTier {
     // thread is not joined either: a thread that set up an io_uring waits,
     // as it exits, for the ring's kernel workers, which are the ones stuck.
     KeepForever(std::move(backend_));
-    shared_->seal.reset();  // the loop has ended, no late completion is reaped: wipe the keys now (L173)
+    shared_->codec.reset();  // the loop has ended, no late completion is reaped: wipe a seal's keys now (L173)
     KeepForever(std::move(shared_));  // the root fd: requests still queued in the kernel resolve paths from it
     io_thread_.detach();
   }
@@ -187,24 +188,15 @@ class FsTierImpl final : public FsTier, public StagedCrcTier {
   const Namespace& ns() const override { return ns_; }
   std::string_view backend_name() const override { return backend_->name(); }
   bool o_direct() const override { return shared_->o_direct; }
-  bool xattrs_supported() const override { return shared_->checksum && !shared_->trailer(); }
-  std::string_view checksum_place() const override {
-    return shared_->seal ? "seal" : shared_->checksum ? ChecksumPlaceName(shared_->place) : "off";
-  }
+  bool xattrs_supported() const override { return shared_->codec->writes_xattr(); }
+  std::string_view checksum_place() const override { return shared_->codec->name(); }
   std::string BlockPath(const OffloadKey& key) const override {
     return JoinRoot(options_.tier.root_dir, ns_.BlockRelPath(key));
   }
 
  private:
   Submission NewSubmission(JobKind kind, size_t n, IoClass cls) {
-    Submission sub;
-    sub.job = std::make_unique<Job>();
-    sub.job->id = next_job_id_.fetch_add(1);
-    sub.job->kind = kind;
-    sub.job->results.resize(n);
-    sub.job->remaining = n;
-    sub.cls = cls;
-    return sub;
+    return io_loop::NewSubmission(next_job_id_.fetch_add(1), kind, n, cls);
   }
 
   uint64_t Enqueue(Submission sub) {
@@ -245,14 +237,7 @@ class FsTierImpl final : public FsTier, public StagedCrcTier {
     for (size_t i = 0; i < n; ++i) metrics_.Record(kind, DownResult(kind).outcome, 0, 0);
     return FinishNow(std::move(sub));
   }
-  KeyResult DownResult(JobKind kind) const {
-    switch (kind) {
-      case JobKind::kLookup: return {KeyOutcome::kMiss, Status()};
-      case JobKind::kLoad: return {KeyOutcome::kError, Status(StatusCode::kUnavailable, root_down_why_)};
-      case JobKind::kStore: return {KeyOutcome::kDropped, Status(StatusCode::kRejected, root_down_why_)};
-    }
-    return {};
-  }
+  KeyResult DownResult(JobKind kind) const { return io_loop::DownResult(kind, root_down_why_); }
 
   uint64_t FinishNow(Submission sub) {
     const uint64_t id = sub.job->id;

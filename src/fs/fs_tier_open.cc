@@ -1,6 +1,6 @@
 // FsTier start-up: directories, config.json (written once, atomically), and
-// the O_DIRECT and (with checksum_blocks) xattr probes, the latter deciding
-// where block checksums go (FORMAT.md L130), all with plain
+// the O_DIRECT and (with checksum_blocks) xattr probes (tier_probes.cc), the
+// latter deciding where block checksums go (FORMAT.md L130), all with plain
 // syscalls before the I/O loop runs.
 // root_dir is the operator's and is created like `mkdir -p`; below it, on a
 // volume others may write, everything goes through directory fds that
@@ -9,7 +9,6 @@
 #include <fcntl.h>
 #include <sys/random.h>
 #include <sys/stat.h>
-#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -21,6 +20,7 @@
 #include <span>
 #include <vector>
 
+#include "fs/block_codec.h"
 #include "fs/fs_tier_internal.h"
 #include "format/layout_names.h"
 #include "format/root_list.h"
@@ -29,6 +29,7 @@
 #include "fs/tier_space.h"
 #include "fs/volume_kind.h"
 #include "io/io_watch.h"
+#include "seal/seal_cipher.h"
 #include "util/log.h"
 
 namespace kvtier::internal {
@@ -114,100 +115,20 @@ Status WriteConfigOnce(int ns_fd, const std::string& ns_dir, const std::string& 
   return s;
 }
 
-// Creates the probe file with O_DIRECT (O_EXCL, L63: never opens what
-// someone else put there), writes one aligned page and removes it. Returns 0
-// or the errno that failed; an fd that came back without O_DIRECT counts as
-// EINVAL (the filesystem dropped the flag).
-int ODirectProbeErrno(int ns_fd, const std::string& name) {
-  const int fd = openat(ns_fd, name.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_TRUNC | O_NOFOLLOW | O_CLOEXEC | O_DIRECT,
-                        0644);
-  if (fd < 0) {
-    const int err = errno;
-    if (err == EINVAL) unlinkat(ns_fd, name.c_str(), 0);  // some kernels create the file before refusing
-    return err;
+// The tier's block codec (block_codec.h), chosen once here. A sealed tier's
+// was chosen with its keys (SealedTierNamespace): its tag checks a block
+// (L163), no CRC. Else, with checksum_blocks (L102), FORMAT.md L130: where
+// stores put a block's CRC32C (PickChecksumPlace, the one decision that
+// `kvtier doctor` prints too) and whether loads ask for the attribute of a
+// block that has no trailer. Only checksum_place "xattr" refuses a volume
+// without user xattrs, as vLLM's tier with checksum_blocks does: silently
+// storing blocks without their CRC would defeat it.
+Status ChooseCodec(int ns_fd, const FsTierOptions& t, const std::string& ns_dir, uint64_t suffix, TierShared* shared) {
+  if (shared->codec != nullptr) return Status::Ok();
+  if (!t.checksum_blocks) {
+    shared->codec = MakeNoChecksumCodec();
+    return Status::Ok();
   }
-  int err = (fcntl(fd, F_GETFL) & O_DIRECT) != 0 ? 0 : EINVAL;
-  if (err == 0) {
-    void* page = std::aligned_alloc(4096, 4096);
-    std::memset(page, 0, 4096);
-    const ssize_t n = write(fd, page, 4096);
-    if (n != 4096) err = n < 0 ? errno : EIO;
-    std::free(page);
-  }
-  close(fd);
-  unlinkat(ns_fd, name.c_str(), 0);
-  return err;
-}
-
-}  // namespace
-
-// FORMAT.md L63: one page written with O_DIRECT into a probe file in the
-// namespace directory, then removed. Only EINVAL says the filesystem refuses
-// O_DIRECT (tmpfs before 6.6, overlayfs, FUSE). Any other failure (EACCES,
-// EROFS, ENOSPC, EDQUOT) says nothing about O_DIRECT, so it stays on rather
-// than the tier running buffered for life: each load and store falls back to
-// buffered I/O by itself where an O_DIRECT open or transfer gets EINVAL.
-bool ProbeODirect(int ns_fd, const std::string& ns_dir, uint64_t suffix, bool want_direct) {
-  if (!want_direct) return false;
-  const int err = ODirectProbeErrno(ns_fd, format::ODirectProbeName(suffix));
-  if (err == 0) return true;
-  if (err == EINVAL) {
-    LogWarning("O_DIRECT is refused under " + ns_dir + " (EINVAL: tmpfs, overlayfs or FUSE?): buffered I/O");
-    return false;
-  }
-  LogWarning("the O_DIRECT probe under " + ns_dir + " failed (" + ErrnoToStatus(err, "probe").ToString() +
-             "), which says nothing about O_DIRECT: it stays on, and an I/O falls back to buffered where refused");
-  return true;
-}
-
-namespace {
-
-// Sets the CRC attribute to 4 zero bytes on an open probe file and reads it
-// back: some filesystems accept a set they do not keep. kUnavailable means
-// user xattrs do not work here (EOPNOTSUPP, or other bytes came back).
-Status SetAndReadBack(int fd, const std::string& shown) {
-  const uint8_t zero[format::kCrcXattrBytes] = {};
-  if (fsetxattr(fd, format::kCrcXattr, zero, sizeof zero, 0) != 0) return ErrnoToStatus(errno, "fsetxattr " + shown);
-  uint8_t back[8];
-  const ssize_t n = fgetxattr(fd, format::kCrcXattr, back, sizeof back);
-  if (n < 0) return ErrnoToStatus(errno, "fgetxattr " + shown);
-  if (n != sizeof zero || std::memcmp(back, zero, sizeof zero) != 0) {
-    return Status(StatusCode::kUnavailable, "fgetxattr " + shown + " read back other bytes than were set");
-  }
-  return Status::Ok();
-}
-
-// FORMAT.md L102, as vLLM's probe_xattr (PR #57912): ".xattr_probe_<n>.tmp"
-// must take and give back the CRC attribute. kUnavailable: user xattrs do
-// not work here. A probe that fails for another reason (a full volume:
-// tmpfs counts xattrs against its inode space) proves nothing either way:
-// it is logged and counts as working; a store that cannot set the attribute
-// fails, as it would on any volume that fills up later.
-Status ProbeXattr(int ns_fd, const std::string& ns_dir, uint64_t suffix) {
-  const std::string name = format::XattrProbeName(suffix);
-  const std::string shown = ns_dir + "/" + name;
-  const int fd = openat(ns_fd, name.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
-  Status s = fd < 0 ? ErrnoToStatus(errno, "create " + shown) : SetAndReadBack(fd, shown);
-  if (fd >= 0) {
-    close(fd);
-    unlinkat(ns_fd, name.c_str(), 0);
-  }
-  if (s.ok() || s.code() == StatusCode::kUnavailable) return s;
-  LogWarning("the user-xattr probe failed (" + s.ToString() + "), which says nothing either way: checksums "
-             "stay on, in the user xattr where checksum_place allows");
-  return Status::Ok();
-}
-
-// FORMAT.md L130: with checksum_blocks, where stores put a block's CRC32C
-// (PickChecksumPlace, the one decision that `kvtier doctor` prints too) and
-// whether loads ask for the attribute of a block that has no trailer. Only
-// checksum_place "xattr" refuses a volume without user xattrs, as vLLM's
-// tier with checksum_blocks does: silently storing blocks without their CRC
-// would defeat it.
-Status SetUpChecksums(int ns_fd, const FsTierOptions& t, const std::string& ns_dir, uint64_t suffix,
-                      TierShared* shared) {
-  shared->checksum = t.checksum_blocks && !t.sealed();  // a sealed block's tag checks it (L163)
-  if (!shared->checksum) return Status::Ok();
   const Status probe = ProbeXattr(ns_fd, ns_dir, suffix);
   const bool xattrs_work = probe.ok();
   if (!xattrs_work && t.checksum_place == ChecksumPlaceKind::kXattr) {
@@ -216,12 +137,12 @@ Status SetUpChecksums(int ns_fd, const FsTierOptions& t, const std::string& ns_d
                              "work here; \"checksum_place\": \"auto\" or \"trailer\" keeps checksums in a "
                              "trailer after each row, \"checksum_blocks\": false runs without them");
   }
-  switch (t.checksum_place) {
-    case ChecksumPlaceKind::kAuto: shared->place = PickChecksumPlace(xattrs_work); break;
-    case ChecksumPlaceKind::kXattr: shared->place = ChecksumPlace::kXattr; break;
-    case ChecksumPlaceKind::kTrailer: shared->place = ChecksumPlace::kTrailer; break;
-  }
-  shared->read_xattr = xattrs_work;
+  const ChecksumPlace place = t.checksum_place == ChecksumPlaceKind::kAuto    ? PickChecksumPlace(xattrs_work)
+                              : t.checksum_place == ChecksumPlaceKind::kXattr ? ChecksumPlace::kXattr
+                                                                              : ChecksumPlace::kTrailer;
+  // Where user xattrs do not work, a load's fgetxattr could only fail: trailer loads skip it.
+  shared->codec = place == ChecksumPlace::kXattr ? MakeXattrCrcCodec(&shared->checksum_ns)
+                                                 : MakeTrailerCrcCodec(xattrs_work, &shared->checksum_ns);
   if (!xattrs_work && t.checksum_place == ChecksumPlaceKind::kAuto) {
     Log(LogLevel::kInfo, "fs tier under " + t.root_dir + ": no user xattrs here (" + probe.ToString() +
                              "); block checksums go in a 4096-byte trailer after each row (FORMAT.md L131)");
@@ -357,7 +278,7 @@ Result<UniqueFd> PrepareDirs(const FsTierOpenOptions& o, const Namespace& ns, Ti
   KVTIER_RETURN_IF_ERROR(WriteConfigOnce(ns_fd.get(), ns_dir, ns.config_json(), shared->tmp_base));
   IoScope at_probes(ns_dir);
   shared->o_direct = ProbeODirect(ns_fd.get(), ns_dir, shared->tmp_base, o.tier.o_direct);
-  KVTIER_RETURN_IF_ERROR(SetUpChecksums(ns_fd.get(), o.tier, ns_dir, shared->tmp_base, shared));
+  KVTIER_RETURN_IF_ERROR(ChooseCodec(ns_fd.get(), o.tier, ns_dir, shared->tmp_base, shared));
   // Under the probes' watch: statfs of a hung mount is bounded too. A root
   // statfs cannot classify is neither local nor network (io_uring, bounce on).
   Result<VolumeKind> kind = ClassifyVolume(o.tier.root_dir);
@@ -376,8 +297,8 @@ Result<Namespace> StoreNamespace(const FsTierOpenOptions& o, const SealKeyring* 
 namespace {
 
 // FORMAT.md L160-L162, L171: a sealed tier's keys (`given`, else read from
-// the files o.tier names), its cipher, and the namespace of each key (the
-// primary's is the tier's); else the plain one.
+// the files o.tier names), its codec (with this tier's cipher and the
+// namespace of each key), and its namespace (the primary's); else the plain one.
 Result<Namespace> SealedTierNamespace(const FsTierOpenOptions& o, std::shared_ptr<const SealKeyring> given,
                                       TierShared* shared) {
   KVTIER_ASSIGN_OR_RETURN(Namespace base, TierNamespace(o));
@@ -386,11 +307,13 @@ Result<Namespace> SealedTierNamespace(const FsTierOpenOptions& o, std::shared_pt
   if (!ring) {
     KVTIER_ASSIGN_OR_RETURN(ring, LoadSealKeyring(o.tier));
   }
+  std::vector<std::string> block_dirs;
   for (const std::unique_ptr<SealKey>& key : ring->keys) {
     KVTIER_ASSIGN_OR_RETURN(Namespace sealed, base.Sealed(key->key_id_hex()));
-    shared->seal_block_dirs.push_back(sealed.block_dir_name());
+    block_dirs.push_back(sealed.block_dir_name());
   }
-  KVTIER_ASSIGN_OR_RETURN(shared->seal, SealCipher::Create(ring));
+  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<SealCipher> cipher, SealCipher::Create(ring));
+  shared->codec = MakeSealedCodec(std::move(cipher), std::move(block_dirs), &shared->auth_failures);
   return base.Sealed(ring->keys[0]->key_id_hex());
 }
 
@@ -419,7 +342,7 @@ void MakeRowPools(const FsTierOpenOptions& o, bool local, TierShared* shared) {
   }
   // Unaligned rows keep O_DIRECT through staging rows (block_ops.h); rows of a size O_DIRECT cannot
   // transfer whole use buffered I/O. A sealed tier encrypts into them (L168: never the caller's row).
-  if ((shared->o_direct && o.row_bytes % 4096 == 0) || shared->seal) {
+  if ((shared->o_direct && o.row_bytes % 4096 == 0) || shared->codec->fills_stage()) {
     shared->stage = std::make_unique<BouncePool>(o.row_bytes, o.tier.n_read_threads + o.tier.n_write_threads);
   }
 }

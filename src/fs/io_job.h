@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "fs/block_ops.h"
@@ -32,5 +33,28 @@ struct Submission {
   IoClass cls = IoClass::kRead;
   uint64_t enqueued_ns = 0;
 };
+
+// Job `id` of `n` keys, none done yet, its ops to come.
+inline Submission NewSubmission(uint64_t id, JobKind kind, size_t n, IoClass cls) {
+  Submission sub;
+  sub.job = std::make_unique<Job>();
+  sub.job->id = id;
+  sub.job->kind = kind;
+  sub.job->results.resize(n);
+  sub.job->remaining = n;
+  sub.cls = cls;
+  return sub;
+}
+
+// A key's result while its root is down (`why`): a lookup misses, a load
+// fails, a store is dropped.
+inline KeyResult DownResult(JobKind kind, const std::string& why) {
+  switch (kind) {
+    case JobKind::kLookup: return {KeyOutcome::kMiss, Status()};
+    case JobKind::kLoad: return {KeyOutcome::kError, Status(StatusCode::kUnavailable, why)};
+    case JobKind::kStore: return {KeyOutcome::kDropped, Status(StatusCode::kRejected, why)};
+  }
+  return {};
+}
 
 }  // namespace kvtier::internal::io_loop

@@ -13,12 +13,12 @@
 // is still read and its record checked: only a valid one says that the file's
 // extra page is not part of a longer row (L66).
 // An unchecked load (staged_crc.h) hands the CRC back instead: its caller
-// checks the row after copying it to the GPU.
-// Also the lookup op: one statx per key (L70).
-// Both name the block in its shard directory's fd when a store left a fresh
-// one cached (shard_dirs.h, FORMAT.md L145-L147; network and FUSE volumes
-// only): one component to look up instead of the walk from root_dir.
-// Otherwise the path is root-relative.
+// checks the row after copying it to the GPU. Which sizes a file may have,
+// what is read besides the row and how it is checked are the tier's codec's
+// (block_codec.h: the rules above for unsealed tiers, a seal's for sealed
+// ones, L169); this op carries the requests, the reopens and the cleanup.
+// It names the block in its shard directory's fd when a store left a fresh
+// one cached (block_at.h).
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -28,10 +28,11 @@
 #include <ctime>
 #include <cerrno>
 
+#include "fs/block_at.h"
+#include "fs/block_codec.h"
 #include "fs/block_ops.h"
 #include "fs/staged_crc.h"
 #include "format/layout_names.h"
-#include "util/crc32c.h"
 
 namespace kvtier::internal {
 namespace {
@@ -40,38 +41,6 @@ constexpr int64_t kAtimeRefreshS = 3600;
 constexpr int kReopensMax = 3;
 
 int64_t RealNowS() { return static_cast<int64_t>(::time(nullptr)); }
-
-// Open and statx results that mean "no block at this path": nothing there
-// (ENOENT), a symlink on the way (ELOOP; EXDEV would be an escape from
-// root_dir), a file where a shard directory belongs (ENOTDIR), or a socket
-// (ENXIO). None is the key's fault, and a store may fill the path later.
-bool NotABlock(int64_t res) {
-  return res == -ENOENT || res == -ELOOP || res == -EXDEV || res == -ENOTDIR || res == -ENXIO;
-}
-
-// Where a block's requests name it: in its cached shard directory if fresh
-// now, else by its root-relative path `rel` (the pointer stays valid while
-// `rel` does).
-struct BlockAt {
-  ShardDirs::Ref dir;
-  int fd = -1;
-  const char* name = nullptr;
-};
-// The root-relative place of `rel`, after dropping `held` (a held shard
-// directory whose handle went stale) from the cache.
-BlockAt ForgetBlockAt(TierShared* shared, const std::string& rel, const BlockAt& held) {
-  shared->shard_dirs.Drop(rel.substr(0, rel.rfind('/')), held.dir.get());
-  return {nullptr, shared->root.get(), rel.c_str()};
-}
-BlockAt FindBlockAt(TierShared* shared, const std::string& rel) {
-  BlockAt at{nullptr, shared->root.get(), rel.c_str()};
-  const size_t slash = rel.rfind('/');
-  if (!shared->hold_shard_dirs || slash == std::string::npos) return at;
-  if (ShardDirs::Ref dir = shared->shard_dirs.Find(rel.substr(0, slash), MonotonicNowNs())) {
-    at = {dir, dir->fd.get(), rel.c_str() + slash + 1};
-  }
-  return at;
-}
 
 class LoadOp final : public FsBlockOp {
  public:
@@ -210,25 +179,14 @@ class LoadOp final : public FsBlockOp {
     // the I/O thread calls it directly; should it fail, reads still work
     // everywhere else.
     fcntl(fd_, F_SETFL, direct_ ? O_DIRECT : 0);
-    if (shared_->seal) return SealedSize();
-    if (stx_.stx_size < row_.size()) {
-      return Close(KeyOutcome::kCorrupt, Corruption(Path() + " is " + std::to_string(stx_.stx_size) +
-                                                    " bytes, a row is " + std::to_string(row_.size())),
-                   /*unlink=*/true);
+    LoadPlan plan = shared_->codec->Plan(stx_.stx_size, row_.size(), Path());
+    switch (plan.step) {
+      case LoadPlan::kRefuse: return Close(KeyOutcome::kCorrupt, std::move(plan.why), plan.unlink);
+      case LoadPlan::kXattrThenRead: state_ = kXattr; return;
+      case LoadPlan::kReadWithPage: trailer_ = NewTrailerPage(); break;  // one vectored read
+      case LoadPlan::kRead: break;
     }
-    if (stx_.stx_size == row_.size() + format::kTrailerBytes) {  // L134: the row and its trailer
-      trailer_ = NewTrailerPage();
-      state_ = kRead;
-      return;
-    }
-    if (stx_.stx_size > row_.size()) return Longer("");
-    // Off: no getxattr, no CRC (L102); nor where user xattrs do not work.
-    state_ = shared_->checksum && shared_->read_xattr ? kXattr : kRead;
-  }
-  // L66: never returned, left in place (it may be a row of a larger page size).
-  void Longer(const std::string& why) {
-    Close(KeyOutcome::kCorrupt, Corruption(Path() + " is longer than a row (" + std::to_string(stx_.stx_size) +
-                                           " bytes" + why + ")"));
+    state_ = kRead;
   }
   // What the read fills: the row's target, then the trailer page if any.
   const RowPieces& File() {
@@ -239,7 +197,7 @@ class LoadOp final : public FsBlockOp {
   void AfterXattr(int64_t res) {
     if (Replaced(res)) return;
     if (res == 4) {
-      has_crc_ = true;
+      xattr_crc_ = uint32_t{crc_be_[0]} << 24 | uint32_t{crc_be_[1]} << 16 | uint32_t{crc_be_[2]} << 8 | crc_be_[3];
     } else if ((res >= 0 && res != 4) || res == -ERANGE) {  // ERANGE: longer than our buffer
       return Close(KeyOutcome::kCorrupt, ErrnoToStatus(EBADMSG, Path() + ": CRC attribute of " +
                                                                     (res < 0 ? "over 8" : std::to_string(res)) + " bytes"),
@@ -252,41 +210,43 @@ class LoadOp final : public FsBlockOp {
   void AfterRead(int64_t res) {
     if (Replaced(res)) return;
     // O_DIRECT refused this transfer: the rest is read buffered (as store_op.cc).
-    if (res == -EINVAL && direct_ && !(direct_ = DropDirect(fd_))) return;
+    if (res == -EINVAL && direct_ && DropDirect(fd_)) return void(direct_ = false);
     if (res < 0) return Close(KeyOutcome::kError, ErrnoToStatus(static_cast<int>(-res), "read " + Path()));
     if (res == 0) {  // shrank between statx and read: torn or truncated
       return Close(KeyOutcome::kCorrupt, Corruption(Path() + ": short read"), /*unlink=*/true);
     }
     read_ += static_cast<uint64_t>(res);
     if (read_ < File().size()) {  // short read: resume
-      if (direct_ && read_ % 4096 != 0) direct_ = DropDirect(fd_);  // O_DIRECT would refuse the offset
+      if (direct_ && read_ % 4096 != 0 && DropDirect(fd_)) direct_ = false;  // O_DIRECT would refuse the offset
       return;
     }
     if (direct_ && bounce_ != nullptr && !row_.DirectAligned()) {
       shared_->staged_ios.fetch_add(1, std::memory_order_relaxed);  // O_DIRECT kept for an unaligned row
     }
-    if (shared_->seal) return OpenSealed();
-    if (trailer_ != nullptr && !TrailerSays()) return;
-    if (has_crc_ || unchecked_ != nullptr) {
-      const uint32_t want = uint32_t{crc_be_[0]} << 24 | uint32_t{crc_be_[1]} << 16 |
-                            uint32_t{crc_be_[2]} << 8 | crc_be_[3];
-      if (unchecked_ != nullptr) {
-        HandBack(want);
-      } else if (TimedCrc32c(shared_, Target()) != want) {
-        // First from a fresh open again: a file replaced under the fd can mix two
-        // blocks' attribute and bytes (GlusterFS's open-behind), a good block.
-        if (!reread_ && Replaced(-ESTALE)) return void(reread_ = true);
-        return Close(KeyOutcome::kCorrupt, ErrnoToStatus(EBADMSG, Path() + ": CRC32C mismatch"), /*unlink=*/true);
-      }
+    Check();
+  }
+  // The codec's verdict on the file read whole (block_codec.h).
+  void Check() {
+    const std::string shown = Path();
+    LoadedRow in{rel_, shown, key_index_, stx_.stx_size, &Target(), bounce_, &row_, trailer_.get(), xattr_crc_,
+                 /*verify=*/unchecked_ == nullptr};
+    LoadVerdict v = shared_->codec->Check(in);
+    if (v.kind == LoadVerdict::kRefuse) return Close(KeyOutcome::kCorrupt, std::move(v.why), v.unlink);
+    if (v.kind == LoadVerdict::kMismatch) {
+      // First from a fresh open again: a file replaced under the fd can mix two
+      // blocks' attribute and bytes (GlusterFS's open-behind), a good block.
+      if (!reread_ && Replaced(-ESTALE)) return void(reread_ = true);
+      return Close(KeyOutcome::kCorrupt, ErrnoToStatus(EBADMSG, Path() + ": CRC32C mismatch"), /*unlink=*/true);
     }
+    if (unchecked_ != nullptr) HandBack(v);
     // Whole and verified: only now does the caller's row see the bytes.
-    if (bounce_ != nullptr) row_.ScatterFrom(bounce_);
+    if (bounce_ != nullptr && !v.delivered) row_.ScatterFrom(bounce_);
     Served();
   }
   // Unchecked (staged_crc.h): the caller checks the row after its copy
   // against the CRC the block carries, and removes this very file if not.
-  void HandBack(uint32_t want) {
-    *unchecked_ = LoadedBlock{has_crc_,           want, stx_.stx_ino, stx_.stx_size, stx_.stx_dev_major,
+  void HandBack(const LoadVerdict& v) {
+    *unchecked_ = LoadedBlock{v.has_crc,          v.crc, stx_.stx_ino, stx_.stx_size, stx_.stx_dev_major,
                               stx_.stx_dev_minor, stx_.stx_mtime.tv_sec, stx_.stx_mtime.tv_nsec};
   }
   void Served() {
@@ -296,69 +256,17 @@ class LoadOp final : public FsBlockOp {
     // it is over an hour old so gc's least-recently-used order sees reads.
     if (shared_->touch_atime && RealNowS() - stx_.stx_atime.tv_sec > kAtimeRefreshS) state_ = kTouch;
   }
-  // L169: a sealed namespace holds files of row_size + 4096 bytes only; any
-  // other size is refused unread (a longer one is left in place, L66).
-  void SealedSize() {
-    const uint64_t want = row_.size() + format::kSealTrailerBytes;
-    if (stx_.stx_size != want) {
-      return AuthFailed("is " + std::to_string(stx_.stx_size) + " bytes, a sealed block " + std::to_string(want),
-                        stx_.stx_size < want);
-    }
-    trailer_ = NewTrailerPage();
-    state_ = kRead;
-  }
-  // L169: the tag checked with the key of the namespace the file is in, and
-  // the row decrypted into the caller's (from the bounce row, or in place).
-  // A failing block leaves the caller's row zeroed (SealCipher::Open).
-  void OpenSealed() {
-    std::vector<SealPiece> pieces(row_.count());
-    for (size_t i = 0, at = 0; i < row_.count(); at += row_.piece(i).size(), ++i) {
-      uint8_t* out = row_.piece(i).data();
-      pieces[i] = {bounce_ != nullptr ? bounce_ + at : out, out, row_.piece(i).size()};
-    }
-    const std::string_view why = shared_->seal->Open(key_index_, rel_, trailer_.get(), stx_.stx_size, pieces);
-    if (!why.empty()) return AuthFailed(std::string(why), /*unlink=*/true);
-    Served();
-  }
-  void AuthFailed(const std::string& why, bool unlink) {
-    shared_->auth_failures.fetch_add(1, std::memory_order_relaxed);
-    Close(KeyOutcome::kCorrupt, ErrnoToStatus(EBADMSG, Path() + ": not a valid sealed block (" + why + ")"), unlink);
-  }
   // L171: no file in key i's namespace; look in key i + 1's (a read key's).
   void NextKeyOrMiss() {
-    if (shared_->seal == nullptr || key_index_ + 1 >= shared_->seal_block_dirs.size()) {
-      return Done(KeyOutcome::kMiss, Status());
-    }
+    if (!NextNamespace(*shared_, &key_index_, &rel_)) return Done(KeyOutcome::kMiss, Status());
     at_ = BlockAt{};  // named again, by the first request in the next namespace
-    rel_ = shared_->seal_block_dirs[++key_index_] + rel_.substr(rel_.find('/'));
-  }
-  // L134: what the trailer's record says. No magic, or a later version:
-  // not a trailer kvtier understands, so a longer file (L66), left in place.
-  // A damaged record (torn, or the file truncated or grown since) is
-  // corrupt and removed, as a CRC mismatch (L67). A valid one gives the CRC
-  // the row is checked against (has_crc_), with checksum_blocks on.
-  bool TrailerSays() {
-    format::TrailerRecord record;
-    const uint8_t* at = trailer_.get() + format::kTrailerBytes - format::kTrailerRecordBytes;
-    const format::TrailerState state = format::ParseTrailerRecord(at, stx_.stx_size, &record);
-    if (state == format::TrailerState::kAbsent || state == format::TrailerState::kNewer) {
-      Longer(std::string(", ") + format::TrailerStateName(state) + " in its last page");
-      return false;
-    }
-    if (state == format::TrailerState::kDamaged) {
-      Close(KeyOutcome::kCorrupt, ErrnoToStatus(EBADMSG, Path() + ": damaged checksum trailer"), /*unlink=*/true);
-      return false;
-    }
-    has_crc_ = shared_->checksum;
-    for (int i = 0; i < 4; ++i) crc_be_[i] = static_cast<uint8_t>(record.data_crc >> (24 - 8 * i));
-    return true;
   }
   void AfterClose() {
     fd_ = -1;
     if (reopen_) {  // start over on whatever file the path names now
       reopen_ = false;
       read_ = 0;
-      has_crc_ = false;
+      xattr_crc_.reset();
       trailer_.reset();
       file_ = RowPieces();
       // The path may still name the replaced file in the kernel's dentry
@@ -405,7 +313,7 @@ class LoadOp final : public FsBlockOp {
   // so no caller can take the file's unauthenticated bytes for data. Called
   // once the outcome is final: no read into the row is in flight then.
   void WipeUnlessServed() {
-    if (shared_->seal == nullptr || !row_read_ || result.outcome == KeyOutcome::kOk) return;
+    if (!shared_->codec->WipesFailedRows() || !row_read_ || result.outcome == KeyOutcome::kOk) return;
     for (size_t i = 0; i < row_.count(); ++i) std::memset(row_.piece(i).data(), 0, row_.piece(i).size());
   }
 
@@ -417,15 +325,16 @@ class LoadOp final : public FsBlockOp {
   BouncePool* pool_ = nullptr;  // where bounce_ comes from (bounce, else stage); nullptr: none
   uint8_t* bounce_ = nullptr;   // from pool_, held until the op is freed
   RowPieces bounce_row_;       // bounce_ as one piece
-  TrailerPage trailer_;        // the file's trailer page (L131), when it has one
+  TrailerPage trailer_;        // the file's page after the row (L131, L168), when it has one
   RowPieces file_;             // Target() and the trailer page
   std::vector<iovec> iov_;     // a vectored read's pieces (RowPart)
   struct statx stx_{}, again_{};
-  uint8_t crc_be_[8] = {};
+  uint8_t crc_be_[8] = {};     // the CRC attribute as read (big-endian)
+  std::optional<uint32_t> xattr_crc_;  // the CRC attribute the file carries
   State state_ = kOpen;
   int fd_ = -1;
   uint64_t read_ = 0;
-  bool direct_ = false, has_crc_ = false, unlink_ = false, reopen_ = false, reread_ = false;
+  bool direct_ = false, unlink_ = false, reopen_ = false, reread_ = false;
   bool final_ = false;      // `result` is the outcome; what is left is cleanup
   bool row_read_ = false;   // a read was issued into the caller's row itself
   bool abandoned_ = false;  // OnAbandon ran: only closing an fd is left
@@ -433,68 +342,10 @@ class LoadOp final : public FsBlockOp {
   size_t key_index_ = 0;  // sealed: the ring's key whose namespace rel_ is in (L171)
 };
 
-class LookupOp final : public FsBlockOp {
- public:
-  LookupOp(TierShared* shared, std::string rel_path) : shared_(shared), rel_(std::move(rel_path)) {}
-  // A statx reads no block data: lookups, which a serving engine issues
-  // every step, must not hold stores back as loads do.
-  bool ReadsData() const override { return false; }
-  bool NextRequest(IoRequest* req) override {
-    if (done_) return false;
-    *req = IoRequest{};
-    at_ = FindBlockAt(shared_, rel_);
-    // No-follow: a symlink is no block (its target's file type does not matter).
-    StatxNoFollow(req, at_.fd, at_.name, &stx_);
-    req->deadline_ns = DeadlineNs(*shared_);
-    return true;
-  }
-  void OnAbandon() override {
-    if (!done_) result = AbandonedResult("statx", JoinRoot(shared_->root_dir, rel_), shared_->io_timeout_ms);
-    abandoned_ = true;
-  }
-  void OnCompletion(int64_t res) override {
-    done_ = true;
-    if (abandoned_) return;  // its result was already taken
-    if (res == 0) {
-      result = {NotRegular(stx_) || !SealedSize() ? KeyOutcome::kMiss : KeyOutcome::kOk, Status()};
-    } else if (NotABlock(res)) {
-      if (NextKey()) return;
-      result = {KeyOutcome::kMiss, Status()};
-    } else {
-      result = {KeyOutcome::kError,
-                ErrnoToStatus(static_cast<int>(-res), "statx " + JoinRoot(shared_->root_dir, rel_))};
-    }
-  }
-
- private:
-  // L170: in a sealed namespace only a file of row_size + 4096 bytes is a block.
-  bool SealedSize() const {
-    return shared_->seal == nullptr || stx_.stx_size == shared_->row_bytes + format::kSealTrailerBytes;
-  }
-  // L171: no file in key i's namespace: the next request looks in key i + 1's.
-  bool NextKey() {
-    if (shared_->seal == nullptr || key_index_ + 1 >= shared_->seal_block_dirs.size()) return false;
-    rel_ = shared_->seal_block_dirs[++key_index_] + rel_.substr(rel_.find('/'));
-    done_ = false;
-    return true;
-  }
-
-  TierShared* shared_;
-  std::string rel_;
-  BlockAt at_;  // where rel_ is named (held until the op is freed)
-  struct statx stx_{};
-  size_t key_index_ = 0;
-  bool done_ = false, abandoned_ = false;
-};
-
 }  // namespace
 
 std::unique_ptr<FsBlockOp> MakeLoadOp(TierShared* shared, std::string rel_path, RowPieces row, LoadedBlock* unchecked) {
   return std::make_unique<LoadOp>(shared, std::move(rel_path), std::move(row), unchecked);
-}
-
-std::unique_ptr<FsBlockOp> MakeLookupOp(TierShared* shared, std::string rel_path) {
-  return std::make_unique<LookupOp>(shared, std::move(rel_path));
 }
 
 }  // namespace kvtier::internal

@@ -1,10 +1,12 @@
-// The store state machine: [open shard dir [-> mkdirs -> open it again],
-// or in a fresh tree mkdirs first -> open it] ->
+// The store state machine: [the shard directory, made where missing and
+// opened where held (shard_dir_maker.h)] ->
 // statx(dest) -> open(tmp, O_EXCL) -> write (resumed when short) ->
-// [fdatasync] -> [fsetxattr(crc), with checksum_blocks in the xattr] ->
-// close -> rename -> [fsync dir]. With the checksum in a trailer (L131) the
-// write carries the row and its trailer page as one vectored request: no
-// request more than a row alone. Any failure after the temp file exists
+// [fdatasync] -> [fsetxattr(crc), where the codec sets the attribute] ->
+// close -> rename -> [fsync dir]. What goes with the row is the tier's
+// codec's (block_codec.h): a page after it (a CRC trailer, L131; a seal,
+// L168) goes in the same vectored request, no request more than a row
+// alone; a sealed row is written from the staging row it was encrypted
+// into. Any failure after the temp file exists
 // closes it and unlinks it, so no temp file outlives a failed store.
 // Where walks are round trips (network, FUSE: TierShared::hold_shard_dirs),
 // statx, open, rename and unlink name one component in the shard directory's
@@ -15,7 +17,8 @@
 // destination (fsck --repair removes it), which is neither skipped as
 // present nor replaced. A cached directory that has gone
 // (gc removed it: creating in it fails ENOENT; a stale network handle:
-// ESTALE) is opened again by its path, made if missing, and the store goes on.
+// ESTALE) is opened again by its path, made if missing (ShardDirMaker), and
+// the store goes on; so is a missing one on a path named from root_dir.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -23,9 +26,10 @@
 #include <algorithm>
 #include <cerrno>
 
+#include "fs/block_codec.h"
 #include "fs/block_ops.h"
+#include "fs/shard_dir_maker.h"
 #include "format/layout_names.h"
-#include "util/crc32c.h"
 
 namespace kvtier::internal {
 namespace {
@@ -33,18 +37,14 @@ namespace {
 class StoreOp final : public FsBlockOp {
  public:
   StoreOp(TierShared* shared, BlockPathParts path, RowPieces row, std::optional<uint32_t> crc)
-      : shared_(shared), row_(std::move(row)), given_crc_(crc) {
-    shard1_ = path.block_dir + "/" + path.shard1;
-    shard2_ = shard1_ + "/" + path.shard2;
-    dest_ = shard2_ + "/" + path.file;
-    file_ = std::move(path.file);
-    block_dir_ = std::move(path.block_dir);
-    name1_ = std::move(path.shard1);
-    name2_ = std::move(path.shard2);
-    // An unaligned row is staged (block_ops.h) and still written O_DIRECT.
-    // A sealed row is encrypted into a staging row (page-aligned) and written from there.
-    staged_ = !shared_->seal && Stageable(*shared_, row_);
-    direct_ = shared_->o_direct && (shared_->seal ? row_.size() % 4096 == 0 : staged_ || row_.DirectAligned());
+      : shared_(shared), row_(std::move(row)), given_crc_(crc), dirs_(shared, path),
+        dest_(dirs_.shard2() + "/" + path.file), file_(std::move(path.file)) {
+    // An unaligned row is staged (block_ops.h) and still written O_DIRECT. A
+    // codec that fills a staging row (sealed) has the file's row written from
+    // there (page-aligned).
+    const bool fills = shared_->codec->fills_stage();
+    staged_ = !fills && Stageable(*shared_, row_);
+    direct_ = shared_->o_direct && (fills ? row_.size() % 4096 == 0 : staged_ || row_.DirectAligned());
     NewTempName();
   }
   // An abandoned op is freed only once the kernel has returned its request
@@ -55,10 +55,9 @@ class StoreOp final : public FsBlockOp {
 
   bool NextRequest(IoRequest* req) override {
     if (state_ == kDone) return false;
-    if (!begun_ && shared_->hold_shard_dirs) {  // the cached shard directory, if one is fresh now
+    if (!begun_) {  // the cached shard directory, if one is fresh now; else it is opened or made
       begun_ = true;
-      dir_ = shared_->shard_dirs.Find(shard2_, MonotonicNowNs());
-      if (dir_ == nullptr) BeginUnheld();
+      if (dirs_.Begin()) Go(kShardDir);
     }
     *req = IoRequest{};
     // A close has no deadline: an expired one would never run and leak the fd.
@@ -72,11 +71,9 @@ class StoreOp final : public FsBlockOp {
   void OnCompletion(int64_t res) override {
     if (abandoned_) return AfterLate(res);
     switch (state_) {
+      case kShardDir: return AfterShardDir(res);
       case kStatDest: return AfterStat(res);
-      case kOpenShard: return AfterOpenShard(res);
       case kOpen: return AfterOpen(res);
-      case kMkdirParent: return AfterMkdirParent(res);
-      case kMkdir: return AfterMkdir(res);
       case kWrite: return AfterWrite(res);
       case kSync: return res < 0 ? Fail(res, "fdatasync") : Go(AfterData());
       case kXattr: return AfterXattr(res);
@@ -103,23 +100,21 @@ class StoreOp final : public FsBlockOp {
   }
 
  private:
-  enum State { kStatDest, kOpenShard, kOpen, kMkdirParent, kMkdir, kWrite, kSync, kXattr, kClose, kRename,
+  enum State { kShardDir, kStatDest, kOpen, kWrite, kSync, kXattr, kClose, kRename,
                kOpenDir, kSyncDir, kCloseDir, kUnlinkTmp, kDone };
 
   std::string Shown(const std::string& rel) const { return JoinRoot(shared_->root_dir, rel); }
   const char* StateSyscall() const {
-    static constexpr const char* kNames[] = {"statx", "open",  "open",   "open",  "mkdir",
-                                             "write", "fdatasync", "fsetxattr", "close", "rename",
-                                             "open",  "fsync", "close",  "unlink", "store"};
-    return kNames[state_];
+    static constexpr const char* kNames[] = {"",      "statx", "open",  "write", "fdatasync", "fsetxattr", "close",
+                                             "rename", "open", "fsync", "close", "unlink",    "store"};
+    return state_ == kShardDir ? dirs_.Syscall() : kNames[state_];
   }
 
   // The path the request in flight names, for the abandonment's message.
   std::string AbandonedPath() const {
     if (state_ == kStatDest || state_ == kRename) return dest_;
-    if (state_ == kOpenShard) return shard2_;
+    if (state_ == kShardDir) return dirs_.InFlightPath();
     if (state_ == kOpenDir || state_ == kSyncDir || state_ == kCloseDir) return SyncDirPath();
-    if (state_ == kMkdirParent || state_ == kMkdir) return MkdirShown();
     return tmp_;
   }
 
@@ -131,17 +126,12 @@ class StoreOp final : public FsBlockOp {
     switch (state_) {
       case kOpen: if (res >= 0) fd_ = static_cast<int>(res), tmp_created_ = true; break;
       case kOpenDir: if (res >= 0) fd_ = static_cast<int>(res); break;
-      case kMkdirParent:
-      case kOpenShard: if (res >= 0) ::close(static_cast<int>(res)); break;  // O_PATH: no flush, never waits
+      case kShardDir: dirs_.AfterLate(res); break;
       case kClose:
       case kCloseDir: fd_ = -1; break;
       case kRename: if (res == 0) tmp_created_ = false; break;
       case kUnlinkTmp: tmp_created_ = false; break;
       default: break;
-    }
-    if (dir_fd_ >= 0) {
-      ::close(dir_fd_);  // O_PATH, as above
-      dir_fd_ = -1;
     }
     Go(fd_ >= 0 ? kClose : tmp_created_ ? kUnlinkTmp : kDone);
   }
@@ -149,26 +139,16 @@ class StoreOp final : public FsBlockOp {
   // The syscall of state_ (any state but kDone).
   void FillRequest(IoRequest* req) {
     const int root = shared_->root.get();
-    const int dir = dir_ != nullptr ? dir_->fd.get() : root;  // where DestName() and TmpName() are
+    const int dir = held() != nullptr ? held()->fd.get() : root;  // where DestName() and TmpName() are
     switch (state_) {
+      case kShardDir: return dirs_.Fill(req);
       case kStatDest: return StatxNoFollow(req, dir, DestName(), &stx_);
-      case kOpenShard:  // in its parent's fd right after making it there (AfterMkdir)
-        if (dir_fd_ >= 0) return OpenInTree(req, dir_fd_, name2_.c_str(), O_PATH | O_DIRECTORY);
-        return OpenInTree(req, root, shard2_.c_str(), O_PATH | O_DIRECTORY);
       case kOpen:
         return OpenInTree(req, dir, TmpName(), O_CREAT | O_EXCL | O_WRONLY | O_TRUNC | (direct_ ? O_DIRECT : 0),
                           0644);
-      case kMkdirParent:
-        return OpenInTree(req, root, mkdir_level_ == 1 ? block_dir_.c_str() : shard1_.c_str(), O_PATH | O_DIRECTORY);
-      case kMkdir:
-        req->op = IoOp::kMkdir;
-        if (mkdir_level_ > 0) req->dirfd = dir_fd_;
-        req->path = MkdirName();
-        req->mode = 0777;
-        return;
-      case kWrite: return RowPart(req, IoOp::kWrite, fd_, File(), written_, &iov_, trailer_ != nullptr);
+      case kWrite: return RowPart(req, IoOp::kWrite, fd_, File(), written_, &iov_, encoding_.page != nullptr);
       case kSync: return OnFd(req, IoOp::kFdatasync, fd_);
-      case kXattr: return CrcXattr(req, IoOp::kFsetxattr, fd_, crc_be_, sizeof crc_be_);
+      case kXattr: return CrcXattr(req, IoOp::kFsetxattr, fd_, encoding_.xattr_value, sizeof encoding_.xattr_value);
       case kRename:
         req->op = IoOp::kRename;
         req->dirfd = dir;
@@ -184,14 +164,12 @@ class StoreOp final : public FsBlockOp {
     }
   }
   void Go(State next) { state_ = next; }
-  void CloseDirFd() {
-    ::close(dir_fd_);  // an O_PATH fd: closing it flushes nothing and never waits
-    dir_fd_ = -1;
-  }
+  // The shard directory the requests name file_ and TmpName() in, or nullptr.
+  const ShardDirs::Ref& held() const { return dirs_.held(); }
   // The destination's and the temp file's names: in the held shard
   // directory, else root-relative paths (dest_ and tmp_ are root-relative).
-  const char* DestName() const { return dir_ != nullptr ? file_.c_str() : dest_.c_str(); }
-  const char* TmpName() const { return tmp_.c_str() + (dir_ != nullptr ? shard2_.size() + 1 : 0); }
+  const char* DestName() const { return held() != nullptr ? file_.c_str() : dest_.c_str(); }
+  const char* TmpName() const { return tmp_.c_str() + (held() != nullptr ? dirs_.shard2().size() + 1 : 0); }
   void NewTempName() {
     const uint64_t n = (shared_->tmp_base + shared_->tmp_counter.fetch_add(1)) & ((uint64_t{1} << 63) - 1);
     tmp_ = format::BlockTmpName(dest_, n);  // FORMAT.md L55
@@ -201,89 +179,70 @@ class StoreOp final : public FsBlockOp {
   // this process has not seen its entry synced (ShardDirs::EntrySynced):
   // whoever else made it may never sync it.
   const std::string& SyncedEntry() const {
-    return sync_dir_level_ == 1 ? shard2_ : sync_dir_level_ == 2 ? shard1_ : block_dir_;
+    return sync_dir_level_ == 1 ? dirs_.shard2() : sync_dir_level_ == 2 ? dirs_.shard1() : dirs_.block_dir();
   }
-  bool ParentToSync() const {
-    const bool made = (made_ >> (3 - sync_dir_level_) & 1) != 0;  // mkdir level 3 - L made it
-    return made || !shared_->shard_dirs.EntrySynced(SyncedEntry());
+  bool ParentToSync() const {  // the directory of level 3 - L was made by this store, or its entry is not known synced
+    return dirs_.made(3 - sync_dir_level_) || !shared_->shard_dirs.EntrySynced(SyncedEntry());
   }
   const char* SyncDirPath() const {
     switch (sync_dir_level_) {
-      case 0: return shard2_.c_str();
-      case 1: return shard1_.c_str();
-      case 2: return block_dir_.c_str();
+      case 0: return dirs_.shard2().c_str();
+      case 1: return dirs_.shard1().c_str();
+      case 2: return dirs_.block_dir().c_str();
       default: return ".";  // root_dir, in case this store created the block directory itself
     }
   }
-  // Level 0 makes the block directory in root_dir; levels 1 and 2 make a
-  // shard directory in the fd of its parent (kMkdirParent), so mkdirat never
-  // walks a path that a symlink could have been swapped into.
-  const char* MkdirName() const {
-    return mkdir_level_ == 0 ? block_dir_.c_str() : mkdir_level_ == 1 ? name1_.c_str() : name2_.c_str();
-  }
-  const std::string& MkdirShown() const {
-    return mkdir_level_ == 0 ? block_dir_ : mkdir_level_ == 1 ? shard1_ : shard2_;
+
+  // The shard directory is there (and held, where the tier holds them):
+  // the store goes on where it was, or ends with why it is not.
+  void AfterShardDir(int64_t res) {
+    dirs_.OnCompletion(res);
+    if (dirs_.busy()) return;
+    if (dirs_.failed()) return Finish(dirs_.error(), dirs_.error_what());
+    Go(statted_ ? kOpen : kStatDest);
   }
 
   void AfterStat(int64_t res) {
-    if (res == -ESTALE && Reresolve()) return;  // the cached directory's handle went stale
+    if (res == -ESTALE && dirs_.Reopen()) return Go(kShardDir);  // the cached directory's handle went stale
     if (res == 0 && NotRegular(stx_)) {
       return Finish(-EEXIST, Shown(dest_) + " is not a regular file: not replaced (fsck --repair removes it)");
     }
-    // L54: another writer has it; in a sealed namespace only a file of a
-    // sealed block's size counts (L170): any other was planted, and is replaced.
-    const bool planted = res == 0 && shared_->seal && stx_.stx_size != row_.size() + format::kSealTrailerBytes;
+    // L54: another writer has it; a file the codec does not count as a block
+    // (sealed: of another size, L170) was planted, and is replaced.
+    const bool planted = res == 0 && !shared_->codec->IsBlockSize(stx_.stx_size, row_.size());
     if (res == 0 && !planted) return Finish(0, "", KeyOutcome::kSkippedExists);
     if (res != -ENOENT && !planted) return Finish(res, "statx " + Shown(dest_));
-    // The checksum (and the staging copy) are made here, on the I/O
-    // thread, and only for rows that will be written: submitting stays cheap
-    // for the caller.
-    if (shared_->seal) return SealRow();
-    if (staged_) Stage();
-    statted_ = true;
-    if (shared_->checksum) {
-      const uint32_t crc = given_crc_ ? *given_crc_ : TimedCrc32c(shared_, Data());
-      for (int i = 0; i < 4; ++i) crc_be_[i] = static_cast<uint8_t>(crc >> (24 - 8 * i));  // big-endian
-      if (shared_->trailer()) AddTrailer(crc);
-    }
-    Go(kOpen);
+    Encode();
   }
-  // L131: the file is the row, then its trailer page, written in the same
-  // transfer, so the temp file is never renamed without it (L57).
-  void AddTrailer(uint32_t crc) {
-    trailer_ = NewTrailerPage();
-    format::EncodeTrailer(row_.size(), crc, trailer_.get());
-    file_pieces_ = Data().With(std::span<uint8_t>(trailer_.get(), format::kTrailerBytes));
-  }
-  // L163, L168: the ciphertext goes to a staging row (the caller's row is
-  // never changed), the seal trailer after it, both in one transfer.
-  void SealRow() {
+  // The encoding (a CRC, the seal, the staging copy) is made here, on the
+  // I/O thread, and only for rows that will be written: submitting stays
+  // cheap for the caller. A trailer or seal page goes after the row in the
+  // same transfer, so the temp file is never renamed without it (L57).
+  void Encode() {
     statted_ = true;
-    stage_ = shared_->stage->Acquire();
-    stage_row_ = RowPieces(std::span<uint8_t>(stage_, row_.size()));
-    trailer_ = NewTrailerPage();
-    std::vector<SealPiece> pieces(row_.count());
-    for (size_t i = 0, at = 0; i < row_.count(); at += row_.piece(i).size(), ++i) {
-      pieces[i] = {row_.piece(i).data(), stage_ + at, row_.piece(i).size()};
-    }
-    if (Status s = shared_->seal->Seal(dest_, pieces, row_.size(), trailer_.get()); !s.ok()) {
+    const bool fills = shared_->codec->fills_stage();
+    if (fills || staged_) TakeStage(/*copy=*/!fills);
+    const StoreRow in{dest_, fills ? &row_ : &Data(), stage_, given_crc_};
+    if (Status s = shared_->codec->Encode(in, &encoding_); !s.ok()) {
       final_ = true;
       result = {KeyOutcome::kError, std::move(s)};
       return Go(kDone);
     }
-    file_pieces_ = stage_row_.With(std::span<uint8_t>(trailer_.get(), format::kSealTrailerBytes));
+    if (encoding_.page != nullptr) {
+      file_pieces_ = Data().With(std::span<uint8_t>(encoding_.page.get(), shared_->codec->page_bytes()));
+    }
     Go(kOpen);
   }
-  // What goes into the file: the row, or the row and its trailer.
-  const RowPieces& File() const { return trailer_ != nullptr ? file_pieces_ : Data(); }
-  // After the data (and its fdatasync): the xattr, where the CRC goes there.
-  State AfterData() const { return shared_->checksum && !shared_->trailer() ? kXattr : kClose; }
-  // The bytes written: the caller's pieces, or the staging row holding a copy.
+  // What goes into the file: the row, or the row and the codec's page.
+  const RowPieces& File() const { return encoding_.page != nullptr ? file_pieces_ : Data(); }
+  // After the data (and its fdatasync): the xattr, where the codec sets one.
+  State AfterData() const { return encoding_.xattr ? kXattr : kClose; }
+  // The bytes written: the caller's pieces, or the staging row (a copy, or what the codec filled).
   const RowPieces& Data() const { return stage_ != nullptr ? stage_row_ : row_; }
-  void Stage() {
+  void TakeStage(bool copy) {
     stage_ = shared_->stage->Acquire();
     stage_row_ = RowPieces(std::span<uint8_t>(stage_, row_.size()));
-    row_.GatherTo(stage_);
+    if (copy) row_.GatherTo(stage_);
   }
 
   void AfterOpen(int64_t res) {
@@ -296,9 +255,9 @@ class StoreOp final : public FsBlockOp {
     // a deleted directory fails ENOENT; a network handle went stale): open
     // it again by its path (made again if missing) and create there.
     // Without a held directory (a local filesystem): shard directories on
-    // demand, as AfterOpenShard makes them.
-    if ((res == -ENOENT || res == -ESTALE || res == -ENODATA) && (dir_ != nullptr ? Reresolve() : MkdirAgain(res))) {
-      return;
+    // demand, made as a held one's are.
+    if ((res == -ENOENT || res == -ESTALE || res == -ENODATA) && (held() != nullptr ? dirs_.Reopen() : dirs_.Remake(res))) {
+      return Go(kShardDir);
     }
     if (res == -EEXIST && ++name_retries_ < 4) return NewTempName();
     if (res == -EINVAL && direct_) {
@@ -310,107 +269,15 @@ class StoreOp final : public FsBlockOp {
     }
     Finish(res, "open " + Shown(tmp_));
   }
-  // Forgets the shard directory's fd (for every op) and opens it again by
-  // its path; each time costs a round of MkdirRoundLeft's budget.
-  bool Reresolve() {
-    if (dir_ == nullptr || !MkdirRoundLeft()) return false;
-    ++mkdir_rounds_;
-    shared_->shard_dirs.Drop(shard2_, dir_.get());
-    Go(kOpenShard);
-    return true;
-  }
-  // A shard directory not held: open it, or where its <hhh> is unknown and
-  // unknown ones lately were missing (a fresh tree), make <hhh> first, in
-  // the block directory's fd, without a lookup of it before (shard_dirs.h).
-  void BeginUnheld() {
-    probed_ = !shared_->shard_dirs.ParentKnown(shard1_);
-    if (!probed_ || !shared_->shard_dirs.MakeParentFirst()) return Go(kOpenShard);
-    (void)MkdirRoundLeft();  // the first round: always granted, starts the clock
-    ++mkdir_rounds_;
-    mkdir_searching_ = true;
-    mkdir_level_ = 1;
-    Go(kMkdirParent);
-  }
-  // <hhh> exists now: `existed` says whether it did before this store.
-  void NoteParent(bool existed) {
-    if (shared_->hold_shard_dirs) shared_->shard_dirs.SawParent(shard1_, existed, probed_);
-    probed_ = false;
-  }
-  void AfterOpenShard(int64_t res) {
-    if (dir_fd_ >= 0) CloseDirFd();
-    if (res >= 0) {
-      NoteParent(true);
-      dir_ = shared_->shard_dirs.Put(shard2_, static_cast<int>(res), MonotonicNowNs());
-      return Go(statted_ ? kOpen : kStatDest);
-    }
-    // Shard directories on demand. On a shared volume another instance may be
-    // creating (or gc removing) the same directory at this moment, which can
-    // surface as ENOENT or ESTALE (or ENODATA: GlusterFS while the other
-    // client's directory is not yet complete): create and try again.
-    if (MkdirAgain(res)) return;
-    if (res == -ELOOP || res == -EXDEV || res == -ENOTDIR) {
-      return Finish(res, "open " + Shown(shard2_) + ": a symlink or a non-directory on the path (refused)");
-    }
-    Finish(res, "open " + Shown(shard2_));
-  }
-  // The first round of directory creation goes deepest first: open the
-  // parent of the missing shard directory (mostly there already: 4096
-  // first-level shards fill early), and only where that is missing too step
-  // up a level. Each mkdirat that finds its directory present takes the
-  // parent's lock for nothing. A parent that vanished or went stale
-  // meanwhile starts a new round from the top, a few times.
-  // Only the first round searches: a later one follows a lost race on a
-  // shared volume, where walking every level from root_dir again (each
-  // mkdirat a fresh lookup) is what lets a network client's cached view of
-  // the directories catch up (GlusterFS failed stores without it).
-  bool MkdirAgain(int64_t res) {
-    if ((res != -ENOENT && res != -ESTALE && res != -ENODATA) || !MkdirRoundLeft()) return false;
-    mkdir_searching_ = mkdir_rounds_++ == 0;
-    mkdir_level_ = mkdir_searching_ ? 2 : 0;
-    Go(mkdir_searching_ ? kMkdirParent : kMkdir);
-    return true;
-  }
-  bool MkdirRoundLeft() {
-    const uint64_t now = MonotonicNowNs();
-    if (mkdir_rounds_ == 0) mkdir_first_ns_ = now;
-    return ShardDirs::MkdirRoundLeft(mkdir_rounds_, mkdir_first_ns_, now);
-  }
-  void AfterMkdirParent(int64_t res) {
-    // Up only while searching (before this round's first mkdirat): after it,
-    // a missing parent is a race with gc and costs a round, so the op ends.
-    if (res == -ENOENT && mkdir_searching_ && mkdir_level_ > 0) {  // the parent is missing too: one level up
-      --mkdir_level_;
-      if (mkdir_level_ == 0) Go(kMkdir);  // the block directory itself, in root_dir
-      return;
-    }
-    if (MkdirAgain(res)) return;
-    if (res < 0) return Finish(res, "open " + Shown(mkdir_level_ == 1 ? block_dir_ : shard1_));
-    if (mkdir_level_ == 2) NoteParent(true);
-    dir_fd_ = static_cast<int>(res);
-    Go(kMkdir);
-  }
-  void AfterMkdir(int64_t res) {
-    mkdir_searching_ = false;
-    // The shard directory just made (or found made) is opened in its
-    // parent's fd, one name, rather than by its path from root_dir.
-    const bool keep = shared_->hold_shard_dirs && mkdir_level_ == 2 && (res >= 0 || res == -EEXIST);
-    if (dir_fd_ >= 0 && !keep) CloseDirFd();
-    if (MkdirAgain(res)) return;
-    if (res < 0 && res != -EEXIST) return Finish(res, "mkdir " + Shown(MkdirShown()));
-    if (res >= 0) made_ |= 1u << mkdir_level_, shared_->shard_dirs.ForgetEntrySynced(MkdirShown());
-    if (mkdir_level_ == 1) NoteParent(res == -EEXIST);
-    if (++mkdir_level_ == 3) return Go(shared_->hold_shard_dirs ? kOpenShard : kOpen);
-    Go(kMkdirParent);
-  }
   void AfterWrite(int64_t res) {
     // O_DIRECT refused this transfer (an offset or length it cannot take):
     // the rest goes buffered, as a file that refuses it at open does.
-    if (res == -EINVAL && direct_ && !(direct_ = DropDirect(fd_))) return;
+    if (res == -EINVAL && direct_ && DropDirect(fd_)) return void(direct_ = false);
     if (res < 0) return Fail(res, "write " + Shown(tmp_));
     if (res == 0) return Fail(-EIO, "write " + Shown(tmp_) + " made no progress");
     written_ += static_cast<uint64_t>(res);
     if (written_ < File().size()) {  // a short write: resume with the rest
-      if (direct_ && written_ % 4096 != 0) direct_ = DropDirect(fd_);  // O_DIRECT would refuse the offset
+      if (direct_ && written_ % 4096 != 0 && DropDirect(fd_)) direct_ = false;  // O_DIRECT would refuse the offset
       return;
     }
     if (direct_ && staged_) shared_->staged_ios.fetch_add(1, std::memory_order_relaxed);
@@ -463,30 +330,24 @@ class StoreOp final : public FsBlockOp {
   std::optional<uint32_t> given_crc_;  // the row's CRC32C from its copy (staged_crc.h)
   uint8_t* stage_ = nullptr;  // from shared_->stage, held until the op is freed
   RowPieces stage_row_;       // stage_ as one piece
-  TrailerPage trailer_;       // the trailer page (L131), when the CRC goes there
-  RowPieces file_pieces_;     // the row's pieces and the trailer page
+  StoreEncoding encoding_;    // what the codec has the store write besides the row
+  RowPieces file_pieces_;     // the row's pieces and the codec's page
   std::vector<iovec> iov_;  // a vectored write's pieces (RowPart)
-  std::string block_dir_, shard1_, shard2_, dest_, tmp_;  // relative to root_dir
-  std::string name1_, name2_, file_;                       // the shard directories' and the block's own names
-  ShardDirs::Ref dir_;  // the shard directory (shard2_) the requests name file_ and TmpName() in
-  uint8_t crc_be_[4];
+  ShardDirMaker dirs_;  // the shard directory: its paths, and the one held
+  std::string dest_, tmp_;  // relative to root_dir
+  std::string file_;        // the block's own name
   struct statx stx_{};
   State state_ = kStatDest;
   int fd_ = -1;
-  int dir_fd_ = -1;  // the parent of the shard directory being created (then opened: kOpenShard)
   uint64_t written_ = 0;
-  int mkdir_level_ = 0, mkdir_rounds_ = 0, name_retries_ = 0, sync_dir_level_ = 0;
+  int name_retries_ = 0, sync_dir_level_ = 0;
   int64_t sync_dir_res_ = 0;
-  uint64_t mkdir_first_ns_ = 0;  // when this store first found a shard directory missing
   bool staged_ = false;  // written through a staging row (Stageable)
-  unsigned made_ = 0;  // bit L: the mkdir of level L (MkdirName) created its directory
   bool direct_ = false, tmp_created_ = false, cleanup_ = false;
   bool final_ = false;      // `result` is the outcome
   bool abandoned_ = false;  // OnAbandon ran: only cleanup is left
-  bool mkdir_searching_ = false;  // this round has made no directory yet (AfterMkdirParent)
   bool begun_ = false;    // the first NextRequest looked for a cached shard directory
-  bool statted_ = false;  // the destination was found absent (the checksum is made)
-  bool probed_ = false;   // began without knowing whether shard1_ exists (ShardDirs::SawParent)
+  bool statted_ = false;  // the destination was found absent (the encoding is made)
 };
 
 }  // namespace
