@@ -26,11 +26,7 @@
 // Reported as test properties and on stdout: rounds, ACKs, leftover temp
 // files and leases (allowed: gc's job, L81), corrupt files found (must be 0).
 // Seed printed; replay with KVTIER_TEST_SEED=<seed>. ~10-20 s on 2 cores.
-#include <fcntl.h>
 #include <gtest/gtest.h>
-#include <poll.h>
-#include <signal.h>
-#include <sys/wait.h>
 #include <sys/xattr.h>
 #include <unistd.h>
 
@@ -53,8 +49,8 @@
 #include <vector>
 
 #include "crash_rows.h"
-#include "crash_spawn.h"
 #include "problems.h"
+#include "store_crash_child.h"
 #include "kvtier/fs_tier.h"
 #include "support/test_support.h"
 
@@ -114,115 +110,10 @@ class Oracle {
   std::map<uint64_t, uint32_t> crcs_;
 };
 
-// ---- The child -----------------------------------------------------------------
+// ---- The child (store_crash_child.h) -----------------------------------------
 
-struct ChildRun {
-  bool ready = false;
-  bool unavailable = false;  // the requested io_uring backend is refused here
-  std::string ready_line;
-  bool killed = false;  // it died of our SIGKILL (not on its own)
-  int wait_status = 0;
-  std::vector<uint64_t> acks;
-  std::vector<std::string> nacks;
-  bool torn_last_line = false;  // the kill cut a line short (ignored)
-  std::string problem;          // non-empty: the run itself went wrong
-};
-
-std::string ReadSome(int fd, bool* eof) {
-  char buf[65536];
-  while (true) {
-    const ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      *eof = true;
-      return {};
-    }
-    return std::string(buf, static_cast<size_t>(n));
-  }
-}
-
-// Waits up to `until` for data on fd; appends it to `out`. False at EOF.
-bool PumpUntil(int fd, Clock::time_point until, std::string* out) {
-  while (true) {
-    const auto left =
-        std::chrono::duration_cast<std::chrono::microseconds>(until - Clock::now()).count();
-    if (left <= 0) return true;
-    pollfd p{fd, POLLIN, 0};
-    timespec ts{static_cast<time_t>(left / 1000000), static_cast<long>(left % 1000000) * 1000};
-    const int rc = ppoll(&p, 1, &ts, nullptr);
-    if (rc < 0 && errno == EINTR) continue;
-    if (rc <= 0) return rc == 0;
-    bool eof = false;
-    *out += ReadSome(fd, &eof);
-    if (eof) return false;
-  }
-}
-
-// Spawns argv with stdout on a pipe and stderr into err_log, waits for its
-// READY line, lets it run kill_after_us more, SIGKILLs and reaps it, and
-// parses everything it printed.
-ChildRun RunAndKill(const std::vector<std::string>& argv, const fs::path& err_log,
-                    uint32_t kill_after_us) {
-  ChildRun run;
-  const crash::SpawnedChild child = crash::SpawnWithStdoutPipe(argv, err_log, O_TRUNC);
-  if (child.error != 0) {
-    run.problem = child.what + ": " + std::strerror(child.error);
-    return run;
-  }
-  const pid_t pid = child.pid;
-  const int out_fd = child.stdout_fd;
-
-  std::string out;
-  bool open = true;
-  const auto ready_deadline = Clock::now() + std::chrono::seconds(20);
-  while (open && !run.ready && !run.unavailable && Clock::now() < ready_deadline) {
-    open = PumpUntil(out_fd, std::min(ready_deadline, Clock::now() + std::chrono::milliseconds(1)),
-                     &out);
-    if (out.rfind("READY", 0) == 0 && out.find('\n') != std::string::npos) run.ready = true;
-    if (out.rfind("UNAVAILABLE", 0) == 0) run.unavailable = true;
-  }
-  if (run.ready && open) {
-    open = PumpUntil(out_fd, Clock::now() + std::chrono::microseconds(kill_after_us), &out);
-  }
-  ::kill(pid, SIGKILL);
-  while (waitpid(pid, &run.wait_status, 0) < 0 && errno == EINTR) {
-  }
-  run.killed = WIFSIGNALED(run.wait_status) && WTERMSIG(run.wait_status) == SIGKILL;
-  // Drain what it wrote before it died (its pipe end is closed now).
-  while (open) open = PumpUntil(out_fd, Clock::now() + std::chrono::seconds(5), &out);
-  ::close(out_fd);
-
-  if (!run.ready && !run.unavailable) {
-    run.problem = "no READY line; it printed '" + out.substr(0, 200) +
-                  "', stderr: " + testing::ReadFileOrDie(err_log);
-    return run;
-  }
-  if (run.ready && !run.killed) {
-    run.problem = "it ended on its own (wait status " + std::to_string(run.wait_status) +
-                  "), stderr: " + testing::ReadFileOrDie(err_log);
-  }
-  // Only complete lines count: the kill may cut the last one short.
-  size_t at = 0;
-  while (at < out.size()) {
-    const size_t nl = out.find('\n', at);
-    if (nl == std::string::npos) {
-      run.torn_last_line = true;
-      break;
-    }
-    const std::string line = out.substr(at, nl - at);
-    at = nl + 1;
-    if (line.rfind("READY", 0) == 0) {
-      run.ready_line = line;
-    } else if (line.rfind("ACK ", 0) == 0) {
-      run.acks.push_back(std::strtoull(line.c_str() + 4, nullptr, 10));
-    } else if (line.rfind("NACK ", 0) == 0) {
-      run.nacks.push_back(line);
-    } else if (line != "UNAVAILABLE") {
-      run.problem = "unexpected output line '" + line + "'";
-    }
-  }
-  return run;
-}
+using storecrash::ChildRun;
+using storecrash::RunAndKill;
 
 // ---- The checks ----------------------------------------------------------------
 
@@ -371,6 +262,131 @@ void PlantCorruptBlocks(const FsTier& tier, bool xattrs, Oracle* oracle) {
   }
 }
 
+// C7 on every .bin found: index -> what is wrong with it read raw ("" when it is whole).
+std::map<uint64_t, std::string> CheckRaw(const ScanResult& scan, bool xattrs, Oracle* oracle,
+                                         Totals* totals, Problems* problems) {
+  std::map<uint64_t, std::string> raw_problem;
+  for (const auto& [index, path] : scan.bins) {
+    std::string problem = RawProblem(path, index, xattrs, oracle);
+    if (IsPlanted(index)) {
+      if (problem.empty())
+        problems->Report() << "test bug: planted block " << path << " reads as whole";
+    } else if (!problem.empty()) {
+      ++totals->bad_files;
+      problems->Report() << "C7: a killed writer left a bad block " << path << ": " << problem;
+    }
+    raw_problem[index] = std::move(problem);
+  }
+  return raw_problem;
+}
+
+// What judging one check's loads takes (C11).
+struct LoadJudge {
+  FsTier* tier;
+  const std::set<uint64_t>& acked;
+  const std::map<uint64_t, std::string>& raw_problem;  // from CheckRaw
+  Oracle* oracle;
+  Totals* totals;
+  Problems* problems;
+};
+
+// The load's outcome against what the raw check found (found: a .bin of the key was in the
+// tree; rejected: the raw check refused it).
+void JudgeOutcome(const LoadJudge& j, uint64_t index, const KeyResult& r, const uint8_t* bytes,
+                  bool found, bool rejected) {
+  switch (r.outcome) {
+    case KeyOutcome::kOk:
+      ++j.totals->loads_ok;
+      if (std::memcmp(bytes, j.oracle->Row(index).data(), kRow) != 0) {
+        j.problems->Report() << "C11: key " << index
+                             << " loaded kOk with bytes that are not its row";
+      }
+      if (rejected) {
+        j.problems->Report() << "C11: key " << index
+                             << " loaded kOk from a file the raw check rejected";
+      }
+      break;
+    case KeyOutcome::kCorrupt:
+      ++j.totals->loads_corrupt;
+      if (!rejected) {
+        j.problems->Report() << "key " << index
+                             << ": a whole block was rejected: " << r.status.ToString();
+      }
+      break;
+    case KeyOutcome::kMiss:
+      ++j.totals->loads_miss;
+      if (found)
+        j.problems->Report() << "key " << index
+                             << ": its .bin was in the tree but the load missed";
+      break;
+    default:
+      j.problems->Report() << "key " << index << ": load " << KeyOutcomeName(r.outcome) << ": "
+                           << r.status.ToString();
+  }
+}
+
+// A planted corrupt block must load kCorrupt, and be removed unless it is only longer.
+void JudgePlanted(const LoadJudge& j, uint64_t index, const KeyResult& r) {
+  if (r.outcome == KeyOutcome::kCorrupt) {
+    ++j.totals->planted_rejected;
+  } else {
+    j.problems->Report() << "C11: planted corrupt block " << index << " loaded "
+                         << KeyOutcomeName(r.outcome);
+  }
+  // Short and bad-CRC files are removed (L65, L67); a longer one stays (L66).
+  const bool longer = index - kKeySpace == 3;
+  if (fs::exists(j.tier->BlockPath(crash::CrashKey(index))) != longer) {
+    j.problems->Report() << "planted block " << index
+                         << (longer ? " was removed" : " was not removed");
+  }
+}
+
+void JudgeLoad(const LoadJudge& j, uint64_t index, const KeyResult& r, const uint8_t* bytes) {
+  const auto raw = j.raw_problem.find(index);
+  const bool found = raw != j.raw_problem.end();
+  ++j.totals->blocks_checked;
+  JudgeOutcome(j, index, r, bytes, found, found && !raw->second.empty());
+  if (IsPlanted(index)) JudgePlanted(j, index, r);
+  if (j.acked.count(index) != 0 && r.outcome != KeyOutcome::kOk) {
+    j.problems->Report() << "C7: acknowledged key " << index
+                         << " did not survive the SIGKILL: load " << KeyOutcomeName(r.outcome)
+                         << (r.status.ok() ? "" : " " + r.status.ToString());
+  }
+}
+
+// Loads `indices` (at most bufs.size()) in one job and judges each key.
+void LoadChunk(const LoadJudge& j, std::span<const uint64_t> indices,
+               const std::vector<std::unique_ptr<AlignedBuf>>& bufs) {
+  const size_t n = indices.size();
+  std::vector<OffloadKey> keys;
+  std::vector<std::span<uint8_t>> spans;
+  for (size_t k = 0; k < n; ++k) {
+    keys.push_back(crash::CrashKey(indices[k]));
+    std::memset(bufs[k]->data, 0xa5, kRow);  // poison: a load that returns nothing cannot pass
+    spans.push_back(bufs[k]->span());
+  }
+  auto id = j.tier->SubmitLoad(keys, spans);
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  const JobResult result = WaitJob(j.tier, id.value());
+  ASSERT_EQ(result.keys.size(), n);
+  for (size_t k = 0; k < n; ++k) JudgeLoad(j, indices[k], result.keys[k], bufs[k]->data);
+}
+
+// Loads every acknowledged key and every key with a .bin, 32 to a job.
+void LoadEveryKey(const LoadJudge& j, const ScanResult& scan) {
+  std::set<uint64_t> to_load(j.acked.begin(), j.acked.end());
+  for (const auto& entry : scan.bins) to_load.insert(entry.first);
+  const std::vector<uint64_t> keys_in_order(to_load.begin(), to_load.end());
+  constexpr size_t kChunk = 32;
+  std::vector<std::unique_ptr<AlignedBuf>> bufs;
+  for (size_t k = 0; k < kChunk; ++k) bufs.push_back(std::make_unique<AlignedBuf>(kRow));
+  for (size_t at = 0; at < keys_in_order.size(); at += kChunk) {
+    const size_t n = std::min(kChunk, keys_in_order.size() - at);
+    LoadChunk(j, std::span<const uint64_t>(keys_in_order).subspan(at, n), bufs);
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+}
+
 // C7 and C11 on the whole root; `acked` are the keys whose blocks must exist.
 void CheckRoot(const fs::path& root, IoBackendKind backend, bool xattrs,
                const std::set<uint64_t>& acked, Oracle* oracle, Totals* totals,
@@ -380,98 +396,10 @@ void CheckRoot(const fs::path& root, IoBackendKind backend, bool xattrs,
   std::unique_ptr<FsTier> tier = std::move(opened).value();
   Problems problems;
   ScanResult scan = Scan(root, *tier, &problems);
-
-  std::map<uint64_t, std::string> raw_problem;  // index -> problem, for every .bin found
-  for (const auto& [index, path] : scan.bins) {
-    std::string problem = RawProblem(path, index, xattrs, oracle);
-    if (IsPlanted(index)) {
-      if (problem.empty())
-        problems.Report() << "test bug: planted block " << path << " reads as whole";
-    } else if (!problem.empty()) {
-      ++totals->bad_files;
-      problems.Report() << "C7: a killed writer left a bad block " << path << ": " << problem;
-    }
-    raw_problem[index] = std::move(problem);
-  }
-
-  std::set<uint64_t> to_load(acked.begin(), acked.end());
-  for (const auto& entry : scan.bins) to_load.insert(entry.first);
-  const std::vector<uint64_t> keys_in_order(to_load.begin(), to_load.end());
-  constexpr size_t kChunk = 32;
-  std::vector<std::unique_ptr<AlignedBuf>> bufs;
-  for (size_t k = 0; k < kChunk; ++k) bufs.push_back(std::make_unique<AlignedBuf>(kRow));
-  for (size_t at = 0; at < keys_in_order.size(); at += kChunk) {
-    const size_t n = std::min(kChunk, keys_in_order.size() - at);
-    std::vector<OffloadKey> keys;
-    std::vector<std::span<uint8_t>> spans;
-    for (size_t k = 0; k < n; ++k) {
-      keys.push_back(crash::CrashKey(keys_in_order[at + k]));
-      std::memset(bufs[k]->data, 0xa5, kRow);  // poison: a load that returns nothing cannot pass
-      spans.push_back(bufs[k]->span());
-    }
-    auto id = tier->SubmitLoad(keys, spans);
-    ASSERT_TRUE(id.ok()) << id.status().ToString();
-    const JobResult result = WaitJob(tier.get(), id.value());
-    ASSERT_EQ(result.keys.size(), n);
-    for (size_t k = 0; k < n; ++k) {
-      const uint64_t index = keys_in_order[at + k];
-      const KeyResult& r = result.keys[k];
-      const bool is_acked = acked.count(index) != 0;
-      const auto raw = raw_problem.find(index);
-      const bool found = raw != raw_problem.end();
-      ++totals->blocks_checked;
-      switch (r.outcome) {
-        case KeyOutcome::kOk:
-          ++totals->loads_ok;
-          if (std::memcmp(bufs[k]->data, oracle->Row(index).data(), kRow) != 0) {
-            problems.Report() << "C11: key " << index
-                              << " loaded kOk with bytes that are not its row";
-          }
-          if (found && !raw->second.empty()) {
-            problems.Report() << "C11: key " << index
-                              << " loaded kOk from a file the raw check rejected";
-          }
-          break;
-        case KeyOutcome::kCorrupt:
-          ++totals->loads_corrupt;
-          if (!found || raw->second.empty()) {
-            problems.Report() << "key " << index
-                              << ": a whole block was rejected: " << r.status.ToString();
-          }
-          break;
-        case KeyOutcome::kMiss:
-          ++totals->loads_miss;
-          if (found)
-            problems.Report() << "key " << index
-                              << ": its .bin was in the tree but the load missed";
-          break;
-        default:
-          problems.Report() << "key " << index << ": load " << KeyOutcomeName(r.outcome) << ": "
-                            << r.status.ToString();
-      }
-      if (IsPlanted(index)) {
-        if (r.outcome == KeyOutcome::kCorrupt) {
-          ++totals->planted_rejected;
-        } else {
-          problems.Report() << "C11: planted corrupt block " << index << " loaded "
-                            << KeyOutcomeName(r.outcome);
-        }
-        // Short and bad-CRC files are removed (L65, L67); a longer one stays (L66).
-        const bool longer = index - kKeySpace == 3;
-        if (fs::exists(tier->BlockPath(crash::CrashKey(index))) != longer) {
-          problems.Report() << "planted block " << index
-                            << (longer ? " was removed" : " was not removed");
-        }
-      }
-      if (is_acked) {
-        if (r.outcome != KeyOutcome::kOk) {
-          problems.Report() << "C7: acknowledged key " << index
-                            << " did not survive the SIGKILL: load " << KeyOutcomeName(r.outcome)
-                            << (r.status.ok() ? "" : " " + r.status.ToString());
-        }
-      }
-    }
-  }
+  const std::map<uint64_t, std::string> raw_problem =
+      CheckRaw(scan, xattrs, oracle, totals, &problems);
+  LoadEveryKey({tier.get(), acked, raw_problem, oracle, totals, &problems}, scan);
+  if (::testing::Test::HasFatalFailure()) return;
   *scan_out = std::move(scan);
   PlantCorruptBlocks(*tier, xattrs, oracle);
 }
@@ -485,37 +413,25 @@ int Rounds() {
 
 const char* DurabilityName(int d) { return d == 0 ? "none" : d == 1 ? "file" : "full"; }
 
-TEST(StoreCrash, SigkilledWritersLeaveOnlyWholeBlocks) {
-  const uint64_t seed = testing::TestSeed();
-  std::mt19937_64 rng(seed);
-  const uint64_t content_seed = rng();
-  const int rounds = Rounds();
-  testing::TempDir root_dir, log_dir;
-  const fs::path root = root_dir.path() / "root";
-  const fs::path err_log = log_dir.path() / "crash_writer.stderr";
-  fs::create_directories(root);
-  Oracle oracle(content_seed);
-  Totals totals;
-  std::set<uint64_t> acked;  // acknowledged and not evicted since
-  bool uring_ok = true;
-  bool xattrs = true;
-  uint64_t tmp_before = 0;
-  ScanResult scan;
-  const auto start = Clock::now();
+// One round's writer: its backend, durability and O_DIRECT by the round number, the rest
+// drawn from the test's seeded generator.
+struct RoundPlan {
+  int round = 0;
+  bool uring = false;
+  int durability = 0;  // 0 none, 1 file, 2 full
+  bool direct = false;
+  uint64_t first_key = 0, batch = 0;
+  uint32_t kill_after_us = 0;
 
-  for (int round = 0; round < rounds && !HasFailure(); ++round) {
-    const bool uring = uring_ok && round % 2 == 0;
-    const int durability = (round / 2) % 3;
-    // Every backend x durability combination, with and without O_DIRECT.
-    const bool direct = (round / 6) % 2 == 0;
-    const uint64_t first_key = rng() % kKeySpace;
-    const uint64_t batch = 1 + rng() % 16;
-    const uint32_t kill_after_us = static_cast<uint32_t>(rng() % (kKillWindowUs + 1));
+  std::string What() const {
     std::ostringstream what;
     what << "round " << round << ": backend " << (uring ? "uring" : "syscall") << ", durability "
          << DurabilityName(durability) << (direct ? ", O_DIRECT" : ", buffered") << ", first key "
          << first_key << ", batch " << batch << ", kill after " << kill_after_us << " us";
-    SCOPED_TRACE(what.str());
+    return what.str();
+  }
+
+  std::vector<std::string> WriterArgv(const fs::path& root, uint64_t content_seed) const {
     std::vector<std::string> argv = {KVTIER_CRASH_WRITER_PATH};
     auto flag = [&argv](const char* name, const std::string& value) {
       argv.push_back(name);
@@ -532,78 +448,73 @@ TEST(StoreCrash, SigkilledWritersLeaveOnlyWholeBlocks) {
     flag("--batch", std::to_string(batch));
     flag("--jobs", "4");
     flag("--threads", "4");
-    ChildRun run = RunAndKill(argv, err_log, kill_after_us);
-    if (run.unavailable) {
-      std::printf(
-          "[ crash    ] io_uring is unavailable here: every round uses the syscall backend\n");
-      uring_ok = false;
-      --round;  // the round is run again with the syscall backend
-      continue;
-    }
-    ASSERT_EQ(run.problem, "");
-    {
-      std::istringstream ready(run.ready_line);  // READY <backend> <o_direct 0|1> <xattrs 0|1>
-      std::string word, backend_name;
-      int o_direct = 0, has_xattrs = 0;
-      ready >> word >> backend_name >> o_direct >> has_xattrs;
-      ASSERT_FALSE(ready.fail()) << "bad READY line '" << run.ready_line << "'";
-      EXPECT_EQ(backend_name, uring ? "io_uring" : "syscall-threads");
-      if (!direct) {
-        EXPECT_EQ(o_direct, 0) << "--o-direct 0 was ignored";
-      }
-      if (direct && o_direct) ++totals.direct_rounds;
-      if (!has_xattrs) xattrs = false;  // no user xattrs here: no CRC attribute to check
-    }
-    ++totals.rounds;
-    ++(uring ? totals.uring_rounds : totals.syscall_rounds);
-    totals.acks += run.acks.size();
-    totals.nacks += run.nacks.size();
-    if (!run.acks.empty()) ++totals.rounds_with_acks;
-    for (const std::string& nack : run.nacks)
-      ADD_FAILURE() << "the writer could not store: " << nack;
-    acked.insert(run.acks.begin(), run.acks.end());
+    return argv;
+  }
+};
 
-    CheckRoot(root, round % 3 == 0 ? IoBackendKind::kSyscall : IoBackendKind::kAuto, xattrs, acked,
-              &oracle, &totals, &scan);
-    if (scan.block_tmp > tmp_before) ++totals.rounds_leaving_tmp;
-    tmp_before = scan.block_tmp;
+RoundPlan PlanRound(int round, bool uring_ok, std::mt19937_64* rng) {
+  RoundPlan p;
+  p.round = round;
+  p.uring = uring_ok && round % 2 == 0;
+  p.durability = (round / 2) % 3;
+  // Every backend x durability combination, with and without O_DIRECT.
+  p.direct = (round / 6) % 2 == 0;
+  p.first_key = (*rng)() % kKeySpace;
+  p.batch = 1 + (*rng)() % 16;
+  p.kill_after_us = static_cast<uint32_t>((*rng)() % (kKillWindowUs + 1));
+  return p;
+}
 
-    // Evict about half of the blocks, as gc or another instance may (L71),
-    // so that later rounds keep storing rather than finding every key present.
-    for (const auto& [index, path] : scan.bins) {
-      if (IsPlanted(index) || rng() % 2 != 0) continue;
-      std::error_code ec;
-      if (fs::remove(path, ec)) {
-        ++totals.evicted;
-        acked.erase(index);
-      }
+// READY <backend> <o_direct 0|1> <xattrs 0|1>: the backend asked for, O_DIRECT off when asked;
+// no user xattrs here clears *xattrs (no CRC attribute to check).
+void CheckReadyLine(const std::string& line, const RoundPlan& plan, Totals* totals, bool* xattrs) {
+  std::istringstream ready(line);
+  std::string word, backend_name;
+  int o_direct = 0, has_xattrs = 0;
+  ready >> word >> backend_name >> o_direct >> has_xattrs;
+  ASSERT_FALSE(ready.fail()) << "bad READY line '" << line << "'";
+  EXPECT_EQ(backend_name, plan.uring ? "io_uring" : "syscall-threads");
+  if (!plan.direct) {
+    EXPECT_EQ(o_direct, 0) << "--o-direct 0 was ignored";
+  }
+  if (plan.direct && o_direct) ++totals->direct_rounds;
+  if (!has_xattrs) *xattrs = false;
+}
+
+void CountRun(const ChildRun& run, bool uring, Totals* totals) {
+  ++totals->rounds;
+  ++(uring ? totals->uring_rounds : totals->syscall_rounds);
+  totals->acks += run.acks.size();
+  totals->nacks += run.nacks.size();
+  if (!run.acks.empty()) ++totals->rounds_with_acks;
+  for (const std::string& nack : run.nacks) ADD_FAILURE() << "the writer could not store: " << nack;
+}
+
+// Evicts about half of the blocks, as gc or another instance may (L71),
+// so that later rounds keep storing rather than finding every key present.
+void EvictAboutHalf(const ScanResult& scan, std::mt19937_64* rng, std::set<uint64_t>* acked,
+                    Totals* totals) {
+  for (const auto& [index, path] : scan.bins) {
+    if (IsPlanted(index) || (*rng)() % 2 != 0) continue;
+    std::error_code ec;
+    if (fs::remove(path, ec)) {
+      ++totals->evicted;
+      acked->erase(index);
     }
   }
-  totals.block_tmp = scan.block_tmp;
-  totals.probe_tmp = scan.probe_tmp;
-  totals.config_tmp = scan.config_tmp;
-  totals.leases = scan.leases;
-  totals.other_metadata = scan.other_metadata;
-  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+}
 
-  if (!HasFailure()) {
-    EXPECT_EQ(totals.rounds, rounds);
-  }
-  EXPECT_GT(totals.acks, 0u) << "the writer never acknowledged a store: the kills tested nothing";
-  if (totals.rounds > 1) {
-    EXPECT_GE(totals.planted_rejected,
-              static_cast<uint64_t>(totals.rounds - 1) * (xattrs ? kPlantedKinds : 2));
-  }
-  RecordProperty("rounds", totals.rounds);
-  RecordProperty("uring_rounds", totals.uring_rounds);
-  RecordProperty("acks", std::to_string(totals.acks));
-  RecordProperty("rounds_with_acks", totals.rounds_with_acks);
-  RecordProperty("rounds_leaving_tmp", totals.rounds_leaving_tmp);
-  RecordProperty("blocks_checked", std::to_string(totals.blocks_checked));
-  RecordProperty("corrupt_files", std::to_string(totals.bad_files));
-  RecordProperty("planted_rejected", std::to_string(totals.planted_rejected));
-  RecordProperty("tmp_left", std::to_string(totals.block_tmp));
-  RecordProperty("leases_left", std::to_string(totals.leases));
+void ReportTotals(const Totals& totals, double seconds) {
+  ::testing::Test::RecordProperty("rounds", totals.rounds);
+  ::testing::Test::RecordProperty("uring_rounds", totals.uring_rounds);
+  ::testing::Test::RecordProperty("acks", std::to_string(totals.acks));
+  ::testing::Test::RecordProperty("rounds_with_acks", totals.rounds_with_acks);
+  ::testing::Test::RecordProperty("rounds_leaving_tmp", totals.rounds_leaving_tmp);
+  ::testing::Test::RecordProperty("blocks_checked", std::to_string(totals.blocks_checked));
+  ::testing::Test::RecordProperty("corrupt_files", std::to_string(totals.bad_files));
+  ::testing::Test::RecordProperty("planted_rejected", std::to_string(totals.planted_rejected));
+  ::testing::Test::RecordProperty("tmp_left", std::to_string(totals.block_tmp));
+  ::testing::Test::RecordProperty("leases_left", std::to_string(totals.leases));
   std::ostringstream report;
   report << "[ crash    ] " << totals.rounds << " rounds (" << totals.uring_rounds << " io_uring, "
          << totals.syscall_rounds << " syscall, " << totals.direct_rounds << " O_DIRECT) in "
@@ -618,6 +529,84 @@ TEST(StoreCrash, SigkilledWritersLeaveOnlyWholeBlocks) {
          << " probe files, " << totals.config_tmp << " config temp files, " << totals.leases
          << " leases, " << totals.other_metadata << " other .kvtier files\n";
   std::fputs(report.str().c_str(), stdout);
+}
+
+// The crash test's state across rounds: one root, its debris, and what was acknowledged.
+struct CrashRun {
+  explicit CrashRun(uint64_t seed)
+      : rng(seed),
+        content_seed(rng()),
+        root(root_dir.path() / "root"),
+        err_log(log_dir.path() / "crash_writer.stderr"),
+        oracle(content_seed) {
+    fs::create_directories(root);
+  }
+
+  // After a round's writer was killed: count its run, check the root, evict.
+  void CheckAndEvict(int round, const ChildRun& run, bool uring) {
+    CountRun(run, uring, &totals);
+    acked.insert(run.acks.begin(), run.acks.end());
+    CheckRoot(root, round % 3 == 0 ? IoBackendKind::kSyscall : IoBackendKind::kAuto, xattrs, acked,
+              &oracle, &totals, &scan);
+    if (scan.block_tmp > tmp_before) ++totals.rounds_leaving_tmp;
+    tmp_before = scan.block_tmp;
+    EvictAboutHalf(scan, &rng, &acked, &totals);
+  }
+
+  // The leftovers the last check found, the totals' expectations, and the report.
+  void Finish(int rounds, double seconds) {
+    totals.block_tmp = scan.block_tmp;
+    totals.probe_tmp = scan.probe_tmp;
+    totals.config_tmp = scan.config_tmp;
+    totals.leases = scan.leases;
+    totals.other_metadata = scan.other_metadata;
+    if (!::testing::Test::HasFailure()) {
+      EXPECT_EQ(totals.rounds, rounds);
+    }
+    EXPECT_GT(totals.acks, 0u) << "the writer never acknowledged a store: the kills tested nothing";
+    if (totals.rounds > 1) {
+      EXPECT_GE(totals.planted_rejected,
+                static_cast<uint64_t>(totals.rounds - 1) * (xattrs ? kPlantedKinds : 2));
+    }
+    ReportTotals(totals, seconds);
+  }
+
+  std::mt19937_64 rng;
+  const uint64_t content_seed;
+  testing::TempDir root_dir, log_dir;
+  const fs::path root;
+  const fs::path err_log;
+  Oracle oracle;
+  Totals totals;
+  std::set<uint64_t> acked;  // acknowledged and not evicted since
+  bool uring_ok = true;
+  bool xattrs = true;
+  uint64_t tmp_before = 0;
+  ScanResult scan;
+};
+
+TEST(StoreCrash, SigkilledWritersLeaveOnlyWholeBlocks) {
+  const uint64_t seed = testing::TestSeed();
+  CrashRun c(seed);
+  const int rounds = Rounds();
+  const auto start = Clock::now();
+  for (int round = 0; round < rounds && !HasFailure(); ++round) {
+    const RoundPlan plan = PlanRound(round, c.uring_ok, &c.rng);
+    SCOPED_TRACE(plan.What());
+    ChildRun run = RunAndKill(plan.WriterArgv(c.root, c.content_seed), c.err_log, plan.kill_after_us);
+    if (run.unavailable) {
+      std::printf(
+          "[ crash    ] io_uring is unavailable here: every round uses the syscall backend\n");
+      c.uring_ok = false;
+      --round;  // the round is run again with the syscall backend
+      continue;
+    }
+    ASSERT_EQ(run.problem, "");
+    CheckReadyLine(run.ready_line, plan, &c.totals, &c.xattrs);
+    if (HasFatalFailure()) return;  // a bad READY line
+    c.CheckAndEvict(round, run, plan.uring);
+  }
+  c.Finish(rounds, std::chrono::duration<double>(Clock::now() - start).count());
 }
 
 }  // namespace
