@@ -94,6 +94,16 @@ kvtier::Durability ParseDurability(const std::string& s) {
   Usage("bad --durability " + s);
 }
 
+// The flags' required values and bounds (usage errors otherwise).
+void CheckArgs(const Args& a) {
+  if (a.root.empty()) Usage("--root is required");
+  if (!a.have_seed) Usage("--seed is required");
+  if (a.row_bytes == 0 || a.row_bytes % 4096 != 0)
+    Usage("--row-bytes must be a positive multiple of 4096");
+  if (a.keys == 0 || a.batch == 0 || a.jobs == 0 || a.threads < 1)
+    Usage("--keys, --batch, --jobs, --threads must be >= 1");
+}
+
 Args ParseArgs(int argc, char** argv) {
   Args a;
   for (int i = 1; i < argc; ++i) {
@@ -129,12 +139,7 @@ Args ParseArgs(int argc, char** argv) {
       Usage("unknown flag " + flag);
     }
   }
-  if (a.root.empty()) Usage("--root is required");
-  if (!a.have_seed) Usage("--seed is required");
-  if (a.row_bytes == 0 || a.row_bytes % 4096 != 0)
-    Usage("--row-bytes must be a positive multiple of 4096");
-  if (a.keys == 0 || a.batch == 0 || a.jobs == 0 || a.threads < 1)
-    Usage("--keys, --batch, --jobs, --threads must be >= 1");
+  CheckArgs(a);
   return a;
 }
 
