@@ -123,68 +123,9 @@ class Baseline {
     std::vector<std::thread> threads;
     for (int t = 0; t < f_.threads; ++t) {
       threads.emplace_back([&] {
-        PhaseStats mine;
-        AlignedBuffer buf(f_.row_bytes);
-        const uint64_t suffix = RandomSuffix();  // once per thread, as vLLM
-        while (true) {
-          const uint64_t row = next.fetch_add(1);
-          if (row >= f_.rows) break;
-          const std::string dest = JoinRoot(f_.root, ns_.BlockRelPath(rows_.Key(row)));
-          if (store) {
-            const double c0 = ThreadCpuSeconds();
-            rows_.Fill(row, buf.span());
-            mine.harness_cpu_s += ThreadCpuSeconds() - c0;
-            const uint64_t s = BenchNowNs();
-            const int rc = StoreBlock(dest, dest + "_" + std::to_string(suffix) + ".tmp", buf);
-            const uint64_t e = BenchNowNs();
-            if (rc == 0) {
-              ++mine.ok;
-              mine.latencies_ns.push_back(e - s);
-            } else if (rc == 1) {
-              ++mine.skipped;
-            } else {
-              ++mine.errors;
-              if (mine.first_error.empty())
-                mine.first_error = "store " + dest + ": " + std::strerror(-rc);
-            }
-          } else {
-            const uint64_t s = BenchNowNs();
-            const int rc = LoadBlock(dest, &buf);
-            const uint64_t e = BenchNowNs();
-            if (rc == 0) {
-              const double c0 = ThreadCpuSeconds();
-              const bool good = rows_.Verify(row, buf.span());
-              mine.harness_cpu_s += ThreadCpuSeconds() - c0;
-              if (good) {
-                ++mine.ok;
-                mine.latencies_ns.push_back(e - s);
-              } else {
-                ++mine.corrupt;
-                if (mine.first_error.empty()) mine.first_error = "load " + dest + ": bytes differ";
-              }
-            } else if (rc == -ENOENT) {
-              ++mine.missing;
-            } else {
-              ++(rc == -EIO ? mine.corrupt : mine.errors);
-              if (mine.first_error.empty())
-                mine.first_error = "load " + dest + ": " + std::strerror(-rc);
-            }
-          }
-        }
-        mine.thread_cpu_s = ThreadCpuSeconds();  // a fresh thread: its whole life
-        mine.checksum_ns = checksum_ns_;          // likewise
+        const PhaseStats mine = Work(store, &next);
         std::lock_guard lock(mu);
-        stats->thread_cpu_s += mine.thread_cpu_s;
-        stats->checksum_ns += mine.checksum_ns;
-        stats->latencies_ns.insert(stats->latencies_ns.end(), mine.latencies_ns.begin(),
-                                   mine.latencies_ns.end());
-        stats->ok += mine.ok;
-        stats->skipped += mine.skipped;
-        stats->errors += mine.errors;
-        stats->corrupt += mine.corrupt;
-        stats->missing += mine.missing;
-        stats->harness_cpu_s += mine.harness_cpu_s;
-        if (stats->first_error.empty()) stats->first_error = mine.first_error;
+        Merge(mine, stats);
       });
     }
     for (auto& t : threads) t.join();
@@ -219,6 +160,85 @@ class Baseline {
     static std::mt19937_64 gen{std::random_device{}()};
     std::lock_guard lock(mu);
     return gen() & ((uint64_t{1} << 63) - 1);
+  }
+
+  // One pool thread's share of a phase: the next free row until none is left.
+  PhaseStats Work(bool store, std::atomic<uint64_t>* next) const {
+    PhaseStats mine;
+    AlignedBuffer buf(f_.row_bytes);
+    const uint64_t suffix = RandomSuffix();  // once per thread, as vLLM
+    while (true) {
+      const uint64_t row = next->fetch_add(1);
+      if (row >= f_.rows) break;
+      const std::string dest = JoinRoot(f_.root, ns_.BlockRelPath(rows_.Key(row)));
+      if (store) {
+        StoreRow(row, dest, suffix, buf, &mine);
+      } else {
+        LoadRow(row, dest, &buf, &mine);
+      }
+    }
+    mine.thread_cpu_s = ThreadCpuSeconds();  // a fresh thread: its whole life
+    mine.checksum_ns = checksum_ns_;          // likewise
+    return mine;
+  }
+
+  void StoreRow(uint64_t row, const std::string& dest, uint64_t suffix, AlignedBuffer& buf,
+                PhaseStats* mine) const {
+    const double c0 = ThreadCpuSeconds();
+    rows_.Fill(row, buf.span());
+    mine->harness_cpu_s += ThreadCpuSeconds() - c0;
+    const uint64_t s = BenchNowNs();
+    const int rc = StoreBlock(dest, dest + "_" + std::to_string(suffix) + ".tmp", buf);
+    const uint64_t e = BenchNowNs();
+    if (rc == 0) {
+      ++mine->ok;
+      mine->latencies_ns.push_back(e - s);
+    } else if (rc == 1) {
+      ++mine->skipped;
+    } else {
+      ++mine->errors;
+      if (mine->first_error.empty())
+        mine->first_error = "store " + dest + ": " + std::strerror(-rc);
+    }
+  }
+
+  void LoadRow(uint64_t row, const std::string& dest, AlignedBuffer* buf, PhaseStats* mine) const {
+    const uint64_t s = BenchNowNs();
+    const int rc = LoadBlock(dest, buf);
+    const uint64_t e = BenchNowNs();
+    if (rc == 0) {
+      const double c0 = ThreadCpuSeconds();
+      const bool good = rows_.Verify(row, buf->span());
+      mine->harness_cpu_s += ThreadCpuSeconds() - c0;
+      if (good) {
+        ++mine->ok;
+        mine->latencies_ns.push_back(e - s);
+      } else {
+        ++mine->corrupt;
+        if (mine->first_error.empty()) mine->first_error = "load " + dest + ": bytes differ";
+      }
+    } else if (rc == -ENOENT) {
+      ++mine->missing;
+    } else {
+      ++(rc == -EIO ? mine->corrupt : mine->errors);
+      if (mine->first_error.empty())
+        mine->first_error = "load " + dest + ": " + std::strerror(-rc);
+    }
+  }
+
+  // One thread's figures into the phase's (under the phase's lock).
+  static void Merge(const PhaseStats& mine, PhaseStats* stats) {
+    stats->thread_cpu_s += mine.thread_cpu_s;
+    stats->checksum_ns += mine.checksum_ns;
+    stats->latencies_ns.insert(stats->latencies_ns.end(), mine.latencies_ns.begin(),
+                               mine.latencies_ns.end());
+    stats->ok += mine.ok;
+    stats->skipped += mine.skipped;
+    stats->errors += mine.errors;
+    stats->corrupt += mine.corrupt;
+    stats->missing += mine.missing;
+    stats->harness_cpu_s += mine.harness_cpu_s;
+    if (stats->first_error.empty()) stats->first_error = mine.first_error;
   }
 
   static constexpr const char* kCrcXattr = "user.vllm.kv_crc32c";
@@ -286,6 +306,68 @@ class Baseline {
 
 thread_local uint64_t Baseline::checksum_ns_ = 0;
 
+// What a run measured: both phases' figures and counts, and how the load phase began.
+struct Outcome {
+  DirectionFigures store, load;
+  PhaseStats store_stats, load_stats;
+  bool o_direct = false;
+  bool dropped = false;  // the page cache, before the load phase
+  std::string why;       // why it was not dropped
+  std::string first_error;
+};
+
+void PrintJson(const Flags& f, const Outcome& o) {
+  nlohmann::json j;
+  j["store"] = FiguresJson(o.store);
+  j["load"] = FiguresJson(o.load);
+  j["backend"] = f.crc ? "vllm-syscall-threads+crc32c" : "vllm-syscall-threads";
+  j["crc"] = f.crc;
+  j["threads"] = f.threads;
+  j["o_direct"] = o.o_direct;
+  j["row_bytes"] = f.row_bytes;
+  j["rows"] = f.rows;
+  j["page_cache_dropped"] = o.dropped;
+  if (!o.dropped) j["page_cache_note"] = o.why;
+  j["rows_stored"] = o.store_stats.ok;
+  j["rows_skipped_exists"] = o.store_stats.skipped;
+  j["store_errors"] = o.store_stats.errors;
+  j["rows_verified"] = o.load_stats.ok;
+  j["rows_corrupt"] = o.load_stats.corrupt;
+  j["rows_missing"] = o.load_stats.missing;
+  j["load_errors"] = o.load_stats.errors;
+  if (!o.first_error.empty()) j["first_error"] = o.first_error;
+  j["details"] = {
+      {"store", FiguresDetailJson(o.store)},
+      {"load", FiguresDetailJson(o.load)},
+      {"latency", "per row, the wall time of its syscalls on its thread"},
+      {"cpu",
+       "getrusage(RUSAGE_SELF) user+sys over the phase, minus fill/verify (harness_cpu_s)"},
+      {"units", "GB = 1e9 bytes"}};
+  std::cout << j.dump(2) << "\n";
+}
+
+void PrintText(const Flags& f, const Outcome& o) {
+  std::printf("vllm_baseline: %llu rows x %s under %s, %d threads, O_DIRECT %s, CRC32C %s\n",
+              static_cast<unsigned long long>(f.rows), HumanBytes(f.row_bytes).c_str(),
+              f.root.c_str(), f.threads, o.o_direct ? "on" : "off", f.crc ? "on" : "off");
+  std::printf("%s\n\n", o.dropped ? "page cache dropped before the load phase" : o.why.c_str());
+  std::fputs(FormatFiguresTable(o.store, o.load).c_str(), stdout);
+  const PhaseStats& ss = o.store_stats;
+  const PhaseStats& ls = o.load_stats;
+  const std::string counts = FormatRowCounts(
+      {ss.ok, ss.skipped, ss.errors, ls.ok, ls.corrupt, ls.missing, ls.errors}, o.first_error);
+  std::fputs(("\n" + counts).c_str(), stdout);
+}
+
+// The namespace of this run's files (its own, per row size), or exit status 1 with a message.
+Result<Namespace> BaselineNamespace(const Flags& f) {
+  NamespaceSpec spec;
+  spec.model_name = "kvtier-bench/vllm-baseline-" + std::to_string(f.row_bytes);
+  Result<Namespace> ns = Namespace::Create(spec);
+  if (!ns.ok()) std::fprintf(stderr, "vllm_baseline: %s\n", ns.status().ToString().c_str());
+  return ns;
+}
+
 int Main(const Flags& f) {
   Status args = CheckBenchArgs(f.root, f.row_bytes, f.rows, f.threads);
   if (args.ok()) args = CheckBufferMemory(f.row_bytes, static_cast<uint64_t>(f.threads) + 1);
@@ -293,13 +375,8 @@ int Main(const Flags& f) {
     std::fprintf(stderr, "vllm_baseline: %s\n", args.message().c_str());
     return 2;
   }
-  NamespaceSpec spec;
-  spec.model_name = "kvtier-bench/vllm-baseline-" + std::to_string(f.row_bytes);
-  Result<Namespace> ns = Namespace::Create(spec);
-  if (!ns.ok()) {
-    std::fprintf(stderr, "vllm_baseline: %s\n", ns.status().ToString().c_str());
-    return 1;
-  }
+  Result<Namespace> ns = BaselineNamespace(f);
+  if (!ns.ok()) return 1;
   Baseline b(f, *ns);
   b.Remove();  // an earlier --keep run's files would be skipped, not stored
   if (Status s = CheckFreeSpace(f.root, f.row_bytes * f.rows); !s.ok()) {
@@ -310,58 +387,23 @@ int Main(const Flags& f) {
     std::fprintf(stderr, "vllm_baseline: %s\n", s.ToString().c_str());
     return 1;
   }
-  PhaseStats store_stats, load_stats;
-  const DirectionFigures store = b.Run(true, &store_stats);
-  std::string why;
-  const bool dropped = DropPageCache(&why);
-  const DirectionFigures load = b.Run(false, &load_stats);
+  Outcome o;
+  o.store = b.Run(true, &o.store_stats);
+  o.dropped = DropPageCache(&o.why);
+  o.load = b.Run(false, &o.load_stats);
   if (!f.keep) b.Remove();
-
-  const std::string first_error =
-      !store_stats.first_error.empty() ? store_stats.first_error : load_stats.first_error;
+  o.o_direct = b.o_direct();
+  o.first_error =
+      !o.store_stats.first_error.empty() ? o.store_stats.first_error : o.load_stats.first_error;
   if (f.json) {
-    nlohmann::json j;
-    j["store"] = FiguresJson(store);
-    j["load"] = FiguresJson(load);
-    j["backend"] = f.crc ? "vllm-syscall-threads+crc32c" : "vllm-syscall-threads";
-    j["crc"] = f.crc;
-    j["threads"] = f.threads;
-    j["o_direct"] = b.o_direct();
-    j["row_bytes"] = f.row_bytes;
-    j["rows"] = f.rows;
-    j["page_cache_dropped"] = dropped;
-    if (!dropped) j["page_cache_note"] = why;
-    j["rows_stored"] = store_stats.ok;
-    j["rows_skipped_exists"] = store_stats.skipped;
-    j["store_errors"] = store_stats.errors;
-    j["rows_verified"] = load_stats.ok;
-    j["rows_corrupt"] = load_stats.corrupt;
-    j["rows_missing"] = load_stats.missing;
-    j["load_errors"] = load_stats.errors;
-    if (!first_error.empty()) j["first_error"] = first_error;
-    j["details"] = {
-        {"store", FiguresDetailJson(store)},
-        {"load", FiguresDetailJson(load)},
-        {"latency", "per row, the wall time of its syscalls on its thread"},
-        {"cpu",
-         "getrusage(RUSAGE_SELF) user+sys over the phase, minus fill/verify (harness_cpu_s)"},
-        {"units", "GB = 1e9 bytes"}};
-    std::cout << j.dump(2) << "\n";
+    PrintJson(f, o);
   } else {
-    std::printf("vllm_baseline: %llu rows x %s under %s, %d threads, O_DIRECT %s, CRC32C %s\n",
-                static_cast<unsigned long long>(f.rows), HumanBytes(f.row_bytes).c_str(),
-                f.root.c_str(), f.threads, b.o_direct() ? "on" : "off", f.crc ? "on" : "off");
-    std::printf("%s\n\n", dropped ? "page cache dropped before the load phase" : why.c_str());
-    std::fputs(FormatFiguresTable(store, load).c_str(), stdout);
-    std::fputs(("\n" + FormatRowCounts({store_stats.ok, store_stats.skipped, store_stats.errors, load_stats.ok,
-                                        load_stats.corrupt, load_stats.missing, load_stats.errors},
-                                       first_error)).c_str(),
-               stdout);
+    PrintText(f, o);
   }
-  const bool ok = store_stats.errors == 0 && load_stats.ok == f.rows;
+  const bool ok = o.store_stats.errors == 0 && o.load_stats.ok == f.rows;
   if (!ok)
     std::fprintf(stderr, "vllm_baseline: %s\n",
-                 first_error.empty() ? "rows did not round-trip" : first_error.c_str());
+                 o.first_error.empty() ? "rows did not round-trip" : o.first_error.c_str());
   return ok ? 0 : 1;
 }
 

@@ -80,6 +80,30 @@ uint64_t ParseU64(const std::string& flag, const char* text) {
   return v;
 }
 
+kvtier::IoBackendKind ParseBackend(const std::string& s) {
+  if (s == "uring") return kvtier::IoBackendKind::kUring;
+  if (s == "syscall") return kvtier::IoBackendKind::kSyscall;
+  if (s == "auto") return kvtier::IoBackendKind::kAuto;
+  Usage("bad --backend " + s);
+}
+
+kvtier::Durability ParseDurability(const std::string& s) {
+  if (s == "none") return kvtier::Durability::kNone;
+  if (s == "file") return kvtier::Durability::kFile;
+  if (s == "full") return kvtier::Durability::kFull;
+  Usage("bad --durability " + s);
+}
+
+// The flags' required values and bounds (usage errors otherwise).
+void CheckArgs(const Args& a) {
+  if (a.root.empty()) Usage("--root is required");
+  if (!a.have_seed) Usage("--seed is required");
+  if (a.row_bytes == 0 || a.row_bytes % 4096 != 0)
+    Usage("--row-bytes must be a positive multiple of 4096");
+  if (a.keys == 0 || a.batch == 0 || a.jobs == 0 || a.threads < 1)
+    Usage("--keys, --batch, --jobs, --threads must be >= 1");
+}
+
 Args ParseArgs(int argc, char** argv) {
   Args a;
   for (int i = 1; i < argc; ++i) {
@@ -94,25 +118,9 @@ Args ParseArgs(int argc, char** argv) {
     } else if (flag == "--row-bytes") {
       a.row_bytes = ParseU64(flag, v);
     } else if (flag == "--backend") {
-      const std::string s = v;
-      if (s == "uring")
-        a.backend = kvtier::IoBackendKind::kUring;
-      else if (s == "syscall")
-        a.backend = kvtier::IoBackendKind::kSyscall;
-      else if (s == "auto")
-        a.backend = kvtier::IoBackendKind::kAuto;
-      else
-        Usage("bad --backend " + s);
+      a.backend = ParseBackend(v);
     } else if (flag == "--durability") {
-      const std::string s = v;
-      if (s == "none")
-        a.durability = kvtier::Durability::kNone;
-      else if (s == "file")
-        a.durability = kvtier::Durability::kFile;
-      else if (s == "full")
-        a.durability = kvtier::Durability::kFull;
-      else
-        Usage("bad --durability " + s);
+      a.durability = ParseDurability(v);
     } else if (flag == "--first-key") {
       a.first_key = ParseU64(flag, v);
     } else if (flag == "--keys") {
@@ -131,12 +139,7 @@ Args ParseArgs(int argc, char** argv) {
       Usage("unknown flag " + flag);
     }
   }
-  if (a.root.empty()) Usage("--root is required");
-  if (!a.have_seed) Usage("--seed is required");
-  if (a.row_bytes == 0 || a.row_bytes % 4096 != 0)
-    Usage("--row-bytes must be a positive multiple of 4096");
-  if (a.keys == 0 || a.batch == 0 || a.jobs == 0 || a.threads < 1)
-    Usage("--keys, --batch, --jobs, --threads must be >= 1");
+  CheckArgs(a);
   return a;
 }
 
@@ -174,11 +177,9 @@ struct Slot {
   bool busy = false;
 };
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  const Args args = ParseArgs(argc, argv);
-
+// The tier as asked for, announced with READY; null with the exit status in *exit_code when it
+// does not open (77 and UNAVAILABLE: the io_uring backend asked for is not there).
+std::unique_ptr<kvtier::FsTier> OpenTier(const Args& args, int* exit_code) {
   kvtier::FsTierOpenOptions o;
   o.tier.root_dir = args.root;
   o.ns = kvtier::crash::CrashSpec();
@@ -194,78 +195,118 @@ int main(int argc, char** argv) {
     if (args.backend == kvtier::IoBackendKind::kUring &&
         opened.status().code() == kvtier::StatusCode::kUnavailable) {
       Emit("UNAVAILABLE\n");
-      return 77;
+      *exit_code = 77;
+    } else {
+      *exit_code = 2;
     }
-    return 2;
+    return nullptr;
   }
   std::unique_ptr<kvtier::FsTier> tier = std::move(opened).value();
   Emit("READY " + std::string(tier->backend_name()) + " " + (tier->o_direct() ? "1" : "0") + " " +
        (tier->xattrs_supported() ? "1" : "0") + "\n");
+  return tier;
+}
 
-  std::vector<Slot> slots(args.jobs);
-  for (Slot& s : slots) {
-    for (size_t r = 0; r < args.batch; ++r) {
-      auto* row = static_cast<uint8_t*>(std::aligned_alloc(4096, args.row_bytes));
-      if (row == nullptr) return 2;
-      s.rows.push_back(row);
-    }
-  }
-  std::unordered_map<uint64_t, Slot*> by_job;
-  uint64_t next = 0, submitted = 0, finished_rows = 0;
-  std::vector<kvtier::JobResult> done;
-  while (args.max_rows == 0 || finished_rows < args.max_rows) {
-    for (Slot& s : slots) {
-      if (s.busy || (args.max_rows != 0 && submitted >= args.max_rows)) continue;
-      s.indices.clear();
-      s.keys.clear();
-      std::vector<std::span<const uint8_t>> spans;
-      for (size_t r = 0; r < args.batch; ++r) {
-        const uint64_t i = (args.first_key + next++) % args.keys;
-        kvtier::crash::FillCrashRow(args.seed, i, {s.rows[r], args.row_bytes});
-        s.indices.push_back(i);
-        s.keys.push_back(CrashKey(i));
-        spans.emplace_back(s.rows[r], args.row_bytes);
+// The store loop: every free slot takes the next `batch` keys, and each finished job's
+// outcomes are announced (ACK / NACK lines) in one write.
+class Writer {
+ public:
+  Writer(const Args& args, kvtier::FsTier* tier) : args_(args), tier_(tier), slots_(args.jobs) {}
+
+  // Exit status: 0 after --max-rows rows, 2 when a row cannot be allocated or a job submitted
+  // (the rows are then left to the exit: a job in flight may still read them).
+  int Run() {
+    if (!AllocateRows()) return 2;
+    std::vector<kvtier::JobResult> done;
+    while (args_.max_rows == 0 || finished_rows_ < args_.max_rows) {
+      for (Slot& s : slots_) {
+        if (s.busy || (args_.max_rows != 0 && submitted_ >= args_.max_rows)) continue;
+        if (!Submit(&s)) return 2;
       }
-      auto id = tier->SubmitStore(s.keys, spans);
-      if (!id.ok()) {
-        std::fprintf(stderr, "crash_writer: submit: %s\n", id.status().ToString().c_str());
-        return 2;
+      done.clear();
+      if (tier_->PollFinished(&done) == 0) {
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+        continue;
       }
-      s.job_id = id.value();
-      s.busy = true;
-      by_job[s.job_id] = &s;
-      submitted += args.batch;
+      for (const kvtier::JobResult& job : done) Announce(job);
     }
-    done.clear();
-    if (tier->PollFinished(&done) == 0) {
-      std::this_thread::sleep_for(std::chrono::microseconds(100));
-      continue;
+    for (Slot& s : slots_) {
+      for (uint8_t* row : s.rows) std::free(row);
     }
-    for (const kvtier::JobResult& job : done) {
-      auto it = by_job.find(job.job_id);
-      if (it == by_job.end()) continue;
-      Slot* s = it->second;
-      by_job.erase(it);
-      std::string lines;
-      for (size_t k = 0; k < job.keys.size(); ++k) {
-        const kvtier::KeyOutcome outcome = job.keys[k].outcome;
-        if (outcome == kvtier::KeyOutcome::kOk || outcome == kvtier::KeyOutcome::kSkippedExists) {
-          lines += "ACK " + std::to_string(s->indices[k]) + "\n";
-        } else {
-          lines += "NACK " + std::to_string(s->indices[k]) + " " +
-                   std::string(kvtier::KeyOutcomeName(outcome)) + "\n";
-          std::fprintf(stderr, "crash_writer: key %llu: %s\n",
-                       static_cast<unsigned long long>(s->indices[k]),
-                       job.keys[k].status.ToString().c_str());
-        }
+    return 0;
+  }
+
+ private:
+  bool AllocateRows() {
+    for (Slot& s : slots_) {
+      for (size_t r = 0; r < args_.batch; ++r) {
+        auto* row = static_cast<uint8_t*>(std::aligned_alloc(4096, args_.row_bytes));
+        if (row == nullptr) return false;
+        s.rows.push_back(row);
       }
-      Emit(lines);
-      finished_rows += job.keys.size();
-      s->busy = false;
     }
+    return true;
   }
-  for (Slot& s : slots) {
-    for (uint8_t* row : s.rows) std::free(row);
+
+  bool Submit(Slot* s) {
+    s->indices.clear();
+    s->keys.clear();
+    std::vector<std::span<const uint8_t>> spans;
+    for (size_t r = 0; r < args_.batch; ++r) {
+      const uint64_t i = (args_.first_key + next_++) % args_.keys;
+      kvtier::crash::FillCrashRow(args_.seed, i, {s->rows[r], args_.row_bytes});
+      s->indices.push_back(i);
+      s->keys.push_back(CrashKey(i));
+      spans.emplace_back(s->rows[r], args_.row_bytes);
+    }
+    auto id = tier_->SubmitStore(s->keys, spans);
+    if (!id.ok()) {
+      std::fprintf(stderr, "crash_writer: submit: %s\n", id.status().ToString().c_str());
+      return false;
+    }
+    s->job_id = id.value();
+    s->busy = true;
+    by_job_[s->job_id] = s;
+    submitted_ += args_.batch;
+    return true;
   }
-  return 0;
+
+  void Announce(const kvtier::JobResult& job) {
+    auto it = by_job_.find(job.job_id);
+    if (it == by_job_.end()) return;
+    Slot* s = it->second;
+    by_job_.erase(it);
+    std::string lines;
+    for (size_t k = 0; k < job.keys.size(); ++k) {
+      const kvtier::KeyOutcome outcome = job.keys[k].outcome;
+      if (outcome == kvtier::KeyOutcome::kOk || outcome == kvtier::KeyOutcome::kSkippedExists) {
+        lines += "ACK " + std::to_string(s->indices[k]) + "\n";
+      } else {
+        lines += "NACK " + std::to_string(s->indices[k]) + " " +
+                 std::string(kvtier::KeyOutcomeName(outcome)) + "\n";
+        std::fprintf(stderr, "crash_writer: key %llu: %s\n",
+                     static_cast<unsigned long long>(s->indices[k]),
+                     job.keys[k].status.ToString().c_str());
+      }
+    }
+    Emit(lines);
+    finished_rows_ += job.keys.size();
+    s->busy = false;
+  }
+
+  const Args& args_;
+  kvtier::FsTier* tier_;
+  std::vector<Slot> slots_;
+  std::unordered_map<uint64_t, Slot*> by_job_;
+  uint64_t next_ = 0, submitted_ = 0, finished_rows_ = 0;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Args args = ParseArgs(argc, argv);
+  int exit_code = 0;
+  std::unique_ptr<kvtier::FsTier> tier = OpenTier(args, &exit_code);
+  if (tier == nullptr) return exit_code;
+  return Writer(args, tier.get()).Run();
 }
