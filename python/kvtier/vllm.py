@@ -140,7 +140,8 @@ class KvtierFsTier(SecondaryTierManager):
         assert primary_kv_view.strides is not None, "primary_kv_view.strides cannot be None"
         self._row_bytes: int = primary_kv_view.strides[0]
         # The tier keeps its stores and removals for take_events only while vLLM drains them.
-        self._events_on = bool(tier_keys.get("enable_kv_events")) and offloading_spec.kv_events_config.enable_kv_cache_events
+        vllm_events = offloading_spec.kv_events_config.enable_kv_cache_events
+        self._events_on = bool(tier_keys.get("enable_kv_events")) and vllm_events
         if tier_keys.get("enable_kv_events") is True and not self._events_on:
             tier_keys = {**tier_keys, "enable_kv_events": False}
         # Every key is checked by kvtier's parser here, first, so a bad one (a misspelt locality
