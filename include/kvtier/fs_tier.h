@@ -53,7 +53,8 @@ namespace kvtier {
 // sets them (ParseFsTierConfig, OffloadConfig::secondary_tiers[i].fs), and
 // what only the caller knows.
 struct FsTierOpenOptions {
-  // root_dir is required; locality and enable_kv_events are not used here.
+  // root_dir is required; locality is not used here, and enable_kv_events
+  // only keeps the tier's stores and removals for TakeKeyEvents.
   FsTierOptions tier;
   NamespaceSpec ns;        // the model configuration (names the directories)
   // A namespace built elsewhere (SglangNamespace::fs_namespace(): other
@@ -255,8 +256,8 @@ class KVTIER_API FsTier {
   // With tier.enable_kv_events (vLLM's own channel): the block files this
   // tier made visible or removed since the last call, in the order the
   // files changed, for a front end's BlockStored and BlockRemoved events.
-  // Empty otherwise. At most 65536 are kept between calls; later ones are
-  // dropped. Any thread.
+  // Empty otherwise. At most 65536 are kept between calls (per root); later
+  // ones are dropped and counted in kv_events_dropped. Any thread.
   virtual std::vector<TierKeyEvent> TakeKeyEvents() { return {}; }
 };
 

@@ -89,8 +89,5 @@ class TierEvents {
 // "<blockdir>/<hhh>/<hh>_g<g>/<hex>.bin" as a NamedBlock (stem, group dir);
 // parts that are not there come out empty (and are then skipped).
 NamedBlock NamedBlockOfPath(std::string_view rel_path);
-// The key a block file's path names: nullopt unless its stem and group
-// directory are exactly as the layout writes them (EventHashOfName's rule).
-std::optional<OffloadKey> KeyOfBlockPath(std::string_view rel_path);
 
 }  // namespace kvtier::internal
