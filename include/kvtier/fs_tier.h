@@ -54,7 +54,8 @@ namespace kvtier {
 // what only the caller knows.
 struct FsTierOpenOptions {
   // root_dir is required; locality is not used here, and enable_kv_events
-  // only keeps the tier's stores and removals for TakeKeyEvents.
+  // only keeps the tier's stores and removals for TakeKeyEvents, and only
+  // with keep_key_events.
   FsTierOptions tier;
   NamespaceSpec ns;        // the model configuration (names the directories)
   // A namespace built elsewhere (SglangNamespace::fs_namespace(): other
@@ -70,6 +71,11 @@ struct FsTierOpenOptions {
   // a Submit call, with no kvtier lock held; it must not block (signal a
   // condition variable, write an eventfd). Empty: no notification.
   std::function<void()> on_job_finished;
+  // Keep the stores and removals for TakeKeyEvents when tier.enable_kv_events
+  // is set: for a front end that drains them (VllmTier, for vLLM's
+  // take_events). Others leave it off, so a config that names
+  // enable_kv_events costs them nothing and drops nothing.
+  bool keep_key_events = false;
 };
 
 // What happened to one key of a job. KeyResult::status carries the details:
@@ -253,11 +259,11 @@ class KVTIER_API FsTier {
   // The absolute path of a key's block file (its root as given, then the
   // layout's relative path); it need not exist.
   virtual std::string BlockPath(const OffloadKey& key) const = 0;
-  // With tier.enable_kv_events (vLLM's own channel): the block files this
+  // With tier.enable_kv_events and keep_key_events (vLLM's own channel): the block files this
   // tier made visible or removed since the last call, in the order the
   // files changed, for a front end's BlockStored and BlockRemoved events.
   // Empty otherwise. At most 65536 are kept between calls (per root); later
-  // ones are dropped and counted in kv_events_dropped. Any thread.
+  // ones are dropped and counted in kv_events_channel_dropped. Any thread.
   virtual std::vector<TierKeyEvent> TakeKeyEvents() { return {}; }
 };
 

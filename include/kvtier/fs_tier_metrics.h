@@ -66,6 +66,9 @@ struct FsTierMetrics {
   // requests served, events queued now. All 0 with events off.
   uint64_t kv_events_published = 0, kv_events_dropped = 0, kv_events_batches = 0;
   uint64_t kv_events_replay_requests = 0, kv_events_queue_depth = 0;
+  // With enable_kv_events: the stores and removals vLLM's channel could not
+  // keep (its log per root full: take_events not called). Several roots: summed.
+  uint64_t kv_events_channel_dropped = 0;
   // Latency histograms per direction: bucket i counts operations that took
   // < 2^i microseconds (the last bucket is everything slower).
   static constexpr int kLatencyBuckets = 24;
@@ -189,13 +192,16 @@ inline constexpr FsTierMetricField kFsTierMetricFields[] = {
      .prometheus = "kvtier_kv_events_published_total", .help = "KV events sent to subscribers."},
     {KVTIER_METRIC_COUNT(kv_events_dropped), .merge = MetricMerge::kMax, .unit = "events",
      .prometheus = "kvtier_kv_events_dropped_total", .vllm = "kvtier:kv_events_dropped",
-     .help = "KV events dropped because the publisher's queue (or, for vLLM's channel, the tier's log) was full."},
+     .help = "KV events dropped because the publisher's queue was full."},
     {KVTIER_METRIC_COUNT(kv_events_batches), .merge = MetricMerge::kMax, .unit = "batches",
      .prometheus = "kvtier_kv_events_batches_total", .help = "KV event batches sent (the next sequence number)."},
     {KVTIER_METRIC_COUNT(kv_events_replay_requests), .merge = MetricMerge::kMax, .unit = "requests",
      .prometheus = "kvtier_kv_events_replay_requests_total", .help = "Replay requests the replay socket served."},
     {KVTIER_METRIC_COUNT(kv_events_queue_depth), .kind = MetricKind::kGauge, .merge = MetricMerge::kMax,
      .unit = "events", .prometheus = "kvtier_kv_events_queue_depth", .help = "KV events queued, not yet sent."},
+    {KVTIER_METRIC_COUNT(kv_events_channel_dropped), .unit = "events",
+     .prometheus = "kvtier_kv_events_channel_dropped_total", .vllm = "kvtier:kv_events_channel_dropped",
+     .help = "Stores and removals vLLM's channel (enable_kv_events) could not keep: take_events was not called."},
 };
 
 #undef KVTIER_METRIC_COUNT

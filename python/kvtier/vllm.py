@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import logging
 from collections.abc import Collection, Iterable
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -58,6 +59,8 @@ from vllm.v1.kv_offload.base import (
 from vllm.v1.kv_offload.tiering.base import JobResult, SecondaryTierManager, TransferJob
 
 import kvtier
+
+logger = logging.getLogger("kvtier.vllm")
 
 if TYPE_CHECKING:
     from vllm.distributed.kv_transfer.kv_connector.v1.offloading.metrics import OffloadingConnectorStats
@@ -143,6 +146,9 @@ class KvtierFsTier(SecondaryTierManager):
         vllm_events = offloading_spec.kv_events_config.enable_kv_cache_events
         self._events_on = bool(tier_keys.get("enable_kv_events")) and vllm_events
         if tier_keys.get("enable_kv_events") is True and not self._events_on:
+            # As vLLM's own fs tier says it: take_events would never be drained.
+            logger.warning("kvtier.vllm: enable_kv_events is set on secondary tier %r but KV cache events are "
+                           "disabled globally (enable_kv_cache_events); the tier will not emit events", tier_type)
             tier_keys = {**tier_keys, "enable_kv_events": False}
         # Every key is checked by kvtier's parser here, first, so a bad one (a misspelt locality
         # too) is a KvtierError naming it, never a bare ValueError from the conversions below.

@@ -7,6 +7,8 @@
 #include <cctype>
 #include <cerrno>
 
+#include "util/log.h"
+
 namespace kvtier::internal {
 namespace {
 
@@ -26,28 +28,45 @@ bool PortOk(std::string_view port, bool bind) {
   return value >= 1 && value <= 65535;
 }
 
-// A connect's host as libzmq will resolve it: "[v6]" without brackets.
+// A host as libzmq will resolve it: "[v6]" without brackets.
 std::string HostOf(std::string_view host) {
   if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
   return std::string(host);
 }
 
-Status CheckResolves(std::string_view key, const std::string& endpoint, const std::string& host) {
+// An IPv6 address ("::", "::1", "fe80::1%eth0"); a name or an IPv4 address has no colon.
+bool IsIpv6Literal(const std::string& host) { return host.find(':') != std::string::npos; }
+
+Result<EndpointNeeds> CheckResolves(std::string_view key, const std::string& endpoint, const std::string& host) {
   if (host.empty()) return Refused(key, endpoint, "no host to connect to");
+  if (IsIpv6Literal(host)) return EndpointNeeds{.ipv6 = true};
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* found = nullptr;
   const int rc = getaddrinfo(host.c_str(), nullptr, &hints, &found);
+  bool any_ipv4 = false;
+  for (const addrinfo* a = rc == 0 ? found : nullptr; a != nullptr; a = a->ai_next) any_ipv4 |= a->ai_family == AF_INET;
   if (found != nullptr) freeaddrinfo(found);
-  if (rc != 0) return Refused(key, endpoint, "host '" + host + "' does not resolve (" + gai_strerror(rc) + ")");
-  return Status::Ok();
+  return JudgeResolution(key, endpoint, host, rc, any_ipv4);
 }
 
 }  // namespace
 
-Status CheckEndpoint(std::string_view key, const std::string& endpoint, bool bind) {
-  if (!std::string_view(endpoint).starts_with(kTcp)) return Status::Ok();
+Result<EndpointNeeds> JudgeResolution(std::string_view key, const std::string& endpoint, const std::string& host,
+                                      int rc, bool any_ipv4) {
+  if (rc == 0) return EndpointNeeds{.ipv6 = !any_ipv4};
+  // The resolver's certain answers that the name has no address.
+  if (rc == EAI_NONAME || rc == EAI_FAIL || rc == EAI_NODATA || rc == EAI_ADDRFAMILY) {
+    return Refused(key, endpoint, "host '" + host + "' does not resolve (" + gai_strerror(rc) + ")");
+  }
+  LogWarning(std::string(key) + ": '" + endpoint + "': host '" + host + "' cannot be resolved now (" +
+             gai_strerror(rc) + "); taken: the events are sent once it resolves");
+  return EndpointNeeds{};
+}
+
+Result<EndpointNeeds> CheckEndpoint(std::string_view key, const std::string& endpoint, bool bind) {
+  if (!std::string_view(endpoint).starts_with(kTcp)) return EndpointNeeds{};
   std::string_view rest = std::string_view(endpoint).substr(kTcp.size());
   // A connect may name its source first ("tcp://src;host:port").
   if (const size_t semi = rest.rfind(';'); !bind && semi != std::string_view::npos) rest = rest.substr(semi + 1);
@@ -57,8 +76,10 @@ Status CheckEndpoint(std::string_view key, const std::string& endpoint, bool bin
   if (!PortOk(port, bind)) {
     return Refused(key, endpoint, "port '" + std::string(port) + "' is not 1-65535" + (bind ? " or *" : ""));
   }
-  if (bind) return Status::Ok();  // a wildcard, an address or an interface: libzmq's to judge
-  return CheckResolves(key, endpoint, HostOf(rest.substr(0, colon)));
+  const std::string host = HostOf(rest.substr(0, colon));
+  // A bind's wildcard, address or interface is libzmq's to judge, but for the IPv6 option.
+  if (bind) return EndpointNeeds{.ipv6 = IsIpv6Literal(host)};
+  return CheckResolves(key, endpoint, host);
 }
 
 }  // namespace kvtier::internal

@@ -41,7 +41,7 @@ struct Queued {
 Status ValidateOptions(const KvEventsOptions& o) {
   auto at_least = [](const char* key, int64_t value, int64_t min) -> Status {
     if (value >= min) return Status::Ok();
-    return InvalidArgument(std::string("kv_events_config.") + key + " must be >= " +
+    return InvalidArgument(std::string("kv_events_config.") + key + ": must be >= " +
                            std::to_string(min) + " (got " + std::to_string(value) + ")");
   };
   KVTIER_RETURN_IF_ERROR(at_least("buffer_steps", o.buffer_steps, 1));

@@ -96,10 +96,11 @@ struct KvEventSockets::Rep {
 Status KvEventSockets::Rep::OpenPub() {
   const std::string& ep = options.endpoint;
   const bool bind = ShouldBind(ep);
-  KVTIER_RETURN_IF_ERROR(CheckEndpoint(kEndpointKey, ep, bind));
+  KVTIER_ASSIGN_OR_RETURN(const EndpointNeeds needs, CheckEndpoint(kEndpointKey, ep, bind));
   try {
     pub = zmq::socket_t(context, zmq::socket_type::xpub);
     pub.set(zmq::sockopt::linger, 0);
+    pub.set(zmq::sockopt::ipv6, needs.ipv6);
     pub.set(zmq::sockopt::sndhwm, static_cast<int>(options.hwm));
     if (bind) {
       pub.bind(ep);
@@ -116,10 +117,11 @@ Status KvEventSockets::Rep::OpenPub() {
 
 Status KvEventSockets::Rep::OpenReplay() {
   if (options.replay_endpoint.empty()) return Status::Ok();
-  KVTIER_RETURN_IF_ERROR(CheckEndpoint(kReplayKey, options.replay_endpoint, true));
+  KVTIER_ASSIGN_OR_RETURN(const EndpointNeeds needs, CheckEndpoint(kReplayKey, options.replay_endpoint, true));
   try {
     replay = zmq::socket_t(context, zmq::socket_type::router);
     replay.set(zmq::sockopt::linger, 0);
+    replay.set(zmq::sockopt::ipv6, needs.ipv6);
     replay.bind(options.replay_endpoint);
     replay_endpoint = replay.get(zmq::sockopt::last_endpoint);
   } catch (const zmq::error_t& e) {
@@ -131,7 +133,7 @@ Status KvEventSockets::Rep::OpenReplay() {
 Result<std::unique_ptr<KvEventSockets>> KvEventSockets::Open(const KvEventsOptions& options,
                                                              KvEventCounters* counters) {
   if (options.hwm > INT_MAX) {
-    return InvalidArgument("kv_events_config.hwm must be at most " + std::to_string(INT_MAX) +
+    return InvalidArgument("kv_events_config.hwm: must be at most " + std::to_string(INT_MAX) +
                            " (got " + std::to_string(options.hwm) + ")");
   }
   std::unique_ptr<Rep> rep;

@@ -8,7 +8,7 @@ namespace kvtier::internal {
 
 void KeyEventLog::Add(OffloadKey key, bool removed) {
   std::lock_guard lock(mu_);
-  if (events_.size() >= kEventsMax) {
+  if (events_.size() >= events_max_) {
     ++dropped_;
     return;
   }
@@ -28,11 +28,11 @@ uint64_t KeyEventLog::dropped() const {
 Result<std::unique_ptr<TierEvents>> TierEvents::Open(const FsTierOpenOptions& o, const Namespace& ns) {
   KVTIER_ASSIGN_OR_RETURN(std::shared_ptr<VolumeEvents> events,
                           VolumeEvents::Open(o.tier.kv_events_config, o.tier.root_dir));
-  if (!events && !o.tier.enable_kv_events) return std::unique_ptr<TierEvents>();
+  const bool log = o.tier.enable_kv_events && o.keep_key_events;
+  if (!events && !log) return std::unique_ptr<TierEvents>();
   const NamespaceSpec& spec = ns.spec();
   return std::unique_ptr<TierEvents>(new TierEvents(std::move(events), EventHashKindOf(spec.inference_engine),
-                                                    spec.tokens_per_hash * spec.blocks_per_file,
-                                                    o.tier.enable_kv_events));
+                                                    spec.tokens_per_hash * spec.blocks_per_file, log));
 }
 
 std::unique_ptr<JobEventKeys> TierEvents::ForJob(std::span<const OffloadKey> keys,
@@ -86,13 +86,13 @@ void TierEvents::Flush() {
 }
 
 void TierEvents::FillMetrics(FsTierMetrics* m) const {
-  // What vLLM's channel dropped (a full log: take_events not called) is
-  // counted with the publisher's drops: events a router will not see.
-  m->kv_events_dropped = log_ ? log_->dropped() : 0;
+  // vLLM's channel's log is this root's own (summed over roots); the
+  // publisher is shared by every root naming its endpoint (the highest).
+  m->kv_events_channel_dropped = log_ ? log_->dropped() : 0;
   if (!events_) return;
   const KvEventMetrics k = events_->Metrics();
   m->kv_events_published = k.events_published;
-  m->kv_events_dropped += k.events_dropped;
+  m->kv_events_dropped = k.events_dropped;
   m->kv_events_batches = k.batches_published;
   m->kv_events_replay_requests = k.replay_requests;
   m->kv_events_queue_depth = k.queue_depth;

@@ -7,7 +7,8 @@
 // files changed, and they are published once per pass of the loop (Flush):
 // one queue operation and one wake of the publisher for all a pass finished,
 // not one per block; publishing only queues (KvEventPublisher).
-// With enable_kv_events (vLLM's own channel), each store and removal is also
+// With enable_kv_events and keep_key_events (vLLM's own channel, which
+// VllmTier drains), each store and removal is also
 // kept, in the same order, for the front end to take (KeyEventLog): vLLM's
 // take_events then carries removals as well as stores, in file order.
 #pragma once
@@ -35,15 +36,17 @@ struct JobEventKeys {
 
 // A tier's stores and removals, oldest first, until taken. Bounded: a
 // front end that never takes them costs at most kEventsMax; past that, new
-// ones are dropped and counted (FsTierMetrics::kv_events_dropped).
+// ones are dropped and counted (FsTierMetrics::kv_events_channel_dropped).
 class KeyEventLog {
  public:
   static constexpr size_t kEventsMax = 1 << 16;
+  explicit KeyEventLog(size_t events_max = kEventsMax) : events_max_(events_max) {}
   void Add(OffloadKey key, bool removed);
   std::vector<TierKeyEvent> Take();
   uint64_t dropped() const;
 
  private:
+  const size_t events_max_;
   mutable std::mutex mu_;
   std::vector<TierKeyEvent> events_;
   uint64_t dropped_ = 0;
@@ -51,8 +54,8 @@ class KeyEventLog {
 
 class TierEvents {
  public:
-  // nullptr (OK) when o.tier.kv_events_config does not publish and
-  // o.tier.enable_kv_events is off; errors: VolumeEvents::Open's (a bad key
+  // nullptr (OK) when o.tier.kv_events_config does not publish and no
+  // log is kept (o.tier.enable_kv_events and o.keep_key_events); errors: VolumeEvents::Open's (a bad key
   // or endpoint, named).
   static Result<std::unique_ptr<TierEvents>> Open(const FsTierOpenOptions& o, const Namespace& ns);
 

@@ -309,6 +309,7 @@ Result<std::unique_ptr<VllmTier>> VllmTier::Open(VllmTierOptions options) {
   KVTIER_ASSIGN_OR_RETURN(internal::RowRegion region,
                           internal::RowRegion::Make(options.rows, options.fs.row_bytes, "engine tier"));
   options.fs.registered_memory = {options.rows};
+  options.fs.keep_key_events = true;  // TakeKeyEvents: vLLM's take_events drains them
   KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<TierShell> shell, TierShell::Open(options.fs, "engine tier"));
   return std::unique_ptr<VllmTier>(new VllmTierImpl(std::move(shell), region));
 }

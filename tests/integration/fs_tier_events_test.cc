@@ -9,7 +9,8 @@
 // kv_events_config fails the open naming the key before any directory is
 // made; tiers naming one endpoint share it; with enable_kv_events (vLLM's own
 // channel) the tier keeps its stores and removals, in order, for
-// TakeKeyEvents. Method: real files in a temp dir,
+// TakeKeyEvents, only for a front end that drains them (keep_key_events),
+// and at most its bound (past it: dropped and counted). Method: real files in a temp dir,
 // a real ZeroMQ SUB socket bound on 127.0.0.1 that the tier connects to;
 // keys and rows are seeded (seed printed).
 #include <gtest/gtest.h>
@@ -23,6 +24,7 @@
 #include <vector>
 
 #include "events/kv_event_wire.h"
+#include "fs/tier_events.h"
 #include "kvtier/fs_tier.h"
 #include "kvtier/sglang.h"
 #include "kvtier/tier_shell.h"
@@ -199,6 +201,7 @@ TEST_F(FsTierEventsTest, EvictionsKeepARoutersIndexEqualToTheFiles) {
 // publisher; the tier keeps its stores and removals in file order.
 FsTierOpenOptions VllmChannel(FsTierOpenOptions o) {
   o.tier.enable_kv_events = true;
+  o.keep_key_events = true;  // as VllmTier opens it
   return o;
 }
 
@@ -230,6 +233,30 @@ TEST_F(FsTierEventsTest, VllmChannelKeepsStoresAndRemovals) {
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<FsTier> quiet, FsTier::Open(off));
   Store(quiet.get(), RandomKeys(2));
   EXPECT_TRUE(quiet->TakeKeyEvents().empty()) << "kept only with enable_kv_events";
+  // enable_kv_events in a config of a front end that never drains the log
+  // (TieredStore, SGLang): nothing kept, nothing counted as dropped.
+  FsTierOpenOptions undrained = off;
+  undrained.tier.root_dir = (root_.path() / "undrained").string();
+  undrained.tier.enable_kv_events = true;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<FsTier> other, FsTier::Open(undrained));
+  Store(other.get(), RandomKeys(2));
+  EXPECT_TRUE(other->TakeKeyEvents().empty()) << "kept only with keep_key_events";
+  EXPECT_EQ(other->Metrics().kv_events_channel_dropped, 0u);
+}
+
+// The log's bound (65536 in a tier; 3 here): what comes past it is dropped
+// and counted, what was kept is taken whole, and taking makes room again.
+TEST(KeyEventLogTest, PastItsBoundEventsAreDroppedAndCounted) {
+  internal::KeyEventLog log(3);
+  std::mt19937_64 rng(41);
+  const std::vector<OffloadKey> keys = testing::RandomKeys(5, rng);
+  for (const OffloadKey& k : keys) log.Add(k, false);
+  log.Add(keys[0], true);
+  EXPECT_EQ(log.dropped(), 3u);
+  EXPECT_EQ(log.Take(), (std::vector<TierKeyEvent>{{keys[0], false}, {keys[1], false}, {keys[2], false}}));
+  log.Add(keys[0], true);
+  EXPECT_EQ(log.Take(), (std::vector<TierKeyEvent>{{keys[0], true}}));
+  EXPECT_EQ(log.dropped(), 3u);
 }
 
 TEST_F(FsTierEventsTest, VllmChannelEvictionsKeepAnIndexEqualToTheFiles) {

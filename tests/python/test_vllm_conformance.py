@@ -10,11 +10,13 @@ the newer upstream interface (backpressure_detector, chunk_ids, transfer_bytes) 
 #57912's checksum_blocks key reaches the tier and vLLM's unchecksummed blocks load; drain_jobs
 leaves every job with exactly one result; kvtier's metrics reach vLLM's stats; with
 enable_kv_events, vLLM's take_events names every store and every removal (a corrupt block, a
-max_bytes eviction), so an index fed by it equals the volume.
+max_bytes eviction), so an index fed by it equals the volume, and with vLLM's events off the tier
+says so and keeps nothing.
 Skips (one line saying why) where ../shared/vllm is absent.
 """
 
 import dataclasses
+import logging
 import os
 import subprocess
 import sys
@@ -290,6 +292,22 @@ def test_kv_events_for_stored_blocks(h, tmp_path):
         assert stored == sorted(k for keys in ps for k in keys)
         assert all(e.locality == Locality.REMOTE for e in events)
         assert not [e for e in eng.m.take_events() if e.medium == Medium.STORAGE], "events are taken once"
+    finally:
+        eng.shutdown()
+
+
+def test_kv_events_off_in_vllm_is_said_and_keeps_nothing(h, tmp_path, caplog):
+    """enable_kv_events on the tier with vLLM's events off: a warning, as vLLM's own tier gives, and no events."""
+    from vllm.v1.kv_offload.base import Medium
+
+    with caplog.at_level(logging.WARNING, logger="kvtier.vllm"):
+        eng = h.Engine([h.kvtier_tier(tmp_path, enable_kv_events=True)], kv_cache_events=False)
+    try:
+        said = [r.getMessage() for r in caplog.records if r.name == "kvtier.vllm"]
+        assert any("enable_kv_events" in m and "disabled globally" in m for m in said), said
+        eng.store_prompts(prompts(h, 1, SALT + "-events-off"))
+        assert not [e for e in eng.m.take_events() if e.medium == Medium.STORAGE]
+        assert eng.tiers[0]._tier.take_key_events() == [], "nothing kept for a channel no one drains"
     finally:
         eng.shutdown()
 

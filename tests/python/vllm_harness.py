@@ -43,7 +43,7 @@ def layer_names():
     return [f"model.layers.{i}.self_attn.attn" for i in range(LAYERS)]
 
 
-def offloading_config(tier_configs, cpu_rows, engine_id=None):
+def offloading_config(tier_configs, cpu_rows, engine_id=None, kv_cache_events=True):
     """vLLM's build_offloading_config() over the VllmConfig fields it reads (TP1)."""
     extra = {"spec_name": "TieringOffloadingSpec", "cpu_bytes_to_use": cpu_rows * ROW,
              "block_size": GPU_BLOCK * BLOCKS_PER_CHUNK, "secondary_tiers": list(tier_configs)}
@@ -59,7 +59,7 @@ def offloading_config(tier_configs, cpu_rows, engine_id=None):
                                      prefix_match_unit=None),
         model_config=SimpleNamespace(model=MODEL, dtype="bfloat16", use_mla=False, get_total_num_kv_heads=lambda: 2),
         use_v2_model_runner=False,
-        kv_events_config=SimpleNamespace(enable_kv_cache_events=True),
+        kv_events_config=SimpleNamespace(enable_kv_cache_events=kv_cache_events),
     )
     n_gpu = 64
     kcfg = KVCacheConfig(
@@ -87,8 +87,8 @@ def content(key):
 class Engine:
     """One vLLM engine: the manager plus the scheduler's and the worker's calls around it."""
 
-    def __init__(self, tier_configs, cpu_rows=8):
-        self.config = offloading_config(tier_configs, cpu_rows)
+    def __init__(self, tier_configs, cpu_rows=8, kv_cache_events=True):
+        self.config = offloading_config(tier_configs, cpu_rows, kv_cache_events=kv_cache_events)
         self.spec = OffloadingSpecFactory.create_spec(self.config)
         type(self.spec).build_metric_definitions(dict(self.config.extra_config))
         self.m = self.spec.get_manager()

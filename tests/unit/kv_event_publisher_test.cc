@@ -386,9 +386,9 @@ TEST(KvEventPublisher, OptionsOutOfRangeFailOpenNamingTheKey) {
     const char* key;
   };
   const Case cases[] = {
-      {[](KvEventsOptions& o) { o.buffer_steps = 0; }, "kv_events_config.buffer_steps must be >= 1"},
-      {[](KvEventsOptions& o) { o.hwm = -1; }, "kv_events_config.hwm must be >= 0"},
-      {[](KvEventsOptions& o) { o.max_queue_size = 0; }, "kv_events_config.max_queue_size must be >= 1"},
+      {[](KvEventsOptions& o) { o.buffer_steps = 0; }, "kv_events_config.buffer_steps: must be >= 1"},
+      {[](KvEventsOptions& o) { o.hwm = -1; }, "kv_events_config.hwm: must be >= 0"},
+      {[](KvEventsOptions& o) { o.max_queue_size = 0; }, "kv_events_config.max_queue_size: must be >= 1"},
   };
   for (const Case& c : cases) {
     KvEventsOptions o;
