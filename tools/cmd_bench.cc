@@ -1,5 +1,6 @@
 // `kvtier bench`: flag wiring over the benchmark functions in tools/bench/.
 #include <CLI/CLI.hpp>
+#include <climits>
 #include <cstdio>
 #include <iostream>
 #include <map>
@@ -108,7 +109,7 @@ void AddBenchFsTierFlags(CLI::App* cmd, BenchFsFlags* f) {
   cmd->add_option("--events-hwm", f->events_hwm,
                   "With --events-endpoint: the PUB socket's high-water mark in messages (kv_events_config.hwm; "
                   "0: unlimited)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(CLI::Range(int64_t{0}, int64_t{INT_MAX}))  // ZeroMQ's int
       ->capture_default_str()
       ->needs(endpoint);
 }

@@ -398,13 +398,40 @@ def session_of(ceph, mount):
     raise AssertionError(f"no session for {mount}: {out.stdout[:2000]}")
 
 
+def gone(pid, timeout_s):
+    """Waits for process `pid` to exit, at most timeout_s; SIGKILL after that."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+    os.kill(pid, signal.SIGKILL)
+
+
 def remount(ceph, m):
+    """Mount m's client again: the evicted ceph-fuse is unmounted and gone first (it holds its pid file
+    locked, and a busy machine lets it linger), then a new one mounts, with files of its own. A mount
+    that fails is retried (the MDS may still be closing the old session) and, at the last, named with
+    ceph-fuse's own words."""
     mnt = ceph / "mnt" / m
+    old = daemon_pid(ceph, f"fuse-{m}")
     subprocess.run(["fusermount", "-u", "-z", str(mnt)], capture_output=True, timeout=60)
-    subprocess.run(["ceph-fuse", "-c", str(ceph / "ceph.conf"), "--client_mountpoint", "/", "--id", "admin",
-                    "--pid-file", str(ceph / "run" / f"fuse-{m}.pid"), "--admin-socket",
-                    str(ceph / "run" / f"fuse-{m}-2.asok"), "--log-file", str(ceph / "log" / f"fuse-{m}-2.log"),
-                    str(mnt)], check=True, capture_output=True, timeout=120)
+    gone(old, 30)
+    for attempt in range(1, 4):
+        tag = f"{m}-{attempt + 1}"
+        run = subprocess.run(["ceph-fuse", "-c", str(ceph / "ceph.conf"), "--client_mountpoint", "/", "--id",
+                              "admin", "--pid-file", str(ceph / "run" / f"fuse-{tag}.pid"), "--admin-socket",
+                              str(ceph / "run" / f"fuse-{tag}.asok"), "--log-file",
+                              str(ceph / "log" / f"fuse-{tag}.log"), str(mnt)],
+                             capture_output=True, text=True, timeout=120)
+        if run.returncode == 0:
+            return
+        time.sleep(2)
+    log = (ceph / "log" / f"fuse-{tag}.log").read_text(errors="replace")[-3000:]
+    raise AssertionError(f"ceph-fuse {m} could not mount again (exit {run.returncode}): "
+                         f"{run.stdout[-1000:]} {run.stderr[-1000:]} {log}")
 
 
 def test_an_evicted_client_gets_bounded_errors_and_a_remount_serves_again(ceph, kvtier_bin):

@@ -332,10 +332,10 @@ def test_bench_fs_refuses_a_bad_endpoint_as_usage(kvtier_bin, tmp_path):
                 "--events-endpoint", endpoint)
         assert r.returncode == 2, (endpoint, r.stdout, r.stderr)
         assert "--events-endpoint: kv_events_config.endpoint" in r.stderr and what in r.stderr, r.stderr
-    # A value the publisher refuses is named by its own flag, not --events-endpoint's.
-    for hwm, what in (("-1", "must be >= 0"), (str(2**31), "must be at most")):
+    # A high-water mark out of ZeroMQ's int range is named by its own flag, not --events-endpoint's.
+    for hwm in ("-1", str(2**31)):
         r = run(kvtier_bin, "bench", "fs", "--root", tmp_path / "b", "--row-bytes", "4096", "--rows", "8",
                 "--events-endpoint", "tcp://*:0", "--events-hwm", hwm)
         assert r.returncode == 2, (hwm, r.stdout, r.stderr)
-        assert "--events-hwm: kv_events_config.hwm: " + what in r.stderr, r.stderr
+        assert f"--events-hwm: Value {hwm} not in range 0 to 2147483647" in r.stderr, r.stderr
     assert not list((tmp_path / "b").rglob("*.bin"))

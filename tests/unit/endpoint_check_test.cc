@@ -16,6 +16,7 @@
 
 #include <chrono>
 #include <string>
+#include <vector>
 
 #include "events/endpoint_check.h"
 #include "events/kv_event_publisher.h"
@@ -84,7 +85,7 @@ bool HasIpv6Loopback() {
 bool SubscriberReceives(KvEventPublisher& pub, zmq::socket_t& sub) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (std::chrono::steady_clock::now() < deadline) {
-    (void)pub.Publish({AllBlocksClearedEvent{}});
+    (void)pub.Publish(std::vector<KvEvent>{AllBlocksClearedEvent{}});
     if (!testing::Receive(sub, milliseconds(100)).empty()) return true;
   }
   return false;
