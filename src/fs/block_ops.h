@@ -217,6 +217,12 @@ class FsBlockOp : public BlockOp {
   // The op unlinked its block's file (a corrupt block, an eviction): what a
   // BlockRemoved event announces (fs/tier_events.h).
   bool unlinked = false;
+  // A store abandoned at its deadline whose block is on the volume all the
+  // same (its rename landed late, or had landed before a durable store's
+  // directory sync was abandoned): the block's path relative to root_dir,
+  // for the BlockStored its failed result cannot carry. Set once the kernel
+  // has answered; empty otherwise.
+  std::string published_late;
 };
 
 // The block path pieces of a key, relative to root_dir: "<ns>_r<rank>", then

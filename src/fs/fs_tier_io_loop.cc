@@ -261,9 +261,11 @@ class FsTierImpl final : public FsTier, public StagedCrcTier {
   }
 
   // A finished op: its result goes to its job, unless the scheduler handed
-  // it out already when the op was abandoned (then it is only freed here).
+  // it out already when the op was abandoned (then it is only freed here,
+  // and a block its late answer published is announced now).
   void Account(std::unique_ptr<FsBlockOp> op) {
-    if (!op->result_taken) Report(op.get());
+    if (!op->result_taken) return Report(op.get());
+    if (shared_->events && !op->published_late.empty()) shared_->events->OnPublishedLate(op->published_late);
   }
 
   void Report(FsBlockOp* op) {

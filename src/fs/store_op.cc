@@ -96,6 +96,8 @@ class StoreOp final : public FsBlockOp {
   // late, the temp file is closed and removed, never renamed into place.
   void OnAbandon() override {
     if (!final_) result = AbandonedResult(StateSyscall(), Shown(AbandonedPath()), shared_->io_timeout_ms);
+    // A durable store's directory sync comes after its rename: the block is there.
+    if (!final_ && (state_ == kOpenDir || state_ == kSyncDir || state_ == kCloseDir)) published_late = dest_;
     final_ = abandoned_ = cleanup_ = true;
   }
 
@@ -129,7 +131,7 @@ class StoreOp final : public FsBlockOp {
       case kShardDir: dirs_.AfterLate(res); break;
       case kClose:
       case kCloseDir: fd_ = -1; break;
-      case kRename: if (res == 0) tmp_created_ = false; break;
+      case kRename: if (res == 0) tmp_created_ = false, published_late = dest_; break;
       case kUnlinkTmp: tmp_created_ = false; break;
       default: break;
     }

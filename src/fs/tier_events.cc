@@ -81,6 +81,11 @@ void TierEvents::OnEvicted(const std::string& rel_path) {
   if (std::optional<OffloadKey> key = OffloadKeyOfName(named.stem, named.group_dir)) log_->Add(std::move(*key), true);
 }
 
+void TierEvents::OnPublishedLate(const std::string& rel_path) {
+  const NamedBlock named = NamedBlockOfPath(rel_path);
+  if (std::optional<OffloadKey> key = OffloadKeyOfName(named.stem, named.group_dir)) OnStored(*key, KeyOutcome::kOk);
+}
+
 void TierEvents::Flush() {
   if (events_ && !pending_.empty()) events_->Publish(std::exchange(pending_, {}));
 }

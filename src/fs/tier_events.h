@@ -65,6 +65,10 @@ class TierEvents {
   // The job's op number `index` has finished with `op`'s result: its event
   // waits for Flush(). I/O thread only.
   void OnOp(const JobEventKeys& job, JobKind kind, size_t index, const FsBlockOp& op);
+  // A store abandoned at its deadline published its block all the same
+  // (FsBlockOp::published_late, `rel_path`): its BlockStored, as OnOp's of a
+  // store that succeeded, named from the path. I/O thread only.
+  void OnPublishedLate(const std::string& rel_path);
   // Publishes what OnOp made since the last Flush. I/O thread only (or once
   // the loop has ended: the destructor flushes too).
   void Flush();

@@ -10,8 +10,9 @@
 //  * when the mount answers again, a probe turns the root up and loads work;
 //  * a read answered after its job was reported never writes the row the
 //    caller has since reused (bounce rows; without them the job is not
-//    reported until the kernel has let the read go), and a write answered
-//    late never publishes a block nor leaves a temp file;
+//    reported until the kernel has let the read go), a write answered
+//    late never publishes a block nor leaves a temp file, and a rename
+//    answered late publishes one that is announced (KV events) then;
 //  * a slow mount (200 ms a call) keeps serving with no error, and each errno
 //    gets its documented outcome (docs/sick-volumes.md);
 //  * with several roots, one hung root fails only its share of the keys.
@@ -303,6 +304,24 @@ TEST_P(SickVolumeTest, ALateWriteNeverPublishesABlock) {
   EXPECT_TRUE(BackingFiles(".tmp").empty()) << "the abandoned store's temp file was left behind";
   testing::AlignedRows back(1, kRow, 3);
   EXPECT_EQ(Load(Keys(5, 1), back).keys.at(0).outcome, KeyOutcome::kMiss);
+}
+
+// The store fails at its deadline, but the kernel renames it when the
+// mount answers: the block is on the volume, so it is announced then.
+TEST_P(SickVolumeTest, ARenameAnsweredLatePublishesABlockThatIsAnnounced) {
+  FsTierOpenOptions o = Options(mount_->mountpoint());
+  o.tier.enable_kv_events = true, o.keep_key_events = true;  // vLLM's channel, as VllmTier opens it
+  Open(o);
+  testing::AlignedRows row(1, kRow, testing::TestSeed());
+  ASSERT_OK(mount_->Hang("rename"));
+  EXPECT_TRUE(TimedOutOrUnavailable(Store(Keys(7, 1), row).keys.at(0)));
+  EXPECT_TRUE(tier_->TakeKeyEvents().empty()) << "a store that failed was announced";
+  ASSERT_OK(mount_->Release());
+  WaitUnstuck();
+  EXPECT_EQ(BackingFiles(".bin").size(), 1u) << "the late rename did not publish the block";
+  std::vector<TierKeyEvent> events;
+  EXPECT_TRUE(Eventually([&] { return !(events = tier_->TakeKeyEvents()).empty(); }, kLivenessMs));
+  EXPECT_EQ(events, (std::vector<TierKeyEvent>{{Keys(7, 1)[0], false}}));
 }
 
 TEST_P(SickVolumeTest, ASlowMountKeepsServing) {
