@@ -68,7 +68,8 @@ struct FsTierOptions {
   // `enable_kv_events`: emit BlockStored and BlockRemoved events (medium
   // STORAGE) through vLLM's own publisher (the tier's take_events); default
   // false. The vLLM integration reads it; FsTier keeps what it stored and
-  // removed for it (FsTier::TakeKeyEvents).
+  // removed for it (FsTier::TakeKeyEvents) when its opener drains them
+  // (FsTierOpenOptions::keep_key_events: VllmTier).
   bool enable_kv_events = false;
   // `kv_events_config` (kvtier's; vLLM's KVEventsConfig keys and kvtier's,
   // kv_events.h): kvtier's own publisher of the tier's stores and removals.

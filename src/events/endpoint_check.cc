@@ -2,6 +2,7 @@
 
 #include <netdb.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
@@ -37,18 +38,38 @@ std::string HostOf(std::string_view host) {
 // An IPv6 address ("::", "::1", "fe80::1%eth0"); a name or an IPv4 address has no colon.
 bool IsIpv6Literal(const std::string& host) { return host.find(':') != std::string::npos; }
 
-Result<EndpointNeeds> CheckResolves(std::string_view key, const std::string& endpoint, const std::string& host) {
-  if (host.empty()) return Refused(key, endpoint, "no host to connect to");
-  if (IsIpv6Literal(host)) return EndpointNeeds{.ipv6 = true};
+// getaddrinfo's answer for `host`, and whether an IPv4 address was in it.
+// `numeric`: an address only, no DNS (AI_NUMERICHOST).
+int Resolve(const std::string& host, bool numeric, bool* any_ipv4) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = numeric ? AI_NUMERICHOST : 0;
   addrinfo* found = nullptr;
   const int rc = getaddrinfo(host.c_str(), nullptr, &hints, &found);
-  bool any_ipv4 = false;
-  for (const addrinfo* a = rc == 0 ? found : nullptr; a != nullptr; a = a->ai_next) any_ipv4 |= a->ai_family == AF_INET;
+  *any_ipv4 = false;
+  for (const addrinfo* a = rc == 0 ? found : nullptr; a != nullptr; a = a->ai_next) *any_ipv4 |= a->ai_family == AF_INET;
   if (found != nullptr) freeaddrinfo(found);
+  return rc;
+}
+
+Result<EndpointNeeds> CheckResolves(std::string_view key, const std::string& endpoint, const std::string& host) {
+  if (host.empty()) return Refused(key, endpoint, "no host to connect to");
+  bool any_ipv4 = false;
+  if (IsIpv6Literal(host)) {
+    if (Resolve(host, true, &any_ipv4) != 0) return Refused(key, endpoint, "'" + host + "' is not an IPv6 address");
+    return EndpointNeeds{.ipv6 = true};
+  }
+  const int rc = Resolve(host, false, &any_ipv4);
   return JudgeResolution(key, endpoint, host, rc, any_ipv4);
+}
+
+// This machine can make IPv6 sockets (the kernel has IPv6 on).
+bool Ipv6Works() {
+  const int fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  close(fd);
+  return true;
 }
 
 }  // namespace
@@ -62,7 +83,9 @@ Result<EndpointNeeds> JudgeResolution(std::string_view key, const std::string& e
   }
   LogWarning(std::string(key) + ": '" + endpoint + "': host '" + host + "' cannot be resolved now (" +
              gai_strerror(rc) + "); taken: the events are sent once it resolves");
-  return EndpointNeeds{};
+  // It may resolve to IPv6 addresses only (an IPv6 cluster): libzmq with the
+  // option still reaches an IPv4 one (as a v4-mapped address).
+  return EndpointNeeds{.ipv6 = Ipv6Works()};
 }
 
 Result<EndpointNeeds> CheckEndpoint(std::string_view key, const std::string& endpoint, bool bind) {

@@ -25,6 +25,16 @@ uint64_t KeyEventLog::dropped() const {
   return dropped_;
 }
 
+std::atomic<size_t>& KeyEventLogBoundForTest() {
+  static std::atomic<size_t> bound{0};
+  return bound;
+}
+
+std::unique_ptr<KeyEventLog> TierEvents::MakeLog() {
+  const size_t bound = KeyEventLogBoundForTest().load();
+  return std::make_unique<KeyEventLog>(bound == 0 ? KeyEventLog::kEventsMax : bound);
+}
+
 Result<std::unique_ptr<TierEvents>> TierEvents::Open(const FsTierOpenOptions& o, const Namespace& ns) {
   KVTIER_ASSIGN_OR_RETURN(std::shared_ptr<VolumeEvents> events,
                           VolumeEvents::Open(o.tier.kv_events_config, o.tier.root_dir));

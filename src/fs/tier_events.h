@@ -13,6 +13,7 @@
 // take_events then carries removals as well as stores, in file order.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -52,6 +53,10 @@ class KeyEventLog {
   uint64_t dropped_ = 0;
 };
 
+// The bound of the logs TierEvents::Open makes from now on; 0 (the
+// default): KeyEventLog::kEventsMax. For tests, which reach a small one.
+std::atomic<size_t>& KeyEventLogBoundForTest();
+
 class TierEvents {
  public:
   // nullptr (OK) when o.tier.kv_events_config does not publish and no
@@ -74,15 +79,18 @@ class TierEvents {
   void Flush();
   ~TierEvents() { Flush(); }
 
-  // The kv_events_* fields of `m` (none without kvtier's publisher).
+  // The kv_events_* fields of `m`: the publisher's (none without kvtier's
+  // publisher) and kv_events_channel_dropped (the log's, without it too).
   void FillMetrics(FsTierMetrics* m) const;
-  // What KeyEventLog::Take gives; empty without enable_kv_events.
+  // What KeyEventLog::Take gives; empty without the log (enable_kv_events
+  // and keep_key_events).
   std::vector<TierKeyEvent> TakeKeyEvents() { return log_ ? log_->Take() : std::vector<TierKeyEvent>(); }
 
  private:
   TierEvents(std::shared_ptr<VolumeEvents> events, EventHashKind kind, int64_t block_size, bool log)
       : events_(std::move(events)), kind_(kind), block_size_(block_size),
-        log_(log ? std::make_unique<KeyEventLog>() : nullptr) {}
+        log_(log ? MakeLog() : nullptr) {}
+  static std::unique_ptr<KeyEventLog> MakeLog();
   void OnStored(const OffloadKey& key, KeyOutcome outcome);
   void OnRemoved(const OffloadKey& key);
   void OnEvicted(const std::string& rel_path);
@@ -90,7 +98,7 @@ class TierEvents {
   EventHashKind kind_;
   int64_t block_size_;  // tokens per block file
   std::vector<internal::KvEvent> pending_;  // made by OnOp, not yet flushed
-  std::unique_ptr<KeyEventLog> log_;  // null: enable_kv_events off
+  std::unique_ptr<KeyEventLog> log_;  // null: enable_kv_events or keep_key_events off
 };
 
 // "<blockdir>/<hhh>/<hh>_g<g>/<hex>.bin" as a NamedBlock (stem, group dir);

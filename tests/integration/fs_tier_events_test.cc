@@ -10,7 +10,8 @@
 // made; tiers naming one endpoint share it; with enable_kv_events (vLLM's own
 // channel) the tier keeps its stores and removals, in order, for
 // TakeKeyEvents, only for a front end that drains them (keep_key_events),
-// and at most its bound (past it: dropped and counted). Method: real files in a temp dir,
+// and at most its bound (past it: dropped and counted as the channel's,
+// not the publisher's). Method: real files in a temp dir,
 // a real ZeroMQ SUB socket bound on 127.0.0.1 that the tier connects to;
 // keys and rows are seeded (seed printed).
 #include <gtest/gtest.h>
@@ -199,6 +200,12 @@ TEST_F(FsTierEventsTest, EvictionsKeepARoutersIndexEqualToTheFiles) {
 
 // vLLM's own channel (enable_kv_events, kvtier.vllm's take_events): no
 // publisher; the tier keeps its stores and removals in file order.
+// The bound of the vLLM-channel logs tiers opened meanwhile make.
+struct LogBound {
+  explicit LogBound(size_t n) { internal::KeyEventLogBoundForTest() = n; }
+  ~LogBound() { internal::KeyEventLogBoundForTest() = 0; }
+};
+
 FsTierOpenOptions VllmChannel(FsTierOpenOptions o) {
   o.tier.enable_kv_events = true;
   o.keep_key_events = true;  // as VllmTier opens it
@@ -234,7 +241,8 @@ TEST_F(FsTierEventsTest, VllmChannelKeepsStoresAndRemovals) {
   Store(quiet.get(), RandomKeys(2));
   EXPECT_TRUE(quiet->TakeKeyEvents().empty()) << "kept only with enable_kv_events";
   // enable_kv_events in a config of a front end that never drains the log
-  // (TieredStore, SGLang): nothing kept, nothing counted as dropped.
+  // (TieredStore, SGLang): nothing kept, so nothing dropped past a bound of 1.
+  const LogBound bound(1);
   FsTierOpenOptions undrained = off;
   undrained.tier.root_dir = (root_.path() / "undrained").string();
   undrained.tier.enable_kv_events = true;
@@ -244,19 +252,20 @@ TEST_F(FsTierEventsTest, VllmChannelKeepsStoresAndRemovals) {
   EXPECT_EQ(other->Metrics().kv_events_channel_dropped, 0u);
 }
 
-// The log's bound (65536 in a tier; 3 here): what comes past it is dropped
-// and counted, what was kept is taken whole, and taking makes room again.
-TEST(KeyEventLogTest, PastItsBoundEventsAreDroppedAndCounted) {
-  internal::KeyEventLog log(3);
-  std::mt19937_64 rng(41);
-  const std::vector<OffloadKey> keys = testing::RandomKeys(5, rng);
-  for (const OffloadKey& k : keys) log.Add(k, false);
-  log.Add(keys[0], true);
-  EXPECT_EQ(log.dropped(), 3u);
-  EXPECT_EQ(log.Take(), (std::vector<TierKeyEvent>{{keys[0], false}, {keys[1], false}, {keys[2], false}}));
-  log.Add(keys[0], true);
-  EXPECT_EQ(log.Take(), (std::vector<TierKeyEvent>{{keys[0], true}}));
-  EXPECT_EQ(log.dropped(), 3u);
+// What a full log drops (take_events not called) is the channel's count,
+// not the publisher's: the stores past the bound, and none of the kept.
+TEST_F(FsTierEventsTest, VllmChannelPastItsBoundDropsAndCountsThem) {
+  const LogBound bound(3);
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<FsTier> tier, FsTier::Open(VllmChannel(Options(KvEventsConfig{}))));
+  const std::vector<OffloadKey> keys = RandomKeys(5);
+  ASSERT_EQ(Store(tier.get(), keys).OkPrefix(), 5u);
+  EXPECT_EQ(tier->TakeKeyEvents().size(), 3u);
+  const FsTierMetrics m = tier->Metrics();
+  EXPECT_EQ(m.kv_events_channel_dropped, 2u);
+  EXPECT_EQ(m.kv_events_dropped, 0u);
+  Store(tier.get(), RandomKeys(1));  // room again once taken
+  EXPECT_EQ(tier->TakeKeyEvents().size(), 1u);
+  EXPECT_EQ(tier->Metrics().kv_events_channel_dropped, 2u);
 }
 
 TEST_F(FsTierEventsTest, VllmChannelEvictionsKeepAnIndexEqualToTheFiles) {

@@ -7,13 +7,15 @@
 // reported as loaded; a successful store marks its keys kHit; invalid jobs are
 // refused with kInvalidArgument and produce no result; every accepted job
 // produces exactly one result, under load and with concurrent submitters and
-// a poller; after Shutdown nothing is accepted, and results not yet polled
+// a poller; with enable_kv_events it keeps its stores for vLLM's
+// take_events; after Shutdown nothing is accepted, and results not yet polled
 // are still returned (misuse and races: vllm_tier_misuse.cc, linked into
 // this binary). Method: small rows, seeded random contents and job shapes
 // (seed printed; replay with KVTIER_TEST_SEED), and polling loops with
 // deadlines instead of sleeps.
 #include "vllm_tier_test.h"
 
+#include <algorithm>
 #include <fstream>
 
 namespace kvtier {
@@ -195,6 +197,24 @@ TEST_F(VllmTierTest, RegionThatIsNotWholeRowsIsRefused) {
   Result<std::unique_ptr<VllmTier>> empty = VllmTier::Open(o);
   ASSERT_FALSE(empty.ok());
   EXPECT_EQ(empty.status().code(), StatusCode::kInvalidArgument) << empty.status().ToString();
+}
+
+// With enable_kv_events, VllmTier keeps its tier's stores and removals for
+// vLLM's take_events (FsTier keeps them only for an opener that drains them).
+TEST_F(VllmTierTest, WithKvEventsItKeepsItsStoresForTakeEvents) {
+  testing::TempDir other;
+  VllmTierOptions o = Options(rows());
+  o.fs.tier.root_dir = other.path().string();
+  o.fs.tier.enable_kv_events = true;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<VllmTier> tier, VllmTier::Open(o));
+  tier_ = std::move(tier);
+  const std::vector<OffloadKey> keys = Keys(900, 2);
+  ASSERT_TRUE(Store(1, keys, {0, 1}).success);
+  std::vector<TierKeyEvent> events = tier_->TakeKeyEvents();
+  std::sort(events.begin(), events.end(), [](const auto& x, const auto& y) { return x.key.Hex() < y.key.Hex(); });
+  std::vector<TierKeyEvent> want = {{keys[0], false}, {keys[1], false}};
+  std::sort(want.begin(), want.end(), [](const auto& x, const auto& y) { return x.key.Hex() < y.key.Hex(); });
+  EXPECT_EQ(events, want);
 }
 
 // ---- One result per job ---------------------------------------------------------------

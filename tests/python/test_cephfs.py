@@ -398,16 +398,30 @@ def session_of(ceph, mount):
     raise AssertionError(f"no session for {mount}: {out.stdout[:2000]}")
 
 
-def gone(pid, timeout_s):
-    """Waits for process `pid` to exit, at most timeout_s; SIGKILL after that."""
+def alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def gone(pid_file, timeout_s):
+    """Waits for the process of `pid_file` to exit, at most timeout_s (SIGKILL after that), then removes
+    the file, so that the cluster's stop never signals another process given that pid later."""
+    try:
+        pid = int(pid_file.read_text())
+    except (OSError, ValueError):  # never written: the process did not get that far
+        pid_file.unlink(missing_ok=True)
+        return
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return
+    while alive(pid) and time.monotonic() < deadline:
         time.sleep(0.1)
-    os.kill(pid, signal.SIGKILL)
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    pid_file.unlink(missing_ok=True)
 
 
 def remount(ceph, m):
@@ -416,19 +430,21 @@ def remount(ceph, m):
     that fails is retried (the MDS may still be closing the old session) and, at the last, named with
     ceph-fuse's own words."""
     mnt = ceph / "mnt" / m
-    old = daemon_pid(ceph, f"fuse-{m}")
     subprocess.run(["fusermount", "-u", "-z", str(mnt)], capture_output=True, timeout=60)
-    gone(old, 30)
+    gone(ceph / "run" / f"fuse-{m}.pid", 30)
     for attempt in range(1, 4):
         tag = f"{m}-{attempt + 1}"
+        pid_file = ceph / "run" / f"fuse-{tag}.pid"
         run = subprocess.run(["ceph-fuse", "-c", str(ceph / "ceph.conf"), "--client_mountpoint", "/", "--id",
-                              "admin", "--pid-file", str(ceph / "run" / f"fuse-{tag}.pid"), "--admin-socket",
+                              "admin", "--pid-file", str(pid_file), "--admin-socket",
                               str(ceph / "run" / f"fuse-{tag}.asok"), "--log-file",
                               str(ceph / "log" / f"fuse-{tag}.log"), str(mnt)],
                              capture_output=True, text=True, timeout=120)
         if run.returncode == 0:
             return
-        time.sleep(2)
+        gone(pid_file, 5)
+        if attempt < 3:
+            time.sleep(2)
     log = (ceph / "log" / f"fuse-{tag}.log").read_text(errors="replace")[-3000:]
     raise AssertionError(f"ceph-fuse {m} could not mount again (exit {run.returncode}): "
                          f"{run.stdout[-1000:]} {run.stderr[-1000:]} {log}")

@@ -3,6 +3,7 @@
 #include "support/test_support.h"
 
 #include <fcntl.h>
+#include <netdb.h>
 #include <poll.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -23,6 +24,13 @@ namespace kvtier::testing {
 std::filesystem::path CompatDir() { return KVTIER_COMPAT_DIR; }
 // $KVTIER_TEST_CLI runs the CLI tests against another build (e.g. an older
 // one, to see a new test fail there).
+bool ResolverSaysNoSuchHost(const std::string& host) {
+  addrinfo* found = nullptr;
+  const int rc = getaddrinfo(host.c_str(), nullptr, nullptr, &found);
+  if (found != nullptr) freeaddrinfo(found);
+  return rc == EAI_NONAME;
+}
+
 std::filesystem::path CliPath() {
   const char* env = std::getenv("KVTIER_TEST_CLI");
   return env != nullptr && *env != '\0' ? std::filesystem::path(env) : std::filesystem::path(KVTIER_CLI_PATH);

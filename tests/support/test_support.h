@@ -49,6 +49,9 @@ std::filesystem::path CompatDir();
 std::filesystem::path CliPath();
 // The repository root.
 std::filesystem::path SourceDir();
+// getaddrinfo answers that `host` does not exist (EAI_NONAME), as a resolver
+// that is reachable does; a machine without one answers "try again".
+bool ResolverSaysNoSuchHost(const std::string& host);
 
 // The seed for a test's randomness: $KVTIER_TEST_SEED when set, else a fresh
 // one. It is recorded as a test property and printed, so a failure can be

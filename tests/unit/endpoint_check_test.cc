@@ -2,7 +2,8 @@
 // (events/endpoint_check.h): the resolver's answers are judged by kind (a
 // name that certainly does not exist is refused, naming the key; one the
 // resolver cannot answer for now, as a Kubernetes service name at pod start,
-// is taken), and an IPv6 host gets the socket's IPv6 option, so a publisher
+// is taken), an IPv6 address is checked as one (no DNS), and an IPv6 host
+// gets the socket's IPv6 option, so a publisher
 // binds [::1] or [::] and connects to [::1] for real (a SUB here receives
 // its batch). Without the option libzmq refuses the bind ("No such device")
 // and never reaches the connect. Skips the sockets where this machine has no
@@ -30,6 +31,12 @@ using std::chrono::milliseconds;
 
 constexpr std::string_view kKey = "kv_events_config.endpoint";
 
+bool HasIpv6Sockets() {
+  const int fd = socket(AF_INET6, SOCK_STREAM, 0);
+  if (fd >= 0) close(fd);
+  return fd >= 0;
+}
+
 TEST(EndpointCheck, TheResolversAnswersAreJudgedByKind) {
   const std::string ep = "tcp://svc.ns.svc.cluster.local:5557";
   for (int certain : {EAI_NONAME, EAI_FAIL, EAI_NODATA, EAI_ADDRFAMILY}) {
@@ -41,11 +48,12 @@ TEST(EndpointCheck, TheResolversAnswersAreJudgedByKind) {
               std::string::npos)
         << r.status().ToString();
   }
-  // Not resolvable now (no DNS answer yet): taken; libzmq connects once it resolves.
+  // Not resolvable now (no DNS answer yet): taken; libzmq connects once it
+  // resolves, to an IPv6-only name too where this machine has IPv6.
   for (int temporary : {EAI_AGAIN, EAI_SYSTEM, EAI_MEMORY}) {
     Result<EndpointNeeds> r = JudgeResolution(kKey, ep, "svc", temporary, false);
     ASSERT_TRUE(r.ok()) << temporary << ": " << r.status().ToString();
-    EXPECT_FALSE(r->ipv6);
+    EXPECT_EQ(r->ipv6, HasIpv6Sockets());
   }
   ASSERT_OK_AND_ASSIGN(EndpointNeeds v4, JudgeResolution(kKey, ep, "svc", 0, true));
   EXPECT_FALSE(v4.ipv6);
@@ -61,6 +69,11 @@ TEST(EndpointCheck, AnIpv6HostNeedsTheIpv6Option) {
     ASSERT_OK_AND_ASSIGN(EndpointNeeds needs, CheckEndpoint(kKey, endpoint, false));
     EXPECT_EQ(needs.ipv6, ipv6) << endpoint;
   }
+  // An address that is not one is refused, without asking DNS.
+  Result<EndpointNeeds> bad = CheckEndpoint(kKey, "tcp://[fd00::zz]:5557", false);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("'fd00::zz' is not an IPv6 address"), std::string::npos)
+      << bad.status().ToString();
   const std::pair<const char*, bool> binds[] = {
       {"tcp://[::]:*", true}, {"tcp://[::1]:0", true}, {"tcp://*:*", false}, {"tcp://eth0:5557", false}};
   for (const auto& [endpoint, ipv6] : binds) {

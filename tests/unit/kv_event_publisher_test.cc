@@ -324,11 +324,15 @@ TEST(KvEventPublisher, BadEndpointsFailOpenNamingTheKey) {
 // binds 34463) and connects to a host that does not resolve, or to none,
 // retrying for ever.
 TEST(KvEventPublisher, PortsOutOfRangeAndHostsThatDoNotResolveFailOpen) {
-  const std::pair<const char*, const char*> bad[] = {
+  std::vector<std::pair<const char*, const char*>> bad = {
       {"tcp://*:99999", "port '99999' is not 1-65535"}, {"tcp://*:70000", "port '70000'"},
       {"tcp://*:-1", "port '-1'"},                      {"tcp://127.0.0.1:0", "port '0' is not 1-65535"},
-      {"tcp://:5557", "no host to connect to"},         {"tcp://no-such-host.invalid:5557", "does not resolve"},
-      {"tcp://127.0.0.1:65536", "port '65536'"}};
+      {"tcp://:5557", "no host to connect to"},         {"tcp://127.0.0.1:65536", "port '65536'"}};
+  // Only where the resolver says so for certain (a machine without a
+  // reachable nameserver answers "try again", which is taken: endpoint_check_test).
+  if (testing::ResolverSaysNoSuchHost("no-such-host.invalid")) {
+    bad.emplace_back("tcp://no-such-host.invalid:5557", "does not resolve");
+  }
   for (const auto& [endpoint, why] : bad) {
     KvEventsOptions o;
     o.endpoint = endpoint;

@@ -17,6 +17,7 @@ constexpr std::pair<std::string_view, std::string_view> kFlagOfKey[] = {
     {"kv_events_config.replay_endpoint", "--events-replay-endpoint"},
     {"kv_events_config.topic", "--events-topic"},
     {"kv_events_config.medium", "--events-medium"},
+    {"kv_events_config.hwm", "--events-hwm"},  // bench fs; its flag's range check comes first
 };
 
 }  // namespace
