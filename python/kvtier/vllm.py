@@ -74,6 +74,11 @@ _VERDICTS = (LookupResult.MISS, LookupResult.HIT, LookupResult.RETRY)
 # JobResult.transfer_bytes), decided once at import.
 _BASE_TAKES_DETECTOR = "backpressure_detector" in inspect.signature(SecondaryTierManager.__init__).parameters
 _RESULT_HAS_BYTES = "transfer_bytes" in {f.name for f in dataclasses.fields(JobResult)}
+# Later, OffloadingEvent gained `ownership` and `removal_expected`. vLLM's OffloadingEventsTracker
+# (self-describing events, upstream offloading/events.py) keeps a chunk's block hashes until the
+# removal of each residency that said one would follow, and then fans that removal out to all of
+# them. This tier's channel does name its own removals, so its stores say so, under one owner.
+_EVENT_FIELDS = {f.name for f in dataclasses.fields(OffloadingEvent)}
 
 # The metrics reported to vLLM's stats: the fields the library's metrics table gives a vLLM name
 # (kvtier.fs_metric_fields(), include/kvtier/fs_tier_metrics.h), with its scale and documentation.
@@ -211,12 +216,20 @@ class KvtierFsTier(SecondaryTierManager):
         removed = False
         for key, was_removed in self._tier.take_key_events():
             if run and was_removed != removed:
-                yield OffloadingEvent(keys=run, medium=self.medium, removed=removed, locality=self.locality)
+                yield self._event(run, removed)
                 run = []
             run.append(key)
             removed = was_removed
         if run:
-            yield OffloadingEvent(keys=run, medium=self.medium, removed=removed, locality=self.locality)
+            yield self._event(run, removed)
+
+    def _event(self, keys: list[OffloadKey], removed: bool) -> OffloadingEvent:
+        extra: dict[str, Any] = {}
+        if "ownership" in _EVENT_FIELDS:
+            extra["ownership"] = self._label[0]
+        if "removal_expected" in _EVENT_FIELDS and not removed:
+            extra["removal_expected"] = True
+        return OffloadingEvent(keys=keys, medium=self.medium, removed=removed, locality=self.locality, **extra)
 
     def touch(self, keys: Collection[OffloadKey], req_context: ReqContext) -> None:
         # Recency for max_bytes comes from the tier's own loads and lookup hits; without max_bytes

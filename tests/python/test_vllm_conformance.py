@@ -10,8 +10,9 @@ the newer upstream interface (backpressure_detector, chunk_ids, transfer_bytes) 
 #57912's checksum_blocks key reaches the tier and vLLM's unchecksummed blocks load; drain_jobs
 leaves every job with exactly one result; kvtier's metrics reach vLLM's stats; with
 enable_kv_events, vLLM's take_events names every store and every removal (a corrupt block, a
-max_bytes eviction), so an index fed by it equals the volume, and with vLLM's events off the tier
-says so and keeps nothing.
+max_bytes eviction), so an index fed by it equals the volume, with vLLM's later OffloadingEvent its
+stores say a removal follows (one owner for both), and with vLLM's events off the tier says so and
+keeps nothing.
 Skips (one line saying why) where ../shared/vllm is absent.
 """
 
@@ -335,6 +336,33 @@ def test_kv_events_for_a_corrupt_block_removed(h, tmp_path):
         assert [e.keys for e in events if e.removed] == [[ps[0][2]]], events
         index = storage_index(events, set())
         assert index == {k for keys in ps for k in keys} - {ps[0][2]}
+    finally:
+        eng.shutdown()
+
+
+def test_kv_events_say_a_removal_follows_where_vllm_asks(h, tmp_path, monkeypatch):
+    """With vLLM's later OffloadingEvent (ownership, removal_expected: what its self-describing
+    tracker pairs a chunk's store and removal by), every store says a removal follows and both
+    carry one owner; with the pinned one (no such fields), events are built as before."""
+    import kvtier.vllm
+    from vllm.v1.kv_offload.base import OffloadingEvent
+
+    @dataclasses.dataclass
+    class NewEvent(OffloadingEvent):
+        ownership: str | None = None
+        removal_expected: bool = False
+
+    monkeypatch.setattr(kvtier.vllm, "OffloadingEvent", NewEvent)
+    monkeypatch.setattr(kvtier.vllm, "_EVENT_FIELDS", {f.name for f in dataclasses.fields(NewEvent)})
+    ps = prompts(h, 3, SALT + "-owned")
+    eng = h.Engine([h.kvtier_tier(tmp_path, enable_kv_events=True)])
+    try:
+        h.check_corrupt_block_keeps_the_prefix(eng, ps)
+        events = [e for e in storage_events(eng) if isinstance(e, NewEvent)]
+        stores, removals = [e for e in events if not e.removed], [e for e in events if e.removed]
+        assert stores and removals, events
+        assert all(e.removal_expected for e in stores) and not any(e.removal_expected for e in removals)
+        assert {e.ownership for e in events} == {f"KvtierFsTier:{tmp_path}"}, events
     finally:
         eng.shutdown()
 
