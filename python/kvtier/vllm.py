@@ -77,7 +77,9 @@ _RESULT_HAS_BYTES = "transfer_bytes" in {f.name for f in dataclasses.fields(JobR
 # Later, OffloadingEvent gained `ownership` and `removal_expected`. vLLM's OffloadingEventsTracker
 # (self-describing events, upstream offloading/events.py) keeps a chunk's block hashes until the
 # removal of each residency that said one would follow, and then fans that removal out to all of
-# them. This tier's channel does name its own removals, so its stores say so, under one owner.
+# them. With max_bytes this tier evicts, and names each eviction on its channel, so its stores say
+# a removal follows, under one owner. Without it the tier's removals are rare (a corrupt block),
+# and gc's, in another process, never reach this channel: vLLM would keep every chunk's hashes.
 _EVENT_FIELDS = {f.name for f in dataclasses.fields(OffloadingEvent)}
 
 # The metrics reported to vLLM's stats: the fields the library's metrics table gives a vLLM name
@@ -161,6 +163,7 @@ class KvtierFsTier(SecondaryTierManager):
         locality = tier_keys.get("locality")
         self.locality = Locality(locality) if locality is not None else None
         self._label = (f"{tier_type}:{self.root_dir}",)
+        self._removals_follow = bool(tier_keys.get("max_bytes"))  # the tier evicts: see _EVENT_FIELDS
         self._load_keys: dict[int, list[OffloadKey]] = {}  # to name the keys of a partial load
         self._last_metrics = self._tier.metrics()
 
@@ -227,7 +230,7 @@ class KvtierFsTier(SecondaryTierManager):
         extra: dict[str, Any] = {}
         if "ownership" in _EVENT_FIELDS:
             extra["ownership"] = self._label[0]
-        if "removal_expected" in _EVENT_FIELDS and not removed:
+        if "removal_expected" in _EVENT_FIELDS and not removed and self._removals_follow:
             extra["removal_expected"] = True
         return OffloadingEvent(keys=keys, medium=self.medium, removed=removed, locality=self.locality, **extra)
 

@@ -2,7 +2,6 @@
 
 #include <netdb.h>
 #include <sys/socket.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
@@ -57,19 +56,13 @@ Result<EndpointNeeds> CheckResolves(std::string_view key, const std::string& end
   if (host.empty()) return Refused(key, endpoint, "no host to connect to");
   bool any_ipv4 = false;
   if (IsIpv6Literal(host)) {
-    if (Resolve(host, true, &any_ipv4) != 0) return Refused(key, endpoint, "'" + host + "' is not an IPv6 address");
+    if (const int rc = Resolve(host, true, &any_ipv4); rc != 0) {
+      return Refused(key, endpoint, "'" + host + "' is not an IPv6 address (" + gai_strerror(rc) + ")");
+    }
     return EndpointNeeds{.ipv6 = true};
   }
   const int rc = Resolve(host, false, &any_ipv4);
   return JudgeResolution(key, endpoint, host, rc, any_ipv4);
-}
-
-// This machine can make IPv6 sockets (the kernel has IPv6 on).
-bool Ipv6Works() {
-  const int fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return false;
-  close(fd);
-  return true;
 }
 
 }  // namespace
@@ -83,9 +76,9 @@ Result<EndpointNeeds> JudgeResolution(std::string_view key, const std::string& e
   }
   LogWarning(std::string(key) + ": '" + endpoint + "': host '" + host + "' cannot be resolved now (" +
              gai_strerror(rc) + "); taken: the events are sent once it resolves");
-  // It may resolve to IPv6 addresses only (an IPv6 cluster): libzmq with the
-  // option still reaches an IPv4 one (as a v4-mapped address).
-  return EndpointNeeds{.ipv6 = Ipv6Works()};
+  // Over IPv4, as a name that resolves to both: with the option on, libzmq
+  // would prefer an AAAA answer, which an IPv4-only network never reaches.
+  return EndpointNeeds{};
 }
 
 Result<EndpointNeeds> CheckEndpoint(std::string_view key, const std::string& endpoint, bool bind) {

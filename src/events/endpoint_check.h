@@ -26,7 +26,10 @@ struct EndpointNeeds {
 // and a connect's host is not empty and exists (getaddrinfo, which may ask
 // DNS: open is where waiting is allowed). A name the resolver cannot answer
 // for now (EAI_AGAIN: a Kubernetes service not yet in DNS at pod start) is
-// taken, with a warning: libzmq connects once it resolves. Other transports
+// taken, with a warning: libzmq connects once it resolves (over IPv4: a
+// service with IPv6 addresses only must resolve at open, or be given by
+// address). An IPv6 address (a host with a colon) is checked as an address,
+// without DNS (AI_NUMERICHOST): one that is not is refused. Other transports
 // are left to libzmq, which refuses what it cannot use.
 [[nodiscard]] Result<EndpointNeeds> CheckEndpoint(std::string_view key, const std::string& endpoint, bool bind);
 

@@ -217,11 +217,14 @@ class FsBlockOp : public BlockOp {
   // The op unlinked its block's file (a corrupt block, an eviction): what a
   // BlockRemoved event announces (fs/tier_events.h).
   bool unlinked = false;
-  // A store abandoned at its deadline whose block is on the volume all the
-  // same (its rename landed late, or had landed before a durable store's
-  // directory sync was abandoned): the block's path relative to root_dir,
-  // for the BlockStored its failed result cannot carry. Set once the kernel
-  // has answered; empty otherwise.
+  // A store whose rename landed before its result was final: the block is
+  // visible even if what followed failed (a durable store's directory sync,
+  // failed or abandoned), so it is announced as stored (fs/tier_events.h).
+  bool renamed = false;
+  // A store abandoned at its deadline whose rename the kernel completed
+  // afterwards: the block's path relative to root_dir, for the BlockStored
+  // its failed result (handed out before) could not carry. Set when that
+  // late answer comes; empty otherwise.
   std::string published_late;
 };
 

@@ -93,11 +93,10 @@ class StoreOp final : public FsBlockOp {
   }
 
   // From here on the store can only fail: whatever the kernel finishes
-  // late, the temp file is closed and removed, never renamed into place.
+  // late, the temp file is closed and removed, and no rename is issued (a
+  // rename already in the kernel may still land: AfterLate).
   void OnAbandon() override {
     if (!final_) result = AbandonedResult(StateSyscall(), Shown(AbandonedPath()), shared_->io_timeout_ms);
-    // A durable store's directory sync comes after its rename: the block is there.
-    if (!final_ && (state_ == kOpenDir || state_ == kSyncDir || state_ == kCloseDir)) published_late = dest_;
     final_ = abandoned_ = cleanup_ = true;
   }
 
@@ -301,6 +300,7 @@ class StoreOp final : public FsBlockOp {
   void AfterRename(int64_t res) {
     if (res < 0) return Fail(res, "rename " + Shown(tmp_));
     tmp_created_ = false;
+    renamed = true;  // visible now, whatever a durable store's directory sync does
     if (shared_->durability == Durability::kFull) return Go(kOpenDir);
     Finish(0, "");
   }

@@ -60,7 +60,10 @@ void TierEvents::OnOp(const JobEventKeys& job, JobKind kind, size_t index, const
     return;
   }
   if (kind == JobKind::kStore) {
-    OnStored(job.keys[index], op.result.outcome);
+    // A rename that landed made the block visible, even if the durable
+    // directory sync after it failed or was abandoned.
+    OnStored(job.keys[index], op.renamed && op.result.outcome == KeyOutcome::kError ? KeyOutcome::kOk
+                                                                                      : op.result.outcome);
   } else if (op.unlinked) {
     OnRemoved(job.keys[index]);
   }

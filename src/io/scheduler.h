@@ -27,7 +27,7 @@
 //    TakeAbandoned) while the op itself, with its slot and whatever memory
 //    the kernel may still write, stays here until the kernel returns the
 //    request; then it runs its cleanup (closing an fd, removing a temp file,
-//    never publishing) and ends in TakeFinished. Stuck requests are thus
+//    issuing no new rename) and ends in TakeFinished. Stuck requests are thus
 //    bounded by the slots. While any is stuck, a queued op that has waited
 //    abandon_after_ns is failed the same way, so nothing queues forever
 //    behind slots the kernel holds.

@@ -198,14 +198,14 @@ TEST_F(FsTierEventsTest, EvictionsKeepARoutersIndexEqualToTheFiles) {
   EXPECT_EQ(index, OnDisk());
 }
 
-// vLLM's own channel (enable_kv_events, kvtier.vllm's take_events): no
-// publisher; the tier keeps its stores and removals in file order.
 // The bound of the vLLM-channel logs tiers opened meanwhile make.
 struct LogBound {
   explicit LogBound(size_t n) { internal::KeyEventLogBoundForTest() = n; }
   ~LogBound() { internal::KeyEventLogBoundForTest() = 0; }
 };
 
+// vLLM's own channel (enable_kv_events, kvtier.vllm's take_events): no
+// publisher; the tier keeps its stores and removals in file order.
 FsTierOpenOptions VllmChannel(FsTierOpenOptions o) {
   o.tier.enable_kv_events = true;
   o.keep_key_events = true;  // as VllmTier opens it

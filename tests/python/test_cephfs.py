@@ -417,10 +417,11 @@ def gone(pid_file, timeout_s):
     deadline = time.monotonic() + timeout_s
     while alive(pid) and time.monotonic() < deadline:
         time.sleep(0.1)
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+    if alive(pid):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
     pid_file.unlink(missing_ok=True)
 
 

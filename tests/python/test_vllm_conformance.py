@@ -342,8 +342,10 @@ def test_kv_events_for_a_corrupt_block_removed(h, tmp_path):
 
 def test_kv_events_say_a_removal_follows_where_vllm_asks(h, tmp_path, monkeypatch):
     """With vLLM's later OffloadingEvent (ownership, removal_expected: what its self-describing
-    tracker pairs a chunk's store and removal by), every store says a removal follows and both
-    carry one owner; with the pinned one (no such fields), events are built as before."""
+    tracker pairs a chunk's store and removal by), a tier that evicts (max_bytes) says with each
+    store that a removal follows, and its stores and removals carry one owner; one that does not
+    evict says none follows (gc's removals never reach vLLM's channel); with the pinned event class
+    (no such fields) events are built as before."""
     import kvtier.vllm
     from vllm.v1.kv_offload.base import OffloadingEvent
 
@@ -354,17 +356,19 @@ def test_kv_events_say_a_removal_follows_where_vllm_asks(h, tmp_path, monkeypatc
 
     monkeypatch.setattr(kvtier.vllm, "OffloadingEvent", NewEvent)
     monkeypatch.setattr(kvtier.vllm, "_EVENT_FIELDS", {f.name for f in dataclasses.fields(NewEvent)})
-    ps = prompts(h, 3, SALT + "-owned")
-    eng = h.Engine([h.kvtier_tier(tmp_path, enable_kv_events=True)])
-    try:
-        h.check_corrupt_block_keeps_the_prefix(eng, ps)
-        events = [e for e in storage_events(eng) if isinstance(e, NewEvent)]
-        stores, removals = [e for e in events if not e.removed], [e for e in events if e.removed]
-        assert stores and removals, events
-        assert all(e.removal_expected for e in stores) and not any(e.removal_expected for e in removals)
-        assert {e.ownership for e in events} == {f"KvtierFsTier:{tmp_path}"}, events
-    finally:
-        eng.shutdown()
+    for max_bytes, root in ((10 * h.ROW, tmp_path / "evicts"), (None, tmp_path / "keeps")):
+        keys = {"max_bytes": max_bytes} if max_bytes else {}
+        eng = h.Engine([h.kvtier_tier(root, enable_kv_events=True, **keys)])
+        try:
+            eng.store_prompts(prompts(h, 6, SALT + f"-owned-{root.name}"))
+            events = [e for e in storage_events(eng) if isinstance(e, NewEvent)]
+            stores, removals = [e for e in events if not e.removed], [e for e in events if e.removed]
+            assert stores and bool(removals) == bool(max_bytes), events
+            assert all(e.removal_expected == bool(max_bytes) for e in stores), events
+            assert not any(e.removal_expected for e in removals)
+            assert {e.ownership for e in events} == {f"KvtierFsTier:{root}"}, events
+        finally:
+            eng.shutdown()
 
 
 def test_kv_events_for_evictions_keep_an_index_equal_to_the_volume(h, tmp_path):

@@ -22,8 +22,7 @@ extern char** environ;
 namespace kvtier::testing {
 
 std::filesystem::path CompatDir() { return KVTIER_COMPAT_DIR; }
-// $KVTIER_TEST_CLI runs the CLI tests against another build (e.g. an older
-// one, to see a new test fail there).
+
 bool ResolverSaysNoSuchHost(const std::string& host) {
   addrinfo* found = nullptr;
   const int rc = getaddrinfo(host.c_str(), nullptr, nullptr, &found);
@@ -31,6 +30,8 @@ bool ResolverSaysNoSuchHost(const std::string& host) {
   return rc == EAI_NONAME;
 }
 
+// $KVTIER_TEST_CLI runs the CLI tests against another build (e.g. an older
+// one, to see a new test fail there).
 std::filesystem::path CliPath() {
   const char* env = std::getenv("KVTIER_TEST_CLI");
   return env != nullptr && *env != '\0' ? std::filesystem::path(env) : std::filesystem::path(KVTIER_CLI_PATH);

@@ -31,11 +31,6 @@ using std::chrono::milliseconds;
 
 constexpr std::string_view kKey = "kv_events_config.endpoint";
 
-bool HasIpv6Sockets() {
-  const int fd = socket(AF_INET6, SOCK_STREAM, 0);
-  if (fd >= 0) close(fd);
-  return fd >= 0;
-}
 
 TEST(EndpointCheck, TheResolversAnswersAreJudgedByKind) {
   const std::string ep = "tcp://svc.ns.svc.cluster.local:5557";
@@ -49,11 +44,11 @@ TEST(EndpointCheck, TheResolversAnswersAreJudgedByKind) {
         << r.status().ToString();
   }
   // Not resolvable now (no DNS answer yet): taken; libzmq connects once it
-  // resolves, to an IPv6-only name too where this machine has IPv6.
+  // resolves, over IPv4 (the option would prefer an AAAA answer).
   for (int temporary : {EAI_AGAIN, EAI_SYSTEM, EAI_MEMORY}) {
     Result<EndpointNeeds> r = JudgeResolution(kKey, ep, "svc", temporary, false);
     ASSERT_TRUE(r.ok()) << temporary << ": " << r.status().ToString();
-    EXPECT_EQ(r->ipv6, HasIpv6Sockets());
+    EXPECT_FALSE(r->ipv6);
   }
   ASSERT_OK_AND_ASSIGN(EndpointNeeds v4, JudgeResolution(kKey, ep, "svc", 0, true));
   EXPECT_FALSE(v4.ipv6);
