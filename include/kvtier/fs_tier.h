@@ -194,8 +194,19 @@ class KVTIER_API FsTier {
   // the queued store bytes past store_queue_bytes_max. Errors (nothing
   // submitted): kInvalidArgument when rows.size() != keys.size() or a row is
   // not row_bytes long.
+  // `block_hashes` (empty, or one list per key): the blocks keys[i]'s file
+  // holds, in order, where the namespace puts several in a file (a chunk of
+  // blocks_per_file blocks, a group block of several tokens_per_hash): the
+  // KV events (docs/kv-events.md) announce all of them, its store here and
+  // its removal wherever it is made (an eviction, a corrupt removal, gc,
+  // fsck --repair, another instance), as the file records them (FORMAT.md
+  // L200-L205). An empty list: the file is named by its key alone. A list
+  // must hold exactly the file's blocks (HashesPerFile), each as long as
+  // the key's hash, the last one the key's, at most 2048 bytes in all;
+  // else kInvalidArgument, naming the key.
   virtual Result<uint64_t> SubmitStore(std::span<const OffloadKey> keys,
-                                       std::span<const std::span<const uint8_t>> rows) = 0;
+                                       std::span<const std::span<const uint8_t>> rows,
+                                       std::span<const std::vector<BlockHash>> block_hashes = {}) = 0;
   // Reads the block file of keys[i] into rows[i]; returns the job id at
   // once. A key's row holds its block only when its outcome is kOk; for any
   // other outcome the row's bytes are unspecified (a read may have started).
@@ -216,9 +227,11 @@ class KVTIER_API FsTier {
   // row_bytes is not a multiple of 4096 do such rows go through the page
   // cache instead. Empty pieces are ignored.
   // Errors (nothing submitted): kInvalidArgument when rows.size() !=
-  // keys.size() or a row's pieces do not add up to row_bytes.
+  // keys.size() or a row's pieces do not add up to row_bytes; block_hashes
+  // as SubmitStore's.
   virtual Result<uint64_t> SubmitStorePieces(std::span<const OffloadKey> keys,
-                                             std::span<const std::vector<std::span<const uint8_t>>> rows) = 0;
+                                             std::span<const std::vector<std::span<const uint8_t>>> rows,
+                                             std::span<const std::vector<BlockHash>> block_hashes = {}) = 0;
   virtual Result<uint64_t> SubmitLoadPieces(std::span<const OffloadKey> keys,
                                             std::span<const std::vector<std::span<uint8_t>>> rows) = 0;
   // Asks whether each key's block file exists (a regular file, whatever its

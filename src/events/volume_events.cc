@@ -124,6 +124,13 @@ std::vector<WireHash> HashesOf(EventHashKind kind, std::span<const OffloadKey> k
   return out;
 }
 
+std::vector<WireHash> HashesOf(EventHashKind kind, std::span<const BlockHash> hashes, BlockHashEncoding encoding) {
+  std::vector<WireHash> out;
+  out.reserve(hashes.size());
+  for (const BlockHash& h : hashes) out.push_back(EventHashOfBytes(kind, h.bytes(), encoding));
+  return out;
+}
+
 // vLLM leaves group_idx out (None) for the first group.
 std::optional<int64_t> GroupField(uint32_t group) {
   return group == 0 ? std::nullopt : std::optional<int64_t>(group);
@@ -147,6 +154,28 @@ void VolumeEvents::Removed(EventHashKind kind, std::span<const OffloadKey> keys,
   PublishByGroup(keys, [&](uint32_t group, std::span<const OffloadKey> run) -> KvEvent {
     return BlockRemovedEvent{HashesOf(kind, run, encoding_), config_.medium, GroupField(group)};
   }, into);
+}
+
+void VolumeEvents::StoredBlocks(EventHashKind kind, uint32_t group, std::span<const BlockHash> hashes,
+                                int64_t block_size_tokens, std::vector<KvEvent>* into) {
+  BlockStoredEvent e;
+  e.block_hashes = HashesOf(kind, hashes, encoding_);
+  e.block_size = block_size_tokens;
+  e.medium = config_.medium;
+  e.group_idx = GroupField(group);
+  if (into != nullptr) return into->push_back(std::move(e));
+  std::vector<KvEvent> one;
+  one.push_back(std::move(e));
+  Publish(std::move(one));
+}
+
+void VolumeEvents::RemovedBlocks(EventHashKind kind, uint32_t group, std::span<const BlockHash> hashes,
+                                 std::vector<KvEvent>* into) {
+  BlockRemovedEvent e{HashesOf(kind, hashes, encoding_), config_.medium, GroupField(group)};
+  if (into != nullptr) return into->push_back(std::move(e));
+  std::vector<KvEvent> one;
+  one.push_back(std::move(e));
+  Publish(std::move(one));
 }
 
 size_t VolumeEvents::RemovedNamed(EventHashKind kind, std::span<const NamedBlock> blocks,

@@ -86,6 +86,14 @@ Status CheckRows(size_t keys, const Rows& rows, uint64_t row_bytes) {
   return Status::Ok();
 }
 
+// The block-hash record (FORMAT.md L200-L201) each key's file gets: one
+// per key ("" where its list is empty or names one block), or none when
+// `hashes` is empty. kInvalidArgument naming the key for a list that is not
+// the file's blocks (format::BlockHashListProblem; a namespace whose files
+// hold one block takes none), or for other than one list per key.
+Result<std::vector<std::string>> BlockHashRecords(const Namespace& ns, std::span<const OffloadKey> keys,
+                                                  std::span<const std::vector<BlockHash>> hashes);
+
 // The scheduler's limits from the tier's options (n_read_threads, ...; an
 // abandon deadline io_timeout_ms + kAbandonGraceMs after a request's issue).
 SchedulerLimits SchedulerLimitsFor(const FsTierOpenOptions& o);

@@ -76,18 +76,26 @@ class FsTierImpl final : public FsTier, public StagedCrcTier {
     io_thread_.detach();
   }
 
-  Result<uint64_t> SubmitStore(std::span<const OffloadKey> keys,
-                               std::span<const std::span<const uint8_t>> rows) override { return StoreRows(keys, rows); }
+  Result<uint64_t> SubmitStore(std::span<const OffloadKey> keys, std::span<const std::span<const uint8_t>> rows,
+                               std::span<const std::vector<BlockHash>> block_hashes) override {
+    return StoreRows(keys, rows, {}, block_hashes);
+  }
   Result<uint64_t> SubmitLoad(std::span<const OffloadKey> keys,
                               std::span<const std::span<uint8_t>> rows) override { return LoadRows(keys, rows); }
   Result<uint64_t> SubmitStorePieces(std::span<const OffloadKey> keys,
-                                     std::span<const std::vector<std::span<const uint8_t>>> rows) override { return StoreRows(keys, rows); }
+                                     std::span<const std::vector<std::span<const uint8_t>>> rows,
+                                     std::span<const std::vector<BlockHash>> block_hashes) override {
+    return StoreRows(keys, rows, {}, block_hashes);
+  }
   Result<uint64_t> SubmitLoadPieces(std::span<const OffloadKey> keys,
                                     std::span<const std::vector<std::span<uint8_t>>> rows) override { return LoadRows(keys, rows); }
 
   // staged_crc.h (its wrappers check the counts).
   Result<uint64_t> StoreWithCrcs(std::span<const OffloadKey> keys, std::span<const std::span<const uint8_t>> rows,
-                                 std::span<const uint32_t> crcs) override { return StoreRows(keys, rows, crcs); }
+                                 std::span<const uint32_t> crcs,
+                                 std::span<const std::vector<BlockHash>> block_hashes) override {
+    return StoreRows(keys, rows, crcs, block_hashes);
+  }
   Result<uint64_t> LoadUnchecked(std::span<const OffloadKey> keys, std::span<const std::span<uint8_t>> rows,
                                  std::span<LoadedBlock> out) override { return LoadRows(keys, rows, out); }
   Result<uint64_t> RemoveCorrupt(std::span<const OffloadKey> keys, std::span<const LoadedBlock> read) override {
@@ -96,9 +104,10 @@ class FsTierImpl final : public FsTier, public StagedCrcTier {
 
   // Rows are spans (one piece) or lists of pieces (RowPieces).
   template <class Row>
-  Result<uint64_t> StoreRows(std::span<const OffloadKey> keys, std::span<const Row> rows,
-                             std::span<const uint32_t> crcs = {}) {
+  Result<uint64_t> StoreRows(std::span<const OffloadKey> keys, std::span<const Row> rows, std::span<const uint32_t> crcs,
+                             std::span<const std::vector<BlockHash>> block_hashes) {
     KVTIER_RETURN_IF_ERROR(CheckRows(keys.size(), rows, options_.row_bytes));
+    KVTIER_ASSIGN_OR_RETURN(std::vector<std::string> records, BlockHashRecords(ns_, keys, block_hashes));
     const uint64_t bytes = keys.size() * options_.row_bytes;
     if (!health_.up()) return Drop(keys.size(), root_down_why_.c_str());
     if (detector_.pressured()) return Drop(keys.size(), "store latency above the high water mark");
@@ -116,12 +125,13 @@ class FsTierImpl final : public FsTier, public StagedCrcTier {
     Submission sub = NewSubmission(JobKind::kStore, keys.size(), IoClass::kWrite);
     for (size_t i = 0; i < keys.size(); ++i) {
       const std::optional<uint32_t> crc = crcs.empty() ? std::nullopt : std::optional(crcs[i]);
-      sub.ops.push_back(MakeStoreOp(shared_.get(), BlockParts(ns_, keys[i]), RowPieces(rows[i]), crc));
+      std::string record = records.empty() ? std::string() : std::move(records[i]);
+      sub.ops.push_back(MakeStoreOp(shared_.get(), BlockParts(ns_, keys[i]), RowPieces(rows[i]), crc, std::move(record)));
     }
     for (const std::string& path : evict) sub.ops.push_back(MakeEvictOp(shared_.get(), path));
     sub.job->remaining = sub.ops.size();
     sub.job->capacity_keys = std::move(capacity_keys);
-    if (shared_->events) sub.job->event_keys = shared_->events->ForJob(keys, evict);
+    if (shared_->events) sub.job->event_keys = shared_->events->ForJob(keys, evict, block_hashes);
     return Enqueue(std::move(sub));
   }
 

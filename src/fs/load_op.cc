@@ -31,6 +31,7 @@
 #include "fs/block_at.h"
 #include "fs/block_codec.h"
 #include "fs/block_ops.h"
+#include "fs/hash_record_read.h"
 #include "fs/staged_crc.h"
 #include "format/layout_names.h"
 
@@ -45,7 +46,8 @@ int64_t RealNowS() { return static_cast<int64_t>(::time(nullptr)); }
 class LoadOp final : public FsBlockOp {
  public:
   LoadOp(TierShared* shared, std::string rel_path, RowPieces row, LoadedBlock* unchecked)
-      : shared_(shared), rel_(std::move(rel_path)), row_(std::move(row)), unchecked_(unchecked) {
+      : shared_(shared), rel_(std::move(rel_path)), row_(std::move(row)), unchecked_(unchecked),
+        record_(*shared, -1, nullptr) {
     // A bounce row is page-aligned whatever the caller's pieces are; without
     // bounce rows an unaligned row reads into a staging row (block_ops.h).
     pool_ = shared_->bounce != nullptr       ? shared_->bounce.get()
@@ -61,7 +63,7 @@ class LoadOp final : public FsBlockOp {
     if (state_ == kDone) return false;
     *req = IoRequest{};
     // Cleanup (close, the recheck and unlink of a corrupt file) has no deadline.
-    const bool cleanup = state_ == kClose || state_ == kRecheck || state_ == kUnlink;
+    const bool cleanup = state_ == kClose || state_ == kRecheck || state_ == kRecord || state_ == kUnlink;
     req->deadline_ns = cleanup ? 0 : DeadlineNs(*shared_);
     if (at_.name == nullptr) at_ = FindBlockAt(shared_, rel_);  // decided once, by the first request
     const int root = at_.fd;  // the shard directory's fd or root_dir's (names below are at_.name)
@@ -82,6 +84,7 @@ class LoadOp final : public FsBlockOp {
         StatxNoFollow(req, root, at_.name, &again_);
         req->flags |= AT_STATX_FORCE_SYNC;
         break;
+      case kRecord: record_.Fill(req); break;
       case kUnlink: req->op = IoOp::kUnlink; req->dirfd = root; req->path = at_.name; break;
       case kDone: break;
     }
@@ -102,8 +105,14 @@ class LoadOp final : public FsBlockOp {
         // another writer may have renamed a fresh block over it meanwhile.
         state_ = res == 0 && again_.stx_ino == stx_.stx_ino && again_.stx_dev_major == stx_.stx_dev_major &&
                          again_.stx_dev_minor == stx_.stx_dev_minor
-                     ? kUnlink
+                     ? kRecord
                      : kDone;
+        if (state_ == kRecord) record_.Restart(*shared_, at_.fd, at_.name);
+        if (state_ == kRecord && record_.done()) state_ = kUnlink;
+        return;
+      case kRecord:  // the file's block-hash record, for its BlockRemoved (hash_record_read.h)
+        record_.OnCompletion(res);
+        if (record_.done()) block_hashes = record_.Take(), state_ = kUnlink;
         return;
       case kUnlink: unlinked = res == 0, state_ = kDone; return;
       case kRevalidate: state_ = kOpen; return;  // whatever it found, the open decides
@@ -123,12 +132,12 @@ class LoadOp final : public FsBlockOp {
   }
 
  private:
-  enum State { kOpen, kStat, kXattr, kRead, kTouch, kClose, kRecheck, kUnlink, kRevalidate, kDone };
+  enum State { kOpen, kStat, kXattr, kRead, kTouch, kClose, kRecheck, kRecord, kUnlink, kRevalidate, kDone };
 
   std::string Path() const { return JoinRoot(shared_->root_dir, rel_); }
   const char* StateSyscall() const {
-    static constexpr const char* kNames[] = {"open", "statx", "fgetxattr", "read", "futimens",
-                                             "close", "statx", "unlink", "statx", "load"};
+    static constexpr const char* kNames[] = {"open",  "statx", "fgetxattr", "read",  "futimens", "close",
+                                             "statx", "read",  "unlink",    "statx", "load"};
     return kNames[state_];
   }
 
@@ -339,6 +348,7 @@ class LoadOp final : public FsBlockOp {
   bool row_read_ = false;   // a read was issued into the caller's row itself
   bool abandoned_ = false;  // OnAbandon ran: only closing an fd is left
   int reopens_ = 0;
+  HashRecordRead record_;  // a corrupt file's block-hash record, read before its unlink
   size_t key_index_ = 0;  // sealed: the ring's key whose namespace rel_ is in (L171)
 };
 

@@ -53,20 +53,29 @@ class MultiRootTier final : public FsTier {
   }
   FsTier& child(size_t i) { return *children_[i]; }
 
-  Result<uint64_t> SubmitStore(std::span<const OffloadKey> keys,
-                               std::span<const std::span<const uint8_t>> rows) override {
-    return RouteRows(JobKind::kStore, keys, rows, &FsTier::SubmitStore);
+  Result<uint64_t> SubmitStore(std::span<const OffloadKey> keys, std::span<const std::span<const uint8_t>> rows,
+                               std::span<const std::vector<BlockHash>> block_hashes) override {
+    return RouteRows(JobKind::kStore, keys, rows, block_hashes, [](FsTier& t, auto part, auto part_rows, auto hashes) {
+      return t.SubmitStore(part, part_rows, hashes);
+    });
   }
   Result<uint64_t> SubmitLoad(std::span<const OffloadKey> keys, std::span<const std::span<uint8_t>> rows) override {
-    return RouteRows(JobKind::kLoad, keys, rows, &FsTier::SubmitLoad);
+    return RouteRows(JobKind::kLoad, keys, rows, {}, [](FsTier& t, auto part, auto part_rows, auto) {
+      return t.SubmitLoad(part, part_rows);
+    });
   }
   Result<uint64_t> SubmitStorePieces(std::span<const OffloadKey> keys,
-                                     std::span<const std::vector<std::span<const uint8_t>>> rows) override {
-    return RouteRows(JobKind::kStore, keys, rows, &FsTier::SubmitStorePieces);
+                                     std::span<const std::vector<std::span<const uint8_t>>> rows,
+                                     std::span<const std::vector<BlockHash>> block_hashes) override {
+    return RouteRows(JobKind::kStore, keys, rows, block_hashes, [](FsTier& t, auto part, auto part_rows, auto hashes) {
+      return t.SubmitStorePieces(part, part_rows, hashes);
+    });
   }
   Result<uint64_t> SubmitLoadPieces(std::span<const OffloadKey> keys,
                                     std::span<const std::vector<std::span<uint8_t>>> rows) override {
-    return RouteRows(JobKind::kLoad, keys, rows, &FsTier::SubmitLoadPieces);
+    return RouteRows(JobKind::kLoad, keys, rows, {}, [](FsTier& t, auto part, auto part_rows, auto) {
+      return t.SubmitLoadPieces(part, part_rows);
+    });
   }
 
   Result<uint64_t> SubmitLookup(std::span<const OffloadKey> keys) override {
@@ -141,16 +150,23 @@ class MultiRootTier final : public FsTier {
     return true;
   }
 
-  // A store or load (rows or pieces): each root's part gets its keys' rows.
-  template <class Row>
+  // A store or load (rows or pieces): each root's part gets its keys' rows
+  // (and hashes: empty, or one list per key), through
+  // `submit(tier, part, part_rows, part_hashes)`.
+  template <class Row, class SubmitRows>
   Result<uint64_t> RouteRows(JobKind kind, std::span<const OffloadKey> keys, std::span<const Row> rows,
-                             Result<uint64_t> (FsTier::*submit)(std::span<const OffloadKey>, std::span<const Row>)) {
+                             std::span<const std::vector<BlockHash>> hashes, SubmitRows submit) {
     KVTIER_RETURN_IF_ERROR(CheckRows(keys.size(), rows, row_bytes_));
+    if (!hashes.empty() && hashes.size() != keys.size()) return InvalidArgument("block_hashes: one list per key");
     return Route(kind, keys, [&](FsTier& t, std::span<const OffloadKey> part, const std::vector<uint32_t>& at) {
       std::vector<Row> part_rows;
+      std::vector<std::vector<BlockHash>> part_hashes;
       part_rows.reserve(at.size());
-      for (uint32_t k : at) part_rows.push_back(rows[k]);
-      return (t.*submit)(part, part_rows);
+      for (uint32_t k : at) {
+        part_rows.push_back(rows[k]);
+        if (!hashes.empty()) part_hashes.push_back(hashes[k]);
+      }
+      return submit(t, part, std::span<const Row>(part_rows), std::span<const std::vector<BlockHash>>(part_hashes));
     });
   }
 

@@ -2,10 +2,13 @@
 // checked on the GPU after its copy, staged_crc.h): the same end as a load's
 // CRC mismatch (FORMAT.md L67), the file removed only if its path still names
 // the file that was read (L69: same device, inode, size and mtime), so a good
-// block another writer renamed over it meanwhile stays.
+// block another writer renamed over it meanwhile stays. Between the two, the
+// file's block-hash record is read where the events need it
+// (hash_record_read.h).
 #include <cerrno>
 
 #include "fs/block_ops.h"
+#include "fs/hash_record_read.h"
 #include "fs/staged_crc.h"
 
 namespace kvtier::internal {
@@ -14,7 +17,7 @@ namespace {
 class RemoveCorruptOp final : public FsBlockOp {
  public:
   RemoveCorruptOp(TierShared* shared, std::string rel_path, const LoadedBlock& read)
-      : shared_(shared), rel_(std::move(rel_path)), read_(read) {
+      : shared_(shared), rel_(std::move(rel_path)), read_(read), record_(*shared, shared->root.get(), rel_.c_str()) {
     result = {KeyOutcome::kCorrupt, ErrnoToStatus(EBADMSG, Path() + ": CRC32C mismatch (checked after the copy)")};
   }
 
@@ -24,6 +27,9 @@ class RemoveCorruptOp final : public FsBlockOp {
     req->deadline_ns = DeadlineNs(*shared_);
     if (state_ == kRecheck) {
       StatxNoFollow(req, shared_->root.get(), rel_.c_str(), &stx_);
+    } else if (state_ == kRecord) {
+      record_.Fill(req);
+      if (record_.closing() || abandoned_) req->deadline_ns = 0;
     } else {
       req->op = IoOp::kUnlink;
       req->dirfd = shared_->root.get();
@@ -33,7 +39,12 @@ class RemoveCorruptOp final : public FsBlockOp {
   }
   void OnCompletion(int64_t res) override {
     if (state_ == kRecheck && res == 0 && !abandoned_ && Same()) {
-      state_ = kUnlink;
+      state_ = record_.done() ? kUnlink : kRecord;
+      return;
+    }
+    if (state_ == kRecord) {
+      record_.OnCompletion(res);
+      if (record_.done()) block_hashes = record_.Take(), state_ = abandoned_ ? kDone : kUnlink;
       return;
     }
     // Gone already, or replaced (L69): nothing to remove. A failed unlink
@@ -41,13 +52,16 @@ class RemoveCorruptOp final : public FsBlockOp {
     unlinked = state_ == kUnlink && res == 0 && !abandoned_;
     state_ = kDone;
   }
-  void OnAbandon() override { abandoned_ = true; }
+  void OnAbandon() override {
+    abandoned_ = true;
+    record_.OnAbandon();
+  }
   // A statx and an unlink, no block data: it must not hold stores back as a
   // load does (stores_while_loading_max).
   bool ReadsData() const override { return false; }
 
  private:
-  enum State { kRecheck, kUnlink, kDone };
+  enum State { kRecheck, kRecord, kUnlink, kDone };
   std::string Path() const { return JoinRoot(shared_->root_dir, rel_); }
   bool Same() const {
     LoadedBlock now;
@@ -60,6 +74,7 @@ class RemoveCorruptOp final : public FsBlockOp {
   TierShared* shared_;
   std::string rel_;
   LoadedBlock read_;
+  HashRecordRead record_;
   struct statx stx_{};
   State state_ = kRecheck;
   bool abandoned_ = false;

@@ -43,9 +43,10 @@ class StagedCrcTier {
   // written where the tier's own would go, none computed here.
   // kInvalidArgument as SubmitStore, or when crcs.size() != keys.size().
   Result<uint64_t> SubmitStoreWithCrcs(std::span<const OffloadKey> keys, std::span<const std::span<const uint8_t>> rows,
-                                       std::span<const uint32_t> crcs) {
+                                       std::span<const uint32_t> crcs,
+                                       std::span<const std::vector<BlockHash>> block_hashes = {}) {
     if (crcs.size() != keys.size()) return InvalidArgument("fs tier: one CRC per key is required");
-    return StoreWithCrcs(keys, rows, crcs);
+    return StoreWithCrcs(keys, rows, crcs, block_hashes);
   }
   // SubmitLoad without the CRC check: a kOk key's row holds the file's row
   // bytes and out[i] the CRC the block carries (has_crc false: none, or
@@ -72,7 +73,8 @@ class StagedCrcTier {
   // The same, the counts checked.
   virtual Result<uint64_t> StoreWithCrcs(std::span<const OffloadKey> keys,
                                          std::span<const std::span<const uint8_t>> rows,
-                                         std::span<const uint32_t> crcs) = 0;
+                                         std::span<const uint32_t> crcs,
+                                         std::span<const std::vector<BlockHash>> block_hashes) = 0;
   virtual Result<uint64_t> LoadUnchecked(std::span<const OffloadKey> keys, std::span<const std::span<uint8_t>> rows,
                                          std::span<LoadedBlock> out) = 0;
   virtual Result<uint64_t> RemoveCorrupt(std::span<const OffloadKey> keys, std::span<const LoadedBlock> read) = 0;

@@ -2,11 +2,13 @@
 // opened where held (shard_dir_maker.h)] ->
 // statx(dest) -> open(tmp, O_EXCL) -> write (resumed when short) ->
 // [fdatasync] -> [fsetxattr(crc), where the codec sets the attribute] ->
+// [fsetxattr(block hashes), for a file of several blocks without a page] ->
 // close -> rename -> [fsync dir]. What goes with the row is the tier's
 // codec's (block_codec.h): a page after it (a CRC trailer, L131; a seal,
 // L168) goes in the same vectored request, no request more than a row
 // alone; a sealed row is written from the staging row it was encrypted
-// into. Any failure after the temp file exists
+// into. A file of several blocks records their hashes (FORMAT.md L202):
+// in the page's zero bytes, else in an attribute of its own. Any failure after the temp file exists
 // closes it and unlinks it, so no temp file outlives a failed store.
 // Where walks are round trips (network, FUSE: TierShared::hold_shard_dirs),
 // statx, open, rename and unlink name one component in the shard directory's
@@ -26,6 +28,7 @@
 #include <algorithm>
 #include <cerrno>
 
+#include "format/block_hashes.h"
 #include "fs/block_codec.h"
 #include "fs/block_ops.h"
 #include "fs/shard_dir_maker.h"
@@ -36,8 +39,8 @@ namespace {
 
 class StoreOp final : public FsBlockOp {
  public:
-  StoreOp(TierShared* shared, BlockPathParts path, RowPieces row, std::optional<uint32_t> crc)
-      : shared_(shared), row_(std::move(row)), given_crc_(crc), dirs_(shared, path),
+  StoreOp(TierShared* shared, BlockPathParts path, RowPieces row, std::optional<uint32_t> crc, std::string hashes)
+      : shared_(shared), row_(std::move(row)), given_crc_(crc), hash_record_(std::move(hashes)), dirs_(shared, path),
         dest_(dirs_.shard2() + "/" + path.file), file_(std::move(path.file)) {
     // An unaligned row is staged (block_ops.h) and still written O_DIRECT. A
     // codec that fills a staging row (sealed) has the file's row written from
@@ -77,6 +80,7 @@ class StoreOp final : public FsBlockOp {
       case kWrite: return AfterWrite(res);
       case kSync: return res < 0 ? Fail(res, "fdatasync") : Go(AfterData());
       case kXattr: return AfterXattr(res);
+      case kHashXattr: return AfterHashXattr(res);
       case kClose: return AfterClose(res);
       case kRename: return AfterRename(res);
       case kOpenDir:
@@ -101,13 +105,13 @@ class StoreOp final : public FsBlockOp {
   }
 
  private:
-  enum State { kShardDir, kStatDest, kOpen, kWrite, kSync, kXattr, kClose, kRename,
+  enum State { kShardDir, kStatDest, kOpen, kWrite, kSync, kXattr, kHashXattr, kClose, kRename,
                kOpenDir, kSyncDir, kCloseDir, kUnlinkTmp, kDone };
 
   std::string Shown(const std::string& rel) const { return JoinRoot(shared_->root_dir, rel); }
   const char* StateSyscall() const {
-    static constexpr const char* kNames[] = {"",      "statx", "open",  "write", "fdatasync", "fsetxattr", "close",
-                                             "rename", "open", "fsync", "close", "unlink",    "store"};
+    static constexpr const char* kNames[] = {"",      "statx", "open",  "write", "fdatasync", "fsetxattr", "fsetxattr",
+                                             "close", "rename", "open", "fsync", "close",     "unlink", "store"};
     return state_ == kShardDir ? dirs_.Syscall() : kNames[state_];
   }
 
@@ -150,6 +154,12 @@ class StoreOp final : public FsBlockOp {
       case kWrite: return RowPart(req, IoOp::kWrite, fd_, File(), written_, &iov_, encoding_.page != nullptr);
       case kSync: return OnFd(req, IoOp::kFdatasync, fd_);
       case kXattr: return CrcXattr(req, IoOp::kFsetxattr, fd_, encoding_.xattr_value, sizeof encoding_.xattr_value);
+      case kHashXattr:
+        OnFd(req, IoOp::kFsetxattr, fd_);
+        req->name = format::kBlockHashesXattr;
+        req->buf = hash_record_.data();
+        req->len = static_cast<uint32_t>(hash_record_.size());
+        return;
       case kRename:
         req->op = IoOp::kRename;
         req->dirfd = dir;
@@ -230,14 +240,18 @@ class StoreOp final : public FsBlockOp {
       return Go(kDone);
     }
     if (encoding_.page != nullptr) {
+      // L202: the page's first bytes are zero (L132, L164); the record goes there.
+      std::copy(hash_record_.begin(), hash_record_.end(), encoding_.page.get());
       file_pieces_ = Data().With(std::span<uint8_t>(encoding_.page.get(), shared_->codec->page_bytes()));
     }
     Go(kOpen);
   }
   // What goes into the file: the row, or the row and the codec's page.
   const RowPieces& File() const { return encoding_.page != nullptr ? file_pieces_ : Data(); }
-  // After the data (and its fdatasync): the xattr, where the codec sets one.
-  State AfterData() const { return encoding_.xattr ? kXattr : kClose; }
+  // After the data (and its fdatasync): the xattr, where the codec sets one;
+  // then the hashes' attribute, where a record has no page to go in (L202).
+  State AfterData() const { return encoding_.xattr ? kXattr : AfterCrcXattr(); }
+  State AfterCrcXattr() const { return !hash_record_.empty() && encoding_.page == nullptr ? kHashXattr : kClose; }
   // The bytes written: the caller's pieces, or the staging row (a copy, or what the codec filled).
   const RowPieces& Data() const { return stage_ != nullptr ? stage_row_ : row_; }
   void TakeStage(bool copy) {
@@ -289,6 +303,13 @@ class StoreOp final : public FsBlockOp {
   // shown that this filesystem takes user xattrs).
   void AfterXattr(int64_t res) {
     if (res < 0) return Fail(res, "fsetxattr " + Shown(tmp_));
+    Go(AfterCrcXattr());
+  }
+  // The hashes serve the KV events only (L203): where the attribute cannot
+  // be set (no user xattrs, a full xattr block), the block is stored all
+  // the same, and its removals name its key alone.
+  void AfterHashXattr(int64_t res) {
+    if (res < 0) shared_->block_hash_records_lost.fetch_add(1, std::memory_order_relaxed);
     Go(kClose);
   }
   void AfterClose(int64_t res) {
@@ -330,6 +351,7 @@ class StoreOp final : public FsBlockOp {
   TierShared* shared_;
   RowPieces row_;
   std::optional<uint32_t> given_crc_;  // the row's CRC32C from its copy (staged_crc.h)
+  std::string hash_record_;  // L201: the block-hash record of a file of several blocks, else ""
   uint8_t* stage_ = nullptr;  // from shared_->stage, held until the op is freed
   RowPieces stage_row_;       // stage_ as one piece
   StoreEncoding encoding_;    // what the codec has the store write besides the row
@@ -354,8 +376,9 @@ class StoreOp final : public FsBlockOp {
 
 }  // namespace
 
-std::unique_ptr<FsBlockOp> MakeStoreOp(TierShared* shared, BlockPathParts path, RowPieces row, std::optional<uint32_t> crc) {
-  return std::make_unique<StoreOp>(shared, std::move(path), std::move(row), crc);
+std::unique_ptr<FsBlockOp> MakeStoreOp(TierShared* shared, BlockPathParts path, RowPieces row, std::optional<uint32_t> crc,
+                                       std::string block_hashes) {
+  return std::make_unique<StoreOp>(shared, std::move(path), std::move(row), crc, std::move(block_hashes));
 }
 
 }  // namespace kvtier::internal

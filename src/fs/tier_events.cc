@@ -2,9 +2,17 @@
 
 #include <utility>
 
+#include "format/block_hashes.h"
 #include "fs/block_ops.h"
 
 namespace kvtier::internal {
+namespace {
+
+std::span<const uint8_t> AsBytes(const std::string& s) {
+  return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
+}
+
+}  // namespace
 
 void KeyEventLog::Add(OffloadKey key, bool removed) {
   std::lock_guard lock(mu_);
@@ -42,56 +50,81 @@ Result<std::unique_ptr<TierEvents>> TierEvents::Open(const FsTierOpenOptions& o,
   if (!events && !log) return std::unique_ptr<TierEvents>();
   const NamespaceSpec& spec = ns.spec();
   return std::unique_ptr<TierEvents>(new TierEvents(std::move(events), EventHashKindOf(spec.inference_engine),
-                                                    spec.tokens_per_hash * spec.blocks_per_file, log));
+                                                    spec.tokens_per_hash * spec.blocks_per_file, spec.tokens_per_hash,
+                                                    log));
 }
 
-std::unique_ptr<JobEventKeys> TierEvents::ForJob(std::span<const OffloadKey> keys,
-                                                 std::span<const std::string> evictions) const {
+std::unique_ptr<JobEventKeys> TierEvents::ForJob(std::span<const OffloadKey> keys, std::span<const std::string> evictions,
+                                                 std::span<const std::vector<BlockHash>> block_hashes) const {
   auto job = std::make_unique<JobEventKeys>();
   job->keys.assign(keys.begin(), keys.end());
   job->evictions.assign(evictions.begin(), evictions.end());
+  if (events_) job->block_hashes.assign(block_hashes.begin(), block_hashes.end());
   return job;
 }
 
 void TierEvents::OnOp(const JobEventKeys& job, JobKind kind, size_t index, const FsBlockOp& op) {
   if (index >= job.keys.size()) {
     const size_t eviction = index - job.keys.size();
-    if (op.unlinked && eviction < job.evictions.size()) OnEvicted(job.evictions[eviction]);
+    if (op.unlinked && eviction < job.evictions.size()) OnEvicted(job.evictions[eviction], op.block_hashes);
     return;
   }
   if (kind == JobKind::kStore) {
     // A rename that landed made the block visible, even if the durable
     // directory sync after it failed or was abandoned.
-    OnStored(job.keys[index], op.renamed && op.result.outcome == KeyOutcome::kError ? KeyOutcome::kOk
-                                                                                      : op.result.outcome);
+    const std::span<const BlockHash> blocks =
+        index < job.block_hashes.size() ? std::span<const BlockHash>(job.block_hashes[index]) : std::span<const BlockHash>();
+    OnStored(job.keys[index],
+             op.renamed && op.result.outcome == KeyOutcome::kError ? KeyOutcome::kOk : op.result.outcome, blocks);
   } else if (op.unlinked) {
-    OnRemoved(job.keys[index]);
+    OnRemoved(job.keys[index], op.block_hashes);
   }
 }
 
 // vLLM's channel announces a block found already there, as vLLM's own tier
 // does for a store that succeeded; kvtier's only with announce_existing.
-void TierEvents::OnStored(const OffloadKey& key, KeyOutcome outcome) {
+// A file of several blocks announces each (`blocks`, checked at the submit).
+void TierEvents::OnStored(const OffloadKey& key, KeyOutcome outcome, std::span<const BlockHash> blocks) {
   const bool existed = outcome == KeyOutcome::kSkippedExists;
   if (outcome != KeyOutcome::kOk && !existed) return;
   if (events_ && (!existed || events_->announce_existing())) {
-    events_->Stored(kind_, std::span(&key, 1), block_size_, &pending_);
+    if (blocks.size() > 1) {
+      events_->StoredBlocks(kind_, key.group_idx, blocks, hash_tokens_, &pending_);
+    } else {
+      events_->Stored(kind_, std::span(&key, 1), block_size_, &pending_);
+    }
   }
   if (log_) log_->Add(key, false);
 }
 
-void TierEvents::OnRemoved(const OffloadKey& key) {
-  if (events_) events_->Removed(kind_, std::span(&key, 1), &pending_);
+// L203: a record is believed only whole and ending with the file's own key;
+// else the file is named by its key.
+void TierEvents::OnRemoved(const OffloadKey& key, const std::string& record) {
+  if (events_) {
+    if (auto blocks = record.empty() ? std::nullopt : format::ParseBlockHashRecord(AsBytes(record), key.hash)) {
+      events_->RemovedBlocks(kind_, key.group_idx, *blocks, &pending_);
+    } else {
+      events_->Removed(kind_, std::span(&key, 1), &pending_);
+    }
+  }
   if (log_) log_->Add(key, true);
 }
 
 // An eviction names its file by path: what the events carry is read back
 // from that name, so only a name exactly as the layout writes yields one.
-void TierEvents::OnEvicted(const std::string& rel_path) {
+void TierEvents::OnEvicted(const std::string& rel_path, const std::string& record) {
   const NamedBlock named = NamedBlockOfPath(rel_path);
-  if (events_) events_->RemovedNamed(kind_, std::span(&named, 1), &pending_);
-  if (!log_) return;
-  if (std::optional<OffloadKey> key = OffloadKeyOfName(named.stem, named.group_dir)) log_->Add(std::move(*key), true);
+  const std::optional<OffloadKey> key = OffloadKeyOfName(named.stem, named.group_dir);
+  if (events_) {
+    const std::optional<std::vector<BlockHash>> blocks =
+        key && !record.empty() ? format::ParseBlockHashRecord(AsBytes(record), key->hash) : std::nullopt;
+    if (blocks) {
+      events_->RemovedBlocks(kind_, key->group_idx, *blocks, &pending_);
+    } else {
+      events_->RemovedNamed(kind_, std::span(&named, 1), &pending_);
+    }
+  }
+  if (log_ && key) log_->Add(*key, true);
 }
 
 void TierEvents::OnPublishedLate(const std::string& rel_path) {

@@ -11,6 +11,11 @@
 // VllmTier drains), each store and removal is also
 // kept, in the same order, for the front end to take (KeyEventLog): vLLM's
 // take_events then carries removals as well as stores, in file order.
+// A file of several blocks (FORMAT.md L200-L205) is announced block by
+// block on kvtier's publisher: its store with the hashes the store was
+// given, its removal with those its record holds (read by the removal,
+// FsBlockOp::block_hashes); vLLM's channel names chunk keys, as vLLM's own
+// tier does (vLLM fans them out itself).
 #pragma once
 
 #include <atomic>
@@ -33,6 +38,9 @@ class FsBlockOp;
 struct JobEventKeys {
   std::vector<OffloadKey> keys;
   std::vector<std::string> evictions;
+  // Per key, the blocks its file holds (SubmitStore's block_hashes); empty:
+  // the keys alone.
+  std::vector<std::vector<BlockHash>> block_hashes;
 };
 
 // A tier's stores and removals, oldest first, until taken. Bounded: a
@@ -65,8 +73,8 @@ class TierEvents {
   static Result<std::unique_ptr<TierEvents>> Open(const FsTierOpenOptions& o, const Namespace& ns);
 
   // A job's names; `evictions` copied (the ops take the originals).
-  std::unique_ptr<JobEventKeys> ForJob(std::span<const OffloadKey> keys,
-                                       std::span<const std::string> evictions = {}) const;
+  std::unique_ptr<JobEventKeys> ForJob(std::span<const OffloadKey> keys, std::span<const std::string> evictions = {},
+                                       std::span<const std::vector<BlockHash>> block_hashes = {}) const;
   // The job's op number `index` has finished with `op`'s result: its event
   // waits for Flush(). I/O thread only.
   void OnOp(const JobEventKeys& job, JobKind kind, size_t index, const FsBlockOp& op);
@@ -79,6 +87,8 @@ class TierEvents {
   void Flush();
   ~TierEvents() { Flush(); }
 
+  // Whether kvtier's publisher is on (not only vLLM's channel's log).
+  bool publishes() const { return events_ != nullptr; }
   // The kv_events_* fields of `m`: the publisher's (none without kvtier's
   // publisher) and kv_events_channel_dropped (the log's, without it too).
   void FillMetrics(FsTierMetrics* m) const;
@@ -87,16 +97,20 @@ class TierEvents {
   std::vector<TierKeyEvent> TakeKeyEvents() { return log_ ? log_->Take() : std::vector<TierKeyEvent>(); }
 
  private:
-  TierEvents(std::shared_ptr<VolumeEvents> events, EventHashKind kind, int64_t block_size, bool log)
-      : events_(std::move(events)), kind_(kind), block_size_(block_size),
+  TierEvents(std::shared_ptr<VolumeEvents> events, EventHashKind kind, int64_t block_size, int64_t hash_tokens,
+             bool log)
+      : events_(std::move(events)), kind_(kind), block_size_(block_size), hash_tokens_(hash_tokens),
         log_(log ? MakeLog() : nullptr) {}
   static std::unique_ptr<KeyEventLog> MakeLog();
-  void OnStored(const OffloadKey& key, KeyOutcome outcome);
-  void OnRemoved(const OffloadKey& key);
-  void OnEvicted(const std::string& rel_path);
+  // `blocks`: the file's blocks (empty: the key alone).
+  void OnStored(const OffloadKey& key, KeyOutcome outcome, std::span<const BlockHash> blocks = {});
+  // `record`: what the removal read where the file's block-hash record goes.
+  void OnRemoved(const OffloadKey& key, const std::string& record);
+  void OnEvicted(const std::string& rel_path, const std::string& record);
   std::shared_ptr<VolumeEvents> events_;  // null: kvtier's publisher is off
   EventHashKind kind_;
   int64_t block_size_;  // tokens per block file
+  int64_t hash_tokens_;  // tokens per block hash (tokens_per_hash): a block of a file of several
   std::vector<internal::KvEvent> pending_;  // made by OnOp, not yet flushed
   std::unique_ptr<KeyEventLog> log_;  // null: enable_kv_events or keep_key_events off
 };

@@ -12,6 +12,7 @@
 #include <system_error>
 #include <thread>
 
+#include "fs/hash_record_read.h"
 #include "fs/namespace_scan.h"
 #include "util/log.h"
 
@@ -219,13 +220,22 @@ void TierSpace::Fill(FsTierMetrics* m) const {
 
 namespace {
 
+// An eviction: the file's block-hash record first (hash_record_read.h),
+// where the events need it, then the unlink.
 class EvictOp final : public FsBlockOp {
  public:
-  EvictOp(TierShared* shared, std::string rel_path) : shared_(shared), rel_(std::move(rel_path)) {}
+  EvictOp(TierShared* shared, std::string rel_path)
+      : shared_(shared), rel_(std::move(rel_path)), record_(*shared, shared->root.get(), rel_.c_str()) {}
 
   bool NextRequest(IoRequest* req) override {
     if (done_) return false;
     *req = IoRequest{};
+    if (!record_.done()) {
+      record_.Fill(req);
+      req->deadline_ns = record_.closing() || abandoned_ ? 0 : DeadlineNs(*shared_);
+      return true;
+    }
+    if (abandoned_) return done_ = true, false;  // the read was abandoned: no unlink
     req->op = IoOp::kUnlink;
     req->dirfd = shared_->root.get();
     req->path = rel_.c_str();
@@ -233,17 +243,26 @@ class EvictOp final : public FsBlockOp {
     return true;
   }
   void OnCompletion(int64_t res) override {
+    if (!record_.done()) {
+      record_.OnCompletion(res);
+      if (record_.done()) block_hashes = record_.Take();
+      return;
+    }
     done_ = true;
     unlinked = !abandoned_ && res == 0;
     if (abandoned_ || res == 0 || res == -ENOENT) return;
     LogWarning("fs tier: evicting " + JoinRoot(shared_->root_dir, rel_) + " failed (" +
                ErrnoToStatus(static_cast<int>(-res), "unlink").ToString() + "); it stays until gc removes it");
   }
-  void OnAbandon() override { abandoned_ = true; }
+  void OnAbandon() override {
+    abandoned_ = true;
+    record_.OnAbandon();
+  }
 
  private:
   TierShared* shared_;
   std::string rel_;
+  HashRecordRead record_;
   bool done_ = false, abandoned_ = false;
 };
 
