@@ -200,7 +200,7 @@ class KVTIER_API FsTier {
   // KV events (docs/kv-events.md) announce all of them, its store here and
   // its removal wherever it is made (an eviction, a corrupt removal, gc,
   // fsck --repair, another instance), as the file records them (FORMAT.md
-  // L200-L205). An empty list: the file is named by its key alone. A list
+  // L197-L202). An empty list: the file is named by its key alone. A list
   // must hold exactly the file's blocks (HashesPerFile), each as long as
   // the key's hash, the last one the key's, at most 2048 bytes in all;
   // else kInvalidArgument, naming the key.

@@ -69,6 +69,9 @@ struct FsTierMetrics {
   // With enable_kv_events: the stores and removals vLLM's channel could not
   // keep (its log per root full: take_events not called). Several roots: summed.
   uint64_t kv_events_channel_dropped = 0;
+  // Stores of a file of several blocks whose block-hash attribute could not
+  // be set (FORMAT.md L199): stored, but their removals name the key alone.
+  uint64_t block_hash_records_lost = 0;
   // Latency histograms per direction: bucket i counts operations that took
   // < 2^i microseconds (the last bucket is everything slower).
   static constexpr int kLatencyBuckets = 24;
@@ -202,6 +205,8 @@ inline constexpr FsTierMetricField kFsTierMetricFields[] = {
     {KVTIER_METRIC_COUNT(kv_events_channel_dropped), .unit = "events",
      .prometheus = "kvtier_kv_events_channel_dropped_total", .vllm = "kvtier:kv_events_channel_dropped",
      .help = "Stores and removals vLLM's channel (enable_kv_events) could not keep: take_events was not called."},
+    {KVTIER_METRIC_COUNT(block_hash_records_lost), .unit = "rows", .prometheus = "kvtier_fs_block_hash_records_lost_total",
+     .help = "Stores of a file of several blocks whose block-hash attribute could not be set: its removals name its key alone."},
 };
 
 #undef KVTIER_METRIC_COUNT

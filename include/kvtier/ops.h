@@ -70,6 +70,7 @@
 #include <vector>
 
 #include "kvtier/export.h"
+#include "kvtier/hashing.h"
 #include "kvtier/result.h"
 
 namespace kvtier {
@@ -229,6 +230,11 @@ struct RemovedBlock {
   // corrupt); fsck's FindingKindName of the finding (size_mismatch,
   // crc_mismatch, seal_mismatch).
   std::string reason;
+  // The blocks the file held, in order, as its block-hash record names them
+  // (FORMAT.md L200: whole, and its last the stem's hash), read just before
+  // the unlink in a namespace whose files may hold several blocks; empty:
+  // none (one block per file, or no trusted record), the stem alone.
+  std::vector<BlockHash> block_hashes;
 };
 
 // Called after each successful removal of a block file, exactly once per

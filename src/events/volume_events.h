@@ -53,7 +53,7 @@ class VolumeEvents {
   // BlockRemoved for `keys` (one event per run of one group).
   void Removed(EventHashKind kind, std::span<const OffloadKey> keys, std::vector<KvEvent>* into = nullptr);
   // One BlockStored / BlockRemoved for the blocks one file of group `group`
-  // holds (its block-hash record, FORMAT.md L203), each of
+  // holds (its block-hash record, FORMAT.md L200), each of
   // `block_size_tokens`.
   void StoredBlocks(EventHashKind kind, uint32_t group, std::span<const BlockHash> hashes, int64_t block_size_tokens,
                     std::vector<KvEvent>* into = nullptr);

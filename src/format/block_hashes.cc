@@ -1,4 +1,4 @@
-// FORMAT.md L200-L205: the block-hash record's bytes, little-endian.
+// FORMAT.md L197-L202: the block-hash record's bytes, little-endian.
 #include "format/block_hashes.h"
 
 #include <algorithm>
@@ -46,7 +46,7 @@ std::optional<std::vector<BlockHash>> ParseBlockHashRecord(std::span<const uint8
     if (!hash.ok()) return std::nullopt;
     out.push_back(*hash);
   }
-  if (!(out.back() == key)) return std::nullopt;  // L203: another file's record, copied or planted here
+  if (!(out.back() == key)) return std::nullopt;  // L200: another file's record, copied or planted here
   return out;
 }
 

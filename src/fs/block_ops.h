@@ -166,10 +166,10 @@ struct TierShared {
   // on the I/O thread only (a sealed one holds this tier's cipher).
   std::unique_ptr<BlockCodec> codec;
   std::atomic<uint64_t> auth_failures{0};  // L169: blocks refused for their seal
-  // L202: stores whose block-hash attribute could not be set (the block is
+  // L199: stores whose block-hash attribute could not be set (the block is
   // stored; its removals name its key alone).
   std::atomic<uint64_t> block_hash_records_lost{0};
-  // L204: removals read a file's block-hash record first (KV events on, in
+  // L201: removals read a file's block-hash record first (KV events on, in
   // a namespace whose files may hold several blocks).
   bool reads_block_hashes = false;
   // The size of a block file this tier writes (the max_bytes accounting, L136).
@@ -233,7 +233,7 @@ class FsBlockOp : public BlockOp {
   // late answer comes; empty otherwise.
   std::string published_late;
   // A removal with TierShared::reads_block_hashes: what the file held where
-  // its block-hash record goes (FORMAT.md L204), read before the unlink;
+  // its block-hash record goes (FORMAT.md L201), read before the unlink;
   // TierEvents parses it against the key. Empty: none read.
   std::string block_hashes;
 };
@@ -248,7 +248,7 @@ struct LoadedBlock;  // fs/staged_crc.h
 
 // `crc`: the row's CRC32C computed by its copy (staged_crc.h), written
 // instead of one computed here. `block_hashes`: the file's block-hash record
-// (FORMAT.md L201), or "" for a file named by its key alone.
+// (FORMAT.md L198), or "" for a file named by its key alone.
 std::unique_ptr<FsBlockOp> MakeStoreOp(TierShared* shared, BlockPathParts path, RowPieces row,
                                        std::optional<uint32_t> crc = std::nullopt, std::string block_hashes = {});
 // `rel_path`: the block's path relative to root_dir (Namespace::BlockRelPath).

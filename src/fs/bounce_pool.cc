@@ -91,6 +91,7 @@ void AddSharedCounters(const TierShared& shared, FsTierMetrics* m) {
   m->staged_ios = shared.staged_ios.load(std::memory_order_relaxed);
   m->checksum_ns = shared.checksum_ns.load(std::memory_order_relaxed);
   m->auth_failures = shared.auth_failures.load(std::memory_order_relaxed);
+  m->block_hash_records_lost = shared.block_hash_records_lost.load(std::memory_order_relaxed);
   if (shared.events) shared.events->FillMetrics(m);
 }
 

@@ -86,7 +86,7 @@ Status CheckRows(size_t keys, const Rows& rows, uint64_t row_bytes) {
   return Status::Ok();
 }
 
-// The block-hash record (FORMAT.md L200-L201) each key's file gets: one
+// The block-hash record (FORMAT.md L197-L198) each key's file gets: one
 // per key ("" where its list is empty or names one block), or none when
 // `hashes` is empty. kInvalidArgument naming the key for a list that is not
 // the file's blocks (format::BlockHashListProblem; a namespace whose files

@@ -356,7 +356,7 @@ Result<std::unique_ptr<FsTier>> OpenFsTierWithBackend(const FsTierOpenOptions& o
   auto shared = std::make_unique<TierShared>();
   KVTIER_ASSIGN_OR_RETURN(Namespace ns, SealedTierNamespace(o, std::move(keys), shared.get()));
   KVTIER_ASSIGN_OR_RETURN(shared->events, TierEvents::Open(o, ns));  // a bad endpoint fails before any I/O
-  // L204: removals read a file's block-hash record only for kvtier's publisher, where files may hold several.
+  // L201: removals read a file's block-hash record only for kvtier's publisher, where files may hold several.
   shared->reads_block_hashes = shared->events && shared->events->publishes() && format::MayHoldSeveralBlocks(ns.spec());
   const std::string ns_dir = JoinRoot(o.tier.root_dir, ns.dir_name());
   VolumeKind volume;

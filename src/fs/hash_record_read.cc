@@ -43,7 +43,7 @@ void HashRecordRead::OnCompletion(int64_t res) {
     case kXattr: return AfterXattr(res);
     case kStat: return AfterStat(res);
     case kRead:
-      // L204: a page-long read; the record, if any, is at its start.
+      // L201: a page-long read; the record, if any, is at its start.
       if (res == static_cast<int64_t>(sizeof buf_)) record_.assign(reinterpret_cast<const char*>(buf_), sizeof buf_);
       state_ = kClose;
       return;

@@ -1,5 +1,5 @@
 // A removal's read of the block-hash record of the file it is about to
-// unlink (FORMAT.md L204), so that its BlockRemoved names every block the
+// unlink (FORMAT.md L201), so that its BlockRemoved names every block the
 // file holds (fs/tier_events.h): open (in the tree, O_NONBLOCK) ->
 // fgetxattr(kBlockHashesXattr) -> [statx(fd) -> pread(the last page), when
 // there is no attribute] -> close. Nothing it meets fails the removal: a
@@ -55,7 +55,7 @@ class HashRecordRead {
   bool abandoned_ = false;
   struct statx stx_{};
   std::string record_;
-  // Where the attribute or the last page is read: at most a page (L201's
+  // Where the attribute or the last page is read: at most a page (L198's
   // largest record fits well within it).
   uint8_t buf_[4096] = {};
 };

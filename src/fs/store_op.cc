@@ -7,7 +7,7 @@
 // codec's (block_codec.h): a page after it (a CRC trailer, L131; a seal,
 // L168) goes in the same vectored request, no request more than a row
 // alone; a sealed row is written from the staging row it was encrypted
-// into. A file of several blocks records their hashes (FORMAT.md L202):
+// into. A file of several blocks records their hashes (FORMAT.md L199):
 // in the page's zero bytes, else in an attribute of its own. Any failure after the temp file exists
 // closes it and unlinks it, so no temp file outlives a failed store.
 // Where walks are round trips (network, FUSE: TierShared::hold_shard_dirs),
@@ -240,7 +240,7 @@ class StoreOp final : public FsBlockOp {
       return Go(kDone);
     }
     if (encoding_.page != nullptr) {
-      // L202: the page's first bytes are zero (L132, L164); the record goes there.
+      // L199: the page's first bytes are zero (L132, L164); the record goes there.
       std::copy(hash_record_.begin(), hash_record_.end(), encoding_.page.get());
       file_pieces_ = Data().With(std::span<uint8_t>(encoding_.page.get(), shared_->codec->page_bytes()));
     }
@@ -249,7 +249,7 @@ class StoreOp final : public FsBlockOp {
   // What goes into the file: the row, or the row and the codec's page.
   const RowPieces& File() const { return encoding_.page != nullptr ? file_pieces_ : Data(); }
   // After the data (and its fdatasync): the xattr, where the codec sets one;
-  // then the hashes' attribute, where a record has no page to go in (L202).
+  // then the hashes' attribute, where a record has no page to go in (L199).
   State AfterData() const { return encoding_.xattr ? kXattr : AfterCrcXattr(); }
   State AfterCrcXattr() const { return !hash_record_.empty() && encoding_.page == nullptr ? kHashXattr : kClose; }
   // The bytes written: the caller's pieces, or the staging row (a copy, or what the codec filled).
@@ -305,7 +305,7 @@ class StoreOp final : public FsBlockOp {
     if (res < 0) return Fail(res, "fsetxattr " + Shown(tmp_));
     Go(AfterCrcXattr());
   }
-  // The hashes serve the KV events only (L203): where the attribute cannot
+  // The hashes serve the KV events only (L200): where the attribute cannot
   // be set (no user xattrs, a full xattr block), the block is stored all
   // the same, and its removals name its key alone.
   void AfterHashXattr(int64_t res) {
@@ -351,7 +351,7 @@ class StoreOp final : public FsBlockOp {
   TierShared* shared_;
   RowPieces row_;
   std::optional<uint32_t> given_crc_;  // the row's CRC32C from its copy (staged_crc.h)
-  std::string hash_record_;  // L201: the block-hash record of a file of several blocks, else ""
+  std::string hash_record_;  // L198: the block-hash record of a file of several blocks, else ""
   uint8_t* stage_ = nullptr;  // from shared_->stage, held until the op is freed
   RowPieces stage_row_;       // stage_ as one piece
   StoreEncoding encoding_;    // what the codec has the store write besides the row

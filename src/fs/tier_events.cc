@@ -97,7 +97,7 @@ void TierEvents::OnStored(const OffloadKey& key, KeyOutcome outcome, std::span<c
   if (log_) log_->Add(key, false);
 }
 
-// L203: a record is believed only whole and ending with the file's own key;
+// L200: a record is believed only whole and ending with the file's own key;
 // else the file is named by its key.
 void TierEvents::OnRemoved(const OffloadKey& key, const std::string& record) {
   if (events_) {

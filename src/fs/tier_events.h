@@ -11,7 +11,7 @@
 // VllmTier drains), each store and removal is also
 // kept, in the same order, for the front end to take (KeyEventLog): vLLM's
 // take_events then carries removals as well as stores, in file order.
-// A file of several blocks (FORMAT.md L200-L205) is announced block by
+// A file of several blocks (FORMAT.md L197-L202) is announced block by
 // block on kvtier's publisher: its store with the hashes the store was
 // given, its removal with those its record holds (read by the removal,
 // FsBlockOp::block_hashes); vLLM's channel names chunk keys, as vLLM's own

@@ -3,7 +3,10 @@
 // run unlinked (one already gone is another collector's to tell), only
 // regular files at a block's name in its place (L6-L8), never a temp, probe,
 // lease or config.json file. Without a callback it costs nothing beyond the
-// removal itself.
+// removal itself. With one, in a namespace whose files may hold several
+// blocks (FORMAT.md L201), the file's block-hash record is read just before
+// its unlink (an open, an fgetxattr, and where there is no attribute an
+// fstat and a pread of the last page), so the callback names every block.
 //
 // Thread safety: Remove may be called from any of the run's threads at once.
 #pragma once
@@ -32,9 +35,17 @@ class RemovedBlocks {
   bool Describe(const ScannedFile& f, std::string_view reason, RemovedBlock* out) const;
 
  private:
+  struct NsInfo {
+    std::string engine;  // inference_engine, as RemovedBlock::engine
+    bool several = true;  // its files may hold several blocks (or its config does not say)
+  };
+  // What the file holds where its block-hash record goes ("" when it cannot be read).
+  std::string ReadRecord(const TreeEditor& editor, const ScannedFile& f, int dir_fd) const;
+  const NsInfo* InfoOf(const ScannedFile& f) const;
+
   const OnBlockRemoved& callback_;
   std::string root_;
-  std::map<std::string, std::string, std::less<>> engines_;  // namespace dir -> inference_engine
+  std::map<std::string, NsInfo, std::less<>> namespaces_;  // namespace dir -> what its config says
 };
 
 }  // namespace kvtier::internal

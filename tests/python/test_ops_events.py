@@ -16,6 +16,10 @@ equal the set of block files that disappeared, each once:
   are never removed, and no event carries anything but a valid hash (an int, 1 to 32 bytes, or a
   64-lowercase-hex str).
 * fsck --repair: the short and the corrupt block it removes are published.
+* a file of several blocks (FORMAT.md L197-L202) whose block-hash record is written here by hand,
+  byte for byte as L198 says (in the attribute, or at the start of the last page), is published
+  block by block by gc and by fsck --repair; a record copied beside another name, or none, names
+  the file's stem alone.
 * gc --watch: every pass on one publisher; the test fetches everything through the replay socket
   while the watch runs; the metrics file carries kvtier_kv_events_*.
 * a bad endpoint (malformed, an address in use, a port out of range, a host that does not
@@ -229,6 +233,64 @@ def test_fsck_repair_publishes_the_blocks_it_removes(kvtier_bin, tmp_path, subsc
     assert gone == {os.path.relpath(blocks[i], tmp_path) for i in (5, 6)}
     got = removals(messages)
     assert sorted(got) == sorted((wire_hash(s), g) for s, g in removed_keys(gone))
+
+
+def crc32c(data):
+    """CRC32C (Castagnoli, reflected), as FORMAT.md L60 and L198 use it."""
+    crc = 0xFFFFFFFF
+    for b in data:
+        crc ^= b
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
+    return crc ^ 0xFFFFFFFF
+
+
+def block_hash_record(hashes):
+    """FORMAT.md L198: magic, u16le n, h, 0, the hashes, u32le CRC32C of all before it."""
+    body = b"KVTBLKH1" + len(hashes).to_bytes(2, "little") + bytes([len(hashes[0]), 0]) + b"".join(hashes)
+    return body + crc32c(body).to_bytes(4, "little")
+
+
+def chunk_blocks(path, salt):
+    """4 block hashes for the file at `path`, the last its stem's."""
+    return [hashlib.sha256(f"{salt}{i}".encode()).digest() for i in range(3)] + [bytes.fromhex(path.stem)]
+
+
+def test_a_file_of_several_blocks_is_published_block_by_block(kvtier_bin, tmp_path, subscriber):
+    blocks = make_blocks(tmp_path, 12, "c")  # no config.json: its files may hold several blocks (L201)
+    want = {}
+    for i, p in enumerate(blocks):
+        hashes = chunk_blocks(p, f"c{i}")
+        if i % 3 == 0:  # in the attribute
+            os.setxattr(p, "user.kvtier.block_hashes", block_hash_record(hashes))
+        elif i % 3 == 1:  # at the start of a last page after the row, as in a trailer
+            with open(p, "ab") as f:
+                f.write(block_hash_record(hashes).ljust(4096, b"\0"))
+        else:  # another file's record: not believed
+            os.setxattr(p, "user.kvtier.block_hashes", block_hash_record(chunk_blocks(blocks[0], "c0")))
+            hashes = hashes[-1:]
+        want[os.path.relpath(p, tmp_path)] = [int.from_bytes(h[-8:], "big") for h in hashes]
+    before = files(tmp_path)
+    r, messages = subscriber.run(kvtier_bin, "gc", tmp_path, "--max-bytes", 3 * ROW, "--collector-ttl", "1s",
+                                 "--events-endpoint", subscriber.endpoint)
+    assert r.returncode == 0, r.stderr
+    gone = before - files(tmp_path)
+    assert len(gone) >= 9
+    got = [e[1] for _, _, payload in messages for e in payload[1]]
+    assert sorted(got) == sorted(want[g] for g in gone), "one BlockRemoved per file, every block in order"
+
+
+def test_fsck_repair_publishes_every_block_of_a_file_it_removes(kvtier_bin, tmp_path, subscriber):
+    blocks = make_blocks(tmp_path, 3000, "g")  # a first walk long enough for the joiner
+    hashes = chunk_blocks(blocks[7], "g7")
+    os.setxattr(blocks[7], "user.kvtier.block_hashes", block_hash_record(hashes))
+    os.truncate(blocks[7], ROW // 2)
+    r, messages = subscriber.run(kvtier_bin, "fsck", tmp_path, "--repair", "--row-bytes", ROW, "--events-endpoint",
+                                 subscriber.endpoint)
+    assert r.returncode == 4, r.stdout + r.stderr
+    assert not blocks[7].exists()
+    got = [e[1] for _, _, payload in messages for e in payload[1]]
+    assert got == [[int.from_bytes(h[-8:], "big") for h in hashes]]
 
 
 def replay_all(endpoint, timeout_ms=5000):

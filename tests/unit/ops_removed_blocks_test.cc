@@ -9,7 +9,8 @@
 // must equal the set the callback was told of. Temp, probe, lease and
 // config.json files gc removes, non-files fsck removes at block names, a
 // dry run and fsck without --repair are never told; a badly named file is
-// never removed, so never told. Block ages are drawn from the test's seed.
+// never removed, so never told. A file's block-hash record (FORMAT.md L201)
+// names every block it holds. Block ages are drawn from the test's seed.
 #include <gtest/gtest.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -20,6 +21,7 @@
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <random>
@@ -28,6 +30,7 @@
 #include <thread>
 #include <vector>
 
+#include "format/block_hashes.h"
 #include "format/layout_names.h"
 #include "kvtier/collector.h"
 #include "kvtier/layout.h"
@@ -290,6 +293,56 @@ TEST_F(RemovedBlocksTest, CollectOnceAndTheWatchCollectorTellTheirRemovals) {
   EXPECT_EQ(told.Paths(), Gone(before, Files())) << "both runs' removals, each told once";
   EXPECT_EQ(told.Paths().size(), 8u);
   CheckNames(told, {{"m_0123456789ab", ""}});
+}
+
+// L200, L201: in a namespace whose files hold several blocks, a removal
+// names every block a file's record lists (the attribute, or the start of
+// its last page); a record copied from another file, or none, leaves the
+// stem alone; a namespace of one block per file reads no record at all.
+TEST_F(RemovedBlocksTest, GcNamesEveryBlockAFilesRecordLists) {
+  NamespaceSpec spec = testing::Spec("org/chunks");
+  spec.blocks_per_file = 4;
+  const Namespace chunks = Namespace::Create(spec).value();
+  std::string single;
+  const std::string single_config = VllmConfig("org/single", &single);
+  MakeNamespace(chunks.dir_name(), chunks.config_json());
+  MakeNamespace(single, single_config);
+  auto hashes = [&] {
+    std::vector<BlockHash> h;
+    for (int i = 0; i < 4; ++i) h.push_back(BlockHash::FromHex(RandomHex(64)).value());
+    return h;
+  };
+  const std::vector<BlockHash> in_xattr = hashes(), in_page = hashes(), foreign = hashes(), one_block_ns = hashes();
+  const std::string x = MakeBlock(chunks.dir_name(), in_xattr.back().Hex(), 0, kRow, 30 * 86400);
+  const std::string record = format::EncodeBlockHashRecord(in_xattr);
+  ASSERT_EQ(setxattr(P(x).c_str(), format::kBlockHashesXattr, record.data(), record.size(), 0), 0);
+  const std::string t = MakeBlock(chunks.dir_name(), in_page.back().Hex(), 1, kRow + 4096, 30 * 86400);
+  {
+    std::fstream f(P(t), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(kRow);
+    f << format::EncodeBlockHashRecord(in_page);
+  }
+  const std::string c = MakeBlock(chunks.dir_name(), foreign.back().Hex(), 0, kRow, 30 * 86400);
+  ASSERT_EQ(setxattr(P(c).c_str(), format::kBlockHashesXattr, record.data(), record.size(), 0), 0);
+  const std::string none = MakeBlock(chunks.dir_name(), RandomHex(64), 0, kRow, 30 * 86400);
+  const std::string s1 = MakeBlock(single, one_block_ns.back().Hex(), 0, kRow, 30 * 86400);
+  const std::string r1 = format::EncodeBlockHashRecord(one_block_ns);
+  ASSERT_EQ(setxattr(P(s1).c_str(), format::kBlockHashesXattr, r1.data(), r1.size(), 0), 0);
+  for (const std::string& rel : {x, t, c, none, s1}) Age(rel, 30 * 86400);
+  Age(chunks.dir_name() + "/config.json", 30 * 86400);
+  Age(single + "/config.json", 30 * 86400);
+  Told told;
+  GcOptions o;
+  o.root = Root();
+  o.older_than_s = 86400;
+  o.on_block_removed = told.Callback();
+  ASSERT_OK(Gc(o).status());
+  ASSERT_EQ(told.Paths(), (std::set<std::string>{x, t, c, none, s1}));
+  EXPECT_EQ(told.by_path[x].block_hashes, in_xattr);
+  EXPECT_EQ(told.by_path[t].block_hashes, in_page);
+  EXPECT_TRUE(told.by_path[c].block_hashes.empty()) << "another file's record";
+  EXPECT_TRUE(told.by_path[none].block_hashes.empty());
+  EXPECT_TRUE(told.by_path[s1].block_hashes.empty()) << "its namespace holds one block per file";
 }
 
 TEST(UnlinkIfSameAt, SaysWhetherThisCallRemovedTheFile) {

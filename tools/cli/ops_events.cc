@@ -97,8 +97,12 @@ void RemovalEvents::Removed(const RemovedBlock& block) {
     events = events_;
   }
   if (!events) return;
+  const EventHashKind kind = EventHashKindOf(block.engine);
+  // A file of several blocks names each, as its record says (FORMAT.md L200).
+  const std::optional<uint32_t> group = EventGroupOfDirName(block.group_dir);
+  if (!block.block_hashes.empty() && group) return events->RemovedBlocks(kind, *group, block.block_hashes);
   const NamedBlock named{block.stem, block.group_dir};
-  (void)events->RemovedNamed(EventHashKindOf(block.engine), std::span<const NamedBlock>(&named, 1));
+  (void)events->RemovedNamed(kind, std::span<const NamedBlock>(&named, 1));
 }
 
 void RemovalEvents::Close() {
