@@ -81,6 +81,21 @@ struct RequestSpec {
   std::optional<uint64_t> max_offload_tokens;
   // Pin the rows of chunks that end within the first pin_tokens tokens.
   uint64_t pin_tokens = 0;
+  // The request's block hashes, the ones chunk_keys were made from, so
+  // that each chunk's file records all its blocks and the KV events
+  // (docs/kv-events.md) announce every block of the chunk, on its store and
+  // on its removal wherever it is made, not only the chunk's key. Chunk i
+  // is block_hashes[i * hpc, (i + 1) * hpc), its key the last of them; hpc
+  // is how many blocks a chunk file holds (tokens_per_block x
+  // blocks_per_chunk / tokens_per_hash of TieredStoreOptions::ns: the keys'
+  // group's tokens_per_block, tokens_per_hash where ns lists no groups), as
+  // ChunkOffloadKeys made the keys. Empty (the default): the chunk keys
+  // alone. Given, chunk_keys must be ChunkOffloadKeys(block_hashes, hpc,
+  // group) exactly (so the hashes of an incomplete last chunk may follow),
+  // every hash as long as the keys', at most 2048 bytes of them a chunk;
+  // else StartRequest fails with kInvalidArgument naming the chunk. Chunks
+  // added by AppendChunkKeys are named by their keys alone.
+  std::vector<BlockHash> block_hashes;
 };
 
 enum class ChunkVerdict : uint8_t {
@@ -173,7 +188,8 @@ class KVTIER_API TieredStore {
   static Result<std::unique_ptr<TieredStore>> Open(const TieredStoreOptions& options);
   virtual ~TieredStore() = default;
 
-  // kInvalidArgument for an id already started or 0.
+  // kInvalidArgument for an id already started or 0, or block_hashes that
+  // do not make the chunk keys (RequestSpec::block_hashes).
   virtual Status StartRequest(uint64_t request_id, RequestSpec spec) = 0;
   // Adds chunk keys as the request grows (decode); kNotFound for an unknown id.
   virtual Status AppendChunkKeys(uint64_t request_id, std::span<const OffloadKey> keys) = 0;

@@ -44,6 +44,10 @@ struct CopyRecord {
   std::vector<uint32_t> rows;  // the CPU rows of the keys
   bool checksums = false;      // the copy computes (a store) or checks (a load) each row's CRC32C
   std::vector<uint32_t> expected;  // a checked load: the CRC32C each row must hash to
+  // A store of a request with block hashes: each key's (RequestState::
+  // ChunkBlockHashes), taken when the store starts, for its write-through
+  // (the request may finish before the copy does). Else empty.
+  std::vector<std::vector<BlockHash>> block_hashes;
 };
 
 class JobTable {

@@ -5,6 +5,8 @@
 #include <limits>
 #include <string>
 
+#include "format/block_hashes.h"
+
 namespace kvtier::internal {
 namespace {
 
@@ -15,6 +17,34 @@ uint64_t OffloadLimitTokens(const RequestSpec& spec, bool prompt_only) {
   if (prompt_only && spec.prompt_tokens > 0) limit = spec.prompt_tokens;
   if (spec.max_offload_tokens) limit = std::min(limit, *spec.max_offload_tokens);
   return limit;
+}
+
+// RequestSpec::block_hashes: the chunk keys must be ChunkOffloadKeys(hashes,
+// hpc, group), and each chunk's hashes a list the fs tiers take (what
+// FsTier::SubmitStore checks, format::BlockHashListProblem): refused here,
+// such a list would fail the chunk's write-through later, where no caller
+// hears of it. Sets *hpc, the hashes per chunk.
+Status CheckBlockHashes(uint64_t request_id, const RequestSpec& spec, const NamespaceSpec& files, size_t* hpc) {
+  const std::vector<OffloadKey>& keys = spec.chunk_keys;
+  const std::span<const BlockHash> hashes(spec.block_hashes);
+  const uint32_t group = keys.empty() ? 0 : keys[0].group_idx;
+  *hpc = format::HashesPerFile(files, group);
+  const std::string what = "request " + std::to_string(request_id) + ": block_hashes: ";
+  if (hashes.size() / *hpc != keys.size()) {
+    return InvalidArgument(what + std::to_string(hashes.size()) + " hashes make " +
+                           std::to_string(hashes.size() / *hpc) + " chunks of " + std::to_string(*hpc) +
+                           " (hashes per chunk), not the request's " + std::to_string(keys.size()) + " chunk keys");
+  }
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const std::string chunk = "chunk " + std::to_string(i) + " (key " + keys[i].Hex() + "): ";
+    if (keys[i].group_idx != group) {
+      return InvalidArgument(what + chunk + "of group " + std::to_string(keys[i].group_idx) + ", chunk 0 of group " +
+                             std::to_string(group) + ": the hashes make the keys of one group");
+    }
+    const std::string problem = format::BlockHashListProblem(hashes.subspan(i * *hpc, *hpc), keys[i].hash, *hpc);
+    if (!problem.empty()) return InvalidArgument(what + chunk + problem);
+  }
+  return Status::Ok();
 }
 
 Status NotLive(uint64_t request_id) {
@@ -30,11 +60,22 @@ Status RequestTable::Start(uint64_t request_id, RequestSpec spec) {
     return Status(StatusCode::kInvalidArgument,
                   "request " + std::to_string(request_id) + " is already started");
   }
+  size_t hpc = 0;
+  if (!spec.block_hashes.empty()) {
+    KVTIER_RETURN_IF_ERROR(CheckBlockHashes(request_id, spec, options_.chunk_files, &hpc));
+  }
   RequestState& req = requests_[request_id];
   req.offload_limit_tokens_ = OffloadLimitTokens(spec, options_.offload_prompt_only);
+  req.hashes_per_chunk_ = hpc;
+  req.hashed_chunks_ = hpc == 0 ? 0 : spec.chunk_keys.size();
   req.counted_.assign(spec.chunk_keys.size(), false);
   req.spec_ = std::move(spec);
   return Status::Ok();
+}
+
+std::span<const BlockHash> RequestState::ChunkBlockHashes(size_t chunk) const {
+  if (chunk >= hashed_chunks_) return {};
+  return std::span<const BlockHash>(spec_.block_hashes).subspan(chunk * hashes_per_chunk_, hashes_per_chunk_);
 }
 
 Status RequestTable::Append(uint64_t request_id, std::span<const OffloadKey> keys) {

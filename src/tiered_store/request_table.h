@@ -1,17 +1,19 @@
 // The request table: what the tiered store knows about each live request
 // (vLLM's TieringOffloadingManager, vllm/v1/kv_offload/tiering/manager.py).
-// Per request: its chunk keys, how far it may be offloaded, each secondary
-// tier's verdict on each key it looked up, the keys it pinned, the keys its
-// lookups promoted (and from where) and which chunks the hit/miss metrics
-// already counted. Across requests: one pin count per pinned key, capped at a
-// number of rows.
+// Per request: its chunk keys (and the block hashes they were made from),
+// how far it may be offloaded, each secondary tier's verdict on each key it
+// looked up, the keys it pinned, the keys its lookups promoted (and from
+// where) and which chunks the hit/miss metrics already counted. Across
+// requests: one pin count per pinned key, capped at a number of rows.
 //
 // Invariants:
 //  - a request id is live from Start to Finish; 0 is never live;
 //  - a key's pin count equals the number of live requests whose pinned set
 //    holds it, and the pinned keys never outnumber pin_rows_max;
 //  - each request holds one verdict per secondary tier for every key it has
-//    asked about, and counted.size() == chunk_keys().size().
+//    asked about, and counted.size() == chunk_keys().size();
+//  - a request's block hashes, where given, made its first chunk keys:
+//    chunk i < hashed_chunks is ChunkBlockHashes(i), its key the last.
 //
 // The table does no I/O and calls no tier: it tells the caller what to do
 // (which rows to hold or release, which lookups to start).
@@ -40,11 +42,20 @@ enum class TierVerdict : uint8_t { kUnknown, kInFlight, kHit, kMiss };
 class RequestState {
  public:
   const std::vector<OffloadKey>& chunk_keys() const { return spec_.chunk_keys; }
+  // Whether the request gave its block hashes (RequestSpec::block_hashes).
+  bool has_block_hashes() const { return hashed_chunks_ > 0; }
+  // The block hashes of chunk `chunk`, in order, its key's the last: what
+  // its file records (FsTier::SubmitStore's block_hashes). Empty without
+  // them, and for chunks added by Append.
+  std::span<const BlockHash> ChunkBlockHashes(size_t chunk) const;
 
  private:
   friend class RequestTable;
   RequestSpec spec_;
   uint64_t offload_limit_tokens_ = 0;  // chunks ending beyond this are not stored
+  // spec_.block_hashes: chunks [0, hashed_chunks_) have hashes_per_chunk_ each.
+  size_t hashes_per_chunk_ = 0;
+  size_t hashed_chunks_ = 0;
   // Per key, one verdict per secondary tier (kept while the request lives).
   std::unordered_map<OffloadKey, std::vector<TierVerdict>, OffloadKeyHasher> verdicts_;
   OffloadKeySet pinned_;  // keys this request holds a pin on
@@ -70,6 +81,9 @@ class RequestTable {
     uint64_t chunk_tokens = 0;        // tokens per chunk (> 0)
     bool offload_prompt_only = true;  // the config's offload_prompt_only
     size_t tier_count = 0;            // secondary tiers (verdicts per key)
+    // The fs tiers' namespace (blocks_per_file = blocks_per_chunk): how many
+    // block hashes a chunk of a group holds (format::HashesPerFile).
+    NamespaceSpec chunk_files;
   };
   explicit RequestTable(const Options& options) : options_(options) {}
 
@@ -77,7 +91,9 @@ class RequestTable {
   // off. Set once, before the first request.
   void set_pin_rows_max(uint64_t rows) { pin_rows_max_ = rows; }
 
-  // kInvalidArgument for id 0 or an id that is live.
+  // kInvalidArgument for id 0 or an id that is live, or block_hashes the
+  // chunk keys were not made from, or that a chunk file could not record
+  // (RequestSpec::block_hashes; the rules FsTier::SubmitStore checks).
   [[nodiscard]] Status Start(uint64_t request_id, RequestSpec spec);
   // Appends chunk keys (decode). kNotFound for an id that is not live.
   [[nodiscard]] Status Append(uint64_t request_id, std::span<const OffloadKey> keys);

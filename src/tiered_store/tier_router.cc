@@ -61,8 +61,10 @@ Result<uint64_t> TierRouter::Start(Tier& tier, FsJobRecord& record) {
       spans.reserve(record.rows.size());
       for (uint32_t row : record.rows)
         spans.emplace_back(region_.data() + uint64_t{row} * row_bytes_, row_bytes_);
-      if (tier.staged != nullptr && !record.crcs.empty()) return tier.staged->SubmitStoreWithCrcs(record.keys, spans, record.crcs);
-      return tier.fs->SubmitStore(record.keys, spans);
+      if (tier.staged != nullptr && !record.crcs.empty()) {
+        return tier.staged->SubmitStoreWithCrcs(record.keys, spans, record.crcs, record.block_hashes);
+      }
+      return tier.fs->SubmitStore(record.keys, spans, record.block_hashes);
     }
     case FsJobRecord::Kind::kPromote: {
       std::vector<std::span<uint8_t>> spans;

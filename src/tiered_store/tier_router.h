@@ -59,6 +59,9 @@ struct FsJobRecord {
   // kPromote on a staged tier: what each unchecked load read (filled by the
   // tier); kRemove: the files to remove.
   std::vector<LoadedBlock> loaded;
+  // kWriteThrough: each key's block hashes, what its file records for the
+  // KV events (FsTier::SubmitStore's block_hashes); empty: the keys alone.
+  std::vector<std::vector<BlockHash>> block_hashes;
 };
 
 class TierRouter {

@@ -130,7 +130,8 @@ class TieredStoreImpl final : public TieredStore {
   Result<uint64_t> OpenJob(TransferKind kind, uint64_t request_id, size_t first_chunk,
                            std::span<const uint32_t> gpu_blocks, RequestState** req);
   Status CheckGpuBlocks(std::span<const uint32_t> gpu_blocks) const;
-  std::vector<uint32_t> PlanStoreCopies(std::span<const OffloadKey> keys, std::span<const size_t> index,
+  std::vector<uint32_t> PlanStoreCopies(const RequestState& req, std::span<const OffloadKey> keys,
+                                        std::span<const size_t> index,
                                         const std::optional<PreparedWrite>& prepared,
                                         std::span<const uint32_t> gpu_blocks, CopyRecord* record);
   void SubmitCopy(CopyRecord record, std::vector<uint32_t> gpu_blocks, const CopyChecksums& checksums = {});
@@ -147,7 +148,8 @@ class TieredStoreImpl final : public TieredStore {
   void ApplyCompletions(std::vector<FinishedCopy>& copies, std::vector<std::vector<JobResult>>& fs_results);
   void OnCopyFinished(CopyRecord& record, const Status& status, FinishedCopy* done = nullptr);
   void OnStoreCopied(CopyRecord& record, std::vector<uint32_t> crcs);
-  void WriteThrough(std::span<const OffloadKey> keys, std::span<const uint32_t> crcs);
+  void WriteThrough(std::span<const OffloadKey> keys, std::span<const uint32_t> crcs,
+                    std::span<const std::vector<BlockHash>> block_hashes);
   void OnFsJobFinished(size_t tier, FsJobRecord& record, JobResult& result);
   void OnPromotionFinished(size_t tier, FsJobRecord& record, JobResult& result);
   void OnLookupFinished(size_t tier, FsJobRecord& record, JobResult& result);

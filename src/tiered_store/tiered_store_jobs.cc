@@ -75,8 +75,8 @@ Result<uint64_t> TieredStoreImpl::Store(uint64_t request_id, size_t first_chunk,
     }
   }
   std::optional<PreparedWrite> prepared = cpu_->PrepareWrite(keys, /*apply_threshold=*/true);
-  CopyRecord record{CopyDirection::kDeviceToHost, job_id, request_id, first_chunk, {}, {}, 0, {}, false, {}};
-  std::vector<uint32_t> blocks = PlanStoreCopies(keys, index, prepared, gpu_blocks, &record);
+  CopyRecord record{CopyDirection::kDeviceToHost, job_id, request_id, first_chunk, {}, {}, 0, {}, false, {}, {}};
+  std::vector<uint32_t> blocks = PlanStoreCopies(*req, keys, index, prepared, gpu_blocks, &record);
   if (!record.keys.empty()) {
     record.rows = prepared->rows;
     CopyChecksums checksums;
@@ -89,8 +89,10 @@ Result<uint64_t> TieredStoreImpl::Store(uint64_t request_id, size_t first_chunk,
 
 // With mu_ held. Settles the offloadable chunks of a store that need no copy
 // (no row free, already cached, below store_threshold); the others join
-// `record`, and their GPU blocks are returned in the same order.
-std::vector<uint32_t> TieredStoreImpl::PlanStoreCopies(std::span<const OffloadKey> keys, std::span<const size_t> index,
+// `record` (with their block hashes, where the request gave them), and
+// their GPU blocks are returned in the same order.
+std::vector<uint32_t> TieredStoreImpl::PlanStoreCopies(const RequestState& req, std::span<const OffloadKey> keys,
+                                                       std::span<const size_t> index,
                                                        const std::optional<PreparedWrite>& prepared,
                                                        std::span<const uint32_t> gpu_blocks, CopyRecord* record) {
   const size_t bpc = config_.blocks_per_chunk;
@@ -111,6 +113,10 @@ std::vector<uint32_t> TieredStoreImpl::PlanStoreCopies(std::span<const OffloadKe
     } else {
       record->keys.push_back(keys[d]);
       record->index.push_back(i);
+      if (req.has_block_hashes()) {
+        const std::span<const BlockHash> hashes = req.ChunkBlockHashes(record->first_chunk + i);
+        record->block_hashes.emplace_back(hashes.begin(), hashes.end());
+      }
       blocks.insert(blocks.end(), gpu_blocks.begin() + i * bpc, gpu_blocks.begin() + (i + 1) * bpc);
     }
   }
@@ -122,7 +128,7 @@ Result<uint64_t> TieredStoreImpl::Load(uint64_t request_id, size_t first_chunk, 
   RequestState* req = nullptr;
   KVTIER_ASSIGN_OR_RETURN(const uint64_t job_id, OpenJob(TransferKind::kLoad, request_id, first_chunk, gpu_blocks, &req));
   const size_t bpc = config_.blocks_per_chunk, n = gpu_blocks.size() / bpc;
-  CopyRecord record{CopyDirection::kHostToDevice, job_id, request_id, first_chunk, {}, {}, 0, {}, false, {}};
+  CopyRecord record{CopyDirection::kHostToDevice, job_id, request_id, first_chunk, {}, {}, 0, {}, false, {}, {}};
   for (size_t i = 0; i < n; ++i) {
     const OffloadKey& key = req->chunk_keys()[first_chunk + i];
     if (!cpu_->ReadyRow(key)) {
@@ -145,7 +151,7 @@ Result<uint64_t> TieredStoreImpl::Load(uint64_t request_id, size_t first_chunk, 
 Result<uint64_t> TieredStoreImpl::Prefetch(std::span<const OffloadKey> keys) {
   std::lock_guard lock(mu_);
   const uint64_t job_id = jobs_.Create(TransferKind::kPrefetch, 0, keys.size());
-  FsJobRecord batch{FsJobRecord::Kind::kPromote, {}, {}, 0, job_id, {}, {}, {}};
+  FsJobRecord batch{FsJobRecord::Kind::kPromote, {}, {}, 0, job_id, {}, {}, {}, {}};
   for (size_t i = 0; i < keys.size(); ++i) {
     if (cpu_->Contains(keys[i])) {
       jobs_.Settle(job_id, i, Outcome(ChunkOutcome::kAlreadyCached));

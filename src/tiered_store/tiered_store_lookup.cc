@@ -56,7 +56,7 @@ PrefixLookup TieredStoreImpl::WalkPrefix(uint64_t request_id, RequestState& req,
   PrefixLookup out;
   Walk walk;
   walk.to_lookup.resize(router_.size());
-  walk.promote.assign(router_.size(), FsJobRecord{FsJobRecord::Kind::kPromote, {}, {}, 0, 0, {}, {}, {}});
+  walk.promote.assign(router_.size(), FsJobRecord{FsJobRecord::Kind::kPromote, {}, {}, 0, 0, {}, {}, {}, {}});
   bool leading = true;  // still in the leading run of hits
   for (size_t i = first_chunk; i < req.chunk_keys().size(); ++i) {
     const OffloadKey& key = req.chunk_keys()[i];
@@ -94,7 +94,7 @@ PrefixLookup TieredStoreImpl::WalkPrefix(uint64_t request_id, RequestState& req,
 void TieredStoreImpl::SubmitLookups(uint64_t request_id, std::vector<std::vector<OffloadKey>>& to_lookup) {
   for (size_t t = 0; t < router_.size(); ++t) {
     if (to_lookup[t].empty()) continue;
-    FsJobRecord record{FsJobRecord::Kind::kLookup, std::move(to_lookup[t]), {}, request_id, 0, {}, {}, {}};
+    FsJobRecord record{FsJobRecord::Kind::kLookup, std::move(to_lookup[t]), {}, request_id, 0, {}, {}, {}, {}};
     if (router_.Submit(t, record).ok()) continue;
     // A lookup that cannot start counts as a miss (as vLLM's failing batch_lookup).
     for (const OffloadKey& key : record.keys) requests_.SetVerdict(request_id, key, t, TierVerdict::kMiss);

@@ -52,12 +52,22 @@ size_t TransferResult::OkPrefix() const {
 }  // namespace kvtier
 
 namespace kvtier::internal {
+namespace {
+
+// The fs tiers' namespace: each file is one chunk of blocks_per_chunk blocks.
+NamespaceSpec ChunkFiles(const NamespaceSpec& ns, const OffloadConfig& config) {
+  NamespaceSpec files = ns;
+  files.blocks_per_file = config.blocks_per_chunk;
+  return files;
+}
+
+}  // namespace
 
 TieredStoreImpl::TieredStoreImpl(const TieredStoreOptions& options, const OffloadConfig& config)
     : options_(options),
       config_(config),
       requests_({uint64_t{options.engine.gpu_block_size_tokens} * config.blocks_per_chunk, config.offload_prompt_only,
-                 config.secondary_tiers.size()}) {}
+                 config.secondary_tiers.size(), ChunkFiles(options.ns, config)}) {}
 
 Status TieredStoreImpl::Init() {
   // The row size comes from the layout; the stager is created once the
@@ -90,8 +100,7 @@ Status TieredStoreImpl::Init() {
 }
 
 Status TieredStoreImpl::OpenSecondaryTiers() {
-  NamespaceSpec ns = options_.ns;
-  ns.blocks_per_file = config_.blocks_per_chunk;
+  const NamespaceSpec ns = ChunkFiles(options_.ns, config_);
   for (size_t i = 0; i < config_.secondary_tiers.size(); ++i) {
     const FsTierOptions& fs = config_.secondary_tiers[i].fs;
     FsTierOpenOptions open;

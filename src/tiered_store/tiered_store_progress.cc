@@ -81,16 +81,20 @@ void TieredStoreImpl::OnStoreCopied(CopyRecord& record, std::vector<uint32_t> cr
     jobs_.Complete(record.job_id, record.index[k], ChunkResult{ChunkOutcome::kOk, Status::Ok()});
     if (req != nullptr) PinIfWanted(*req, record.first_chunk + record.index[k], record.keys[k]);
   }
-  WriteThrough(record.keys, crcs.size() == record.keys.size() ? std::span<const uint32_t>(crcs) : std::span<const uint32_t>());
+  WriteThrough(record.keys, crcs.size() == record.keys.size() ? std::span<const uint32_t>(crcs) : std::span<const uint32_t>(),
+               record.block_hashes);
 }
 
 // With mu_ held. Each secondary tier holds a reader reference on the rows
 // until its store finishes, so they cannot be evicted while being written.
 // Tiers that can (TierRouter::staged) write `crcs`, the rows' CRC32C from
-// their copy, instead of computing their own.
-void TieredStoreImpl::WriteThrough(std::span<const OffloadKey> keys, std::span<const uint32_t> crcs) {
+// their copy, instead of computing their own. `block_hashes` (empty, or one
+// list per key): what each chunk's file records, for the KV events.
+void TieredStoreImpl::WriteThrough(std::span<const OffloadKey> keys, std::span<const uint32_t> crcs,
+                                   std::span<const std::vector<BlockHash>> block_hashes) {
   for (size_t t = 0; t < router_.size(); ++t) {
-    FsJobRecord record{FsJobRecord::Kind::kWriteThrough, {keys.begin(), keys.end()}, cpu_->Acquire(keys), 0, 0, {}, {}, {}};
+    FsJobRecord record{FsJobRecord::Kind::kWriteThrough, {keys.begin(), keys.end()}, cpu_->Acquire(keys), 0, 0, {}, {}, {},
+                       {block_hashes.begin(), block_hashes.end()}};
     if (router_.staged(t)) record.crcs.assign(crcs.begin(), crcs.end());
     if (!router_.Submit(t, record).ok()) cpu_->Release(keys);
   }
@@ -115,7 +119,7 @@ void TieredStoreImpl::OnFsJobFinished(size_t tier, FsJobRecord& record, JobResul
 // With mu_ held. Loaded rows become ready; a Prefetch key that missed tries
 // the next tier with the same reserved row; other failures free the row.
 void TieredStoreImpl::OnPromotionFinished(size_t tier, FsJobRecord& record, JobResult& result) {
-  FsJobRecord next{FsJobRecord::Kind::kPromote, {}, {}, 0, record.job_id, {}, {}, {}};
+  FsJobRecord next{FsJobRecord::Kind::kPromote, {}, {}, 0, record.job_id, {}, {}, {}, {}};
   for (size_t k = 0; k < record.keys.size(); ++k) {
     const OffloadKey one[] = {record.keys[k]};
     const KeyResult& r = result.keys[k];

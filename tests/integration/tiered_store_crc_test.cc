@@ -151,7 +151,7 @@ class TieredStoreCrcTest : public ::testing::Test {
 
   // Stores `keys` (seeded content by key) as request `id`; all must be kOk.
   void StoreAll(TieredStore* store, uint64_t id, const std::vector<OffloadKey>& keys) {
-    ASSERT_OK(store->StartRequest(id, RequestSpec{keys, 0, std::nullopt, 0}));
+    ASSERT_OK(store->StartRequest(id, RequestSpec{keys, 0, std::nullopt, 0, {}}));
     std::vector<uint32_t> blocks;
     for (uint32_t b = 0; b < keys.size() * kBpc; ++b) blocks.push_back(b);
     for (size_t i = 0; i < keys.size(); ++i) {
@@ -166,7 +166,7 @@ class TieredStoreCrcTest : public ::testing::Test {
   // Looks up `keys` as request `id` and loads the hit prefix into GPU blocks
   // from 32 on; returns the load's result (chunk i in blocks 32 + 2i, 33 + 2i).
   TransferResult LookupAndLoad(TieredStore* store, uint64_t id, const std::vector<OffloadKey>& keys) {
-    EXPECT_OK(store->StartRequest(id, RequestSpec{keys, 0, std::nullopt, 0}));
+    EXPECT_OK(store->StartRequest(id, RequestSpec{keys, 0, std::nullopt, 0, {}}));
     Result<PrefixLookup> lookup = store->LookupWait(id, 0, 20000);
     EXPECT_TRUE(lookup.ok() && !lookup->pending) << lookup.status().ToString();
     EXPECT_EQ(lookup.ok() ? lookup->hit_chunks : 0, keys.size());
@@ -301,7 +301,7 @@ TEST_F(TieredStoreCrcTest, ACorruptBlockIsAMissRemovedAndCounted) {
     EXPECT_EQ(m.checksum_ns, 0u) << "the fs tier checked CRCs on the CPU";
     EXPECT_EQ(store->Metrics().crc_staged_mismatches, 1u);
     // The CPU row was dropped and the file is gone: the prefix ends there.
-    ASSERT_OK(store->StartRequest(3, RequestSpec{keys, 0, std::nullopt, 0}));
+    ASSERT_OK(store->StartRequest(3, RequestSpec{keys, 0, std::nullopt, 0, {}}));
     ASSERT_OK_AND_ASSIGN(const PrefixLookup again, store->LookupWait(3, 0, 20000));
     EXPECT_EQ(again.hit_chunks, 2u);
     ASSERT_OK(store->FinishRequest(3));
@@ -356,7 +356,7 @@ TEST_F(TieredStoreCrcTest, APinnedCorruptRowIsDroppedWhenThePinEnds) {
   auto store = Open(Config(root));
   ASSERT_NE(store, nullptr);
   FlipByte(store->secondary_tier(0).BlockPath(keys[0]), 7);
-  ASSERT_OK(store->StartRequest(2, RequestSpec{keys, 0, std::nullopt, kBpc * kBlockTokens}));  // pins chunk 0
+  ASSERT_OK(store->StartRequest(2, RequestSpec{keys, 0, std::nullopt, kBpc * kBlockTokens, {}}));  // pins chunk 0
   ASSERT_OK_AND_ASSIGN(const PrefixLookup lookup, store->LookupWait(2, 0, 20000));
   ASSERT_EQ(lookup.hit_chunks, 1u);
   ASSERT_EQ(store->Metrics().tiers[0].rows_pinned, 1u);
@@ -382,7 +382,7 @@ TEST_F(TieredStoreCrcTest, AGpuBlockOutOfRangeStartsNothing) {
   auto store = Open(Config(root));
   ASSERT_NE(store, nullptr);
   StoreAll(store.get(), 1, {keys[1]});  // chunk 1: a row from the GPU, chunk 0 promoted armed below
-  ASSERT_OK(store->StartRequest(2, RequestSpec{keys, 0, std::nullopt, 0}));
+  ASSERT_OK(store->StartRequest(2, RequestSpec{keys, 0, std::nullopt, 0, {}}));
   ASSERT_OK_AND_ASSIGN(const PrefixLookup lookup, store->LookupWait(2, 0, 20000));
   ASSERT_EQ(lookup.hit_chunks, keys.size());
   const uint32_t bad = gpu_.num_blocks();
@@ -413,7 +413,7 @@ TEST_F(TieredStoreCrcTest, ABlockReplacedAfterItsReadIsNotRemoved) {
   const std::string crc = CrcXattr(path);
   FlipByte(path, 100);
   // The lookup promotes the corrupt row (unchecked) into the CPU tier ...
-  ASSERT_OK(store->StartRequest(2, RequestSpec{keys, 0, std::nullopt, 0}));
+  ASSERT_OK(store->StartRequest(2, RequestSpec{keys, 0, std::nullopt, 0, {}}));
   ASSERT_OK_AND_ASSIGN(const PrefixLookup lookup, store->LookupWait(2, 0, 20000));
   ASSERT_EQ(lookup.hit_chunks, keys.size());
   ASSERT_OK(store->WaitIdle(30000));

@@ -124,7 +124,7 @@ class TieredStoreTest : public ::testing::Test {
   // Stores `keys` as request `id` in batches of `batch` chunks through GPU
   // blocks [0, 2*batch); returns how many chunks were stored (kOk).
   size_t StoreAll(TieredStore* store, uint64_t id, const std::vector<OffloadKey>& keys, size_t batch) {
-    EXPECT_OK(store->StartRequest(id, RequestSpec{keys, 0, std::nullopt, 0}));
+    EXPECT_OK(store->StartRequest(id, RequestSpec{keys, 0, std::nullopt, 0, {}}));
     size_t stored = 0;
     for (size_t first = 0; first < keys.size(); first += batch) {
       const size_t n = std::min(batch, keys.size() - first);
@@ -147,7 +147,7 @@ class TieredStoreTest : public ::testing::Test {
   // into GPU blocks [32, ...); returns the number of chunks verified.
   size_t LoadAndVerify(TieredStore* store, uint64_t id, const std::vector<OffloadKey>& keys, size_t batch,
                        std::vector<int>* sources = nullptr) {
-    EXPECT_OK(store->StartRequest(id, RequestSpec{keys, 0, std::nullopt, 0}));
+    EXPECT_OK(store->StartRequest(id, RequestSpec{keys, 0, std::nullopt, 0, {}}));
     size_t verified = 0;
     for (size_t first = 0; first < keys.size(); first += batch) {
       Result<PrefixLookup> lookup = store->LookupWait(id, first, 20000);
@@ -225,7 +225,7 @@ TEST_F(TieredStoreTest, VanishedFileEndsThePrefix) {
   ASSERT_OK(a->WaitIdle(30000));
   auto b = Open(Config(32, dir_.path().string()));
   ASSERT_NE(b, nullptr);
-  ASSERT_OK(b->StartRequest(5, RequestSpec{keys, 0, std::nullopt, 0}));
+  ASSERT_OK(b->StartRequest(5, RequestSpec{keys, 0, std::nullopt, 0, {}}));
   // The first lookup only starts the fs existence checks (all RETRY) ...
   ASSERT_OK_AND_ASSIGN(PrefixLookup first, b->Lookup(5, 0));
   EXPECT_EQ(first.hit_chunks, 0u);
@@ -265,7 +265,7 @@ TEST_F(TieredStoreTest, AHungMountDecidesLookupsFailsLoadsAndCloses) {
   ASSERT_NE(b, nullptr);
   ASSERT_OK(mount->Hang("all"));
   const auto t0 = std::chrono::steady_clock::now();
-  ASSERT_OK(b->StartRequest(5, RequestSpec{keys, 0, std::nullopt, 0}));
+  ASSERT_OK(b->StartRequest(5, RequestSpec{keys, 0, std::nullopt, 0, {}}));
   ASSERT_OK_AND_ASSIGN(PrefixLookup lookup, b->LookupWait(5, 0, 10000));
   EXPECT_FALSE(lookup.pending) << "a lookup on the hung mount was never decided";
   EXPECT_EQ(lookup.hit_chunks, 0u);
@@ -289,7 +289,7 @@ TEST_F(TieredStoreTest, PinnedPrefixSurvivesEvictionPressure) {
   auto store = Open(Config(8, ""), 3 * 8192);
   ASSERT_NE(store, nullptr);
   const std::vector<OffloadKey> prefix = RandomKeys(4);
-  ASSERT_OK(store->StartRequest(1, RequestSpec{prefix, 0, std::nullopt, 4 * kChunkTokens}));
+  ASSERT_OK(store->StartRequest(1, RequestSpec{prefix, 0, std::nullopt, 4 * kChunkTokens, {}}));
   std::vector<uint32_t> blocks = Blocks(4);
   FillChunks(prefix, blocks);
   TransferResult stored = WaitJob(store.get(), store->Store(1, 0, blocks).value());
@@ -304,7 +304,7 @@ TEST_F(TieredStoreTest, PinnedPrefixSurvivesEvictionPressure) {
   EXPECT_EQ(store->Metrics().tiers[0].rows_pinned, 0u);
   // Unpinned now: pressure evicts them too.
   EXPECT_EQ(StoreAll(store.get(), 3, RandomKeys(16), 4), 16u);
-  ASSERT_OK(store->StartRequest(4, RequestSpec{prefix, 0, std::nullopt, 0}));
+  ASSERT_OK(store->StartRequest(4, RequestSpec{prefix, 0, std::nullopt, 0, {}}));
   EXPECT_EQ(store->Lookup(4, 0)->hit_chunks, 0u);
 }
 
@@ -314,7 +314,7 @@ TEST_F(TieredStoreTest, StoresOutsideTheOffloadableRangeAreSkipped) {
   ASSERT_NE(store, nullptr);
   const std::vector<OffloadKey> keys = RandomKeys(6);
   // Prompt of 3.5 chunks, max_offload_tokens 2 chunks: chunks 0-1 stored.
-  ASSERT_OK(store->StartRequest(1, RequestSpec{keys, 3 * kChunkTokens + 5, 2 * kChunkTokens, 0}));
+  ASSERT_OK(store->StartRequest(1, RequestSpec{keys, 3 * kChunkTokens + 5, 2 * kChunkTokens, 0, {}}));
   std::vector<uint32_t> blocks = Blocks(6);
   FillChunks(keys, blocks);
   TransferResult r = WaitJob(store.get(), store->Store(1, 0, blocks).value());
@@ -325,7 +325,7 @@ TEST_F(TieredStoreTest, StoresOutsideTheOffloadableRangeAreSkipped) {
   TransferResult again = WaitJob(store.get(), store->Store(1, 0, Blocks(2)).value());
   EXPECT_EQ(again.chunks[0].outcome, ChunkOutcome::kAlreadyCached);
   // offload_prompt_only: without max_offload_tokens, chunk 3 (ends past the prompt) is skipped.
-  ASSERT_OK(store->StartRequest(2, RequestSpec{keys, 3 * kChunkTokens + 5, std::nullopt, 0}));
+  ASSERT_OK(store->StartRequest(2, RequestSpec{keys, 3 * kChunkTokens + 5, std::nullopt, 0, {}}));
   TransferResult prompt = WaitJob(store.get(), store->Store(2, 2, Blocks(2)).value());
   EXPECT_EQ(prompt.chunks[0].outcome, ChunkOutcome::kOk);
   EXPECT_EQ(prompt.chunks[1].outcome, ChunkOutcome::kNotOffloaded);
@@ -336,7 +336,7 @@ TEST_F(TieredStoreTest, MoreThanTheCpuTierCanHoldGetsAClearResult) {
   auto store = Open(Config(4, dir_.path().string()));
   ASSERT_NE(store, nullptr);
   const std::vector<OffloadKey> keys = RandomKeys(8);
-  ASSERT_OK(store->StartRequest(1, RequestSpec{keys, 0, std::nullopt, 0}));
+  ASSERT_OK(store->StartRequest(1, RequestSpec{keys, 0, std::nullopt, 0, {}}));
   std::vector<uint32_t> blocks = Blocks(8);
   TransferResult r = WaitJob(store.get(), store->Store(1, 0, blocks).value());
   ASSERT_EQ(r.chunks.size(), 8u);
@@ -349,7 +349,7 @@ TEST_F(TieredStoreTest, MoreThanTheCpuTierCanHoldGetsAClearResult) {
   EXPECT_EQ(StoreAll(store.get(), 2, keys, 4), 8u);
   ASSERT_OK(store->WaitIdle(30000));
   auto other = Open(Config(4, dir_.path().string()));
-  ASSERT_OK(other->StartRequest(3, RequestSpec{keys, 0, std::nullopt, 0}));
+  ASSERT_OK(other->StartRequest(3, RequestSpec{keys, 0, std::nullopt, 0, {}}));
   ASSERT_OK_AND_ASSIGN(PrefixLookup lookup, other->LookupWait(3, 0, 20000));
   EXPECT_EQ(lookup.hit_chunks, 4u);
   EXPECT_FALSE(lookup.pending);
@@ -370,7 +370,7 @@ TEST_F(TieredStoreTest, PrefetchWarmsTheCpuTier) {
   TransferResult r = WaitJob(store.get(), store->Prefetch(wanted).value());
   EXPECT_EQ(r.OkPrefix(), 6u);
   EXPECT_EQ(r.chunks[6].outcome, ChunkOutcome::kMiss);
-  ASSERT_OK(store->StartRequest(2, RequestSpec{keys, 0, std::nullopt, 0}));
+  ASSERT_OK(store->StartRequest(2, RequestSpec{keys, 0, std::nullopt, 0, {}}));
   ASSERT_OK_AND_ASSIGN(PrefixLookup lookup, store->Lookup(2, 0));
   EXPECT_EQ(lookup.hit_chunks, 6u);
   EXPECT_FALSE(lookup.pending) << "prefetched rows are CPU hits at once";
@@ -386,7 +386,7 @@ TEST_F(TieredStoreTest, FinishingARequestLetsItsJobsFinish) {
   const std::vector<OffloadKey> keys = RandomKeys(4);
   auto store = Open(Config(16, dir_.path().string()), 8 * 8192);
   ASSERT_NE(store, nullptr);
-  ASSERT_OK(store->StartRequest(1, RequestSpec{keys, 0, std::nullopt, 4 * kChunkTokens}));
+  ASSERT_OK(store->StartRequest(1, RequestSpec{keys, 0, std::nullopt, 4 * kChunkTokens, {}}));
   std::vector<uint32_t> blocks = Blocks(4);
   FillChunks(keys, blocks);
   ASSERT_OK_AND_ASSIGN(const uint64_t job, store->Store(1, 0, blocks));
@@ -398,7 +398,7 @@ TEST_F(TieredStoreTest, FinishingARequestLetsItsJobsFinish) {
   EXPECT_EQ(store->Metrics().tiers[0].rows_pinned, 0u) << "a finished request holds no pin";
   // The other order, forced: the copy finishes (and pins) first.
   const std::vector<OffloadKey> more = RandomKeys(4);
-  ASSERT_OK(store->StartRequest(3, RequestSpec{more, 0, std::nullopt, 4 * kChunkTokens}));
+  ASSERT_OK(store->StartRequest(3, RequestSpec{more, 0, std::nullopt, 4 * kChunkTokens, {}}));
   FillChunks(more, blocks);
   EXPECT_EQ(WaitJob(store.get(), store->Store(3, 0, blocks).value()).OkPrefix(), 4u);
   EXPECT_EQ(store->Metrics().tiers[0].rows_pinned, 4u);
@@ -410,12 +410,12 @@ TEST_F(TieredStoreTest, FinishingARequestLetsItsJobsFinish) {
 
   auto other = Open(Config(16, dir_.path().string()));
   ASSERT_NE(other, nullptr);
-  ASSERT_OK(other->StartRequest(2, RequestSpec{keys, 0, std::nullopt, 0}));
+  ASSERT_OK(other->StartRequest(2, RequestSpec{keys, 0, std::nullopt, 0, {}}));
   ASSERT_OK_AND_ASSIGN(PrefixLookup first, other->Lookup(2, 0));
   EXPECT_EQ(first.verdicts.front(), ChunkVerdict::kRetry) << "fs lookups started";
   ASSERT_OK(other->FinishRequest(2));
   ASSERT_OK(other->WaitIdle(30000));  // the finished request's lookups still complete
-  ASSERT_OK(other->StartRequest(2, RequestSpec{keys, 0, std::nullopt, 0}));
+  ASSERT_OK(other->StartRequest(2, RequestSpec{keys, 0, std::nullopt, 0, {}}));
   ASSERT_OK_AND_ASSIGN(PrefixLookup again, other->Lookup(2, 0));
   EXPECT_EQ(again.verdicts.front(), ChunkVerdict::kRetry) << "the old request's verdicts are gone";
   ASSERT_OK_AND_ASSIGN(PrefixLookup found, other->LookupWait(2, 0, 20000));
@@ -458,7 +458,7 @@ TEST_F(TieredStoreTest, ConcurrentRequestsShareTiersSafely) {
         const size_t at = rng() % (pool.size() - 4);
         const std::vector<OffloadKey> keys(pool.begin() + at, pool.begin() + at + 4);
         const uint64_t id = (uint64_t{t} + 1) << 32 | (round + 1);
-        if (!store->StartRequest(id, RequestSpec{keys, 0, std::nullopt, 0}).ok()) return;
+        if (!store->StartRequest(id, RequestSpec{keys, 0, std::nullopt, 0, {}}).ok()) return;
         Result<PrefixLookup> lookup = store->LookupWait(id, 0, 20000);
         const size_t hits = lookup.ok() ? lookup->hit_chunks : 0;
         std::vector<uint32_t> blocks = Blocks(4, base);

@@ -4,13 +4,17 @@
 // ranges are checked at their edges; each tier is asked about a key once
 // until a failed promotion makes every live request forget its hits; a
 // verdict for a finished request is dropped; metrics count a chunk once,
-// appended chunks included; pins are shared between requests, capped, and a
+// appended chunks included; a request's block hashes are sliced into its
+// chunks by the hashes a chunk file of the keys' group holds, appended chunks
+// have none, and hashes that did not make the chunk keys are refused before
+// anything starts; pins are shared between requests, capped, and a
 // key's row is released only when the last request pinning it finishes (a
 // seeded random run checks this against a model).
 #include "tiered_store/request_table.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <random>
 #include <set>
@@ -38,7 +42,7 @@ RequestSpec Request(std::vector<OffloadKey> keys, uint64_t pin_tokens = 0) {
 }
 
 RequestTable Table(size_t tiers = 2, bool prompt_only = true) {
-  return RequestTable(RequestTable::Options{kChunkTokens, prompt_only, tiers});
+  return RequestTable(RequestTable::Options{kChunkTokens, prompt_only, tiers, {}});
 }
 
 TEST(RequestTableTest, IdsAreCheckedWithTheDocumentedCodes) {
@@ -82,6 +86,34 @@ TEST(RequestTableTest, OffloadableRangeFollowsPromptAndMaxOffloadTokens) {
   ASSERT_TRUE(all.Start(1, spec).ok());
   EXPECT_TRUE(all.Offloadable(*all.Find(1).value(), 3))
       << "prompt_tokens matter only with offload_prompt_only";
+}
+
+TEST(RequestTableTest, BlockHashesAreSlicedByTheChunkFilesOfTheKeysGroup) {
+  NamespaceSpec files;  // 2 blocks a file: group 0 holds 2 hashes a chunk, group 1 (32-token blocks) 4
+  files.model_name = "m";
+  files.blocks_per_file = 2;
+  files.kv_cache_groups = {{16, {"a"}}, {32, {"b"}}};
+  RequestTable table(RequestTable::Options{kChunkTokens, true, 0, files});
+  std::vector<BlockHash> hashes;
+  for (uint8_t n = 0; n < 10; ++n) hashes.push_back(Key(n).hash);
+  RequestSpec spec = Request(ChunkOffloadKeys(hashes, 4, 1));  // 2 chunks of 4, 2 hashes over
+  spec.block_hashes = hashes;
+  ASSERT_OK(table.Start(1, spec));
+  RequestState& req = *table.Find(1).value();
+  ASSERT_TRUE(req.has_block_hashes());
+  EXPECT_TRUE(std::ranges::equal(req.ChunkBlockHashes(0), std::span(hashes).subspan(0, 4)));
+  EXPECT_TRUE(std::ranges::equal(req.ChunkBlockHashes(1), std::span(hashes).subspan(4, 4)));
+  ASSERT_OK(table.Append(1, Keys(20, 21)));
+  EXPECT_TRUE(req.ChunkBlockHashes(2).empty()) << "an appended chunk has no hashes";
+
+  spec.chunk_keys = ChunkOffloadKeys(hashes, 2, 0);  // group 0: 5 chunks of 2
+  ASSERT_OK(table.Start(2, spec));
+  EXPECT_TRUE(std::ranges::equal(table.Find(2).value()->ChunkBlockHashes(4), std::span(hashes).subspan(8, 2)));
+  spec.chunk_keys = ChunkOffloadKeys(hashes, 4, 0);  // keys of 4 hashes a chunk, in a group of 2
+  EXPECT_EQ(table.Start(3, spec).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(table.FindOrNull(3), nullptr);
+  ASSERT_OK(table.Start(4, Request(Keys(0, 2))));
+  EXPECT_FALSE(table.Find(4).value()->has_block_hashes()) << "a request without hashes has none";
 }
 
 TEST(RequestTableTest, ChunkRangesAreCheckedAtTheirEdges) {

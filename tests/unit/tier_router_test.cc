@@ -109,7 +109,7 @@ TEST_F(TierRouterFsTest, WriteThroughLookupAndPromotionRouteToTheirTier) {
   Fill(1);
   const std::vector<uint8_t> row0(Row(0).begin(), Row(0).end());
   // Key 1 only in tier 1, key 2 in neither.
-  FsJobRecord store{FsJobRecord::Kind::kWriteThrough, {Key(1)}, {0}, 0, 0, {}, {}, {}};
+  FsJobRecord store{FsJobRecord::Kind::kWriteThrough, {Key(1)}, {0}, 0, 0, {}, {}, {}, {}};
   auto [stored_record, stored] = Run(1, store);
   EXPECT_EQ(stored_record.rows, std::vector<uint32_t>{0});
   ASSERT_EQ(stored.keys.size(), 1u);
@@ -120,7 +120,7 @@ TEST_F(TierRouterFsTest, WriteThroughLookupAndPromotionRouteToTheirTier) {
   std::vector<TierVerdict> verdicts;
   for (size_t t = 0; t < 2; ++t) {
     auto [record, looked] =
-        Run(t, FsJobRecord{FsJobRecord::Kind::kLookup, {Key(1), Key(2)}, {}, 42, 0, {}, {}, {}});
+        Run(t, FsJobRecord{FsJobRecord::Kind::kLookup, {Key(1), Key(2)}, {}, 42, 0, {}, {}, {}, {}});
     EXPECT_EQ(record.request_id, 42u) << "the record says whose lookup it was";
     ASSERT_EQ(looked.keys.size(), 2u);
     EXPECT_EQ(looked.keys[1].outcome, KeyOutcome::kMiss);
@@ -132,7 +132,7 @@ TEST_F(TierRouterFsTest, WriteThroughLookupAndPromotionRouteToTheirTier) {
   EXPECT_EQ(route.tier, 1);
 
   auto [promoted_record, promoted] =
-      Run(1, FsJobRecord{FsJobRecord::Kind::kPromote, {Key(1)}, {1}, 0, 7, {3}, {}, {}});
+      Run(1, FsJobRecord{FsJobRecord::Kind::kPromote, {Key(1)}, {1}, 0, 7, {3}, {}, {}, {}});
   EXPECT_EQ(promoted_record.job_id, 7u);
   EXPECT_EQ(promoted_record.index, std::vector<size_t>{3});
   ASSERT_EQ(promoted.keys.size(), 1u);
@@ -143,7 +143,7 @@ TEST_F(TierRouterFsTest, WriteThroughLookupAndPromotionRouteToTheirTier) {
 }
 
 TEST_F(TierRouterFsTest, BadSubmissionsStartNothingAndKeepTheRecord) {
-  FsJobRecord record{FsJobRecord::Kind::kWriteThrough, {Key(1)}, {kRows}, 0, 0, {}, {}, {}};
+  FsJobRecord record{FsJobRecord::Kind::kWriteThrough, {Key(1)}, {kRows}, 0, 0, {}, {}, {}, {}};
   EXPECT_EQ(router_.Submit(0, record).code(), StatusCode::kInvalidArgument)
       << "row beyond the region";
   EXPECT_EQ(record.keys, std::vector<OffloadKey>{Key(1)}) << "the caller still owns the record";
@@ -158,7 +158,7 @@ TEST_F(TierRouterFsTest, BadSubmissionsStartNothingAndKeepTheRecord) {
   EXPECT_FALSE(router_.Idle()) << "a submitted job is running until taken";
   // Each tier numbers its own jobs (here both are job 1 of their tier), so
   // records are kept per tier.
-  auto [lookup, looked] = Run(1, FsJobRecord{FsJobRecord::Kind::kLookup, {Key(1)}, {}, 1, 0, {}, {}, {}});
+  auto [lookup, looked] = Run(1, FsJobRecord{FsJobRecord::Kind::kLookup, {Key(1)}, {}, 1, 0, {}, {}, {}, {}});
   EXPECT_EQ(lookup.kind, FsJobRecord::Kind::kLookup);
   EXPECT_FALSE(router_.Idle()) << "taking tier 1's record leaves tier 0's";
   auto [store, stored] = Finish(0);

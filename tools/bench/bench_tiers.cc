@@ -195,7 +195,7 @@ class StorePhase {
   Status Batch(uint64_t first, uint32_t n) {
     const uint64_t id = ++request_id_;
     KVTIER_RETURN_IF_ERROR(
-        b_->store->StartRequest(id, RequestSpec{BatchKeys(*b_, first, n), 0, std::nullopt, 0}));
+        b_->store->StartRequest(id, RequestSpec{BatchKeys(*b_, first, n), 0, std::nullopt, 0, {}}));
     const std::vector<uint32_t> blocks = BatchBlocks(n);
     // Filling overlaps the write-through of earlier batches; GPU blocks are
     // reused only after the previous Store reported (its copy is done).
@@ -307,7 +307,7 @@ class LoadPhase {
     const Request request{++request_id_, BenchNowNs()};
     const uint32_t n = static_cast<uint32_t>(std::min<uint64_t>(batch_, o_.rows - first));
     KVTIER_RETURN_IF_ERROR(b_->store->StartRequest(
-        request.id, RequestSpec{BatchKeys(*b_, first, n), 0, std::nullopt, 0}));
+        request.id, RequestSpec{BatchKeys(*b_, first, n), 0, std::nullopt, 0, {}}));
     KVTIER_RETURN_IF_ERROR(b_->store->Lookup(request.id, 0).status());
     return request;
   }

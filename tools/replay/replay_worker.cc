@@ -337,7 +337,7 @@ Status Worker::Serve(const TraceRequest& request, uint64_t id, int phase, PhaseR
   KVTIER_ASSIGN_OR_RETURN(Chunks c, Prepare(request));
   const size_t chunks = c.hashes.size() / bpc_;
   std::vector<OffloadKey> keys = ChunkOffloadKeys(c.hashes, bpc_, 0);
-  KVTIER_RETURN_IF_ERROR(store_->StartRequest(id, RequestSpec{keys, request.tokens.size(), std::nullopt, 0}));
+  KVTIER_RETURN_IF_ERROR(store_->StartRequest(id, RequestSpec{keys, request.tokens.size(), std::nullopt, 0, {}}));
   const size_t first_chunk = c.gpu_hit / bpc_;
   PrefixLookup lookup;
   if (first_chunk < chunks) {
