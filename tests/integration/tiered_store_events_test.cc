@@ -1,0 +1,244 @@
+// Proves TieredStore carries a request's block hashes (RequestSpec::
+// block_hashes) to the files of its chunks (FORMAT.md L200-L205): with
+// blocks_per_chunk 4 (a chunk file holds 4 blocks of tokens_per_hash tokens)
+// and kvtier's KV events on, each chunk a store writes through is announced
+// as one BlockStored naming the chunk's 4 block hashes in order, block_size
+// tokens_per_hash, and its file records them (the attribute, or the trailer
+// page), on the staged-CRC path (SubmitStoreWithCrcs, the CRC in the
+// attribute or in the trailer) and on the plain one (checksum_blocks off,
+// SubmitStore); a chunk added by AppendChunkKeys, and a request without
+// block hashes, are announced by their keys alone (block_size a chunk's
+// tokens). Block hashes that did not make the chunk keys (a chunk's last hash
+// not its key, a chunk's worth too few or too many, keys of two groups) are
+// refused by StartRequest with kInvalidArgument naming the chunk, and the
+// request is not started. Method: the host stand-in device, real files in a
+// temp dir, a real ZeroMQ SUB socket bound on 127.0.0.1 that the tier
+// connects to, hashes sent as bytes; hashes are seeded (the seed is printed).
+#include <gtest/gtest.h>
+#include <sys/xattr.h>
+
+#include <chrono>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <random>
+#include <string>
+#include <thread>
+#include <variant>
+#include <vector>
+
+#include "events/kv_event.h"
+#include "format/block_hashes.h"
+#include "kvtier/tiered_store.h"
+#include "staging/host_kv_cache.h"
+#include "support/kv_event_sub.h"
+#include "support/test_support.h"
+
+namespace kvtier {
+namespace {
+
+using internal::BlockStoredEvent;
+using internal::HostKvCache;
+using internal::KvEvent;
+using internal::WireHash;
+
+constexpr uint32_t kBpc = 4;           // blocks per chunk: a chunk file holds 4 blocks
+constexpr uint32_t kBlockTokens = 16;  // the GPU block: one tokens_per_hash (16, the default)
+constexpr size_t kHpc = 4;             // block hashes per chunk
+
+std::string Config(const std::string& root, const std::string& endpoint, const std::string& fs_extra) {
+  return R"({"spec_name": "TieringOffloadingSpec", "cpu_bytes_to_use": 1048576, "blocks_per_chunk": 4,
+             "secondary_tiers": [{"type": "fs", "root_dir": ")" + root +
+         R"(", "kv_events_config": {"enable_kv_cache_events": true, "block_hash_encoding": "bytes", "endpoint": ")" +
+         endpoint + "\"}" + fs_extra + "}]}";
+}
+
+std::vector<WireHash> Wire(std::span<const BlockHash> hashes) {
+  std::vector<WireHash> out;
+  for (const BlockHash& h : hashes) out.push_back(WireHash::Bytes(h.bytes()));
+  return out;
+}
+
+// The block-hash record of the file at `path` (L202): its attribute, else
+// the first bytes of the trailer page after the row.
+std::optional<std::vector<BlockHash>> RecordOf(const std::string& path, const BlockHash& key, uint64_t row_bytes) {
+  std::string bytes(format::kBlockHashRecordBytesMax, '\0');
+  const ssize_t n = ::getxattr(path.c_str(), format::kBlockHashesXattr, bytes.data(), bytes.size());
+  if (n >= 0) {
+    bytes.resize(static_cast<size_t>(n));
+  } else {
+    std::ifstream in(path, std::ios::binary);
+    in.seekg(static_cast<std::streamoff>(row_bytes));
+    in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    bytes.resize(static_cast<size_t>(in.gcount()));
+  }
+  return format::ParseBlockHashRecord({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()}, key);
+}
+
+// The BlockStored events of `events`, by their last hash.
+std::map<std::string, BlockStoredEvent> StoredByLast(const std::vector<KvEvent>& events) {
+  std::map<std::string, BlockStoredEvent> out;
+  for (const KvEvent& e : events) {
+    const auto* stored = std::get_if<BlockStoredEvent>(&e);
+    EXPECT_NE(stored, nullptr) << "an event that is not BlockStored";
+    if (stored != nullptr && !stored->block_hashes.empty()) out[stored->block_hashes.back().text] = *stored;
+  }
+  return out;
+}
+
+std::string Text(const BlockHash& h) { return std::string(h.bytes().begin(), h.bytes().end()); }
+
+class TieredStoreEventsTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override { rng_.seed(testing::TestSeed()); }
+
+  std::unique_ptr<TieredStore> Open() {
+    TieredStoreOptions options;
+    options.config_json = Config(dir_.path().string(), sub_.endpoint(), GetParam());
+    options.engine.gpu_block_size_tokens = kBlockTokens;
+    options.ns.model_name = "test/block-hashes";
+    options.devices = {gpu_.Registration()};
+    Result<std::unique_ptr<TieredStore>> store = TieredStore::Open(options);
+    EXPECT_TRUE(store.ok()) << store.status().ToString();
+    if (!store.ok()) return nullptr;
+    EXPECT_TRUE(sub_.WaitConnected(1));
+    return std::move(store).value();
+  }
+  // The next `n` events, and any that follow within 200 ms (none should).
+  std::vector<KvEvent> Events(size_t n) {
+    std::vector<KvEvent> events = sub_.WaitFor(n);
+    for (KvEvent& e : sub_.Drain(std::chrono::milliseconds(200))) events.push_back(std::move(e));
+    EXPECT_EQ(events.size(), n);
+    return events;
+  }
+  // n random block hashes.
+  std::vector<BlockHash> Hashes(size_t n) {
+    std::vector<BlockHash> out;
+    for (const OffloadKey& k : testing::RandomKeys(n, rng_)) out.push_back(k.hash);
+    return out;
+  }
+  // Stores chunks [first, first + n) of request `id` from GPU blocks and
+  // waits until they are written through; true when every chunk was kOk.
+  bool Store(TieredStore* store, uint64_t id, size_t first, size_t n) {
+    std::vector<uint32_t> blocks;
+    for (uint32_t b = 0; b < n * kBpc; ++b) blocks.push_back(b);
+    for (uint32_t b : blocks) gpu_.Fill(b, rng_());
+    Result<uint64_t> job = store->Store(id, first, blocks);
+    if (!job.ok()) return false;
+    std::vector<TransferResult> done;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (done.empty() && std::chrono::steady_clock::now() < deadline) {
+      store->PollFinished(&done);
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    EXPECT_OK(store->WaitIdle(30000));
+    return done.size() == 1 && done[0].job_id == *job && done[0].OkPrefix() == n;
+  }
+
+  HostKvCache gpu_{{{2048, 2560}, {1024, 0}}, 64};
+  testing::TempDir dir_;
+  testing::EventSub sub_{"tcp://127.0.0.1:*", /*bind=*/true};
+  std::mt19937_64 rng_;
+};
+
+TEST_P(TieredStoreEventsTest, ChunkFilesAnnounceAndRecordEveryBlock) {
+  std::unique_ptr<TieredStore> store = Open();
+  ASSERT_NE(store, nullptr);
+  // Three chunks and two hashes of a fourth, incomplete one (as vLLM's request has them).
+  const std::vector<BlockHash> hashes = Hashes(3 * kHpc + 2);
+  std::vector<OffloadKey> keys = ChunkOffloadKeys(hashes, kHpc, 0);
+  ASSERT_EQ(keys.size(), 3u);
+  RequestSpec spec{keys, 0, std::nullopt, 0, hashes};
+  ASSERT_OK(store->StartRequest(1, spec));
+  ASSERT_TRUE(Store(store.get(), 1, 0, 3));
+  std::map<std::string, BlockStoredEvent> stored = StoredByLast(Events(3));
+  ASSERT_EQ(stored.size(), 3u);
+  const FsTier& tier = store->secondary_tier(0);
+  EXPECT_EQ(tier.Metrics().checksum_ns, 0u) << "the fs tier computed CRCs: not the staged path";
+  for (size_t i = 0; i < keys.size(); ++i) {
+    SCOPED_TRACE("chunk " + std::to_string(i));
+    const std::span<const BlockHash> blocks = std::span(hashes).subspan(i * kHpc, kHpc);
+    const BlockStoredEvent& e = stored[Text(keys[i].hash)];
+    EXPECT_EQ(e.block_hashes, Wire(blocks));  // every block, in order
+    EXPECT_EQ(e.block_size, kBlockTokens);     // a block's tokens, not the chunk's
+    const std::string path = tier.BlockPath(keys[i]);
+    const std::optional<std::vector<BlockHash>> record = RecordOf(path, keys[i].hash, store->row_bytes());
+    if (tier.checksum_place() != "trailer" && !tier.xattrs_supported()) continue;  // nowhere to record it
+    ASSERT_TRUE(record.has_value()) << path << " records no block hashes";
+    EXPECT_EQ(*record, std::vector<BlockHash>(blocks.begin(), blocks.end()));
+  }
+
+  // A chunk added while decoding has no hashes: its key alone, a chunk's tokens.
+  const std::vector<OffloadKey> more = testing::RandomKeys(1, rng_);
+  ASSERT_OK(store->AppendChunkKeys(1, more));
+  ASSERT_TRUE(Store(store.get(), 1, 3, 1));
+  stored = StoredByLast(Events(1));
+  ASSERT_EQ(stored.size(), 1u);
+  EXPECT_EQ(stored.begin()->second.block_hashes, Wire(std::span(&more[0].hash, 1)));
+  EXPECT_EQ(stored.begin()->second.block_size, kBpc * kBlockTokens);
+  EXPECT_OK(store->FinishRequest(1));
+}
+
+TEST_P(TieredStoreEventsTest, RequestsWithoutBlockHashesAnnounceTheirKeys) {
+  std::unique_ptr<TieredStore> store = Open();
+  ASSERT_NE(store, nullptr);
+  const std::vector<OffloadKey> keys = testing::RandomKeys(2, rng_);
+  ASSERT_OK(store->StartRequest(1, RequestSpec{keys, 0, std::nullopt, 0, {}}));
+  ASSERT_TRUE(Store(store.get(), 1, 0, 2));
+  std::map<std::string, BlockStoredEvent> stored = StoredByLast(Events(2));
+  ASSERT_EQ(stored.size(), 2u);
+  for (const OffloadKey& key : keys) {
+    EXPECT_EQ(stored[Text(key.hash)].block_hashes, Wire(std::span(&key.hash, 1)));
+    EXPECT_EQ(stored[Text(key.hash)].block_size, kBpc * kBlockTokens);
+    EXPECT_FALSE(RecordOf(store->secondary_tier(0).BlockPath(key), key.hash, store->row_bytes()).has_value());
+  }
+}
+
+// StartRequest's verdict on `hashes` for `keys`: ok, or the message of its
+// kInvalidArgument (anything else fails the test).
+std::string Refusal(TieredStore* store, uint64_t id, std::vector<OffloadKey> keys, std::vector<BlockHash> hashes) {
+  const Status s = store->StartRequest(id, RequestSpec{std::move(keys), 0, std::nullopt, 0, std::move(hashes)});
+  if (s.ok()) return "ok";
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
+  EXPECT_EQ(store->FinishRequest(id).code(), StatusCode::kNotFound) << "a refused request was started";
+  return s.message();
+}
+
+TEST_P(TieredStoreEventsTest, BlockHashesThatDidNotMakeTheKeysAreRefused) {
+  std::unique_ptr<TieredStore> store = Open();
+  ASSERT_NE(store, nullptr);
+  const std::vector<BlockHash> hashes = Hashes(3 * kHpc);
+  const std::vector<OffloadKey> keys = ChunkOffloadKeys(hashes, kHpc, 0);
+  std::vector<BlockHash> wrong = hashes;
+  wrong[2 * kHpc - 1] = Hashes(1)[0];  // chunk 1's last hash is not its key
+  const std::string last = Refusal(store.get(), 2, keys, wrong);
+  EXPECT_NE(last.find("chunk 1 (key " + keys[1].Hex() + ")"), std::string::npos) << last;
+  EXPECT_NE(last.find("the last hash is not the key"), std::string::npos) << last;
+  // A chunk's worth too few, or too many.
+  const std::string few = Refusal(store.get(), 3, keys, {hashes.begin(), hashes.end() - 1});
+  EXPECT_NE(few.find("make 2 chunks of 4"), std::string::npos) << few;
+  std::vector<BlockHash> many = hashes;
+  for (const BlockHash& h : Hashes(kHpc)) many.push_back(h);
+  EXPECT_NE(Refusal(store.get(), 4, keys, many).find("make 4 chunks of 4"), std::string::npos);
+  // Keys of two groups are not what one list of hashes makes.
+  std::vector<OffloadKey> groups = keys;
+  groups[2].group_idx = 1;
+  EXPECT_NE(Refusal(store.get(), 5, groups, hashes).find("of group 1"), std::string::npos);
+  // Hashes shorter than the keys.
+  std::vector<BlockHash> shorter = hashes;
+  shorter[0] = BlockHash::FromBytes(std::vector<uint8_t>(16, 7)).value();
+  EXPECT_NE(Refusal(store.get(), 6, keys, shorter).find("chunk 0"), std::string::npos);
+  EXPECT_EQ(Refusal(store.get(), 7, keys, hashes), "ok");
+  EXPECT_OK(store->FinishRequest(7));
+}
+
+// "": checksums staged by the copies, the CRC where the tier puts it (the
+// attribute on this filesystem); the trailer; checksums off (plain SubmitStore).
+INSTANTIATE_TEST_SUITE_P(Paths, TieredStoreEventsTest,
+                         ::testing::Values("", R"(, "checksum_place": "trailer")", R"(, "checksum_blocks": false)"),
+                         [](const ::testing::TestParamInfo<std::string>& p) {
+                           return p.index == 0 ? std::string("staged") : p.index == 1 ? "trailer" : "plain";
+                         });
+
+}  // namespace
+}  // namespace kvtier
