@@ -149,7 +149,17 @@ class FsTier:
     """
 
     def __init__(self, namespace: Namespace, row_bytes: int, config: Mapping[str, Any] | str) -> None: ...
-    def submit_store(self, keys: Iterable[bytes], rows: Sequence[Buffer]) -> int: ...
+    def submit_store(
+        self, keys: Iterable[bytes], rows: Sequence[Buffer], block_hashes: Sequence[Sequence[bytes]] | None = None
+    ) -> int:
+        """``block_hashes``: None, or one list per key of the raw block hashes (bytes, without the
+        key's 4-byte group index) of the blocks its file holds, in order, where the namespace puts
+        several in a file (``blocks_per_file`` > 1): the file records them (FORMAT.md L200-L205)
+        and the KV events (docs/kv-events.md) announce every one, its store and its removal. An
+        empty list: the key alone. A list must be exactly the file's blocks (tokens_per_block x
+        blocks_per_file / tokens_per_hash of them), each as long as the key's hash, the last one
+        the key's, at most 2048 bytes in all; else KvtierError(invalid_argument) naming the key,
+        and nothing is stored."""
     def submit_load(self, keys: Iterable[bytes], rows: Sequence[Buffer]) -> int: ...
     def submit_lookup(self, keys: Iterable[bytes]) -> int: ...
     def poll(self) -> list[JobResult]:

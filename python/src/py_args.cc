@@ -189,6 +189,36 @@ std::vector<OffloadKey> KeysArg(std::string_view name, const pb::handle& obj) {
   return out;
 }
 
+BlockHash BlockHashArg(const std::string& name, const pb::handle& obj) {
+  char* data = nullptr;
+  Py_ssize_t len = 0;
+  if (!PyBytes_Check(obj.ptr()) || PyBytes_AsStringAndSize(obj.ptr(), &data, &len) != 0) {
+    PyErr_Clear();
+    ThrowStatus(InvalidArgument(name + ": expected a block hash (bytes), got " + TypeName(obj)));
+  }
+  Result<BlockHash> hash = BlockHash::FromBytes({reinterpret_cast<const uint8_t*>(data), static_cast<size_t>(len)});
+  if (!hash.ok()) ThrowStatus(InvalidArgument(name + ": " + hash.status().message()));
+  return *hash;
+}
+
+std::vector<std::vector<BlockHash>> BlockHashListsArg(std::string_view name, const pb::handle& obj) {
+  const auto is_list = [](const pb::handle& o) { return PyList_Check(o.ptr()) || PyTuple_Check(o.ptr()); };
+  if (!is_list(obj)) {
+    ThrowStatus(InvalidArgument(std::string(name) + ": expected a list of lists of block hashes (bytes), got " + TypeName(obj)));
+  }
+  const pb::sequence lists = pb::reinterpret_borrow<pb::sequence>(obj);
+  std::vector<std::vector<BlockHash>> out(lists.size());
+  for (size_t i = 0; i < lists.size(); ++i) {
+    const std::string list = std::string(name) + "[" + std::to_string(i) + "]";
+    const pb::object hashes = lists[i];
+    if (!is_list(hashes)) ThrowStatus(InvalidArgument(list + ": expected a list of block hashes (bytes), got " + TypeName(hashes)));
+    const pb::sequence seq = pb::reinterpret_borrow<pb::sequence>(hashes);
+    out[i].reserve(seq.size());
+    for (size_t j = 0; j < seq.size(); ++j) out[i].push_back(BlockHashArg(list + "[" + std::to_string(j) + "]", seq[j]));
+  }
+  return out;
+}
+
 pb::sequence SequenceArg(std::string_view name, const pb::handle& obj) {
   PyObject* p = obj.ptr();
   if (!PySequence_Check(p) || PyObject_CheckBuffer(p) || PyUnicode_Check(p)) {

@@ -35,6 +35,11 @@ int64_t IntArg(std::string_view name, const pb::handle& obj);
 std::vector<int64_t> SlotsArg(std::string_view name, const pb::handle& obj);
 // An iterable of offload keys (bytes), not a bytes object itself.
 std::vector<OffloadKey> KeysArg(std::string_view name, const pb::handle& obj);
+// A block hash: bytes of 1-32 bytes (an offload key without its group index).
+BlockHash BlockHashArg(const std::string& name, const pb::handle& obj);
+// A list or tuple of lists (or tuples) of block hashes, named
+// "<name>[i][j]" in errors.
+std::vector<std::vector<BlockHash>> BlockHashListsArg(std::string_view name, const pb::handle& obj);
 // A list or tuple (a sequence that is not itself a buffer or a string).
 pb::sequence SequenceArg(std::string_view name, const pb::handle& obj);
 // A str, as UTF-8 bytes.

@@ -105,8 +105,12 @@ HeldRows HoldRows(const pb::sequence& rows, bool load) {
 
 uint64_t PyFsTier::Submit(const pb::args& args, const pb::kwargs& kwargs, bool load) {
   const char* fn = load ? "submit_load" : "submit_store";
-  const std::vector<pb::object> a = BindArgs(fn, {"keys", "rows"}, 2, args, kwargs);
+  const std::vector<pb::object> a = load ? BindArgs(fn, {"keys", "rows"}, 2, args, kwargs)
+                                         : BindArgs(fn, {"keys", "rows", "block_hashes"}, 2, args, kwargs);
   const std::vector<OffloadKey> keys = KeysArg("keys", a[0]);
+  // A store's block hashes (FsTier::SubmitStore): the tier checks them against the keys.
+  const std::vector<std::vector<BlockHash>> hashes =
+      !load && a[2] && !a[2].is_none() ? BlockHashListsArg("block_hashes", a[2]) : std::vector<std::vector<BlockHash>>{};
   HeldRows held = HoldRows(SequenceArg("rows", a[1]), load);  // released with the GIL if refused
   std::vector<std::span<uint8_t>> rows;
   for (const HeldBuffer& h : held) rows.emplace_back(h.data(), h.size());
@@ -118,7 +122,7 @@ uint64_t PyFsTier::Submit(const pb::args& args, const pb::kwargs& kwargs, bool l
     return shell_->Submit(
         load ? MemoryUse::kWrite : MemoryUse::kRead, memory,
         [&](FsTier& t) -> Result<uint64_t> {
-          Result<uint64_t> id = load ? t.SubmitLoad(keys, rows) : t.SubmitStore(keys, src);
+          Result<uint64_t> id = load ? t.SubmitLoad(keys, rows) : t.SubmitStore(keys, src, hashes);
           if (!id.ok()) return id;
           std::lock_guard lock(held_mu_);  // before the shell lets a poll see the job
           held_[*id] = std::move(held);    // a move: no Python object is touched without the GIL
@@ -169,7 +173,8 @@ void BindFsTier(pb::module_& m) {
   cls.def(pb::init<const Namespace&, uint64_t, const pb::object&>(), pb::arg("namespace"), pb::arg("row_bytes"),
            pb::arg("config"))
       .def("submit_store", [](PyFsTier& t, const pb::args& a, const pb::kwargs& k) { return t.Submit(a, k, false); },
-           "submit_store(keys, rows): stores one row buffer per key (held until the job is polled); returns the job id.")
+           "submit_store(keys, rows, block_hashes=None): stores one row buffer per key (held until the job is polled); "
+           "returns the job id. block_hashes: one list of block hashes (bytes) per key, the blocks its file holds.")
       .def("submit_load", [](PyFsTier& t, const pb::args& a, const pb::kwargs& k) { return t.Submit(a, k, true); },
            "submit_load(keys, rows): loads each key into its own writable row buffer; a corrupt block is never returned.")
       .def("submit_lookup", &PyFsTier::SubmitLookup, "submit_lookup(keys): checks which keys have a block file.")
