@@ -150,11 +150,11 @@ class FsTier:
 
     def __init__(self, namespace: Namespace, row_bytes: int, config: Mapping[str, Any] | str) -> None: ...
     def submit_store(
-        self, keys: Iterable[bytes], rows: Sequence[Buffer], block_hashes: Sequence[Sequence[bytes]] | None = None
+        self, keys: Iterable[bytes], rows: Sequence[Buffer], *, block_hashes: Sequence[Sequence[bytes]] | None = None
     ) -> int:
         """``block_hashes``: None, or one list per key of the raw block hashes (bytes, without the
         key's 4-byte group index) of the blocks its file holds, in order, where the namespace puts
-        several in a file (``blocks_per_file`` > 1): the file records them (FORMAT.md L200-L205)
+        several in a file (``blocks_per_file`` > 1): the file records them (FORMAT.md L197-L202)
         and the KV events (docs/kv-events.md) announce every one, its store and its removal. An
         empty list: the key alone. A list must be exactly the file's blocks (tokens_per_block x
         blocks_per_file / tokens_per_hash of them), each as long as the key's hash, the last one

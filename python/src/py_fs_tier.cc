@@ -105,6 +105,10 @@ HeldRows HoldRows(const pb::sequence& rows, bool load) {
 
 uint64_t PyFsTier::Submit(const pb::args& args, const pb::kwargs& kwargs, bool load) {
   const char* fn = load ? "submit_load" : "submit_store";
+  if (!load && args.size() > 2) {  // block_hashes is keyword-only: a third row list passed by mistake is refused
+    throw pb::type_error("submit_store() takes at most 2 positional arguments (" + std::to_string(args.size()) +
+                         " given; block_hashes is keyword-only)");
+  }
   const std::vector<pb::object> a = load ? BindArgs(fn, {"keys", "rows"}, 2, args, kwargs)
                                          : BindArgs(fn, {"keys", "rows", "block_hashes"}, 2, args, kwargs);
   const std::vector<OffloadKey> keys = KeysArg("keys", a[0]);
@@ -173,7 +177,7 @@ void BindFsTier(pb::module_& m) {
   cls.def(pb::init<const Namespace&, uint64_t, const pb::object&>(), pb::arg("namespace"), pb::arg("row_bytes"),
            pb::arg("config"))
       .def("submit_store", [](PyFsTier& t, const pb::args& a, const pb::kwargs& k) { return t.Submit(a, k, false); },
-           "submit_store(keys, rows, block_hashes=None): stores one row buffer per key (held until the job is polled); "
+           "submit_store(keys, rows, *, block_hashes=None): stores one row buffer per key (held until the job is polled); "
            "returns the job id. block_hashes: one list of block hashes (bytes) per key, the blocks its file holds.")
       .def("submit_load", [](PyFsTier& t, const pb::args& a, const pb::kwargs& k) { return t.Submit(a, k, true); },
            "submit_load(keys, rows): loads each key into its own writable row buffer; a corrupt block is never returned.")

@@ -1,5 +1,5 @@
 // Proves TieredStore carries a request's block hashes (RequestSpec::
-// block_hashes) to the files of its chunks (FORMAT.md L200-L205): with
+// block_hashes) to the files of its chunks (FORMAT.md L197-L202): with
 // blocks_per_chunk 4 (a chunk file holds 4 blocks of tokens_per_hash tokens)
 // and kvtier's KV events on, each chunk a store writes through is announced
 // as one BlockStored naming the chunk's 4 block hashes in order, block_size
@@ -59,7 +59,7 @@ std::vector<WireHash> Wire(std::span<const BlockHash> hashes) {
   return out;
 }
 
-// The block-hash record of the file at `path` (L202): its attribute, else
+// The block-hash record of the file at `path` (L199): its attribute, else
 // the first bytes of the trailer page after the row.
 std::optional<std::vector<BlockHash>> RecordOf(const std::string& path, const BlockHash& key, uint64_t row_bytes) {
   std::string bytes(format::kBlockHashRecordBytesMax, '\0');

@@ -7,9 +7,12 @@
   per content of it, in a cache the test processes share (shared_trees.py).
   Tests that need it skip, with one line saying why, where ``../shared/vllm`` is absent.
   $KVTIER_SHARED_DIR overrides where ``shared/`` is looked for.
+* ``event_sub``: a ZeroMQ SUB socket (python3-zmq) bound on a free loopback port, subscribed to
+  everything, and its endpoint, for a tier to connect its KV events to (skips without python3-zmq).
 """
 
 import os
+import socket
 import sys
 from pathlib import Path
 
@@ -30,6 +33,21 @@ def kvtier_bin() -> str:
     if not path.is_file():
         pytest.skip(f"the kvtier CLI is not built at {path} (set KVTIER_BIN)")
     return str(path)
+
+
+@pytest.fixture
+def event_sub():
+    zmq = pytest.importorskip("zmq", reason="python3-zmq is needed to subscribe to kvtier's KV events")
+    ctx = zmq.Context()
+    s = ctx.socket(zmq.SUB)
+    s.setsockopt(zmq.SUBSCRIBE, b"")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    s.bind(f"tcp://127.0.0.1:{port}")
+    yield s, f"tcp://127.0.0.1:{port}"
+    s.close(0)
+    ctx.term()
 
 
 @pytest.fixture(scope="session")

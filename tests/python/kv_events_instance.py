@@ -4,6 +4,10 @@ loads) seeded random batches of a shared pool of keys, then closes (which sends 
 
     python3 kv_events_instance.py FRONT ROOT CONFIG_JSON POOL_JSON SEED ROUNDS MODE [PAUSE_MS]
 
+POOL_JSON: a list of keys (hex), or of [key, [block hash, ...]] pairs: chunk files of that many
+blocks (the namespace's blocks_per_file), whose stores ("fs" only: vLLM's front end has no way to
+say them) give their block hashes, so the file records them (FORMAT.md L197-L202).
+
 FRONT: "fs" (kvtier.FsTier, the Python front end) or "engine" (kvtier.VllmTier, the vLLM front
 end's C++ core). MODE: "store" (each round stores 1-4 random keys of the pool), "load" (each round
 loads 1-4 random keys: corrupt blocks found are removed, and announced) or "sweep" (loads every
@@ -25,13 +29,16 @@ NS = dict(kv_cache_groups=[{"tokens_per_block": 16, "layer_names": ["l0"]}])
 
 
 class FsFront:
-    def __init__(self, ns, config):
+    def __init__(self, ns, config, blocks):
         self.tier = kvtier.FsTier(ns, ROW, config)
+        self.blocks = blocks  # key -> its block hashes, for chunk files
 
     def run(self, keys, store, rng):
         rows = [bytearray(rng.randbytes(ROW)) if store else bytearray(ROW) for _ in keys]
-        submit = self.tier.submit_store if store else self.tier.submit_load
-        job = submit(keys, rows)
+        if store and self.blocks:
+            job = self.tier.submit_store(keys, rows, block_hashes=[self.blocks[k] for k in keys])
+        else:
+            job = (self.tier.submit_store if store else self.tier.submit_load)(keys, rows)
         while True:
             for r in self.tier.wait(1000):
                 if r.job_id == job:
@@ -44,7 +51,7 @@ class FsFront:
 class EngineFront:
     SLOTS = 8
 
-    def __init__(self, ns, config):
+    def __init__(self, ns, config, _blocks):
         self.rows = bytearray(self.SLOTS * ROW)
         self.tier = kvtier.VllmTier(ns, self.rows, ROW, config)
         self.next_job = 1
@@ -77,10 +84,13 @@ def main(argv):
     front, root, config_json, pool_json, seed, rounds, mode = argv[:7]
     pause_s = int(argv[7]) / 1000 if len(argv) > 7 else 0
     rng = random.Random(int(seed))
-    pool = [bytes.fromhex(k) for k in json.loads(pool_json)]
+    items = json.loads(pool_json)
+    pool = [bytes.fromhex(k if isinstance(k, str) else k[0]) for k in items]
+    blocks = {bytes.fromhex(k[0]): [bytes.fromhex(h) for h in k[1]] for k in items if not isinstance(k, str)}
     config = {"root_dir": root, **json.loads(config_json)}
-    ns = kvtier.Namespace("kvtier-test/events-index", **NS)
-    fe = (FsFront if front == "fs" else EngineFront)(ns, config)
+    per_file = len(next(iter(blocks.values()))) if blocks else 1
+    ns = kvtier.Namespace("kvtier-test/events-index", blocks_per_file=per_file, **NS)
+    fe = (FsFront if front == "fs" else EngineFront)(ns, config, blocks)
     counts = {}
     for part in rounds.split(","):
         for keys in batches(pool, int(part), mode, rng):

@@ -1,4 +1,4 @@
-"""kvtier.FsTier.submit_store's block_hashes (FORMAT.md L200-L205, docs/kv-events.md): in a namespace
+"""kvtier.FsTier.submit_store's block_hashes (FORMAT.md L197-L202, docs/kv-events.md): in a namespace
 whose files hold 4 blocks (blocks_per_file 4), a store given each key's 4 block hashes (vLLM's: a
 chunk's key is its last block hash) publishes one BlockStored per file naming the 4, in order, with
 block_size tokens_per_hash; a store without them (None, or an empty list for a key) names the key
@@ -9,7 +9,6 @@ Method: a real FsTier on a temp root, a real SUB socket (python3-zmq) bound by t
 decoded with python3-msgpack in vLLM's layout, hashes sent as bytes.
 """
 
-import socket
 import time
 
 import pytest
@@ -23,17 +22,8 @@ ROW, BLOCKS, TOKENS = 16384, 4, 16
 
 
 @pytest.fixture
-def sub():
-    ctx = zmq.Context()
-    s = ctx.socket(zmq.SUB)
-    s.setsockopt(zmq.SUBSCRIBE, b"")
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    s.bind(f"tcp://127.0.0.1:{port}")
-    yield s, f"tcp://127.0.0.1:{port}"
-    s.close(0)
-    ctx.term()
+def sub(event_sub):
+    return event_sub
 
 
 def receive(s, n, timeout_s=20):

@@ -39,6 +39,8 @@ import time
 
 import pytest
 
+import block_hash_records
+
 zmq = pytest.importorskip("zmq", reason="python3-zmq is needed to subscribe to kvtier's KV events")
 msgpack = pytest.importorskip("msgpack", reason="python3-msgpack is needed to decode kvtier's KV events")
 
@@ -235,22 +237,6 @@ def test_fsck_repair_publishes_the_blocks_it_removes(kvtier_bin, tmp_path, subsc
     assert sorted(got) == sorted((wire_hash(s), g) for s, g in removed_keys(gone))
 
 
-def crc32c(data):
-    """CRC32C (Castagnoli, reflected), as FORMAT.md L60 and L198 use it."""
-    crc = 0xFFFFFFFF
-    for b in data:
-        crc ^= b
-        for _ in range(8):
-            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
-    return crc ^ 0xFFFFFFFF
-
-
-def block_hash_record(hashes):
-    """FORMAT.md L198: magic, u16le n, h, 0, the hashes, u32le CRC32C of all before it."""
-    body = b"KVTBLKH1" + len(hashes).to_bytes(2, "little") + bytes([len(hashes[0]), 0]) + b"".join(hashes)
-    return body + crc32c(body).to_bytes(4, "little")
-
-
 def chunk_blocks(path, salt):
     """4 block hashes for the file at `path`, the last its stem's."""
     return [hashlib.sha256(f"{salt}{i}".encode()).digest() for i in range(3)] + [bytes.fromhex(path.stem)]
@@ -262,12 +248,12 @@ def test_a_file_of_several_blocks_is_published_block_by_block(kvtier_bin, tmp_pa
     for i, p in enumerate(blocks):
         hashes = chunk_blocks(p, f"c{i}")
         if i % 3 == 0:  # in the attribute
-            os.setxattr(p, "user.kvtier.block_hashes", block_hash_record(hashes))
+            os.setxattr(p, block_hash_records.XATTR, block_hash_records.encode(hashes))
         elif i % 3 == 1:  # at the start of a last page after the row, as in a trailer
             with open(p, "ab") as f:
-                f.write(block_hash_record(hashes).ljust(4096, b"\0"))
+                f.write(block_hash_records.encode(hashes).ljust(4096, b"\0"))
         else:  # another file's record: not believed
-            os.setxattr(p, "user.kvtier.block_hashes", block_hash_record(chunk_blocks(blocks[0], "c0")))
+            os.setxattr(p, block_hash_records.XATTR, block_hash_records.encode(chunk_blocks(blocks[0], "c0")))
             hashes = hashes[-1:]
         want[os.path.relpath(p, tmp_path)] = [int.from_bytes(h[-8:], "big") for h in hashes]
     before = files(tmp_path)
@@ -283,7 +269,7 @@ def test_a_file_of_several_blocks_is_published_block_by_block(kvtier_bin, tmp_pa
 def test_fsck_repair_publishes_every_block_of_a_file_it_removes(kvtier_bin, tmp_path, subscriber):
     blocks = make_blocks(tmp_path, 3000, "g")  # a first walk long enough for the joiner
     hashes = chunk_blocks(blocks[7], "g7")
-    os.setxattr(blocks[7], "user.kvtier.block_hashes", block_hash_record(hashes))
+    os.setxattr(blocks[7], block_hash_records.XATTR, block_hash_records.encode(hashes))
     os.truncate(blocks[7], ROW // 2)
     r, messages = subscriber.run(kvtier_bin, "fsck", tmp_path, "--repair", "--row-bytes", ROW, "--events-endpoint",
                                  subscriber.endpoint)

@@ -9,7 +9,6 @@ Method: kvtier's SglangTier (the binding kvtier.sglang drives) on a temp root, a
 
 import ctypes
 import hashlib
-import socket
 import time
 
 import pytest
@@ -27,17 +26,8 @@ SPEC = {"model_name": "kvtier-test/sglang-events", "page_size": PAGE_TOKENS, "me
 
 
 @pytest.fixture
-def sub():
-    ctx = zmq.Context()
-    s = ctx.socket(zmq.SUB)
-    s.setsockopt(zmq.SUBSCRIBE, b"")
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    s.bind(f"tcp://127.0.0.1:{port}")
-    yield s, f"tcp://127.0.0.1:{port}"
-    s.close(0)
-    ctx.term()
+def sub(event_sub):
+    return event_sub
 
 
 def receive(s, n, timeout_s=20):

@@ -94,6 +94,16 @@ class RemovedBlocksTest : public ::testing::Test {
     Age(rel, age_s);
     return rel;
   }
+  std::vector<BlockHash> Hashes(int n) {
+    std::vector<BlockHash> h;
+    for (int i = 0; i < n; ++i) h.push_back(BlockHash::FromHex(RandomHex(64)).value());
+    return h;
+  }
+  // L199: `hashes`' block-hash record in the file's attribute.
+  void SetRecord(const std::string& rel, const std::vector<BlockHash>& hashes) {
+    const std::string r = format::EncodeBlockHashRecord(hashes);
+    ASSERT_EQ(setxattr(P(rel).c_str(), format::kBlockHashesXattr, r.data(), r.size(), 0), 0) << rel;
+  }
   void Age(const std::string& rel, int64_t age_s) {
     const struct timespec t[2] = {{now_ - age_s, 0}, {now_ - age_s, 0}};
     ASSERT_EQ(utimensat(AT_FDCWD, P(rel).c_str(), t, AT_SYMLINK_NOFOLLOW), 0) << rel;
@@ -307,30 +317,24 @@ TEST_F(RemovedBlocksTest, GcNamesEveryBlockAFilesRecordLists) {
   const std::string single_config = VllmConfig("org/single", &single);
   MakeNamespace(chunks.dir_name(), chunks.config_json());
   MakeNamespace(single, single_config);
-  auto hashes = [&] {
-    std::vector<BlockHash> h;
-    for (int i = 0; i < 4; ++i) h.push_back(BlockHash::FromHex(RandomHex(64)).value());
-    return h;
-  };
-  const std::vector<BlockHash> in_xattr = hashes(), in_page = hashes(), foreign = hashes(), one_block_ns = hashes();
-  const std::string x = MakeBlock(chunks.dir_name(), in_xattr.back().Hex(), 0, kRow, 30 * 86400);
-  const std::string record = format::EncodeBlockHashRecord(in_xattr);
-  ASSERT_EQ(setxattr(P(x).c_str(), format::kBlockHashesXattr, record.data(), record.size(), 0), 0);
-  const std::string t = MakeBlock(chunks.dir_name(), in_page.back().Hex(), 1, kRow + 4096, 30 * 86400);
+  const std::vector<BlockHash> in_xattr = Hashes(4), in_page = Hashes(4), foreign = Hashes(4), one_block_ns = Hashes(4);
+  const int64_t old_s = 30 * 86400;
+  const std::string x = MakeBlock(chunks.dir_name(), in_xattr.back().Hex(), 0, kRow, old_s);
+  SetRecord(x, in_xattr);
+  const std::string t = MakeBlock(chunks.dir_name(), in_page.back().Hex(), 1, kRow + 4096, old_s);
   {
     std::fstream f(P(t), std::ios::in | std::ios::out | std::ios::binary);
     f.seekp(kRow);
     f << format::EncodeBlockHashRecord(in_page);
   }
-  const std::string c = MakeBlock(chunks.dir_name(), foreign.back().Hex(), 0, kRow, 30 * 86400);
-  ASSERT_EQ(setxattr(P(c).c_str(), format::kBlockHashesXattr, record.data(), record.size(), 0), 0);
-  const std::string none = MakeBlock(chunks.dir_name(), RandomHex(64), 0, kRow, 30 * 86400);
-  const std::string s1 = MakeBlock(single, one_block_ns.back().Hex(), 0, kRow, 30 * 86400);
-  const std::string r1 = format::EncodeBlockHashRecord(one_block_ns);
-  ASSERT_EQ(setxattr(P(s1).c_str(), format::kBlockHashesXattr, r1.data(), r1.size(), 0), 0);
-  for (const std::string& rel : {x, t, c, none, s1}) Age(rel, 30 * 86400);
-  Age(chunks.dir_name() + "/config.json", 30 * 86400);
-  Age(single + "/config.json", 30 * 86400);
+  const std::string c = MakeBlock(chunks.dir_name(), foreign.back().Hex(), 0, kRow, old_s);
+  SetRecord(c, in_xattr);
+  const std::string none = MakeBlock(chunks.dir_name(), RandomHex(64), 0, kRow, old_s);
+  const std::string s1 = MakeBlock(single, one_block_ns.back().Hex(), 0, kRow, old_s);
+  SetRecord(s1, one_block_ns);
+  for (const std::string& rel : {x, t, c, none, s1}) Age(rel, old_s);
+  Age(chunks.dir_name() + "/config.json", old_s);
+  Age(single + "/config.json", old_s);
   Told told;
   GcOptions o;
   o.root = Root();
