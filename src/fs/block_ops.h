@@ -232,9 +232,11 @@ class FsBlockOp : public BlockOp {
   // its failed result (handed out before) could not carry. Set when that
   // late answer comes; empty otherwise.
   std::string published_late;
-  // A removal with TierShared::reads_block_hashes: what the file held where
-  // its block-hash record goes (FORMAT.md L201), read before the unlink;
-  // TierEvents parses it against the key. Empty: none read.
+  // The file's block-hash record (FORMAT.md L198), for the events, which
+  // parse it against the key (TierEvents): a removal with
+  // TierShared::reads_block_hashes, what the file held where the record goes,
+  // read before the unlink; a store, the record it wrote, once it is in the
+  // file. Empty: none (the file is named by its key).
   std::string block_hashes;
 };
 

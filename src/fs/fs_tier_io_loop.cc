@@ -131,7 +131,7 @@ class FsTierImpl final : public FsTier, public StagedCrcTier {
     for (const std::string& path : evict) sub.ops.push_back(MakeEvictOp(shared_.get(), path));
     sub.job->remaining = sub.ops.size();
     sub.job->capacity_keys = std::move(capacity_keys);
-    if (shared_->events) sub.job->event_keys = shared_->events->ForJob(keys, evict, block_hashes);
+    if (shared_->events) sub.job->event_keys = shared_->events->ForJob(keys, evict);
     return Enqueue(std::move(sub));
   }
 
@@ -275,7 +275,9 @@ class FsTierImpl final : public FsTier, public StagedCrcTier {
   // and a block its late answer published is announced now).
   void Account(std::unique_ptr<FsBlockOp> op) {
     if (!op->result_taken) return Report(op.get());
-    if (shared_->events && !op->published_late.empty()) shared_->events->OnPublishedLate(op->published_late);
+    if (shared_->events && !op->published_late.empty()) {
+      shared_->events->OnPublishedLate(op->published_late, op->block_hashes);
+    }
   }
 
   void Report(FsBlockOp* op) {

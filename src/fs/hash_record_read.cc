@@ -18,19 +18,21 @@ void HashRecordRead::Restart(const TierShared& shared, int dirfd, const char* na
 
 void HashRecordRead::Fill(IoRequest* req) {
   switch (state_) {
-    case kOpen: return OpenInTree(req, dirfd_, name_, O_RDONLY | O_NONBLOCK | O_NOFOLLOW);
+    case kOpen:
+      if (!buf_) buf_ = std::make_unique<uint8_t[]>(kBufBytes);
+      return OpenInTree(req, dirfd_, name_, O_RDONLY | O_NONBLOCK | O_NOFOLLOW);
     case kXattr:
       OnFd(req, IoOp::kFgetxattr, fd_);
       req->name = format::kBlockHashesXattr;
-      req->buf = buf_;
+      req->buf = buf_.get();
       req->len = static_cast<uint32_t>(format::kBlockHashRecordBytesMax);
       return;
     case kStat: OnFd(req, IoOp::kStatx, fd_); req->buf = &stx_; return;
     case kRead:
       OnFd(req, IoOp::kRead, fd_);
-      req->buf = buf_;
-      req->len = sizeof buf_;
-      req->offset = stx_.stx_size - sizeof buf_;
+      req->buf = buf_.get();
+      req->len = kBufBytes;
+      req->offset = stx_.stx_size - kBufBytes;
       return;
     case kClose: return OnFd(req, IoOp::kClose, fd_);
     case kDone: return;
@@ -44,7 +46,7 @@ void HashRecordRead::OnCompletion(int64_t res) {
     case kStat: return AfterStat(res);
     case kRead:
       // L201: a page-long read; the record, if any, is at its start.
-      if (res == static_cast<int64_t>(sizeof buf_)) record_.assign(reinterpret_cast<const char*>(buf_), sizeof buf_);
+      if (res == kBufBytes) record_.assign(reinterpret_cast<const char*>(buf_.get()), kBufBytes);
       state_ = kClose;
       return;
     case kClose: fd_ = -1, state_ = kDone; return;
@@ -60,14 +62,18 @@ void HashRecordRead::AfterOpen(int64_t res) {
 
 void HashRecordRead::AfterXattr(int64_t res) {
   if (res > 0 && !abandoned_) {
-    record_.assign(reinterpret_cast<const char*>(buf_), static_cast<size_t>(res));
+    record_.assign(reinterpret_cast<const char*>(buf_.get()), static_cast<size_t>(res));
     return void(state_ = kClose);
   }
   state_ = abandoned_ ? kClose : kStat;  // no attribute (or none possible here): the trailer page, if any
 }
 
 void HashRecordRead::AfterStat(int64_t res) {
-  const bool page = res == 0 && !abandoned_ && S_ISREG(stx_.stx_mode) && stx_.stx_size > sizeof buf_;
+  const bool page = res == 0 && !abandoned_ && S_ISREG(stx_.stx_mode) && stx_.stx_size > kBufBytes;
+  // As a load does (load_op.cc): O_NONBLOCK only kept a FIFO's open from
+  // blocking; on a regular file io_uring would fail the read with EAGAIN
+  // where the filesystem has no non-blocking reads (FUSE). F_SETFL never waits.
+  if (page) fcntl(fd_, F_SETFL, 0);
   state_ = page ? kRead : kClose;
 }
 

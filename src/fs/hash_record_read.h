@@ -2,18 +2,22 @@
 // unlink (FORMAT.md L201), so that its BlockRemoved names every block the
 // file holds (fs/tier_events.h): open (in the tree, O_NONBLOCK) ->
 // fgetxattr(kBlockHashesXattr) -> [statx(fd) -> pread(the last page), when
-// there is no attribute] -> close. Nothing it meets fails the removal: a
+// there is no attribute] -> close. It runs before the removal's identity
+// check (L69), so that check stays right before the unlink. Nothing it meets fails the removal: a
 // file without a record, or one that cannot be read, leaves the record
 // empty (the file is then named by its key). Only where
 // TierShared::reads_block_hashes; otherwise done() from the start and free.
 //
-// The op that holds it issues its requests first (Fill while !done()),
-// setting their deadline itself except for the close (closing()).
+// The op that holds it issues its requests (Fill while !done()), setting
+// their deadline itself except for the close (closing()). An op abandoned
+// meanwhile calls OnAbandon and still hands it the late completion: the
+// reader then only closes what it opened.
 #pragma once
 
 #include <sys/stat.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "format/block_hashes.h"
@@ -55,9 +59,11 @@ class HashRecordRead {
   bool abandoned_ = false;
   struct statx stx_{};
   std::string record_;
-  // Where the attribute or the last page is read: at most a page (L198's
-  // largest record fits well within it).
-  uint8_t buf_[4096] = {};
+  // Where the attribute or the last page is read: a page (L198's largest
+  // record fits well within it), allocated only by a reader that runs, so
+  // that ops of tiers that read no records carry none.
+  static constexpr uint32_t kBufBytes = 4096;
+  std::unique_ptr<uint8_t[]> buf_;
 };
 
 }  // namespace kvtier::internal

@@ -27,6 +27,7 @@
 #include <cstring>
 #include <ctime>
 #include <cerrno>
+#include <iterator>
 
 #include "fs/block_at.h"
 #include "fs/block_codec.h"
@@ -62,7 +63,7 @@ class LoadOp final : public FsBlockOp {
   bool NextRequest(IoRequest* req) override {
     if (state_ == kDone) return false;
     *req = IoRequest{};
-    // Cleanup (close, the recheck and unlink of a corrupt file) has no deadline.
+    // Cleanup (close; a corrupt file's block-hash record, recheck and unlink) has no deadline.
     const bool cleanup = state_ == kClose || state_ == kRecheck || state_ == kRecord || state_ == kUnlink;
     req->deadline_ns = cleanup ? 0 : DeadlineNs(*shared_);
     if (at_.name == nullptr) at_ = FindBlockAt(shared_, rel_);  // decided once, by the first request
@@ -105,14 +106,12 @@ class LoadOp final : public FsBlockOp {
         // another writer may have renamed a fresh block over it meanwhile.
         state_ = res == 0 && again_.stx_ino == stx_.stx_ino && again_.stx_dev_major == stx_.stx_dev_major &&
                          again_.stx_dev_minor == stx_.stx_dev_minor
-                     ? kRecord
+                     ? kUnlink
                      : kDone;
-        if (state_ == kRecord) record_.Restart(*shared_, at_.fd, at_.name);
-        if (state_ == kRecord && record_.done()) state_ = kUnlink;
         return;
       case kRecord:  // the file's block-hash record, for its BlockRemoved (hash_record_read.h)
         record_.OnCompletion(res);
-        if (record_.done()) block_hashes = record_.Take(), state_ = kUnlink;
+        if (record_.done()) block_hashes = record_.Take(), state_ = kRecheck;
         return;
       case kUnlink: unlinked = res == 0, state_ = kDone; return;
       case kRevalidate: state_ = kOpen; return;  // whatever it found, the open decides
@@ -128,16 +127,18 @@ class LoadOp final : public FsBlockOp {
   void OnAbandon() override {
     if (!final_) result = AbandonedResult(StateSyscall(), Path(), shared_->io_timeout_ms);
     final_ = abandoned_ = true;
+    record_.OnAbandon();
     WipeUnlessServed();
   }
 
  private:
-  enum State { kOpen, kStat, kXattr, kRead, kTouch, kClose, kRecheck, kRecord, kUnlink, kRevalidate, kDone };
+  enum State { kOpen, kStat, kXattr, kRead, kTouch, kClose, kRecord, kRecheck, kUnlink, kRevalidate, kDone };
 
   std::string Path() const { return JoinRoot(shared_->root_dir, rel_); }
   const char* StateSyscall() const {
     static constexpr const char* kNames[] = {"open",  "statx", "fgetxattr", "read",  "futimens", "close",
-                                             "statx", "read",  "unlink",    "statx", "load"};
+                                             "open",  "statx", "unlink",    "statx", "load"};
+    static_assert(std::size(kNames) == kDone + 1);
     return kNames[state_];
   }
 
@@ -155,6 +156,11 @@ class LoadOp final : public FsBlockOp {
   // The late answer of the request in flight when the op was abandoned:
   // keep an fd it opened only to close it; nothing else is acted on.
   void AfterLate(int64_t res) {
+    if (state_ == kRecord) {  // the reader closes what it opened; nothing is removed
+      record_.OnCompletion(res);
+      if (record_.done()) state_ = kDone;
+      return;
+    }
     if (state_ == kOpen && res >= 0) fd_ = static_cast<int>(res);
     if (state_ == kClose) fd_ = -1;
     state_ = fd_ >= 0 ? kClose : kDone;
@@ -286,7 +292,10 @@ class LoadOp final : public FsBlockOp {
       state_ = kRevalidate;
       return;
     }
-    state_ = unlink_ ? kRecheck : kDone;
+    if (!unlink_) return void(state_ = kDone);
+    // The record first, so that the identity check stays right before the unlink (L69).
+    record_.Restart(*shared_, at_.fd, at_.name);
+    state_ = record_.done() ? kRecheck : kRecord;
   }
 
   // On a shared network volume (NFS, GlusterFS) another instance's rename can

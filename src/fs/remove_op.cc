@@ -2,9 +2,9 @@
 // checked on the GPU after its copy, staged_crc.h): the same end as a load's
 // CRC mismatch (FORMAT.md L67), the file removed only if its path still names
 // the file that was read (L69: same device, inode, size and mtime), so a good
-// block another writer renamed over it meanwhile stays. Between the two, the
+// block another writer renamed over it meanwhile stays. Before the two, the
 // file's block-hash record is read where the events need it
-// (hash_record_read.h).
+// (hash_record_read.h), so the check stays right before the unlink.
 #include <cerrno>
 
 #include "fs/block_ops.h"
@@ -18,6 +18,7 @@ class RemoveCorruptOp final : public FsBlockOp {
  public:
   RemoveCorruptOp(TierShared* shared, std::string rel_path, const LoadedBlock& read)
       : shared_(shared), rel_(std::move(rel_path)), read_(read), record_(*shared, shared->root.get(), rel_.c_str()) {
+    if (!record_.done()) state_ = kRecord;
     result = {KeyOutcome::kCorrupt, ErrnoToStatus(EBADMSG, Path() + ": CRC32C mismatch (checked after the copy)")};
   }
 
@@ -38,13 +39,13 @@ class RemoveCorruptOp final : public FsBlockOp {
     return true;
   }
   void OnCompletion(int64_t res) override {
-    if (state_ == kRecheck && res == 0 && !abandoned_ && Same()) {
-      state_ = record_.done() ? kUnlink : kRecord;
-      return;
-    }
     if (state_ == kRecord) {
       record_.OnCompletion(res);
-      if (record_.done()) block_hashes = record_.Take(), state_ = abandoned_ ? kDone : kUnlink;
+      if (record_.done()) block_hashes = record_.Take(), state_ = abandoned_ ? kDone : kRecheck;
+      return;
+    }
+    if (state_ == kRecheck && res == 0 && !abandoned_ && Same()) {
+      state_ = kUnlink;
       return;
     }
     // Gone already, or replaced (L69): nothing to remove. A failed unlink

@@ -27,6 +27,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <iterator>
 
 #include "format/block_hashes.h"
 #include "fs/block_codec.h"
@@ -112,6 +113,7 @@ class StoreOp final : public FsBlockOp {
   const char* StateSyscall() const {
     static constexpr const char* kNames[] = {"",      "statx", "open",  "write", "fdatasync", "fsetxattr", "fsetxattr",
                                              "close", "rename", "open", "fsync", "close",     "unlink", "store"};
+    static_assert(std::size(kNames) == kDone + 1);
     return state_ == kShardDir ? dirs_.Syscall() : kNames[state_];
   }
 
@@ -242,6 +244,7 @@ class StoreOp final : public FsBlockOp {
     if (encoding_.page != nullptr) {
       // L199: the page's first bytes are zero (L132, L164); the record goes there.
       std::copy(hash_record_.begin(), hash_record_.end(), encoding_.page.get());
+      block_hashes = std::move(hash_record_);  // recorded: what its BlockStored may name
       file_pieces_ = Data().With(std::span<uint8_t>(encoding_.page.get(), shared_->codec->page_bytes()));
     }
     Go(kOpen);
@@ -307,9 +310,11 @@ class StoreOp final : public FsBlockOp {
   }
   // The hashes serve the KV events only (L200): where the attribute cannot
   // be set (no user xattrs, a full xattr block), the block is stored all
-  // the same, and its removals name its key alone.
+  // the same, and it is named by its key alone, at its store and at its
+  // removals.
   void AfterHashXattr(int64_t res) {
     if (res < 0) shared_->block_hash_records_lost.fetch_add(1, std::memory_order_relaxed);
+    if (res >= 0) block_hashes = std::move(hash_record_);  // recorded (the kernel is done with the buffer)
     Go(kClose);
   }
   void AfterClose(int64_t res) {

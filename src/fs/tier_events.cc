@@ -49,17 +49,14 @@ Result<std::unique_ptr<TierEvents>> TierEvents::Open(const FsTierOpenOptions& o,
   const bool log = o.tier.enable_kv_events && o.keep_key_events;
   if (!events && !log) return std::unique_ptr<TierEvents>();
   const NamespaceSpec& spec = ns.spec();
-  return std::unique_ptr<TierEvents>(new TierEvents(std::move(events), EventHashKindOf(spec.inference_engine),
-                                                    spec.tokens_per_hash * spec.blocks_per_file, spec.tokens_per_hash,
-                                                    log));
+  return std::unique_ptr<TierEvents>(new TierEvents(std::move(events), spec, log));
 }
 
-std::unique_ptr<JobEventKeys> TierEvents::ForJob(std::span<const OffloadKey> keys, std::span<const std::string> evictions,
-                                                 std::span<const std::vector<BlockHash>> block_hashes) const {
+std::unique_ptr<JobEventKeys> TierEvents::ForJob(std::span<const OffloadKey> keys,
+                                                 std::span<const std::string> evictions) const {
   auto job = std::make_unique<JobEventKeys>();
   job->keys.assign(keys.begin(), keys.end());
   job->evictions.assign(evictions.begin(), evictions.end());
-  if (events_) job->block_hashes.assign(block_hashes.begin(), block_hashes.end());
   return job;
 }
 
@@ -72,10 +69,9 @@ void TierEvents::OnOp(const JobEventKeys& job, JobKind kind, size_t index, const
   if (kind == JobKind::kStore) {
     // A rename that landed made the block visible, even if the durable
     // directory sync after it failed or was abandoned.
-    const std::span<const BlockHash> blocks =
-        index < job.block_hashes.size() ? std::span<const BlockHash>(job.block_hashes[index]) : std::span<const BlockHash>();
     OnStored(job.keys[index],
-             op.renamed && op.result.outcome == KeyOutcome::kError ? KeyOutcome::kOk : op.result.outcome, blocks);
+             op.renamed && op.result.outcome == KeyOutcome::kError ? KeyOutcome::kOk : op.result.outcome,
+             op.block_hashes);
   } else if (op.unlinked) {
     OnRemoved(job.keys[index], op.block_hashes);
   }
@@ -83,13 +79,15 @@ void TierEvents::OnOp(const JobEventKeys& job, JobKind kind, size_t index, const
 
 // vLLM's channel announces a block found already there, as vLLM's own tier
 // does for a store that succeeded; kvtier's only with announce_existing.
-// A file of several blocks announces each (`blocks`, checked at the submit).
-void TierEvents::OnStored(const OffloadKey& key, KeyOutcome outcome, std::span<const BlockHash> blocks) {
+// A file of several blocks announces each, as the record its store wrote
+// says; a file found already there holds what its writer wrote (perhaps no
+// record): its key alone.
+void TierEvents::OnStored(const OffloadKey& key, KeyOutcome outcome, const std::string& record) {
   const bool existed = outcome == KeyOutcome::kSkippedExists;
   if (outcome != KeyOutcome::kOk && !existed) return;
   if (events_ && (!existed || events_->announce_existing())) {
-    if (blocks.size() > 1) {
-      events_->StoredBlocks(kind_, key.group_idx, blocks, hash_tokens_, &pending_);
+    if (auto blocks = existed ? std::nullopt : BlocksOf(key, record)) {
+      events_->StoredBlocks(kind_, key.group_idx, *blocks, hash_tokens_, &pending_);
     } else {
       events_->Stored(kind_, std::span(&key, 1), block_size_, &pending_);
     }
@@ -101,7 +99,7 @@ void TierEvents::OnStored(const OffloadKey& key, KeyOutcome outcome, std::span<c
 // else the file is named by its key.
 void TierEvents::OnRemoved(const OffloadKey& key, const std::string& record) {
   if (events_) {
-    if (auto blocks = record.empty() ? std::nullopt : format::ParseBlockHashRecord(AsBytes(record), key.hash)) {
+    if (auto blocks = BlocksOf(key, record)) {
       events_->RemovedBlocks(kind_, key.group_idx, *blocks, &pending_);
     } else {
       events_->Removed(kind_, std::span(&key, 1), &pending_);
@@ -116,8 +114,7 @@ void TierEvents::OnEvicted(const std::string& rel_path, const std::string& recor
   const NamedBlock named = NamedBlockOfPath(rel_path);
   const std::optional<OffloadKey> key = OffloadKeyOfName(named.stem, named.group_dir);
   if (events_) {
-    const std::optional<std::vector<BlockHash>> blocks =
-        key && !record.empty() ? format::ParseBlockHashRecord(AsBytes(record), key->hash) : std::nullopt;
+    const std::optional<std::vector<BlockHash>> blocks = key ? BlocksOf(*key, record) : std::nullopt;
     if (blocks) {
       events_->RemovedBlocks(kind_, key->group_idx, *blocks, &pending_);
     } else {
@@ -127,9 +124,18 @@ void TierEvents::OnEvicted(const std::string& rel_path, const std::string& recor
   if (log_ && key) log_->Add(*key, true);
 }
 
-void TierEvents::OnPublishedLate(const std::string& rel_path) {
+void TierEvents::OnPublishedLate(const std::string& rel_path, const std::string& record) {
   const NamedBlock named = NamedBlockOfPath(rel_path);
-  if (std::optional<OffloadKey> key = OffloadKeyOfName(named.stem, named.group_dir)) OnStored(*key, KeyOutcome::kOk);
+  if (std::optional<OffloadKey> key = OffloadKeyOfName(named.stem, named.group_dir)) OnStored(*key, KeyOutcome::kOk, record);
+}
+
+// L200, and a record of exactly the blocks a file of the key's group holds
+// (HashesPerFile): a planted one cannot name more.
+std::optional<std::vector<BlockHash>> TierEvents::BlocksOf(const OffloadKey& key, const std::string& record) const {
+  if (record.empty()) return std::nullopt;
+  std::optional<std::vector<BlockHash>> blocks = format::ParseBlockHashRecord(AsBytes(record), key.hash);
+  if (blocks && blocks->size() != format::HashesPerFile(spec_, key.group_idx)) return std::nullopt;
+  return blocks;
 }
 
 void TierEvents::Flush() {

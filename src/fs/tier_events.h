@@ -12,10 +12,12 @@
 // kept, in the same order, for the front end to take (KeyEventLog): vLLM's
 // take_events then carries removals as well as stores, in file order.
 // A file of several blocks (FORMAT.md L197-L202) is announced block by
-// block on kvtier's publisher: its store with the hashes the store was
-// given, its removal with those its record holds (read by the removal,
-// FsBlockOp::block_hashes); vLLM's channel names chunk keys, as vLLM's own
-// tier does (vLLM fans them out itself).
+// block on kvtier's publisher, as its block-hash record names them
+// (FsBlockOp::block_hashes): its store once the record is in the file (a
+// store whose record could not be written, or one skipped as existing, is
+// named by its key), its removal as the record the removal read says;
+// vLLM's channel names chunk keys, as vLLM's own tier does (vLLM fans them
+// out itself).
 #pragma once
 
 #include <atomic>
@@ -38,9 +40,6 @@ class FsBlockOp;
 struct JobEventKeys {
   std::vector<OffloadKey> keys;
   std::vector<std::string> evictions;
-  // Per key, the blocks its file holds (SubmitStore's block_hashes); empty:
-  // the keys alone.
-  std::vector<std::vector<BlockHash>> block_hashes;
 };
 
 // A tier's stores and removals, oldest first, until taken. Bounded: a
@@ -73,15 +72,16 @@ class TierEvents {
   static Result<std::unique_ptr<TierEvents>> Open(const FsTierOpenOptions& o, const Namespace& ns);
 
   // A job's names; `evictions` copied (the ops take the originals).
-  std::unique_ptr<JobEventKeys> ForJob(std::span<const OffloadKey> keys, std::span<const std::string> evictions = {},
-                                       std::span<const std::vector<BlockHash>> block_hashes = {}) const;
+  std::unique_ptr<JobEventKeys> ForJob(std::span<const OffloadKey> keys,
+                                       std::span<const std::string> evictions = {}) const;
   // The job's op number `index` has finished with `op`'s result: its event
   // waits for Flush(). I/O thread only.
   void OnOp(const JobEventKeys& job, JobKind kind, size_t index, const FsBlockOp& op);
   // A store abandoned at its deadline published its block all the same
-  // (FsBlockOp::published_late, `rel_path`): its BlockStored, as OnOp's of a
-  // store that succeeded, named from the path. I/O thread only.
-  void OnPublishedLate(const std::string& rel_path);
+  // (FsBlockOp::published_late, `rel_path`; `record`, its block-hash record):
+  // its BlockStored, as OnOp's of a store that succeeded, named from the
+  // path. I/O thread only.
+  void OnPublishedLate(const std::string& rel_path, const std::string& record);
   // Publishes what OnOp made since the last Flush. I/O thread only (or once
   // the loop has ended: the destructor flushes too).
   void Flush();
@@ -97,20 +97,23 @@ class TierEvents {
   std::vector<TierKeyEvent> TakeKeyEvents() { return log_ ? log_->Take() : std::vector<TierKeyEvent>(); }
 
  private:
-  TierEvents(std::shared_ptr<VolumeEvents> events, EventHashKind kind, int64_t block_size, int64_t hash_tokens,
-             bool log)
-      : events_(std::move(events)), kind_(kind), block_size_(block_size), hash_tokens_(hash_tokens),
+  TierEvents(std::shared_ptr<VolumeEvents> events, const NamespaceSpec& spec, bool log)
+      : events_(std::move(events)), kind_(EventHashKindOf(spec.inference_engine)),
+        block_size_(spec.tokens_per_hash * spec.blocks_per_file), hash_tokens_(spec.tokens_per_hash), spec_(spec),
         log_(log ? MakeLog() : nullptr) {}
   static std::unique_ptr<KeyEventLog> MakeLog();
-  // `blocks`: the file's blocks (empty: the key alone).
-  void OnStored(const OffloadKey& key, KeyOutcome outcome, std::span<const BlockHash> blocks = {});
-  // `record`: what the removal read where the file's block-hash record goes.
+  // `record`: the store's block-hash record, or what the removal read
+  // where the file's record goes ("": none, the key alone).
+  void OnStored(const OffloadKey& key, KeyOutcome outcome, const std::string& record);
   void OnRemoved(const OffloadKey& key, const std::string& record);
+  // The blocks `record` names for `key` (L200), or nullopt.
+  std::optional<std::vector<BlockHash>> BlocksOf(const OffloadKey& key, const std::string& record) const;
   void OnEvicted(const std::string& rel_path, const std::string& record);
   std::shared_ptr<VolumeEvents> events_;  // null: kvtier's publisher is off
   EventHashKind kind_;
   int64_t block_size_;  // tokens per block file
   int64_t hash_tokens_;  // tokens per block hash (tokens_per_hash): a block of a file of several
+  NamespaceSpec spec_;   // how many blocks a file holds (format::HashesPerFile)
   std::vector<internal::KvEvent> pending_;  // made by OnOp, not yet flushed
   std::unique_ptr<KeyEventLog> log_;  // null: enable_kv_events or keep_key_events off
 };

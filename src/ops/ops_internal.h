@@ -26,7 +26,7 @@ struct ConfigInfo {
   std::string model, dtype, engine, mem_layout;
   int64_t tokens_per_hash = -1, blocks_per_file = -1, tp_size = -1, groups = -1, page_size = -1;
   int64_t page_bytes = -1;   // an SGLang namespace's page file bytes (L104, L107)
-  int64_t tokens_per_block_max = -1;  // the largest of its groups' tokens_per_block (-1: none listed)
+  std::vector<int64_t> group_tokens;  // each group's tokens_per_block, in order (-1: not an integer)
   bool sealed = false;       // a "kvtier_seal" member (FORMAT.md L162, L180)
   std::string seal_key_id;   // its key id, 32 lowercase hex digits ("" when not one)
 };

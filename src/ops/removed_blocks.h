@@ -12,9 +12,12 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
+#include "kvtier/layout.h"
 #include "kvtier/ops.h"
 #include "ops/ops_internal.h"
 #include "ops/scan.h"
@@ -38,10 +41,12 @@ class RemovedBlocks {
   struct NsInfo {
     std::string engine;  // inference_engine, as RemovedBlock::engine
     bool several = true;  // its files may hold several blocks (or its config does not say)
+    std::optional<NamespaceSpec> spec;  // what its config says of its files (HashesPerFile), when it parses
   };
   // What the file holds where its block-hash record goes ("" when it cannot be read).
   std::string ReadRecord(const TreeEditor& editor, const ScannedFile& f, int dir_fd) const;
   const NsInfo* InfoOf(const ScannedFile& f) const;
+  static std::vector<BlockHash> BlocksOf(const RemovedBlock& block, const NsInfo& ns, const std::string& record);
 
   const OnBlockRemoved& callback_;
   std::string root_;

@@ -64,9 +64,8 @@ ConfigInfo ParseConfig(const NsScan& ns) {
   if (fields.contains("kv_cache_groups") && fields["kv_cache_groups"].is_array()) {
     info.groups = static_cast<int64_t>(fields["kv_cache_groups"].size());
     for (const auto& g : fields["kv_cache_groups"]) {
-      if (g.is_object() && g.contains("tokens_per_block") && g["tokens_per_block"].is_number_integer()) {
-        info.tokens_per_block_max = std::max(info.tokens_per_block_max, g["tokens_per_block"].get<int64_t>());
-      }
+      const bool known = g.is_object() && g.contains("tokens_per_block") && g["tokens_per_block"].is_number_integer();
+      info.group_tokens.push_back(known ? g["tokens_per_block"].get<int64_t>() : -1);
     }
   }
   ReadSeal(fields, &info);
