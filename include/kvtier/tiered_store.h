@@ -91,7 +91,7 @@ struct RequestSpec {
   // group's tokens_per_block, tokens_per_hash where ns lists no groups), as
   // ChunkOffloadKeys made the keys. Empty (the default): the chunk keys
   // alone. Given, chunk_keys must be ChunkOffloadKeys(block_hashes, hpc,
-  // group) exactly (so the hashes of an incomplete last chunk may follow),
+  // group) exactly, all of one group (the hashes of an incomplete last chunk may follow),
   // every hash as long as the keys', at most 2048 bytes of them a chunk;
   // else StartRequest fails with kInvalidArgument naming the chunk. Chunks
   // added by AppendChunkKeys are named by their keys alone.

@@ -7,7 +7,9 @@
 // corrupt block's removal read that record before the unlink and name every
 // block, so an index kept from the events equals every block the files on
 // disk hold; a record copied from another file (its last hash is not the
-// file's key), or a file without one, is named by its key alone; a store's
+// file's key), or naming more blocks than a file holds, is not believed,
+// and such a file, or one without a record, is named by its key alone (one
+// planted of the right count, ending with the key, is believed); a store's
 // list that is not the file's blocks is refused naming the key. Method: real
 // files in a temp dir, a real ZeroMQ SUB socket the tier connects to; keys,
 // hashes and rows are seeded (seed printed).
@@ -120,6 +122,7 @@ class FsTierBlockHashesTest : public ::testing::TestWithParam<Form> {
     f.seekp(100);
     f.write(&c, 1);
   }
+  std::vector<uint64_t> RemovalAfterPlanting(FsTier* tier, const OffloadKey& key, const std::string& record);
   JobResult Load(FsTier* tier, const std::vector<OffloadKey>& keys) {
     testing::AlignedRows rows(keys.size(), kRow, 0);
     return testing::WaitForJob(tier, tier->SubmitLoad(keys, rows.Mut()).value());
@@ -223,7 +226,7 @@ TEST_P(FsTierBlockHashesTest, EvictionsAndCorruptRemovalsNameEveryBlockSoTheInde
   ASSERT_EQ(Store(tier.get(), more).OkPrefix(), 2u);
   Corrupt(tier->BlockPath(Keys(more)[0]));
   EXPECT_EQ(Load(tier.get(), Keys(more)).keys[0].outcome, KeyOutcome::kCorrupt);
-  const std::vector<KvEvent> after = sub_.Drain();
+  const std::vector<KvEvent> after = sub_.WaitFor(2 + 2 + 1);  // 2 stores, 2 evictions, the removal
   Apply(after, &index);
   const auto* removal = std::get_if<BlockRemovedEvent>(&after.back());
   ASSERT_NE(removal, nullptr);
@@ -232,20 +235,36 @@ TEST_P(FsTierBlockHashesTest, EvictionsAndCorruptRemovalsNameEveryBlockSoTheInde
   EXPECT_EQ(index, OnDisk());
 }
 
-TEST_P(FsTierBlockHashesTest, ARecordOfAnotherFileNamesTheKeyAlone) {
+// What a corrupt removal of a file whose record was replaced by `record` names.
+std::vector<uint64_t> FsTierBlockHashesTest::RemovalAfterPlanting(FsTier* tier, const OffloadKey& key,
+                                                                  const std::string& record) {
+  PlantRecord(tier->BlockPath(key), record);
+  Corrupt(tier->BlockPath(key));
+  EXPECT_EQ(Load(tier, {key}).keys[0].outcome, KeyOutcome::kCorrupt);
+  const std::vector<KvEvent> events = sub_.WaitFor(1);
+  if (events.size() != 1 || !std::holds_alternative<BlockRemovedEvent>(events[0])) return {};
+  return Ints(std::get<BlockRemovedEvent>(events[0]).block_hashes);
+}
+
+// L200: whoever can write the volume can write a record; it is believed
+// only whole, ending with the file's own key, and of the file's block count.
+TEST_P(FsTierBlockHashesTest, APlantedRecordIsBelievedOnlyForItsOwnFileAndBlockCount) {
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<FsTier> tier, FsTier::Open(Options()));
   ASSERT_TRUE(sub_.WaitConnected(1));
-  const std::vector<std::vector<BlockHash>> chunks = {Chunk(), Chunk()};
-  ASSERT_EQ(Store(tier.get(), chunks).OkPrefix(), 2u);
-  sub_.WaitFor(2);
+  const std::vector<std::vector<BlockHash>> chunks = {Chunk(), Chunk(), Chunk(), Chunk()};
+  ASSERT_EQ(Store(tier.get(), chunks).OkPrefix(), chunks.size());
+  sub_.WaitFor(chunks.size());
   const std::vector<OffloadKey> keys = Keys(chunks);
-  // File 1 now carries file 0's record (whole, but ending with another key).
-  PlantRecord(tier->BlockPath(keys[1]), RecordOf(tier->BlockPath(keys[0])));
-  Corrupt(tier->BlockPath(keys[1]));
-  EXPECT_EQ(Load(tier.get(), {keys[1]}).keys[0].outcome, KeyOutcome::kCorrupt);
-  const std::vector<KvEvent> events = sub_.WaitFor(1);
-  ASSERT_EQ(events.size(), 1u);
-  EXPECT_EQ(Ints(std::get<BlockRemovedEvent>(events[0]).block_hashes), Ints(std::vector<BlockHash>{keys[1].hash}));
+  const std::string others = RecordOf(tier->BlockPath(keys[0]));  // whole, but ending with another key
+  EXPECT_EQ(RemovalAfterPlanting(tier.get(), keys[1], others), Ints(std::vector<BlockHash>{keys[1].hash}));
+  std::vector<BlockHash> eight = Chunk();  // more blocks than a file holds, ending with the key
+  for (const BlockHash& h : Chunk()) eight.push_back(h);
+  eight.back() = keys[2].hash;
+  EXPECT_EQ(RemovalAfterPlanting(tier.get(), keys[2], format::EncodeBlockHashRecord(eight)),
+            Ints(std::vector<BlockHash>{keys[2].hash}));
+  std::vector<BlockHash> mine = Chunk();  // another list of the file's count, ending with its key: believed
+  mine.back() = keys[3].hash;
+  EXPECT_EQ(RemovalAfterPlanting(tier.get(), keys[3], format::EncodeBlockHashRecord(mine)), Ints(mine));
 }
 
 TEST_P(FsTierBlockHashesTest, AStoreWithoutHashesNamesTheFileByItsKey) {
