@@ -11,18 +11,27 @@
 // tokens). Block hashes that did not make the chunk keys (a chunk's last hash
 // not its key, a chunk's worth too few or too many, keys of two groups) are
 // refused by StartRequest with kInvalidArgument naming the chunk, and the
-// request is not started. Method: the host stand-in device, real files in a
-// temp dir, a real ZeroMQ SUB socket bound on 127.0.0.1 that the tier
-// connects to, hashes sent as bytes; hashes are seeded (the seed is printed).
+// request is not started. A chunk file found corrupt by a later load (a fresh
+// store, every row from the files) is removed with one BlockRemoved naming
+// its 4 block hashes in order, read from its record before the unlink: on
+// the staged-CRC paths a flipped row byte fails the check after the copy and
+// the tier's corrupt-block removal (RemoveCorruptOp) removes it; on the plain
+// one (no CRC to fail) a truncated file is refused by the load that promotes
+// it at the lookup (LoadOp), which removes it. Method: the host stand-in
+// device, real files in a temp dir, a real ZeroMQ SUB socket bound on
+// 127.0.0.1 that the tier connects to, hashes sent as bytes; hashes are
+// seeded (the seed is printed).
 #include <gtest/gtest.h>
 #include <sys/xattr.h>
 
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <optional>
 #include <random>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <variant>
 #include <vector>
@@ -37,6 +46,7 @@
 namespace kvtier {
 namespace {
 
+using internal::BlockRemovedEvent;
 using internal::BlockStoredEvent;
 using internal::HostKvCache;
 using internal::KvEvent;
@@ -101,7 +111,8 @@ class TieredStoreEventsTest : public ::testing::TestWithParam<std::string> {
     Result<std::unique_ptr<TieredStore>> store = TieredStore::Open(options);
     EXPECT_TRUE(store.ok()) << store.status().ToString();
     if (!store.ok()) return nullptr;
-    EXPECT_TRUE(sub_.WaitConnected(1));
+    EXPECT_TRUE(sub_.WaitConnected(++publishers_));  // each store's tier connects anew
+    sub_.ExpectNewPublisher();
     return std::move(store).value();
   }
   // The next `n` events, and any that follow within 200 ms (none should).
@@ -125,6 +136,29 @@ class TieredStoreEventsTest : public ::testing::TestWithParam<std::string> {
     for (uint32_t b : blocks) gpu_.Fill(b, rng_());
     Result<uint64_t> job = store->Store(id, first, blocks);
     if (!job.ok()) return false;
+    const std::optional<TransferResult> done = Wait(store, *job);
+    return done.has_value() && done->OkPrefix() == n;
+  }
+  // Stores `keys`, chunks of `hashes`, through a store of their own, closed after.
+  void StoreAndClose(const std::vector<OffloadKey>& keys, const std::vector<BlockHash>& hashes) {
+    std::unique_ptr<TieredStore> store = Open();
+    ASSERT_NE(store, nullptr);
+    ASSERT_OK(store->StartRequest(1, RequestSpec{keys, 0, std::nullopt, 0, hashes}));
+    ASSERT_TRUE(Store(store.get(), 1, 0, keys.size()));
+    ASSERT_OK(store->FinishRequest(1));
+    ASSERT_EQ(StoredByLast(Events(keys.size())).size(), keys.size());
+  }
+  // Loads `n` chunks of request `id` from chunk 0 into GPU blocks 32 on.
+  std::optional<TransferResult> Load(TieredStore* store, uint64_t id, size_t n) {
+    std::vector<uint32_t> blocks;
+    for (uint32_t b = 0; b < n * kBpc; ++b) blocks.push_back(32 + b);
+    Result<uint64_t> job = store->Load(id, 0, blocks);
+    EXPECT_OK(job.status());
+    return job.ok() ? Wait(store, *job) : std::nullopt;
+  }
+  // Job `job`'s result once the store is idle; none if it was not the only
+  // job to finish, or did not within 30 s.
+  static std::optional<TransferResult> Wait(TieredStore* store, uint64_t job) {
     std::vector<TransferResult> done;
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
     while (done.empty() && std::chrono::steady_clock::now() < deadline) {
@@ -132,13 +166,15 @@ class TieredStoreEventsTest : public ::testing::TestWithParam<std::string> {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
     EXPECT_OK(store->WaitIdle(30000));
-    return done.size() == 1 && done[0].job_id == *job && done[0].OkPrefix() == n;
+    if (done.size() != 1 || done[0].job_id != job) return std::nullopt;
+    return done[0];
   }
 
   HostKvCache gpu_{{{2048, 2560}, {1024, 0}}, 64};
   testing::TempDir dir_;
   testing::EventSub sub_{"tcp://127.0.0.1:*", /*bind=*/true};
   std::mt19937_64 rng_;
+  int publishers_ = 0;  // the tiers that connected to sub_ so far
 };
 
 TEST_P(TieredStoreEventsTest, ChunkFilesAnnounceAndRecordEveryBlock) {
@@ -230,6 +266,54 @@ TEST_P(TieredStoreEventsTest, BlockHashesThatDidNotMakeTheKeysAreRefused) {
   EXPECT_NE(Refusal(store.get(), 6, keys, shorter).find("chunk 0"), std::string::npos);
   EXPECT_EQ(Refusal(store.get(), 7, keys, hashes), "ok");
   EXPECT_OK(store->FinishRequest(7));
+}
+
+// Spoils the block file at `path`: a flipped byte of its row where the tier
+// has a CRC to fail (checksum_place not "off"), else the file cut short (a
+// short file is corrupt without any checksum, FORMAT.md L65).
+void Spoil(const std::string& path, std::string_view checksum_place, uint64_t row_bytes, uint64_t at) {
+  if (checksum_place == "off") return std::filesystem::resize_file(path, row_bytes / 2);
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(static_cast<std::streamoff>(at % row_bytes));
+  const char c = static_cast<char>(f.get());
+  f.seekp(static_cast<std::streamoff>(at % row_bytes));
+  f.put(static_cast<char>(c ^ 0x5a));
+}
+
+TEST_P(TieredStoreEventsTest, ACorruptChunksRemovalNamesEveryBlock) {
+  const std::vector<BlockHash> hashes = Hashes(3 * kHpc);
+  const std::vector<OffloadKey> keys = ChunkOffloadKeys(hashes, kHpc, 0);
+  ASSERT_NO_FATAL_FAILURE(StoreAndClose(keys, hashes));
+  std::unique_ptr<TieredStore> store = Open();  // a fresh CPU tier: every row comes from the files
+  ASSERT_NE(store, nullptr);
+  const FsTier& tier = store->secondary_tier(0);
+  const std::string bad = tier.BlockPath(keys[1]);
+  const bool recorded = RecordOf(bad, keys[1].hash, store->row_bytes()).has_value();
+  ASSERT_TRUE(recorded || (tier.checksum_place() != "trailer" && !tier.xattrs_supported())) << bad << ": no record";
+  Spoil(bad, tier.checksum_place(), store->row_bytes(), rng_());
+  const bool staged = tier.checksum_place() != "off";
+  ASSERT_OK(store->StartRequest(2, RequestSpec{keys, 0, std::nullopt, 0, hashes}));
+  ASSERT_OK_AND_ASSIGN(const PrefixLookup lookup, store->LookupWait(2, 0, 20000));
+  if (staged) {  // promoted unchecked; the check after the copy fails: RemoveCorruptOp
+    ASSERT_EQ(lookup.hit_chunks, keys.size());
+    const std::optional<TransferResult> r = Load(store.get(), 2, keys.size());
+    ASSERT_TRUE(r.has_value() && r->chunks.size() == keys.size());
+    EXPECT_EQ(r->chunks[0].outcome, ChunkOutcome::kOk);
+    EXPECT_EQ(r->chunks[1].status.code(), StatusCode::kCorruption) << r->chunks[1].status.ToString();
+  } else {  // the promotion's own load refuses the short file: LoadOp
+    EXPECT_EQ(lookup.hit_chunks, 1u);
+  }
+  ASSERT_OK(store->WaitIdle(30000));
+  EXPECT_FALSE(std::filesystem::exists(bad)) << "the corrupt chunk's file was not removed";
+  EXPECT_EQ(tier.Metrics().rows_corrupt, 1u);
+  EXPECT_EQ(store->Metrics().crc_staged_mismatches, staged ? 1u : 0u);
+  EXPECT_OK(store->FinishRequest(2));
+  const std::vector<KvEvent> events = Events(1);
+  ASSERT_EQ(events.size(), 1u);
+  const auto* removed = std::get_if<BlockRemovedEvent>(&events[0]);
+  ASSERT_NE(removed, nullptr) << "not a BlockRemoved";
+  EXPECT_EQ(removed->block_hashes, recorded ? Wire(std::span(hashes).subspan(kHpc, kHpc))  // every block, in order
+                                            : Wire(std::span(&keys[1].hash, 1)));
 }
 
 // "": checksums staged by the copies, the CRC where the tier puts it (the
