@@ -15,13 +15,14 @@ row byte-exact. Skips (one line saying why) where ../shared/vllm, FUSE or bindfs
 import errno
 import json
 import os
-import shutil
 import subprocess
 import sys
 import uuid
 from pathlib import Path
 
 import pytest
+
+from bindfs_root import bindfs_root, check_no_xattrs
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
 from faultfs import FaultFs  # noqa: E402
@@ -37,14 +38,6 @@ def h(vllm_tree):
     return vllm_harness
 
 
-def _check_no_xattrs(mnt):
-    probe = mnt / "xattr-probe"
-    probe.write_bytes(b"x")
-    with pytest.raises(OSError):
-        os.setxattr(probe, "user.vllm.kv_crc32c", b"\0\0\0\0")
-    probe.unlink()
-
-
 @pytest.fixture(params=["bindfs", "faultfs"])
 def bare(request, tmp_path):
     """A root without user xattrs: a bindfs --xattr-none mount of a fresh directory, or the
@@ -56,29 +49,10 @@ def bare(request, tmp_path):
         with FaultFs(tmp_path / "backing", tmp_path / "mnt") as fs:
             fs.fail("xattr", errno.EOPNOTSUPP)
             mnt = Path(fs.mountpoint)
-            _check_no_xattrs(mnt)
+            check_no_xattrs(mnt)
             yield mnt
         return
-    yield from _bindfs(tmp_path)
-
-
-def _bindfs(tmp_path):
-    if not shutil.which("bindfs"):
-        pytest.skip("bindfs is not installed (scripts/bootstrap installs it): no xattr-less root to test on")
-    if not os.access("/dev/fuse", os.R_OK | os.W_OK):
-        pytest.skip("FUSE is unavailable here (/dev/fuse): no xattr-less root to test on")
-    src, mnt = tmp_path / "src", tmp_path / "mnt"
-    src.mkdir()
-    mnt.mkdir()
-    proc = subprocess.run(["bindfs", "--xattr-none", str(src), str(mnt)], capture_output=True, text=True, timeout=20)
-    if proc.returncode != 0:
-        pytest.skip(f"bindfs --xattr-none could not mount here: {proc.stderr.strip()}")
-    try:
-        _check_no_xattrs(mnt)
-        yield mnt
-    finally:
-        if subprocess.run(["fusermount", "-u", str(mnt)], capture_output=True, timeout=20).returncode != 0:
-            subprocess.run(["fusermount", "-uz", str(mnt)], capture_output=True, timeout=20)
+    yield from bindfs_root(tmp_path)
 
 
 def prompts(h, n, salt):
