@@ -177,7 +177,7 @@ class FsTier:
     def prometheus_text(self, tier_name: str = "fs0") -> str: ...
     def block_path(self, key: bytes) -> str: """The absolute path of a key's block file."""
     @property
-    def backend(self) -> str: """"io_uring" or "syscall"."""
+    def backend(self) -> str: """"io_uring" or "syscall-threads" (the syscall backend)."""
     @property
     def o_direct(self) -> bool: ...
     @property
