@@ -94,7 +94,8 @@ struct RequestSpec {
   // group) exactly, all of one group (the hashes of an incomplete last chunk may follow),
   // every hash as long as the keys', at most 2048 bytes of them a chunk;
   // else StartRequest fails with kInvalidArgument naming the chunk. Chunks
-  // added by AppendChunkKeys are named by their keys alone.
+  // added by AppendChunkKeys are named by the hashes given with them, else
+  // by their keys alone.
   std::vector<BlockHash> block_hashes;
 };
 
@@ -191,8 +192,15 @@ class KVTIER_API TieredStore {
   // kInvalidArgument for an id already started or 0, or block_hashes that
   // do not make the chunk keys (RequestSpec::block_hashes).
   virtual Status StartRequest(uint64_t request_id, RequestSpec spec) = 0;
-  // Adds chunk keys as the request grows (decode); kNotFound for an unknown id.
-  virtual Status AppendChunkKeys(uint64_t request_id, std::span<const OffloadKey> keys) = 0;
+  // Adds chunk keys as the request grows (decode); kNotFound for an unknown
+  // id. block_hashes: empty, or the appended chunks' block hashes, each
+  // chunk's hpc of them as RequestSpec::block_hashes says (the hashes of an
+  // incomplete chunk after them are ignored, and give way to that chunk's
+  // own when it is appended). Given, the keys must be made from them and
+  // every chunk so far have its hashes (the request started with them, or
+  // with no chunks), else kInvalidArgument and nothing is appended.
+  virtual Status AppendChunkKeys(uint64_t request_id, std::span<const OffloadKey> keys,
+                                 std::span<const BlockHash> block_hashes = {}) = 0;
   // Releases the request's pins and lookup verdicts; running jobs continue.
   virtual Status FinishRequest(uint64_t request_id) = 0;
 

@@ -19,32 +19,37 @@ uint64_t OffloadLimitTokens(const RequestSpec& spec, bool prompt_only) {
   return limit;
 }
 
-// RequestSpec::block_hashes: the chunk keys must be ChunkOffloadKeys(hashes,
-// hpc, group), and each chunk's hashes a list the fs tiers take (what
+// Block hashes given for `keys` (RequestSpec::block_hashes, or those of
+// chunks appended): the keys must be ChunkOffloadKeys(hashes, hpc, group),
+// all of `group`, and each chunk's hashes a list the fs tiers take (what
 // FsTier::SubmitStore checks, format::BlockHashListProblem): refused here,
 // such a list would fail the chunk's write-through later, where no caller
-// hears of it. Sets *hpc, the hashes per chunk.
-Status CheckBlockHashes(uint64_t request_id, const RequestSpec& spec, const NamespaceSpec& files, size_t* hpc) {
-  const std::vector<OffloadKey>& keys = spec.chunk_keys;
-  const std::span<const BlockHash> hashes(spec.block_hashes);
-  const uint32_t group = keys.empty() ? 0 : keys[0].group_idx;
-  *hpc = format::HashesPerFile(files, group);
-  const std::string what = "request " + std::to_string(request_id) + ": block_hashes: ";
-  if (hashes.size() / *hpc != keys.size()) {
+// hears of it. `first` numbers the chunks in messages.
+Status CheckBlockHashes(const std::string& what, std::span<const OffloadKey> keys,
+                        std::span<const BlockHash> hashes, uint32_t group, size_t hpc,
+                        size_t first) {
+  if (hashes.size() / hpc != keys.size()) {
     return InvalidArgument(what + std::to_string(hashes.size()) + " hashes make " +
-                           std::to_string(hashes.size() / *hpc) + " chunks of " + std::to_string(*hpc) +
-                           " (hashes per chunk), not the request's " + std::to_string(keys.size()) + " chunk keys");
+                           std::to_string(hashes.size() / hpc) + " chunks of " +
+                           std::to_string(hpc) + " (hashes per chunk), not the " +
+                           std::to_string(keys.size()) + " chunk keys");
   }
   for (size_t i = 0; i < keys.size(); ++i) {
-    const std::string chunk = "chunk " + std::to_string(i) + " (key " + keys[i].Hex() + "): ";
+    const std::string chunk =
+        "chunk " + std::to_string(first + i) + " (key " + keys[i].Hex() + "): ";
     if (keys[i].group_idx != group) {
       return InvalidArgument(what + chunk + "of group " + std::to_string(keys[i].group_idx) + ", chunk 0 of group " +
                              std::to_string(group) + ": the hashes make the keys of one group");
     }
-    const std::string problem = format::BlockHashListProblem(hashes.subspan(i * *hpc, *hpc), keys[i].hash, *hpc);
+    const std::string problem =
+        format::BlockHashListProblem(hashes.subspan(i * hpc, hpc), keys[i].hash, hpc);
     if (!problem.empty()) return InvalidArgument(what + chunk + problem);
   }
   return Status::Ok();
+}
+
+std::string RequestWhat(uint64_t request_id, const char* field) {
+  return "request " + std::to_string(request_id) + ": " + field + ": ";
 }
 
 Status NotLive(uint64_t request_id) {
@@ -62,7 +67,10 @@ Status RequestTable::Start(uint64_t request_id, RequestSpec spec) {
   }
   size_t hpc = 0;
   if (!spec.block_hashes.empty()) {
-    KVTIER_RETURN_IF_ERROR(CheckBlockHashes(request_id, spec, options_.chunk_files, &hpc));
+    const uint32_t group = spec.chunk_keys.empty() ? 0 : spec.chunk_keys[0].group_idx;
+    hpc = format::HashesPerFile(options_.chunk_files, group);
+    KVTIER_RETURN_IF_ERROR(CheckBlockHashes(RequestWhat(request_id, "block_hashes"),
+                                            spec.chunk_keys, spec.block_hashes, group, hpc, 0));
   }
   RequestState& req = requests_[request_id];
   req.offload_limit_tokens_ = OffloadLimitTokens(spec, options_.offload_prompt_only);
@@ -78,10 +86,40 @@ std::span<const BlockHash> RequestState::ChunkBlockHashes(size_t chunk) const {
   return std::span<const BlockHash>(spec_.block_hashes).subspan(chunk * hashes_per_chunk_, hashes_per_chunk_);
 }
 
-Status RequestTable::Append(uint64_t request_id, std::span<const OffloadKey> keys) {
+Status RequestTable::Append(uint64_t request_id, std::span<const OffloadKey> keys,
+                            std::span<const BlockHash> block_hashes) {
   KVTIER_ASSIGN_OR_RETURN(RequestState * req, Find(request_id));
+  if (!block_hashes.empty())
+    KVTIER_RETURN_IF_ERROR(AppendBlockHashes(request_id, *req, keys, block_hashes));
   req->spec_.chunk_keys.insert(req->spec_.chunk_keys.end(), keys.begin(), keys.end());
   req->counted_.resize(req->spec_.chunk_keys.size(), false);
+  return Status::Ok();
+}
+
+// The hashes of chunks appended to `req` (before their keys are): checked as
+// at Start, against the request's group, and kept after its hashed chunks,
+// which must be all it has (chunks [0, hashed_chunks_) hold the hashes), so
+// a request that started, or went on, without hashes gets none later.
+Status RequestTable::AppendBlockHashes(uint64_t request_id, RequestState& req,
+                                       std::span<const OffloadKey> keys,
+                                       std::span<const BlockHash> block_hashes) const {
+  const std::string what = RequestWhat(request_id, "appended block_hashes");
+  const std::vector<OffloadKey>& have = req.spec_.chunk_keys;
+  if (req.hashed_chunks_ != have.size()) {
+    return InvalidArgument(
+        what + "chunk " + std::to_string(req.hashed_chunks_) +
+        " has none: a request's chunks have block hashes from its first on, or not at all");
+  }
+  const uint32_t group = !have.empty() ? have[0].group_idx : keys.empty() ? 0 : keys[0].group_idx;
+  const size_t hpc = req.hashes_per_chunk_ != 0
+                         ? req.hashes_per_chunk_
+                         : format::HashesPerFile(options_.chunk_files, group);
+  KVTIER_RETURN_IF_ERROR(CheckBlockHashes(what, keys, block_hashes, group, hpc, have.size()));
+  std::vector<BlockHash>& hashes = req.spec_.block_hashes;
+  hashes.resize(req.hashed_chunks_ * hpc);  // an incomplete chunk's hashes give way to its own
+  hashes.insert(hashes.end(), block_hashes.begin(), block_hashes.end());
+  req.hashes_per_chunk_ = hpc;
+  req.hashed_chunks_ += keys.size();
   return Status::Ok();
 }
 

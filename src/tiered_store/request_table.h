@@ -46,7 +46,7 @@ class RequestState {
   bool has_block_hashes() const { return hashed_chunks_ > 0; }
   // The block hashes of chunk `chunk`, in order, its key's the last: what
   // its file records (FsTier::SubmitStore's block_hashes). Empty without
-  // them, and for chunks added by Append.
+  // them, and for chunks appended without theirs.
   std::span<const BlockHash> ChunkBlockHashes(size_t chunk) const;
 
  private:
@@ -95,8 +95,12 @@ class RequestTable {
   // chunk keys were not made from, or that a chunk file could not record
   // (RequestSpec::block_hashes; the rules FsTier::SubmitStore checks).
   [[nodiscard]] Status Start(uint64_t request_id, RequestSpec spec);
-  // Appends chunk keys (decode). kNotFound for an id that is not live.
-  [[nodiscard]] Status Append(uint64_t request_id, std::span<const OffloadKey> keys);
+  // Appends chunk keys (decode), and their block hashes where given
+  // (TieredStore::AppendChunkKeys). kNotFound for an id that is not live;
+  // kInvalidArgument for hashes that did not make the keys, or given to a
+  // request with a chunk that has none (nothing is appended then).
+  [[nodiscard]] Status Append(uint64_t request_id, std::span<const OffloadKey> keys,
+                              std::span<const BlockHash> block_hashes = {});
   // Forgets the request; returns the keys whose last pin it held (the caller
   // releases their rows). kNotFound for an id that is not live.
   [[nodiscard]] Result<std::vector<OffloadKey>> Finish(uint64_t request_id);
@@ -139,6 +143,10 @@ class RequestTable {
   uint64_t pins_refused() const { return pins_refused_; }
 
  private:
+  [[nodiscard]] Status AppendBlockHashes(uint64_t request_id, RequestState& req,
+                                         std::span<const OffloadKey> keys,
+                                         std::span<const BlockHash> block_hashes) const;
+
   const Options options_;
   uint64_t pin_rows_max_ = 0;
   std::unordered_map<uint64_t, RequestState> requests_;

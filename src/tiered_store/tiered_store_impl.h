@@ -92,7 +92,8 @@ class TieredStoreImpl final : public TieredStore {
   Status Init();
 
   Status StartRequest(uint64_t request_id, RequestSpec spec) override;
-  Status AppendChunkKeys(uint64_t request_id, std::span<const OffloadKey> keys) override;
+  Status AppendChunkKeys(uint64_t request_id, std::span<const OffloadKey> keys,
+                         std::span<const BlockHash> block_hashes) override;
   Status FinishRequest(uint64_t request_id) override;
   Result<PrefixLookup> Lookup(uint64_t request_id, size_t first_chunk) override;
   Result<PrefixLookup> LookupWait(uint64_t request_id, size_t first_chunk, uint32_t timeout_ms) override;

@@ -44,9 +44,10 @@ Status TieredStoreImpl::StartRequest(uint64_t request_id, RequestSpec spec) {
   return requests_.Start(request_id, std::move(spec));
 }
 
-Status TieredStoreImpl::AppendChunkKeys(uint64_t request_id, std::span<const OffloadKey> keys) {
+Status TieredStoreImpl::AppendChunkKeys(uint64_t request_id, std::span<const OffloadKey> keys,
+                                        std::span<const BlockHash> block_hashes) {
   std::lock_guard lock(mu_);
-  return requests_.Append(request_id, keys);
+  return requests_.Append(request_id, keys, block_hashes);
 }
 
 Status TieredStoreImpl::FinishRequest(uint64_t request_id) {

@@ -6,12 +6,13 @@
 // tokens_per_hash, and its file records them (the attribute, or the trailer
 // page), on the staged-CRC path (SubmitStoreWithCrcs, the CRC in the
 // attribute or in the trailer) and on the plain one (checksum_blocks off,
-// SubmitStore); a chunk added by AppendChunkKeys, and a request without
-// block hashes, are announced by their keys alone (block_size a chunk's
-// tokens). Block hashes that did not make the chunk keys (a chunk's last hash
-// not its key, a chunk's worth too few or too many, keys of two groups) are
-// refused by StartRequest with kInvalidArgument naming the chunk, and the
-// request is not started. A chunk file found corrupt by a later load (a fresh
+// SubmitStore), and so is a chunk appended by AppendChunkKeys with its
+// hashes; one appended without, and a request without block hashes, are
+// announced by their keys alone (block_size a chunk's tokens). Block
+// hashes that did not make the chunk keys (a chunk's last hash not its key,
+// a chunk's worth too few or too many, keys of two groups) are refused by
+// StartRequest with kInvalidArgument naming the chunk, and the request is
+// not started. A chunk file found corrupt by a later load (a fresh
 // store, every row from the files) is removed with one BlockRemoved naming
 // its 4 block hashes in order, read from its record before the unlink: on
 // the staged-CRC paths a flipped row byte fails the check after the copy and
@@ -203,11 +204,38 @@ TEST_P(TieredStoreEventsTest, ChunkFilesAnnounceAndRecordEveryBlock) {
     ASSERT_TRUE(record.has_value()) << path << " records no block hashes";
     EXPECT_EQ(*record, std::vector<BlockHash>(blocks.begin(), blocks.end()));
   }
+  EXPECT_OK(store->FinishRequest(1));
+}
 
-  // A chunk added while decoding has no hashes: its key alone, a chunk's tokens.
+TEST_P(TieredStoreEventsTest, ChunksAppendedWithTheirHashesAnnounceEveryBlock) {
+  std::unique_ptr<TieredStore> store = Open();
+  ASSERT_NE(store, nullptr);
+  const std::vector<BlockHash> hashes = Hashes(kHpc + 2);  // a chunk, and half of the next
+  const std::vector<OffloadKey> keys = ChunkOffloadKeys(hashes, kHpc, 0);
+  ASSERT_OK(store->StartRequest(1, RequestSpec{keys, 0, std::nullopt, 0, hashes}));
+  ASSERT_TRUE(Store(store.get(), 1, 0, 1));
+  ASSERT_EQ(StoredByLast(Events(1)).size(), 1u);
+
+  // Decoding completes the second chunk: appended with its hashes (the two
+  // given at the start and two more), it is announced by its 4 blocks.
+  std::vector<BlockHash> second(hashes.end() - 2, hashes.end());
+  for (const BlockHash& h : Hashes(2)) second.push_back(h);
+  const std::vector<OffloadKey> grown = ChunkOffloadKeys(second, kHpc, 0);
+  ASSERT_OK(store->AppendChunkKeys(1, grown, second));
+  ASSERT_TRUE(Store(store.get(), 1, 1, 1));
+  std::map<std::string, BlockStoredEvent> stored = StoredByLast(Events(1));
+  ASSERT_EQ(stored.size(), 1u);
+  EXPECT_EQ(stored[Text(grown[0].hash)].block_hashes, Wire(second));
+  EXPECT_EQ(stored[Text(grown[0].hash)].block_size, kBlockTokens);
+  const FsTier& tier = store->secondary_tier(0);
+  if (tier.checksum_place() == "trailer" || tier.xattrs_supported()) {
+    EXPECT_EQ(RecordOf(tier.BlockPath(grown[0]), grown[0].hash, store->row_bytes()), second);
+  }
+
+  // A chunk added without hashes: its key alone, a chunk's tokens.
   const std::vector<OffloadKey> more = testing::RandomKeys(1, rng_);
   ASSERT_OK(store->AppendChunkKeys(1, more));
-  ASSERT_TRUE(Store(store.get(), 1, 3, 1));
+  ASSERT_TRUE(Store(store.get(), 1, 2, 1));
   stored = StoredByLast(Events(1));
   ASSERT_EQ(stored.size(), 1u);
   EXPECT_EQ(stored.begin()->second.block_hashes, Wire(std::span(&more[0].hash, 1)));

@@ -6,10 +6,12 @@
 // verdict for a finished request is dropped; metrics count a chunk once,
 // appended chunks included; a request's block hashes are sliced into its
 // chunks by the hashes a chunk file of the keys' group holds, appended chunks
-// have none, and hashes that did not make the chunk keys are refused before
-// anything starts; pins are shared between requests, capped, and a
-// key's row is released only when the last request pinning it finishes (a
-// seeded random run checks this against a model).
+// have the hashes given with them (an incomplete chunk's give way), or none,
+// and hashes that did not make the chunk keys, or follow a chunk without
+// any, are refused before anything starts or is appended; pins are shared
+// between requests, capped, and a key's row is released only when the last
+// request pinning it finishes (a seeded random run checks this against a
+// model).
 #include "tiered_store/request_table.h"
 
 #include <gtest/gtest.h>
@@ -43,6 +45,22 @@ RequestSpec Request(std::vector<OffloadKey> keys, uint64_t pin_tokens = 0) {
 
 RequestTable Table(size_t tiers = 2, bool prompt_only = true) {
   return RequestTable(RequestTable::Options{kChunkTokens, prompt_only, tiers, {}});
+}
+
+// A table whose chunk files hold 2 blocks: group 0 (16-token blocks) 2
+// hashes a chunk, group 1 (32-token blocks) 4.
+RequestTable ChunkFileTable() {
+  NamespaceSpec files;
+  files.model_name = "m";
+  files.blocks_per_file = 2;
+  files.kv_cache_groups = {{16, {"a"}}, {32, {"b"}}};
+  return RequestTable(RequestTable::Options{kChunkTokens, true, 0, files});
+}
+
+std::vector<BlockHash> HashesOf(uint8_t from, uint8_t to) {
+  std::vector<BlockHash> hashes;
+  for (const OffloadKey& key : Keys(from, to)) hashes.push_back(key.hash);
+  return hashes;
 }
 
 TEST(RequestTableTest, IdsAreCheckedWithTheDocumentedCodes) {
@@ -89,13 +107,8 @@ TEST(RequestTableTest, OffloadableRangeFollowsPromptAndMaxOffloadTokens) {
 }
 
 TEST(RequestTableTest, BlockHashesAreSlicedByTheChunkFilesOfTheKeysGroup) {
-  NamespaceSpec files;  // 2 blocks a file: group 0 holds 2 hashes a chunk, group 1 (32-token blocks) 4
-  files.model_name = "m";
-  files.blocks_per_file = 2;
-  files.kv_cache_groups = {{16, {"a"}}, {32, {"b"}}};
-  RequestTable table(RequestTable::Options{kChunkTokens, true, 0, files});
-  std::vector<BlockHash> hashes;
-  for (uint8_t n = 0; n < 10; ++n) hashes.push_back(Key(n).hash);
+  RequestTable table = ChunkFileTable();
+  const std::vector<BlockHash> hashes = HashesOf(0, 10);
   RequestSpec spec = Request(ChunkOffloadKeys(hashes, 4, 1));  // 2 chunks of 4, 2 hashes over
   spec.block_hashes = hashes;
   ASSERT_OK(table.Start(1, spec));
@@ -103,8 +116,7 @@ TEST(RequestTableTest, BlockHashesAreSlicedByTheChunkFilesOfTheKeysGroup) {
   ASSERT_TRUE(req.has_block_hashes());
   EXPECT_TRUE(std::ranges::equal(req.ChunkBlockHashes(0), std::span(hashes).subspan(0, 4)));
   EXPECT_TRUE(std::ranges::equal(req.ChunkBlockHashes(1), std::span(hashes).subspan(4, 4)));
-  ASSERT_OK(table.Append(1, Keys(20, 21)));
-  EXPECT_TRUE(req.ChunkBlockHashes(2).empty()) << "an appended chunk has no hashes";
+
 
   spec.chunk_keys = ChunkOffloadKeys(hashes, 2, 0);  // group 0: 5 chunks of 2
   ASSERT_OK(table.Start(2, spec));
@@ -114,6 +126,34 @@ TEST(RequestTableTest, BlockHashesAreSlicedByTheChunkFilesOfTheKeysGroup) {
   EXPECT_EQ(table.FindOrNull(3), nullptr);
   ASSERT_OK(table.Start(4, Request(Keys(0, 2))));
   EXPECT_FALSE(table.Find(4).value()->has_block_hashes()) << "a request without hashes has none";
+}
+
+TEST(RequestTableTest, ChunksAppendedWithTheirHashesHaveThem) {
+  RequestTable table = ChunkFileTable();
+  const std::vector<BlockHash> hashes = HashesOf(0, 10);
+  RequestSpec spec = Request(ChunkOffloadKeys(hashes, 4, 1));  // 2 chunks of 4, 2 hashes over
+  spec.block_hashes = hashes;
+  ASSERT_OK(table.Start(1, spec));
+  RequestState& req = *table.Find(1).value();
+
+  // Decoding: the request's hashes grow to 16, chunks 2 and 3 are appended with theirs.
+  std::vector<BlockHash> grown = HashesOf(0, 16);
+  const std::span<const BlockHash> appended = std::span(grown).subspan(8);
+  const std::vector<OffloadKey> more = ChunkOffloadKeys(appended, 4, 1);
+  EXPECT_EQ(table.Append(1, more, appended.subspan(1)).code(), StatusCode::kInvalidArgument)
+      << "hashes that did not make the keys";
+  EXPECT_EQ(req.chunk_keys().size(), 2u) << "a refused append appends nothing";
+  ASSERT_OK(table.Append(1, more, appended));
+  EXPECT_TRUE(std::ranges::equal(req.ChunkBlockHashes(2), appended.subspan(0, 4)))
+      << "the incomplete chunk's hashes given at the start gave way to its own";
+  EXPECT_TRUE(std::ranges::equal(req.ChunkBlockHashes(3), appended.subspan(4, 4)));
+  ASSERT_OK(table.Append(1, Keys(20, 21)));
+  EXPECT_TRUE(req.ChunkBlockHashes(4).empty()) << "a chunk appended without hashes has none";
+  const std::vector<BlockHash> later = HashesOf(30, 34);
+  EXPECT_EQ(table.Append(1, ChunkOffloadKeys(later, 4, 1), later).code(),
+            StatusCode::kInvalidArgument)
+      << "after a chunk without hashes, none are taken";
+  EXPECT_EQ(req.chunk_keys().size(), 5u);
 }
 
 TEST(RequestTableTest, ChunkRangesAreCheckedAtTheirEdges) {
