@@ -17,6 +17,10 @@
 #     PUB's high-water mark; the tier's kv_events_dropped: its queue full or cut at close), with
 #     the store GB/s against part 1's events-off median and against an events-off run just
 #     before it: a slow subscriber must not slow stores.
+# BLOCKS_PER_FILE=N (default 1) makes every run's files hold N blocks, each store given their
+# hashes (bench fs --blocks-per-file): events on then also pay for the block-hash record
+# (FORMAT.md L197-L202: in the trailer page, else one attribute more a file) and each BlockStored
+# names N blocks; the subscriber counts them.
 # Speed is only printed, never asserted: --smoke (tiny rows, one round, no fio) is what ctest
 # runs (bench.kv_events_cost_smoke), to keep this path working.
 #
@@ -34,7 +38,8 @@ set -euo pipefail
 
 usage() {
   echo "usage: $0 DIR [ROWS=2000] [ROW_BYTES=262144] [QD=32] [REPEAT=3]  |  $0 --smoke [DIR]" >&2
-  echo "  env: KVTIER_BUILD_DIR (default <repo>/build), KEEP_RAW=1, SLOW_SLEEP_MS=20, SLOW_HWM=100, FRESH_FS=0|1" >&2
+  echo "  env: KVTIER_BUILD_DIR (default <repo>/build), KEEP_RAW=1, SLOW_SLEEP_MS=20, SLOW_HWM=100, FRESH_FS=0|1," >&2
+  echo "       BLOCKS_PER_FILE=1" >&2
   exit 2
 }
 SMOKE=0
@@ -49,7 +54,8 @@ else
 fi
 SLOW_SLEEP_MS=${SLOW_SLEEP_MS:-20}
 SLOW_HWM=${SLOW_HWM:-100}
-for v in "$ROWS" "$ROW_BYTES" "$QD" "$REPEAT" "$SLOW_HWM"; do
+BLOCKS_PER_FILE=${BLOCKS_PER_FILE:-1}
+for v in "$ROWS" "$ROW_BYTES" "$QD" "$REPEAT" "$SLOW_HWM" "$BLOCKS_PER_FILE"; do
   [[ $v =~ ^[0-9]+$ && $v -gt 0 ]] || { echo "kv_events_cost: '$v' is not a positive integer" >&2; usage; }
 done
 (( ROW_BYTES % 4096 == 0 )) || { echo "kv_events_cost: ROW_BYTES must be a multiple of 4096 (O_DIRECT)" >&2; exit 2; }
@@ -129,7 +135,8 @@ bench() {
   local name=$1; shift
   fresh
   sync
-  "$KVTIER" bench fs --root "$ROOT" --row-bytes "$ROW_BYTES" --rows "$ROWS" --queue-depth "$QD" --json "$@" \
+  "$KVTIER" bench fs --root "$ROOT" --row-bytes "$ROW_BYTES" --rows "$ROWS" --queue-depth "$QD" \
+    --blocks-per-file "$BLOCKS_PER_FILE" --json "$@" \
     > "$RAW/$name.json" 2> "$RAW/$name.err" || { cat "$RAW/$name.err" >&2; exit 1; }
 }
 # bench_on NAME HWM [SUBSCRIBER ARGS]: events on, to a fresh subscriber; HWM "": the default.
@@ -167,11 +174,11 @@ bench_on slow_hwm "$SLOW_HWM" --sleep-ms "$SLOW_SLEEP_MS" --rcvhwm 10
 elapsed=$(( $(date +%s) - start ))
 
 "$PY" "$HERE/kv_events_cost_report.py" "$RAW" "$HAVE_FIO" "$ROWS" "$ROW_BYTES" "$QD" "$REPEAT" "$elapsed" \
-  "$FSTYPE" "$SLOW_SLEEP_MS" "$SLOW_HWM" | tee "$RAW/table.txt"
+  "$FSTYPE" "$SLOW_SLEEP_MS" "$SLOW_HWM" "$BLOCKS_PER_FILE" | tee "$RAW/table.txt"
 # --smoke (ctest): both tables were printed, every event reached the fast subscriber.
 if (( SMOKE )); then
   for want in '^events on / off, store: ' '^events on / off, load : ' "received $ROWS (the subscriber)" \
-              '^slow subscriber: ' '^|   100000 |'; do
+              '^slow subscriber: ' '^|   100000 |' "^block hashes in BlockStored: $((ROWS * BLOCKS_PER_FILE)) "; do
     grep -q -- "$want" "$RAW/table.txt" || { echo "kv_events_cost: --smoke: no '$want' in the table" >&2; exit 1; }
   done
 fi

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """The table of bench/kv_events_cost.sh, from the raw JSON of its runs (see that script).
 
-argv: RAW HAVE_FIO ROWS ROW_BYTES QD REPEAT ELAPSED_S FSTYPE SLOW_SLEEP_MS SLOW_HWM. Prints,
+argv: RAW HAVE_FIO ROWS ROW_BYTES QD REPEAT ELAPSED_S FSTYPE SLOW_SLEEP_MS SLOW_HWM
+BLOCKS_PER_FILE. Prints,
 never judges: the ratios stand beside their target (>= 0.98x) and nothing exits non-zero for a
 missed one. Exits 1 only when a run's report is missing or a row failed to round-trip.
 """
@@ -11,9 +12,9 @@ import statistics
 import sys
 
 TARGET = 0.98
-raw, have_fio, rows, row_bytes, qd, repeat, elapsed, fstype, slow_sleep_ms, slow_hwm = sys.argv[1:11]
+raw, have_fio, rows, row_bytes, qd, repeat, elapsed, fstype, slow_sleep_ms, slow_hwm, bpf = sys.argv[1:12]
 have_fio = have_fio == "1"
-rows, row_bytes, repeat = int(rows), int(row_bytes), int(repeat)
+rows, row_bytes, repeat, bpf = int(rows), int(row_bytes), int(repeat), int(bpf)
 
 
 def load(name):
@@ -45,7 +46,8 @@ fig["kvtier, events off"] = {d: [r[d]["gbps"] for r in off] for d in ("store", "
 fig["kvtier, events on"] = {d: [r[d]["gbps"] for r in on] for d in ("store", "load")}
 med = {n: {d: statistics.median(v) for d, v in f.items()} for n, f in fig.items()}
 
-print(f"kv events cost: {rows} rows x {row_bytes / 1024:g} KiB, queue depth {qd}, on {fstype}; "
+files = f"files of {bpf} blocks, each recording their hashes (FORMAT.md L197-L202)" if bpf > 1 else "a block a file"
+print(f"kv events cost: {rows} rows x {row_bytes / 1024:g} KiB, {files}, queue depth {qd}, on {fstype}; "
       f"{repeat} interleaved round{'s' if repeat != 1 else ''} (median, range); {elapsed} s")
 print()
 print(f"| {'run':24} | {'store GB/s':>10} | {'range':>11} | {'load GB/s':>9} | {'range':>11} |")
@@ -70,6 +72,8 @@ print(f"events: published {', '.join(map(str, pub))} (the tier, per round); rece
       f"(the subscriber); dropped {', '.join(str(r['kv_events']['dropped']) for r in on)}; "
       f"batches {', '.join(str(r['kv_events']['batches']) for r in on)}; "
       f"undecodable {sum(s['undecodable'] for s in subs)}")
+print(f"block hashes in BlockStored: {', '.join(str(s['stored_hashes']) for s in subs)} (the subscriber, per round; "
+      f"every block of every file: {rows * bpf} a round)")
 cpu = {n: statistics.median(r["details"]["store"]["cpu_s"] for r in runs) for n, runs in (("off", off), ("on", on))}
 cs = {n: statistics.median(r["details"]["store"]["context_switches"] for r in runs) for n, runs in (("off", off), ("on", on))}
 events = statistics.median(pub) or 1

@@ -5,7 +5,7 @@ Binds a SUB socket (subscribed to every topic) on a free loopback port and write
 --port-file; the benchmark's tier connects to it (tcp://127.0.0.1:PORT), so no slow joiner loses
 the first batches. Every message (topic, seq, payload) is decoded as vLLM's KVEventBatch
 (msgpack [ts, [event, ...]], each event an array tagged by its class name, docs/kv-events.md),
-and counted: batches, events by tag, sequence gaps (batches lost on the way, e.g. at the PUB
+and counted: batches, events by tag, the block hashes BlockStored named, sequence gaps (batches lost on the way, e.g. at the PUB
 socket's high-water mark) and undecodable payloads. --sleep-ms makes it a slow subscriber: it
 sleeps that long after each batch, with a small receive high-water mark and kernel buffer, so
 the publisher's side fills up. On SIGTERM (or SIGINT) it writes its counts as JSON to --out and
@@ -37,6 +37,7 @@ class Counts:
         self.batches = 0
         self.events = 0
         self.by_tag = {}
+        self.stored_hashes = 0  # the block hashes BlockStored events named (several a file of several blocks)
         self.seq_first = None
         self.seq_last = None
         self.seq_gaps = 0  # batches missing between consecutive seqs
@@ -68,9 +69,11 @@ class Counts:
             ts, events = msgpack.unpackb(frames[2], raw=False)
             float(ts)
             tags = [e[0] for e in events]
+            hashes = sum(len(e[1]) for e in events if e[0] == "BlockStored")
         except Exception:  # a payload that is not a KVEventBatch
             self.undecodable += 1
             return
+        self.stored_hashes += hashes
         self.batches += 1
         self.events += len(tags)
         for t in tags:
@@ -81,6 +84,7 @@ class Counts:
         cpu = cpu_seconds() - self.cpu_at_first_s if self.batches else 0.0
         return {"cpu_s": round(cpu, 4),  # this process's, from its first message on (not its start-up)
                 "batches": self.batches, "events": self.events, "by_tag": self.by_tag,
+                "stored_hashes": self.stored_hashes,
                 "seq_first": self.seq_first, "seq_last": self.seq_last, "seq_gaps": self.seq_gaps,
                 "seq_restarts": self.seq_restarts, "undecodable": self.undecodable,
                 "receive_span_s": round(span, 4),

@@ -95,10 +95,16 @@ int RunBenchFsCommand(const BenchFsFlags& f) {
   return 0;
 }
 
-// The model's KV-cache groups, and the tier's kv events (what publishing
+// The model's KV-cache groups and blocks per file, and the tier's kv events (what publishing
 // every store costs: bench/kv_events_cost.sh).
 void AddBenchFsTierFlags(CLI::App* cmd, BenchFsFlags* f) {
   AddKvGroupFlags(cmd, &f->options.kv_groups);
+  cmd->add_option(
+         "--blocks-per-file", f->options.blocks_per_file,
+         "Blocks a file holds (the namespace's blocks_per_file); above 1 each store is given its "
+         "blocks' hashes and records them (FORMAT.md L197)")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
   CLI::Option* endpoint = cmd->add_option(
       "--events-endpoint", f->events.endpoint,
       "Turn the tier's kv_events_config on: every stored row publishes vLLM's BlockStored on a ZMQ PUB socket "

@@ -16,6 +16,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "format/block_hashes.h"
+
 namespace kvtier::internal {
 
 AlignedBuffer::AlignedBuffer(size_t bytes) : size_(bytes) {
@@ -63,6 +65,29 @@ OffloadKey BenchRows::Key(uint64_t row) const {
   key.hash = *BlockHash::FromBytes(bytes);
   key.group_idx = 0;
   return key;
+}
+
+std::vector<BlockHash> BenchRows::BlockHashes(uint64_t row, size_t n) const {
+  std::vector<BlockHash> hashes;
+  for (size_t b = 0; b + 1 < n; ++b) {
+    uint8_t bytes[kKeyBytes];
+    for (size_t i = 0; i < kKeyBytes / 8; ++i) {
+      const uint64_t w = SplitMix64(SplitMix64(seed_ ^ 0x626c6f636b2d6863ull ^ row) + b * 4 + i);
+      std::memcpy(bytes + 8 * i, &w, 8);
+    }
+    hashes.push_back(*BlockHash::FromBytes(bytes));
+  }
+  hashes.push_back(Key(row).hash);
+  return hashes;
+}
+
+Result<size_t> BenchHashesPerFile(const NamespaceSpec& spec) {
+  const size_t n = format::HashesPerFile(spec, 0),
+               most = format::kBlockHashesBytesMax / BenchRows::kKeyBytes;
+  if (n <= most) return n;
+  return InvalidArgument("--blocks-per-file: files of " + std::to_string(n) +
+                         " blocks: a record holds at most " + std::to_string(most) +
+                         " of the benchmark's 32-byte hashes");
 }
 
 void BenchRows::Fill(uint64_t row, std::span<uint8_t> out) const {

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "kvtier/hashing.h"
+#include "kvtier/layout.h"
 #include "kvtier/result.h"
 
 namespace kvtier::internal {
@@ -50,8 +51,13 @@ class BenchRows {
  public:
   BenchRows(uint64_t seed, uint64_t row_bytes);  // row_bytes: a multiple of 8
   uint64_t row_bytes() const { return row_bytes_; }
+  static constexpr size_t kKeyBytes = 32;
   // A 32-byte key (the size of a SHA-256 block hash), group 0.
   OffloadKey Key(uint64_t row) const;
+  // The n block hashes of row `row`'s file (n >= 1), as a store gives them
+  // (FsTier::SubmitStore's block_hashes): the last is Key(row)'s hash, the
+  // others derived from the row and their place.
+  std::vector<BlockHash> BlockHashes(uint64_t row, size_t n) const;
   void Fill(uint64_t row, std::span<uint8_t> out) const;
   bool Verify(uint64_t row, std::span<const uint8_t> in) const;
 
@@ -61,6 +67,11 @@ class BenchRows {
   uint64_t row_bytes_;
   std::vector<uint64_t> base_;
 };
+
+// The block hashes each store of `spec`'s files gives (FORMAT.md L197's
+// HashesPerFile, group 0; 1: the key alone); kInvalidArgument (naming
+// --blocks-per-file) when a record could not hold that many BenchRows keys.
+Result<size_t> BenchHashesPerFile(const NamespaceSpec& spec);
 
 uint64_t SplitMix64(uint64_t x);
 

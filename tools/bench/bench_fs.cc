@@ -100,8 +100,9 @@ struct InFlightJob {
 
 class Pump {
  public:
-  Pump(FsTier* tier, const BenchRows* rows, const BenchFsOptions& o)
-      : tier_(tier), rows_(rows), o_(o) {}
+  // hashes_per_file: the block hashes each store gives (1: none, the key alone).
+  Pump(FsTier* tier, const BenchRows* rows, const BenchFsOptions& o, size_t hashes_per_file)
+      : tier_(tier), rows_(rows), o_(o), hashes_per_file_(hashes_per_file) {}
 
   // Runs the lanes until every non-stream one is done; streams are then
   // stopped and drained.
@@ -140,11 +141,11 @@ class Pump {
       const int n = static_cast<int>(std::min<uint64_t>(left, static_cast<uint64_t>(o_.batch)));
       if (lane->in_flight > 0 && lane->in_flight + n > lane->depth) return Status::Ok();
       if (static_cast<int>(lane->free_slots.size()) < n) return Status::Ok();
-      InFlightJob job;
-      job.lane = lane;
+      InFlightJob job{.lane = lane, .submit_ns = 0, .slots = {}, .rows = {}};
       std::vector<OffloadKey> keys;
       std::vector<std::span<const uint8_t>> store_rows;
       std::vector<std::span<uint8_t>> load_rows;
+      std::vector<std::vector<BlockHash>> block_hashes;
       for (int i = 0; i < n; ++i) {
         const int slot = lane->free_slots.back();
         lane->free_slots.pop_back();
@@ -154,17 +155,16 @@ class Pump {
         keys.push_back(rows_->Key(row));
         std::span<uint8_t> buf = lane->slots[static_cast<size_t>(slot)];
         if (lane->kind == JobKind::kStore) {
-          const double t0 = ThreadCpuSeconds();
-          rows_->Fill(row, buf);
-          lane->harness_cpu_s += ThreadCpuSeconds() - t0;
+          FillStoreRow(lane, row, buf, &block_hashes);
           store_rows.emplace_back(buf.data(), buf.size());
         } else {
           load_rows.push_back(buf);
         }
       }
       job.submit_ns = BenchNowNs();
-      Result<uint64_t> id = lane->kind == JobKind::kStore ? tier_->SubmitStore(keys, store_rows)
-                                                          : tier_->SubmitLoad(keys, load_rows);
+      Result<uint64_t> id = lane->kind == JobKind::kStore
+                                ? tier_->SubmitStore(keys, store_rows, block_hashes)
+                                : tier_->SubmitLoad(keys, load_rows);
       if (!id.ok()) return id.status().WithContext("submit");
       if (lane->first_submit_ns == 0) lane->first_submit_ns = job.submit_ns;
       lane->next += static_cast<uint64_t>(n);
@@ -172,6 +172,16 @@ class Pump {
       jobs_.emplace(*id, std::move(job));
     }
     return Status::Ok();
+  }
+
+  // A store row's content and, in files of several blocks, their hashes:
+  // the harness's CPU, not the tier's.
+  void FillStoreRow(Lane* lane, uint64_t row, std::span<uint8_t> buf,
+                    std::vector<std::vector<BlockHash>>* block_hashes) const {
+    const double t0 = ThreadCpuSeconds();
+    rows_->Fill(row, buf);
+    if (hashes_per_file_ > 1) block_hashes->push_back(rows_->BlockHashes(row, hashes_per_file_));
+    lane->harness_cpu_s += ThreadCpuSeconds() - t0;
   }
 
   Status Account(JobResult& r, uint64_t now) {
@@ -257,6 +267,7 @@ class Pump {
   FsTier* tier_;
   const BenchRows* rows_;
   const BenchFsOptions& o_;
+  size_t hashes_per_file_;
   std::unordered_map<uint64_t, InFlightJob> jobs_;
   double poll_wait_cpu_s_ = 0;
 };
@@ -368,6 +379,7 @@ Result<NamespaceSpec> BenchFsNamespaceSpec(const BenchFsOptions& o) {
   spec.model_name = "kvtier-bench/fs-" + std::to_string(o.row_bytes);
   KVTIER_ASSIGN_OR_RETURN(std::vector<KvCacheGroupSpec> groups, KvGroupsFromFlags(o.kv_groups, kVllmDefaultBlockTokens));
   ApplyKvGroups(std::move(groups), &spec);
+  spec.blocks_per_file = o.blocks_per_file;
   return spec;
 }
 
@@ -396,6 +408,7 @@ struct BenchFsPlan {
   uint64_t half = 0;           // unloaded loads: rows [0, n); loaded: [half, half + n)
   uint64_t mixed_loads = 0;    // n: timed loads per mixed sub-phase
   uint64_t stream_rows = 0;    // rows the store stream of --mixed may write (0 without it)
+  size_t hashes_per_file = 1;  // block hashes each store gives (HashesPerFile of the namespace)
 };
 
 BenchFsPlan PlanBenchFs(const BenchFsOptions& o) {
@@ -446,27 +459,6 @@ Result<std::unique_ptr<FsTier>> OpenBenchTier(const BenchFsOptions& o, const Nam
   return opened;
 }
 
-// The result's description of the run, before any phase.
-BenchFsResult BenchFsHeader(const BenchFsOptions& o, const FsTier& tier, const Namespace& ns,
-                            int stream_depth) {
-  BenchFsResult r;
-  r.backend = std::string(tier.backend_name());
-  r.o_direct = tier.o_direct();
-  r.xattrs = tier.xattrs_supported();
-  r.root = o.root;
-  r.namespace_dir = JoinRoot(o.root, ns.dir_name());
-  r.row_bytes = o.row_bytes;
-  r.rows = o.rows;
-  r.queue_depth = o.queue_depth;
-  r.batch = o.batch;
-  r.poll_us = o.poll_us;
-  r.mixed_load_depth = o.mixed_load_depth;
-  r.mixed_store_depth = stream_depth;
-  r.io_timeout_ms = o.io_timeout_ms;
-  r.stores_while_loading_max = o.stores_while_loading_max;
-  return r;
-}
-
 Lane MakeLane(JobKind kind, int depth, uint64_t first, uint64_t count) {
   Lane lane;
   lane.kind = kind;
@@ -503,7 +495,7 @@ class BenchFsPhases {
         tier_(tier),
         arena_(arena),
         rows_(o.seed, o.row_bytes),
-        pump_(tier, &rows_, o),
+        pump_(tier, &rows_, o, plan.hashes_per_file),
         r_(r) {}
 
   Status Run() {
@@ -607,10 +599,11 @@ class BenchFsPhases {
 
 Result<BenchFsResult> RunBenchFs(const BenchFsOptions& o) {
   KVTIER_RETURN_IF_ERROR(CheckBenchFsOptions(o));
-  const BenchFsPlan plan = PlanBenchFs(o);
+  BenchFsPlan plan = PlanBenchFs(o);
   KVTIER_RETURN_IF_ERROR(CheckBufferMemory(o.row_bytes, plan.buffered_rows));
 
   KVTIER_ASSIGN_OR_RETURN(const NamespaceSpec spec, BenchFsNamespaceSpec(o));
+  KVTIER_ASSIGN_OR_RETURN(plan.hashes_per_file, BenchHashesPerFile(spec));
   KVTIER_ASSIGN_OR_RETURN(Namespace ns, BenchNamespace(o, spec));
   RemoveNamespace(o.root, ns);  // an earlier run's files (--keep) would be skipped, not stored
   for (const std::string& root : BenchRoots(o.root)) {
@@ -620,7 +613,7 @@ Result<BenchFsResult> RunBenchFs(const BenchFsOptions& o) {
   SlotArena arena(o.row_bytes, plan.buffered_rows - 1);
   KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<FsTier> tier,
                           OpenBenchTier(o, spec, plan.stream_depth, &arena));
-  BenchFsResult r = BenchFsHeader(o, *tier, ns, plan.stream_depth);
+  BenchFsResult r = BenchFsHeader(o, *tier, ns, plan.stream_depth, plan.hashes_per_file);
 
   const int old_slack = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
   prctl(PR_SET_TIMERSLACK, 1000, 0, 0, 0);  // 1 µs: poll sleeps as short as asked
@@ -649,9 +642,9 @@ std::string FormatBenchFs(const BenchFsResult& r) {
                 QuoteName(r.root).c_str());
   out += line;
   std::snprintf(line, sizeof line,
-                "backend %s, O_DIRECT %s, CRC32C xattrs %s, queue depth %d, %d row%s per job\n",
+                "backend %s, O_DIRECT %s, CRC32C xattrs %s, queue depth %d, %d row%s per job%s\n",
                 r.backend.c_str(), r.o_direct ? "on" : "off", r.xattrs ? "on" : "off",
-                r.queue_depth, r.batch, r.batch == 1 ? "" : "s");
+                r.queue_depth, r.batch, r.batch == 1 ? "" : "s", FilesOfBlocksNote(r).c_str());
   out += line;
   out += r.page_cache_dropped ? "page cache dropped before the load phase\n"
                               : r.page_cache_note + "\n";

@@ -67,6 +67,11 @@ struct BenchFsOptions {
   uint32_t io_timeout_ms = FsTierOptions{}.io_timeout_ms;  // the tier's default (0: none)
   int stores_while_loading_max = FsTierOptions{}.stores_while_loading_max;  // the tier's default
   KvGroupFlags kv_groups;          // the model's KV-cache groups (name the namespace)
+  // The namespace's blocks_per_file. Above 1, each row is a file of that
+  // many blocks and every store is given their hashes (FsTier::SubmitStore's
+  // block_hashes), so the file records them (FORMAT.md L197-L202: in the
+  // trailer page, else one attribute more) and BlockStored names them all.
+  uint32_t blocks_per_file = 1;
   std::string seal_key_file;       // the tier's seal_key_file: a sealed namespace (docs/sealed.md)
   bool seal_key_group_read = false;  // the tier's seal_key_group_read (FORMAT.md L174)
   // The tier's kv_events_config (--events-endpoint and companions,
@@ -98,6 +103,7 @@ struct BenchFsResult {
   int queue_depth = 0, batch = 1, poll_us = 0, mixed_load_depth = 0, mixed_store_depth = 0;
   uint32_t io_timeout_ms = 0;
   int stores_while_loading_max = 0;
+  size_t hashes_per_file = 1;  // the block hashes each store gave (1: the key alone)
   bool page_cache_dropped = false;
   uint64_t fixed_buffer_ios = 0;  // reads and writes into the registered slot arena
   std::string page_cache_note;  // why not, when not dropped
@@ -146,6 +152,12 @@ Result<Namespace> BenchNamespace(const BenchFsOptions& options, const NamespaceS
 void CollectBenchFsEvents(const BenchFsOptions& options, const FsTier& tier, uint32_t wait_ms,
                           BenchFsResult* r);
 
+// The result's description of the run, before any phase: `options`, the
+// tier's backend and checksums, the namespace's directory.
+BenchFsResult BenchFsHeader(const BenchFsOptions& options, const FsTier& tier, const Namespace& ns,
+                            int stream_depth, size_t hashes_per_file);
+// ", files of N blocks (...)" where each store gave N > 1 block hashes, else "".
+std::string FilesOfBlocksNote(const BenchFsResult& r);
 // {"store": {gbps, rows_per_s, p50_us, p99_us, cpu_s_per_gb}, "load": {...},
 //  ["mixed": {load_p50_us, load_p99_us, unloaded_load_p99_us, ratio_p99}],
 //  backend, o_direct, row_bytes, rows, queue_depth, page_cache_dropped,

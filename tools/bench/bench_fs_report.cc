@@ -1,11 +1,13 @@
-// `kvtier bench fs`'s JSON report (BenchFsJson), and what the run's kv-events
-// publisher did (--events-endpoint: CollectBenchFsEvents and its JSON and
-// text), beside the rest of bench_fs.cc (see bench_fs.h).
+// `kvtier bench fs`'s result header (BenchFsHeader), its JSON report
+// (BenchFsJson), and what the run's kv-events publisher did
+// (--events-endpoint: CollectBenchFsEvents and its JSON and text), beside
+// the rest of bench_fs.cc (see bench_fs.h).
 #include <chrono>
 #include <cstdio>
 #include <thread>
 
 #include "bench/bench_fs.h"
+#include "kvtier/layout.h"
 
 namespace kvtier::internal {
 namespace {
@@ -75,6 +77,33 @@ nlohmann::json EventsJson(const BenchFsResult::Events& e) {
 
 }  // namespace
 
+BenchFsResult BenchFsHeader(const BenchFsOptions& o, const FsTier& tier, const Namespace& ns,
+                            int stream_depth, size_t hashes_per_file) {
+  BenchFsResult r;
+  r.backend = std::string(tier.backend_name());
+  r.o_direct = tier.o_direct();
+  r.xattrs = tier.xattrs_supported();
+  r.root = o.root;
+  r.namespace_dir = JoinRoot(o.root, ns.dir_name());
+  r.row_bytes = o.row_bytes;
+  r.rows = o.rows;
+  r.queue_depth = o.queue_depth;
+  r.batch = o.batch;
+  r.poll_us = o.poll_us;
+  r.mixed_load_depth = o.mixed_load_depth;
+  r.mixed_store_depth = stream_depth;
+  r.io_timeout_ms = o.io_timeout_ms;
+  r.stores_while_loading_max = o.stores_while_loading_max;
+  r.hashes_per_file = hashes_per_file;
+  return r;
+}
+
+std::string FilesOfBlocksNote(const BenchFsResult& r) {
+  if (r.hashes_per_file <= 1) return "";
+  return ", files of " + std::to_string(r.hashes_per_file) +
+         " blocks (each store records their hashes)";
+}
+
 void CollectBenchFsEvents(const BenchFsOptions& o, const FsTier& tier, uint32_t wait_ms,
                           BenchFsResult* r) {
   if (!o.kv_events_config.enable_kv_cache_events) return;
@@ -110,6 +139,7 @@ nlohmann::json BenchFsJson(const BenchFsResult& r) {
   j["batch"] = r.batch;
   j["io_timeout_ms"] = r.io_timeout_ms;
   j["stores_while_loading_max"] = r.stores_while_loading_max;
+  j["hashes_per_file"] = r.hashes_per_file;
   j["page_cache_dropped"] = r.page_cache_dropped;
   if (!r.page_cache_dropped) j["page_cache_note"] = r.page_cache_note;
   j["rows_stored"] = r.rows_stored;
