@@ -111,9 +111,10 @@ Status RequestTable::AppendBlockHashes(uint64_t request_id, RequestState& req,
         " has none: a request's chunks have block hashes from its first on, or not at all");
   }
   const uint32_t group = !have.empty() ? have[0].group_idx : keys.empty() ? 0 : keys[0].group_idx;
-  const size_t hpc = req.hashes_per_chunk_ != 0
-                         ? req.hashes_per_chunk_
-                         : format::HashesPerFile(options_.chunk_files, group);
+  // A request with no chunks yet takes its group, and so its hashes per
+  // chunk, from the keys appended now.
+  const size_t hpc =
+      !have.empty() ? req.hashes_per_chunk_ : format::HashesPerFile(options_.chunk_files, group);
   KVTIER_RETURN_IF_ERROR(CheckBlockHashes(what, keys, block_hashes, group, hpc, have.size()));
   std::vector<BlockHash>& hashes = req.spec_.block_hashes;
   hashes.resize(req.hashed_chunks_ * hpc);  // an incomplete chunk's hashes give way to its own

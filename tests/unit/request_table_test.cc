@@ -154,6 +154,14 @@ TEST(RequestTableTest, ChunksAppendedWithTheirHashesHaveThem) {
             StatusCode::kInvalidArgument)
       << "after a chunk without hashes, none are taken";
   EXPECT_EQ(req.chunk_keys().size(), 5u);
+
+  RequestSpec empty = Request({});  // no chunks yet: the appended keys' group decides
+  empty.block_hashes =
+      HashesOf(40, 41);  // an incomplete chunk's, of group 0 (2 a chunk) at the start
+  ASSERT_OK(table.Start(2, empty));
+  ASSERT_OK(table.Append(2, more, appended));
+  EXPECT_TRUE(
+      std::ranges::equal(table.Find(2).value()->ChunkBlockHashes(1), appended.subspan(4, 4)));
 }
 
 TEST(RequestTableTest, ChunkRangesAreCheckedAtTheirEdges) {
