@@ -22,7 +22,8 @@
 # (FORMAT.md L197-L202: in the trailer page, else one attribute more a file) and each BlockStored
 # names N blocks; the subscriber counts them.
 # Speed is only printed, never asserted: --smoke (tiny rows, one round, no fio) is what ctest
-# runs (bench.kv_events_cost_smoke), to keep this path working.
+# runs (bench.kv_events_cost_smoke, and with BLOCKS_PER_FILE=4 bench.kv_events_cost_smoke_chunks),
+# to keep this path working.
 #
 # FRESH_FS=1 (the default as root, except --smoke) runs every tool on a freshly made ext4 (a
 # loop device on a sparse file under DIR, --direct-io=on), as bench/fio_compare.sh can: on a
@@ -147,7 +148,7 @@ bench_on() {
   stop_sub
 }
 
-echo "kv_events_cost: $ROWS rows x $ROW_BYTES bytes, queue depth $QD, $REPEAT rounds, under $WORK ($FSTYPE)" >&2
+echo "kv_events_cost: $ROWS rows x $ROW_BYTES bytes, $BLOCKS_PER_FILE block(s) a file, queue depth $QD, $REPEAT rounds, under $WORK ($FSTYPE)" >&2
 start=$(date +%s)
 if (( HAVE_FIO )); then
   echo "  fio write, read..." >&2

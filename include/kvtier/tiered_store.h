@@ -196,9 +196,11 @@ class KVTIER_API TieredStore {
   // id. block_hashes: empty, or the appended chunks' block hashes, each
   // chunk's hpc of them as RequestSpec::block_hashes says (the hashes of an
   // incomplete chunk after them are ignored, and give way to that chunk's
-  // own when it is appended). Given, the keys must be made from them and
-  // every chunk so far have its hashes (the request started with them, or
-  // with no chunks), else kInvalidArgument and nothing is appended.
+  // own when it is appended). Given, the keys must be made from them, of
+  // the request's group, and every chunk so far have its hashes (the
+  // request started with them, or with no chunks: then the hashes it
+  // started with were counted by group 0's chunks), else kInvalidArgument
+  // and nothing is appended.
   virtual Status AppendChunkKeys(uint64_t request_id, std::span<const OffloadKey> keys,
                                  std::span<const BlockHash> block_hashes = {}) = 0;
   // Releases the request's pins and lookup verdicts; running jobs continue.

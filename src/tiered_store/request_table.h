@@ -42,7 +42,8 @@ enum class TierVerdict : uint8_t { kUnknown, kInFlight, kHit, kMiss };
 class RequestState {
  public:
   const std::vector<OffloadKey>& chunk_keys() const { return spec_.chunk_keys; }
-  // Whether the request gave its block hashes (RequestSpec::block_hashes).
+  // Whether the request has block hashes for its chunks (RequestSpec::
+  // block_hashes, or given with chunks appended).
   bool has_block_hashes() const { return hashed_chunks_ > 0; }
   // The block hashes of chunk `chunk`, in order, its key's the last: what
   // its file records (FsTier::SubmitStore's block_hashes). Empty without

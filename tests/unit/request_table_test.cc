@@ -117,7 +117,6 @@ TEST(RequestTableTest, BlockHashesAreSlicedByTheChunkFilesOfTheKeysGroup) {
   EXPECT_TRUE(std::ranges::equal(req.ChunkBlockHashes(0), std::span(hashes).subspan(0, 4)));
   EXPECT_TRUE(std::ranges::equal(req.ChunkBlockHashes(1), std::span(hashes).subspan(4, 4)));
 
-
   spec.chunk_keys = ChunkOffloadKeys(hashes, 2, 0);  // group 0: 5 chunks of 2
   ASSERT_OK(table.Start(2, spec));
   EXPECT_TRUE(std::ranges::equal(table.Find(2).value()->ChunkBlockHashes(4), std::span(hashes).subspan(8, 2)));
@@ -142,7 +141,12 @@ TEST(RequestTableTest, ChunksAppendedWithTheirHashesHaveThem) {
   const std::vector<OffloadKey> more = ChunkOffloadKeys(appended, 4, 1);
   EXPECT_EQ(table.Append(1, more, appended.subspan(1)).code(), StatusCode::kInvalidArgument)
       << "hashes that did not make the keys";
+  EXPECT_EQ(table.Append(1, ChunkOffloadKeys(appended, 4, 0), appended).code(),
+            StatusCode::kInvalidArgument)
+      << "keys of another group than the request's";
   EXPECT_EQ(req.chunk_keys().size(), 2u) << "a refused append appends nothing";
+  EXPECT_TRUE(std::ranges::equal(req.ChunkBlockHashes(1), std::span(hashes).subspan(4, 4)));
+  EXPECT_TRUE(req.ChunkBlockHashes(2).empty()) << "nor any hashes";
   ASSERT_OK(table.Append(1, more, appended));
   EXPECT_TRUE(std::ranges::equal(req.ChunkBlockHashes(2), appended.subspan(0, 4)))
       << "the incomplete chunk's hashes given at the start gave way to its own";
