@@ -63,6 +63,14 @@ std::vector<BlockHash> HashesOf(uint8_t from, uint8_t to) {
   return hashes;
 }
 
+// A request whose chunk keys are made from `hashes` (hpc a chunk, of
+// `group`), given with them (RequestSpec::block_hashes).
+RequestSpec HashedRequest(const std::vector<BlockHash>& hashes, uint32_t hpc, uint32_t group) {
+  RequestSpec spec = Request(ChunkOffloadKeys(hashes, hpc, group));
+  spec.block_hashes = hashes;
+  return spec;
+}
+
 TEST(RequestTableTest, IdsAreCheckedWithTheDocumentedCodes) {
   RequestTable table = Table();
   EXPECT_EQ(table.Start(0, Request(Keys(0, 2))).code(), StatusCode::kInvalidArgument);
@@ -109,8 +117,7 @@ TEST(RequestTableTest, OffloadableRangeFollowsPromptAndMaxOffloadTokens) {
 TEST(RequestTableTest, BlockHashesAreSlicedByTheChunkFilesOfTheKeysGroup) {
   RequestTable table = ChunkFileTable();
   const std::vector<BlockHash> hashes = HashesOf(0, 10);
-  RequestSpec spec = Request(ChunkOffloadKeys(hashes, 4, 1));  // 2 chunks of 4, 2 hashes over
-  spec.block_hashes = hashes;
+  RequestSpec spec = HashedRequest(hashes, 4, 1);  // 2 chunks of 4, 2 hashes over
   ASSERT_OK(table.Start(1, spec));
   RequestState& req = *table.Find(1).value();
   ASSERT_TRUE(req.has_block_hashes());
@@ -130,13 +137,11 @@ TEST(RequestTableTest, BlockHashesAreSlicedByTheChunkFilesOfTheKeysGroup) {
 TEST(RequestTableTest, ChunksAppendedWithTheirHashesHaveThem) {
   RequestTable table = ChunkFileTable();
   const std::vector<BlockHash> hashes = HashesOf(0, 10);
-  RequestSpec spec = Request(ChunkOffloadKeys(hashes, 4, 1));  // 2 chunks of 4, 2 hashes over
-  spec.block_hashes = hashes;
-  ASSERT_OK(table.Start(1, spec));
+  ASSERT_OK(table.Start(1, HashedRequest(hashes, 4, 1)));  // 2 chunks of 4, 2 hashes over
   RequestState& req = *table.Find(1).value();
 
   // Decoding: the request's hashes grow to 16, chunks 2 and 3 are appended with theirs.
-  std::vector<BlockHash> grown = HashesOf(0, 16);
+  const std::vector<BlockHash> grown = HashesOf(0, 16);
   const std::span<const BlockHash> appended = std::span(grown).subspan(8);
   const std::vector<OffloadKey> more = ChunkOffloadKeys(appended, 4, 1);
   EXPECT_EQ(table.Append(1, more, appended.subspan(1)).code(), StatusCode::kInvalidArgument)
