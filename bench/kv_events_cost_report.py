@@ -2,9 +2,8 @@
 """The table of bench/kv_events_cost.sh, from the raw JSON of its runs (see that script).
 
 argv: RAW HAVE_FIO ROWS ROW_BYTES QD REPEAT ELAPSED_S FSTYPE SLOW_SLEEP_MS SLOW_HWM
-BLOCKS_PER_FILE. Prints,
-never judges: the ratios stand beside their target (>= 0.98x) and nothing exits non-zero for a
-missed one. Exits 1 only when a run's report is missing or a row failed to round-trip.
+BLOCKS_PER_FILE. Prints, never judges: the ratios stand beside their target (>= 0.98x) and nothing
+exits non-zero for a missed one. Exits 1 only when a run's report is missing or a row failed to round-trip.
 """
 import json
 import os
