@@ -6,9 +6,9 @@ Binds a SUB socket (subscribed to every topic) on a free loopback port and write
 the first batches. Every message (topic, seq, payload) is decoded as vLLM's KVEventBatch
 (msgpack [ts, [event, ...]], each event an array tagged by its class name, docs/kv-events.md),
 and counted: batches, events by tag, the block hashes BlockStored named, sequence gaps
-(batches lost on the way, e.g. at the PUB socket's high-water mark) and undecodable payloads. --sleep-ms makes it a slow subscriber: it
-sleeps that long after each batch, with a small receive high-water mark and kernel buffer, so
-the publisher's side fills up. On SIGTERM (or SIGINT) it writes its counts as JSON to --out and
+(batches lost on the way, e.g. at the PUB socket's high-water mark) and undecodable payloads.
+--sleep-ms makes it a slow subscriber: it sleeps that long after each batch, with a small
+receive high-water mark and kernel buffer, so the publisher's side fills up. On SIGTERM (or SIGINT) it writes its counts as JSON to --out and
 exits 0.
 
 Needs Debian's python3-zmq and python3-msgpack; exits 77 when either is missing.
